@@ -1,0 +1,44 @@
+// rankscope/detail/record.hpp — the fixed-size record every hot-path call writes.
+//
+// One cache line. The producer fills it in its own thread's ring; the background
+// thread decodes it into an Event. Pointers in a record point at static storage
+// (sites) or at leaked, interned storage, so they stay valid after the producer
+// thread exits.
+#pragma once
+
+#include <cstdint>
+
+namespace rankscope {
+struct Site;
+}
+
+namespace rankscope::detail {
+
+enum class RecordKind : std::uint8_t {
+  kPhase = 1,      // t0..t1 span of a phase; a.site = parent phase or null
+  kStepBegin = 2,  // step started; i[0] = step
+  kStepEnd = 3,    // step finished; i[0] = step, f[1..] scalars, mask in aux
+  kMark = 4,       // instant event at t0 with an optional value f[0]
+  kStepCounts = 5, // follows kStepEnd in the same ring: i[0] samples, i[1] tokens
+};
+
+union RecordValue {
+  std::int64_t i;
+  double f;
+  const Site* site;
+};
+
+struct alignas(64) Record {
+  std::uint64_t t0;      // ticks
+  std::uint64_t t1;      // ticks (== t0 for instant events)
+  const Site* site;      // what was recorded
+  std::int64_t step;     // process step when recorded
+  RecordKind kind;
+  std::uint8_t depth;    // phase nesting depth on its thread (0 = outermost)
+  std::uint16_t aux;     // kind-specific flags
+  std::uint32_t pad;
+  RecordValue v[3];
+};
+static_assert(sizeof(Record) == 64, "Record must stay one cache line");
+
+}  // namespace rankscope::detail

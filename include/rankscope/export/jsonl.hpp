@@ -1,0 +1,25 @@
+// rankscope/export/jsonl.hpp — the per-rank JSON Lines run log.
+//
+// The default sink: `rank-<R>.jsonl` in the run directory, one JSON object per
+// line, each line written whole (whole lines per write(2), O_APPEND). The
+// schema is documented in the README ("Run log schema") and versioned by
+// RANKSCOPE_SCHEMA_VERSION. Thread-safety: background thread only.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "rankscope/export/sink.hpp"
+
+namespace rankscope {
+
+/// Opens (creating or appending) `path`; fails with a clear message when the
+/// file cannot be created.
+absl::StatusOr<std::shared_ptr<Sink>> make_jsonl_sink(const std::string& path);
+
+/// Writes `content` to `path` atomically (temporary file in the same
+/// directory, then rename). Used for run.json and dumps.
+absl::Status write_file_atomic(const std::string& path, const std::string& content);
+
+}  // namespace rankscope

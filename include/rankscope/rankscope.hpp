@@ -1,0 +1,10 @@
+// rankscope/rankscope.hpp — everything a trainer needs; includes only.
+#pragma once
+
+#include "rankscope/config.hpp"
+#include "rankscope/context.hpp"
+#include "rankscope/metrics.hpp"
+#include "rankscope/runtime.hpp"
+#include "rankscope/site.hpp"
+#include "rankscope/step.hpp"
+#include "rankscope/timer.hpp"

@@ -1,0 +1,92 @@
+// rankscope/runtime.hpp — init, shutdown and the process-wide switches.
+//
+//   if (auto st = rankscope::init(); !st.ok()) { std::cerr << st << "\n"; return 1; }
+//   ...                          // instrumented training
+//   rankscope::shutdown();       // also runs at exit if you forget
+//
+// init() validates everything (rank, world size, run directory) and returns a
+// Status naming the field and the fix; nothing later throws. It starts one
+// background thread that drains every thread's ring into the sinks.
+// Fork: a child process after fork() (DataLoader workers) records nothing and
+// never writes to the parent's files; init() in the child is an error.
+// Thread-safety: init/shutdown/flush from any thread, serialised internally.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "rankscope/context.hpp"
+#include "rankscope/site.hpp"
+
+namespace rankscope {
+
+class Sink;
+
+struct Config {
+  /// Rank context; unset fields come from the environment.
+  ContextOverrides context;
+  /// Run directory; default $RANKSCOPE_DIR, else ./rankscope-runs/<run_id>.
+  std::optional<std::string> run_dir;
+  /// Record at all (RANKSCOPE_ENABLED=0 in the env turns it off). Can be
+  /// flipped later with set_enabled().
+  std::optional<bool> enabled;
+  /// Write rank-<R>.jsonl (and run.json on rank 0). Off = only custom sinks.
+  bool write_run_log = true;
+  /// Records per thread ring (power of two; 64 bytes each). RANKSCOPE_RING_SIZE.
+  std::optional<std::uint32_t> ring_capacity;
+  /// How often the background thread takes a metrics snapshot into the run log.
+  std::chrono::milliseconds metrics_interval{10000};
+  /// Extra sinks (tests, custom exporters); called on the background thread.
+  std::vector<std::shared_ptr<Sink>> sinks;
+  /// Free-form run configuration recorded in run.json (e.g. global batch).
+  std::vector<std::pair<std::string, std::string>> run_config;
+};
+
+/// Starts recording. Idempotent: a second call while running returns OK and
+/// changes nothing. Registers shutdown() to run at exit.
+absl::Status init(const Config& config = {});
+
+/// Drains everything recorded so far into the sinks and closes them; waits at
+/// most `deadline`. Idempotent; safe at exit.
+void shutdown(std::chrono::milliseconds deadline = std::chrono::milliseconds(5000)) noexcept;
+
+/// Drains everything recorded before this call into the sinks and flushes
+/// them; returns false if `deadline` passed first.
+bool flush(std::chrono::milliseconds deadline = std::chrono::milliseconds(5000)) noexcept;
+
+/// Runtime switch: while disabled, every hot-path call is one load and branch.
+void set_enabled(bool on) noexcept;
+bool enabled() noexcept;
+bool initialized() noexcept;
+
+/// The context resolved by init() (defaults before init).
+const RunContext& context() noexcept;
+/// The run directory in use ("" before init or without a run log).
+std::string run_dir();
+
+/// Counters about rankscope itself; also written to the run log and exported.
+struct Stats {
+  std::uint64_t events_recorded = 0;  // drained from rings by the background thread
+  std::uint64_t events_dropped = 0;   // lost because a ring was full
+  std::uint64_t export_errors = 0;    // sink write failures
+  std::uint64_t inactive_calls = 0;   // calls before init / after shutdown
+  std::uint64_t threads = 0;          // threads that ever recorded
+};
+Stats stats() noexcept;
+
+/// Step time by phase kind for the most recent finished step (nanoseconds),
+/// as derived by the background thread; `other` = step time not inside any
+/// top-level phase of the stepping thread.
+struct StepBreakdown {
+  std::int64_t step = -1;
+  std::uint64_t total_ns = 0;
+  std::uint64_t by_kind_ns[kPhaseKindCount] = {};
+};
+StepBreakdown last_step_breakdown() noexcept;
+
+}  // namespace rankscope

@@ -1,0 +1,55 @@
+// rankscope/step.hpp — step boundaries and per-step training scalars.
+//
+//   for (int64_t s = start; s < steps; ++s) {
+//     rankscope::StepScope step(s);          // every event until it closes carries step s
+//     ...
+//     step.report({.loss = loss, .lr = lr, .samples = batch});
+//   }
+//
+// Steps are process-wide: begin_step() sets the step stamped on every record
+// from every thread. The background thread derives the step-time-by-phase
+// breakdown (see runtime.hpp: last_step_breakdown()).
+// Thread-safety: call begin/end from the training thread. Cost: two records.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "rankscope/config.hpp"
+
+namespace rankscope {
+
+/// Training scalars reported once per step; unset fields are omitted.
+struct StepScalars {
+  std::optional<double> loss;
+  std::optional<double> lr;
+  std::optional<double> grad_norm;
+  std::optional<std::int64_t> samples;  // samples consumed by this rank this step
+  std::optional<std::int64_t> tokens;
+  bool skipped = false;                 // optimizer step skipped (inf/nan grads, ...)
+};
+
+/// Marks the start of step `step` (records an event, stamps later events).
+void begin_step(std::int64_t step) noexcept;
+/// Marks the end of the current step, with its scalars.
+void end_step(const StepScalars& scalars = {}) noexcept;
+/// The step set by the last begin_step() (0 before the first).
+std::int64_t current_step() noexcept;
+
+/// RAII step: begin_step() on construction, end_step(reported scalars) on exit.
+class StepScope {
+ public:
+  explicit StepScope(std::int64_t step) noexcept { begin_step(step); }
+  ~StepScope() { end_step(scalars_); }
+  /// Sets the scalars recorded when the step ends.
+  void report(const StepScalars& scalars) noexcept { scalars_ = scalars; }
+
+  StepScope(const StepScope&) = delete;
+  StepScope& operator=(const StepScope&) = delete;
+  static void* operator new(std::size_t) = delete;
+
+ private:
+  StepScalars scalars_;
+};
+
+}  // namespace rankscope

@@ -1,0 +1,58 @@
+// Tick -> nanosecond conversion for the background thread (see detail/clock.hpp).
+//
+// TSC mode: the rate is first measured over a few milliseconds at init, then
+// refined every second against CLOCK_MONOTONIC over the whole run. Each
+// re-anchor continues the previous segment exactly (so converted times never
+// jump backwards) and slews any error out over the next second at most
+// 500 ppm; an error above 1 ms (e.g. after a VM pause) is stepped instead.
+// Wall time = monotonic + the CLOCK_REALTIME offset sampled at each anchor.
+// Thread-safety: convert()/maybe_reanchor() from the background thread only.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace rankscope::detail {
+
+struct ConvertedTime {
+  std::uint64_t mono_ns;
+  std::uint64_t wall_ns;
+};
+
+class TickClock {
+ public:
+  // Chooses the tick source and calibrates; sets g_clock_is_tsc.
+  void start(bool allow_tsc);
+  ConvertedTime convert(std::uint64_t ticks) const noexcept;
+  std::uint64_t ticks_to_ns(std::uint64_t dticks) const noexcept;
+  void maybe_reanchor() noexcept;
+  const char* source() const noexcept { return tsc_ ? "tsc" : "monotonic"; }
+  double ticks_per_second() const noexcept { return 1e9 / ns_per_tick_; }
+
+ private:
+  struct Anchor {
+    std::uint64_t tick = 0;
+    double mono = 0;        // ns, continuous across anchors
+    double ns_per_tick = 1;  // rate of the segment starting here
+    std::int64_t wall_minus_mono = 0;
+  };
+  static constexpr int kAnchors = 64;
+  const Anchor& anchor_for(std::uint64_t tick) const noexcept;
+
+  bool tsc_ = false;
+  double ns_per_tick_ = 1.0;  // long-baseline rate
+  std::uint64_t first_tick_ = 0;
+  std::uint64_t first_mono_ = 0;
+  std::uint64_t last_anchor_mono_ = 0;
+  Anchor anchors_[kAnchors];
+  int newest_ = 0;
+  int count_ = 0;
+};
+
+// Reads (tick, CLOCK_MONOTONIC ns) as close together as possible.
+void sample_pair(std::uint64_t& tick, std::uint64_t& mono) noexcept;
+std::uint64_t realtime_ns() noexcept;
+// True when the kernel's current clocksource is the TSC.
+bool kernel_trusts_tsc();
+
+}  // namespace rankscope::detail

@@ -1,0 +1,41 @@
+// Minimal JSON writing helpers on top of fmt (escaping, non-finite numbers).
+#pragma once
+
+#include <cmath>
+#include <string_view>
+
+#include <fmt/format.h>
+
+namespace rankscope::detail {
+
+inline void json_escape_to(fmt::memory_buffer& out, std::string_view s) {
+  out.push_back('"');
+  for (const char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    switch (c) {
+      case '"': out.append(std::string_view("\\\"")); break;
+      case '\\': out.append(std::string_view("\\\\")); break;
+      case '\n': out.append(std::string_view("\\n")); break;
+      case '\r': out.append(std::string_view("\\r")); break;
+      case '\t': out.append(std::string_view("\\t")); break;
+      default:
+        if (c < 0x20) fmt::format_to(std::back_inserter(out), "\\u{:04x}", c);
+        else out.push_back(ch);
+    }
+  }
+  out.push_back('"');
+}
+
+// JSON has no NaN/Infinity; a NaN loss is exactly what a reader wants to see,
+// so non-finite values are written as the strings "NaN", "Infinity", "-Infinity".
+inline void json_number_to(fmt::memory_buffer& out, double v) {
+  if (std::isfinite(v)) {
+    fmt::format_to(std::back_inserter(out), "{}", v);
+  } else if (std::isnan(v)) {
+    out.append(std::string_view("\"NaN\""));
+  } else {
+    out.append(v > 0 ? std::string_view("\"Infinity\"") : std::string_view("\"-Infinity\""));
+  }
+}
+
+}  // namespace rankscope::detail

@@ -1,0 +1,265 @@
+// The per-rank JSON Lines run log (schema: README "Run log schema").
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "json_util.hpp"
+#include "rankscope/config.hpp"
+#include "rankscope/export/jsonl.hpp"
+
+namespace rankscope {
+namespace {
+
+using detail::json_escape_to;
+using detail::json_number_to;
+
+// Writes all of buf, retrying short writes and EINTR. False on error.
+bool write_all(int fd, const char* p, std::size_t n) {
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    p += w;
+    n -= static_cast<std::size_t>(w);
+  }
+  return true;
+}
+
+const char* metric_type_name(MetricSample::Type t) {
+  switch (t) {
+    case MetricSample::Type::kCounter: return "counter";
+    case MetricSample::Type::kGauge: return "gauge";
+    case MetricSample::Type::kHistogram: return "histogram";
+  }
+  return "counter";
+}
+
+class JsonlSink final : public Sink {
+ public:
+  JsonlSink(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  ~JsonlSink() override {
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+  void start(const RunInfo& info) noexcept override {
+    rank_ = info.context.rank;
+    const RunContext& c = info.context;
+    begin_line("run_start", info.start_wall_ns, info.start_mono_ns, 0, 0);
+    auto out = std::back_inserter(buf_);
+    fmt::format_to(out, ",\"schema\":{},\"version\":\"{}\",\"world_size\":{},\"local_rank\":{},\"local_world_size\":{}",
+                   RANKSCOPE_SCHEMA_VERSION, RANKSCOPE_VERSION_STRING, c.world_size, c.local_rank,
+                   c.local_world_size);
+    fmt::format_to(out, ",\"node_rank\":{},\"restart\":{},\"pid\":{},\"launcher\":\"{}\"", c.node_rank,
+                   c.restart_count, c.pid, launcher_name(c.launcher));
+    field_str("run_id", c.run_id);
+    field_str("job_id", c.job_id);
+    field_str("host", c.host);
+    field_str("clock", info.clock_source);
+    buf_.append(std::string_view(",\"ticks_per_second\":"));
+    json_number_to(buf_, info.ticks_per_second);
+    end_line();
+    write_out();
+  }
+
+  void export_events(std::span<const Event> batch) noexcept override {
+    for (const Event& e : batch) format_event(e);
+    write_out();
+  }
+
+  void export_metrics(const MetricsSnapshot& s) noexcept override {
+    for (const MetricSample& m : s.metrics) {
+      begin_line("metric", s.wall_ns, s.mono_ns, s.step, 0);
+      field_str("name", m.name);
+      fmt::format_to(std::back_inserter(buf_), ",\"type\":\"{}\"", metric_type_name(m.type));
+      if (!m.labels.empty()) {
+        buf_.append(std::string_view(",\"labels\":{"));
+        bool first = true;
+        for (const auto& [k, v] : m.labels) {
+          if (!first) buf_.push_back(',');
+          first = false;
+          json_escape_to(buf_, k);
+          buf_.push_back(':');
+          json_escape_to(buf_, v);
+        }
+        buf_.push_back('}');
+      }
+      if (m.type == MetricSample::Type::kHistogram) {
+        const auto& h = m.histogram;
+        buf_.append(std::string_view(",\"bounds\":["));
+        for (std::size_t i = 0; i < h.bounds.size(); ++i) {
+          if (i) buf_.push_back(',');
+          json_number_to(buf_, h.bounds[i]);
+        }
+        fmt::format_to(std::back_inserter(buf_), "],\"counts\":[{}],\"count\":{},\"sum\":", fmt::join(h.counts, ","),
+                       h.count);
+        json_number_to(buf_, h.sum);
+      } else {
+        buf_.append(std::string_view(",\"value\":"));
+        json_number_to(buf_, m.value);
+      }
+      end_line();
+    }
+    begin_line("stats", s.wall_ns, s.mono_ns, s.step, 0);
+    stats_fields(s.stats);
+    end_line();
+    write_out();
+  }
+
+  bool flush(Deadline) noexcept override {
+    write_out();
+    return true;
+  }
+
+  void shutdown(Deadline, const Stats& st) noexcept override {
+    const std::uint64_t mono = detail_mono_now();
+    begin_line("run_end", detail_wall_now(), mono, -1, 0);
+    stats_fields(st);
+    end_line();
+    write_out();
+    if (fd_ >= 0) {
+      ::fsync(fd_);
+      ::close(fd_);
+      fd_ = -1;
+    }
+  }
+
+  std::uint64_t errors() const noexcept override { return errors_; }
+
+ private:
+  static std::uint64_t detail_mono_now() {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
+  }
+  static std::uint64_t detail_wall_now() {
+    timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
+  }
+
+  void begin_line(const char* kind, std::uint64_t wall, std::uint64_t mono, std::int64_t step, std::int32_t tid) {
+    line_start_ = buf_.size();
+    auto out = std::back_inserter(buf_);
+    fmt::format_to(out, "{{\"kind\":\"{}\",\"t\":{},\"mono\":{},\"rank\":{}", kind, wall, mono, rank_);
+    if (step >= 0) fmt::format_to(out, ",\"step\":{}", step);
+    if (tid != 0) fmt::format_to(out, ",\"tid\":{}", tid);
+  }
+  void end_line() { buf_.append(std::string_view("}\n")); }
+  void field_str(const char* key, std::string_view v) {
+    fmt::format_to(std::back_inserter(buf_), ",\"{}\":", key);
+    json_escape_to(buf_, v);
+  }
+  void stats_fields(const Stats& st) {
+    fmt::format_to(std::back_inserter(buf_),
+                   ",\"events_recorded\":{},\"events_dropped\":{},\"export_errors\":{},\"inactive_calls\":{},"
+                   "\"threads\":{}",
+                   st.events_recorded, st.events_dropped, st.export_errors + errors_, st.inactive_calls, st.threads);
+  }
+  const std::string& escaped_name(const Site* s) {
+    auto [it, inserted] = names_.try_emplace(s);
+    if (inserted) {
+      fmt::memory_buffer b;
+      json_escape_to(b, s->name ? s->name : "");
+      it->second.assign(b.data(), b.size());
+    }
+    return it->second;
+  }
+
+  void format_event(const Event& e) {
+    auto out = std::back_inserter(buf_);
+    switch (e.kind) {
+      case EventKind::kPhase: {
+        begin_line("phase", e.wall_ns, e.mono_ns, e.step, e.tid);
+        buf_.append(std::string_view(",\"name\":"));
+        buf_.append(escaped_name(e.site));
+        fmt::format_to(out, ",\"phase_kind\":\"{}\",\"dur\":{},\"depth\":{}", phase_kind_name(e.site->kind), e.dur_ns,
+                       e.depth);
+        if (e.parent != nullptr) {
+          buf_.append(std::string_view(",\"parent\":"));
+          buf_.append(escaped_name(e.parent));
+        }
+        break;
+      }
+      case EventKind::kStepBegin:
+        begin_line("step_begin", e.wall_ns, e.mono_ns, e.step, e.tid);
+        break;
+      case EventKind::kStepEnd: {
+        begin_line("step_end", e.wall_ns, e.mono_ns, e.step, e.tid);
+        if (e.dur_ns) fmt::format_to(out, ",\"dur\":{}", e.dur_ns);
+        const StepScalars& s = e.scalars;
+        if (s.loss) { buf_.append(std::string_view(",\"loss\":")); json_number_to(buf_, *s.loss); }
+        if (s.lr) { buf_.append(std::string_view(",\"lr\":")); json_number_to(buf_, *s.lr); }
+        if (s.grad_norm) { buf_.append(std::string_view(",\"grad_norm\":")); json_number_to(buf_, *s.grad_norm); }
+        if (s.samples) fmt::format_to(out, ",\"samples\":{}", *s.samples);
+        if (s.tokens) fmt::format_to(out, ",\"tokens\":{}", *s.tokens);
+        if (s.skipped) buf_.append(std::string_view(",\"skipped\":true"));
+        break;
+      }
+      case EventKind::kMark:
+        begin_line("mark", e.wall_ns, e.mono_ns, e.step, e.tid);
+        buf_.append(std::string_view(",\"name\":"));
+        buf_.append(escaped_name(e.site));
+        buf_.append(std::string_view(",\"value\":"));
+        json_number_to(buf_, e.value);
+        break;
+    }
+    end_line();
+  }
+
+  // One write(2) of whole lines. On failure the batch is dropped and counted;
+  // the file keeps every line written before.
+  void write_out() {
+    if (buf_.size() == 0) return;
+    if (fd_ < 0 || !write_all(fd_, buf_.data(), buf_.size())) ++errors_;
+    buf_.clear();
+  }
+
+  int fd_;
+  std::string path_;
+  int rank_ = 0;
+  std::uint64_t errors_ = 0;
+  std::size_t line_start_ = 0;
+  fmt::memory_buffer buf_;
+  absl::flat_hash_map<const Site*, std::string> names_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<Sink>> make_jsonl_sink(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return absl::PermissionDeniedError(absl::StrCat("cannot open run log '", path, "' for writing: ",
+                                                    std::strerror(errno),
+                                                    " (set RANKSCOPE_DIR or Config::run_dir to a writable directory)"));
+  }
+  return std::shared_ptr<Sink>(std::make_shared<JsonlSink>(fd, path));
+}
+
+absl::Status write_file_atomic(const std::string& path, const std::string& content) {
+  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return absl::PermissionDeniedError(absl::StrCat("cannot create '", tmp, "': ", std::strerror(errno)));
+  }
+  const bool ok = write_all(fd, content.data(), content.size()) && ::fsync(fd) == 0;
+  const int saved = errno;
+  ::close(fd);
+  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = ok ? errno : saved;
+    ::unlink(tmp.c_str());
+    return absl::InternalError(absl::StrCat("cannot write '", path, "': ", std::strerror(err)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace rankscope

@@ -1,0 +1,15 @@
+// Metric registry: owns every Counter/Gauge/Histogram (leaked at exit) and
+// builds snapshots for the exporters from the per-thread slots.
+#pragma once
+
+#include <vector>
+
+#include "rankscope/export/sink.hpp"
+
+namespace rankscope::detail {
+// Appends a sample of every registered metric.
+void snapshot_metrics(std::vector<MetricSample>& out);
+// Locks/unlocks the registry around fork().
+void lock_metric_registry();
+void unlock_metric_registry();
+}  // namespace rankscope::detail

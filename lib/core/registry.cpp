@@ -1,0 +1,86 @@
+#include "registry.hpp"
+
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <new>
+
+namespace rankscope::detail {
+
+ThreadRegistry& registry() {
+  static ThreadRegistry* r = new ThreadRegistry;  // leaked: used during exit
+  return *r;
+}
+
+ThreadState* ThreadRegistry::add(std::uint32_t capacity) {
+  auto* st = new ThreadState;
+  st->slots = static_cast<Record*>(std::aligned_alloc(64, sizeof(Record) * capacity));
+  st->metric_slots = static_cast<double*>(std::aligned_alloc(64, sizeof(double) * kMaxMetricSlots));
+  if (st->slots == nullptr || st->metric_slots == nullptr) {
+    std::free(st->slots);
+    std::free(st->metric_slots);
+    delete st;
+    return nullptr;
+  }
+  std::fill_n(st->metric_slots, kMaxMetricSlots, 0.0);
+  st->mask = capacity - 1;
+  st->tid = static_cast<std::int32_t>(syscall(SYS_gettid));
+  std::lock_guard<std::mutex> lk(mu);
+  st->index = static_cast<std::uint32_t>(threads_ever_++);
+  states_.push_back(st);
+  return st;
+}
+
+std::vector<ThreadState*> ThreadRegistry::list() {
+  std::lock_guard<std::mutex> lk(mu);
+  return states_;
+}
+
+void ThreadRegistry::free_retired() {
+  std::vector<ThreadState*> dead;
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    auto it = std::remove_if(states_.begin(), states_.end(), [&](ThreadState* st) {
+      if (!st->retired.load(std::memory_order_acquire)) return false;
+      if (st->tail.load(std::memory_order_relaxed) != st->published.load(std::memory_order_acquire)) return false;
+      retired_dropped_ += st->dropped.load(std::memory_order_relaxed);
+      for (int i = 0; i < kMaxMetricSlots; ++i) retired_slots_[i] += st->metric_slots[i];
+      dead.push_back(st);
+      return true;
+    });
+    states_.erase(it, states_.end());
+  }
+  for (ThreadState* st : dead) {
+    std::free(st->slots);
+    std::free(st->metric_slots);
+    delete st;
+  }
+}
+
+std::uint64_t ThreadRegistry::dropped_total() {
+  std::lock_guard<std::mutex> lk(mu);
+  std::uint64_t n = retired_dropped_;
+  for (ThreadState* st : states_) n += st->dropped.load(std::memory_order_relaxed);
+  return n;
+}
+
+void ThreadRegistry::slot_sums(std::uint32_t first, std::uint32_t n, double* out) {
+  std::lock_guard<std::mutex> lk(mu);
+  for (std::uint32_t i = 0; i < n; ++i) out[i] = retired_slots_[first + i];
+  for (ThreadState* st : states_) {
+    for (std::uint32_t i = 0; i < n; ++i) {
+      out[i] += std::atomic_ref<double>(st->metric_slots[first + i]).load(std::memory_order_relaxed);
+    }
+  }
+}
+
+double ThreadRegistry::slot_sum(std::uint32_t slot) {
+  double v = 0;
+  slot_sums(slot, 1, &v);
+  return v;
+}
+
+}  // namespace rankscope::detail

@@ -1,0 +1,41 @@
+// Thread registry: every ThreadState that ever recorded, until it has retired
+// and been drained. Owned by the runtime; leaked on purpose at exit.
+// Thread-safety: mu guards the list; ThreadState internals follow their own
+// SPSC rules (see detail/thread_state.hpp).
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+#include "rankscope/detail/thread_state.hpp"
+
+namespace rankscope::detail {
+
+class ThreadRegistry {
+ public:
+  // Allocates a state with a ring of `capacity` records (power of two).
+  ThreadState* add(std::uint32_t capacity);
+  // Snapshot of the current list (states stay valid until free_retired()).
+  std::vector<ThreadState*> list();
+  // Frees retired states whose rings are empty, folding their counters and
+  // metric slots into the totals. Call only from the draining thread.
+  void free_retired();
+  std::uint64_t dropped_total();
+  std::uint64_t threads_ever() { std::lock_guard<std::mutex> lk(mu); return threads_ever_; }
+  // Sum of a metric slot over all threads, live and gone. Requires mu not held.
+  double slot_sum(std::uint32_t slot);
+  void slot_sums(std::uint32_t first, std::uint32_t n, double* out);
+
+  std::mutex mu;  // also taken by the fork handlers
+
+ private:
+  std::vector<ThreadState*> states_;          // Requires mu held.
+  std::uint64_t retired_dropped_ = 0;         // Requires mu held.
+  std::uint64_t threads_ever_ = 0;            // Requires mu held.
+  std::vector<double> retired_slots_ = std::vector<double>(kMaxMetricSlots, 0.0);  // Requires mu held.
+};
+
+ThreadRegistry& registry();
+
+}  // namespace rankscope::detail

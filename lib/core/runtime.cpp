@@ -1,0 +1,538 @@
+// The runtime: init/shutdown, the background drain thread, fork handling.
+#include "rankscope/runtime.hpp"
+
+#include <errno.h>
+#include <pthread.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/hash/hash.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "clock.hpp"
+#include "json_util.hpp"
+#include "metrics_registry.hpp"
+#include "rankscope/config.hpp"
+#include "rankscope/detail/clock.hpp"
+#include "rankscope/detail/gate.hpp"
+#include "rankscope/detail/thread_state.hpp"
+#include "rankscope/export/jsonl.hpp"
+#include "rankscope/export/sink.hpp"
+#include "rankscope/metrics.hpp"
+#include "registry.hpp"
+#include "step_breakdown.hpp"
+
+namespace rankscope::detail {
+std::atomic<std::uint8_t> g_gate{kInactive};
+std::atomic<std::int64_t> g_step{0};
+thread_local ThreadState* t_state = nullptr;
+}  // namespace rankscope::detail
+
+namespace rankscope {
+namespace {
+
+using detail::Record;
+using detail::RecordKind;
+using detail::ThreadState;
+
+constexpr std::uint32_t kDefaultRingCapacity = 16384;  // 1 MiB per thread
+constexpr std::size_t kBatch = 4096;
+
+std::atomic<std::uint64_t> g_inactive_calls{0};
+thread_local bool t_thread_exited = false;
+
+struct ThreadExitGuard {
+  ~ThreadExitGuard() {
+    t_thread_exited = true;
+    if (ThreadState* st = detail::t_state) {
+      detail::t_state = nullptr;
+      st->retired.store(true, std::memory_order_release);
+    }
+  }
+};
+thread_local ThreadExitGuard t_exit_guard;
+
+enum class Phase { kStopped, kRunning, kForkedChild };
+
+class Runtime {
+ public:
+  static Runtime& get() {
+    static Runtime* r = new Runtime;  // leaked on purpose: used from atexit and fork handlers
+    return *r;
+  }
+
+  absl::Status init(const Config& cfg);
+  void shutdown(std::chrono::milliseconds deadline) noexcept;
+  bool flush(std::chrono::milliseconds deadline) noexcept;
+  void set_enabled(bool on) noexcept;
+
+  std::uint32_t ring_capacity() const { return ring_capacity_.load(std::memory_order_relaxed); }
+  Stats stats() noexcept;
+
+  // Fork handlers (see register_fork_handlers).
+  void before_fork() {
+    mu_.lock();
+    detail::lock_metric_registry();
+    detail::registry().mu.lock();
+  }
+  void after_fork_parent() {
+    detail::registry().mu.unlock();
+    detail::unlock_metric_registry();
+    mu_.unlock();
+  }
+  void after_fork_child() {
+    detail::registry().mu.unlock();
+    detail::unlock_metric_registry();
+    mu_.unlock();
+    // The background thread does not exist here, and the files belong to the
+    // parent: record nothing, write nothing.
+    detail::g_gate.store(detail::kInactive, std::memory_order_relaxed);
+    if (phase_ == Phase::kRunning) phase_ = Phase::kForkedChild;
+  }
+
+  RunContext context_;
+  std::string run_dir_;
+  std::mutex bd_mu_;
+  StepBreakdown last_breakdown_;  // Requires bd_mu_ held.
+
+ private:
+  void run_background();
+  std::size_t drain_all(std::vector<Event>& batch);
+  void deliver(std::vector<Event>& batch);
+  void export_metrics_now();
+  void decode(ThreadState* st, const Record& r, const Record* next, std::vector<Event>& batch);
+  absl::Status write_run_json(const Config& cfg, std::uint64_t wall);
+
+  std::mutex mu_;                 // control state below
+  std::condition_variable cv_;
+  Phase phase_ = Phase::kStopped;  // Requires mu_ held.
+  bool stop_requested_ = false;   // Requires mu_ held.
+  bool bg_done_ = false;          // Requires mu_ held.
+  std::uint64_t flush_requested_ = 0;  // Requires mu_ held.
+  std::uint64_t flush_done_ = 0;       // Requires mu_ held.
+  Deadline stop_deadline_{};      // Requires mu_ held.
+  pid_t owner_pid_ = 0;
+  bool want_enabled_ = true;
+
+  std::atomic<std::uint32_t> ring_capacity_{kDefaultRingCapacity};
+  std::chrono::milliseconds metrics_interval_{10000};
+
+  // Background-thread state.
+  std::vector<std::shared_ptr<Sink>> sinks_;
+  detail::TickClock clock_;
+  detail::StepBreakdownBuilder breakdown_;
+  std::atomic<std::uint64_t> recorded_{0};
+  std::atomic<std::uint64_t> export_errors_{0};  // sum over sinks, updated by the drain
+  std::uint64_t last_metrics_mono_ = 0;
+  Histogram* step_seconds_ = nullptr;
+  Histogram* phase_seconds_[kPhaseKindCount] = {};
+};
+
+std::uint64_t mono_now() { return detail::monotonic_ns(); }
+
+absl::StatusOr<bool> parse_bool_env(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return true;
+  std::string s = absl::AsciiStrToLower(v);
+  if (s == "1" || s == "true" || s == "on" || s == "yes") return true;
+  if (s == "0" || s == "false" || s == "off" || s == "no") return false;
+  return absl::InvalidArgumentError(absl::StrCat(name, "='", v, "' is not a boolean (use 1/0, true/false, on/off)"));
+}
+
+absl::Status make_dirs(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    return absl::PermissionDeniedError(absl::StrCat("run directory '", dir, "' cannot be created: ", ec.message(),
+                                                    " (set RANKSCOPE_DIR or Config::run_dir to a writable directory)"));
+  }
+  if (::access(dir.c_str(), W_OK) != 0) {
+    return absl::PermissionDeniedError(absl::StrCat("run directory '", dir, "' is not writable: ", std::strerror(errno),
+                                                    " (set RANKSCOPE_DIR or Config::run_dir to a writable directory)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Runtime::write_run_json(const Config& cfg, std::uint64_t wall) {
+  fmt::memory_buffer b;
+  auto out = std::back_inserter(b);
+  const RunContext& c = context_;
+  fmt::format_to(out, "{{\n  \"schema\": {},\n  \"library\": \"rankscope\",\n  \"version\": \"{}\",\n  \"run_id\": ",
+                 RANKSCOPE_SCHEMA_VERSION, RANKSCOPE_VERSION_STRING);
+  detail::json_escape_to(b, c.run_id);
+  fmt::format_to(out, ",\n  \"world_size\": {},\n  \"local_world_size\": {},\n  \"start_time_ns\": {},\n", c.world_size,
+                 c.local_world_size, wall);
+  fmt::format_to(out, "  \"launcher\": \"{}\",\n  \"restart_count\": {},\n  \"job_id\": ", launcher_name(c.launcher),
+                 c.restart_count);
+  detail::json_escape_to(b, c.job_id);
+  b.append(std::string_view(",\n  \"master_addr\": "));
+  detail::json_escape_to(b, c.master_addr);
+  b.append(std::string_view(",\n  \"host\": "));
+  detail::json_escape_to(b, c.host);
+  // The config hash lets triage and tools see at a glance whether two runs (or
+  // a run and its resume) used the same configuration.
+  std::uint64_t h = 1469598103934665603ull;  // FNV-1a: stable across builds and hosts
+  for (const auto& [k, v] : cfg.run_config) {
+    for (char ch : k + "=" + v + "\n") h = (h ^ static_cast<unsigned char>(ch)) * 1099511628211ull;
+  }
+  fmt::format_to(out, ",\n  \"config_hash\": \"{:016x}\",\n  \"config\": {{", h);
+  bool first = true;
+  for (const auto& [k, v] : cfg.run_config) {
+    b.append(std::string_view(first ? "\n    " : ",\n    "));
+    first = false;
+    detail::json_escape_to(b, k);
+    b.append(std::string_view(": "));
+    detail::json_escape_to(b, v);
+  }
+  b.append(std::string_view(first ? "}\n}\n" : "\n  }\n}\n"));
+  return write_file_atomic(run_dir_ + "/run.json", std::string(b.data(), b.size()));
+}
+
+absl::Status Runtime::init(const Config& cfg) {
+  std::unique_lock<std::mutex> lk(mu_);
+  if (phase_ == Phase::kForkedChild || (owner_pid_ != 0 && owner_pid_ != ::getpid())) {
+    return absl::FailedPreconditionError(
+        "rankscope::init() in a forked child: children of an instrumented process (e.g. DataLoader workers) "
+        "record nothing; instrument the parent");
+  }
+  if (phase_ == Phase::kRunning) return absl::OkStatus();
+  if (stop_requested_ && !bg_done_) {
+    return absl::FailedPreconditionError("rankscope: the previous shutdown() is still flushing a sink; retry later");
+  }
+
+  auto ctx = resolve_context(cfg.context);
+  if (!ctx.ok()) return ctx.status();
+
+  auto env_enabled = parse_bool_env("RANKSCOPE_ENABLED");
+  if (!env_enabled.ok()) return env_enabled.status();
+  const bool enabled = cfg.enabled.value_or(*env_enabled);
+
+  std::uint32_t cap = kDefaultRingCapacity;
+  if (cfg.ring_capacity) {
+    cap = *cfg.ring_capacity;
+  } else if (const char* v = std::getenv("RANKSCOPE_RING_SIZE"); v && *v) {
+    if (!absl::SimpleAtoi(v, &cap)) {
+      return absl::InvalidArgumentError(absl::StrCat("RANKSCOPE_RING_SIZE='", v, "' is not an integer"));
+    }
+  }
+  if (cap < 64 || cap > (1u << 24) || (cap & (cap - 1)) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("ring capacity ", cap,
+                                                   " must be a power of two in 64..16777216 (RANKSCOPE_RING_SIZE or "
+                                                   "Config::ring_capacity)"));
+  }
+  if (cfg.metrics_interval.count() <= 0) {
+    return absl::InvalidArgumentError("Config::metrics_interval must be positive");
+  }
+
+  std::vector<std::shared_ptr<Sink>> sinks = cfg.sinks;
+  for (const auto& s : sinks) {
+    if (!s) return absl::InvalidArgumentError("Config::sinks contains a null sink");
+  }
+  std::string dir;
+  if (cfg.write_run_log) {
+    if (cfg.run_dir) dir = *cfg.run_dir;
+    else if (const char* d = std::getenv("RANKSCOPE_DIR"); d && *d) dir = d;
+    else dir = absl::StrCat("rankscope-runs/", ctx->run_id);
+    if (auto st = make_dirs(dir); !st.ok()) return st;
+    auto sink = make_jsonl_sink(absl::StrCat(dir, "/rank-", ctx->rank, ".jsonl"));
+    if (!sink.ok()) return sink.status();
+    sinks.insert(sinks.begin(), *sink);
+  }
+
+  context_ = *ctx;
+  run_dir_ = dir;
+  ring_capacity_.store(cap, std::memory_order_relaxed);
+  metrics_interval_ = cfg.metrics_interval;
+  sinks_ = std::move(sinks);
+  export_errors_.store(0, std::memory_order_relaxed);
+  owner_pid_ = ::getpid();
+  want_enabled_ = enabled;
+
+  static std::once_flag once;
+  std::call_once(once, [] {
+    std::atexit([] { Runtime::get().shutdown(std::chrono::milliseconds(2000)); });
+    pthread_atfork([] { Runtime::get().before_fork(); }, [] { Runtime::get().after_fork_parent(); },
+                   [] { Runtime::get().after_fork_child(); });
+  });
+
+  clock_.start(/*allow_tsc=*/true);
+  const std::uint64_t wall0 = detail::realtime_ns();
+  const std::uint64_t mono0 = mono_now();
+  if (cfg.write_run_log && context_.rank == 0) {
+    if (auto st = write_run_json(cfg, wall0); !st.ok()) return st;
+  }
+
+  // Derived step metrics (the step-time-by-phase breakdown), fed by the drain.
+  const std::vector<double> bounds = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300};
+  step_seconds_ = &histogram("rankscope_step_seconds", bounds, "Wall time per training step");
+  for (int k = 0; k < kPhaseKindCount; ++k) {
+    phase_seconds_[k] = &histogram("rankscope_step_phase_seconds", bounds, "Step time by phase kind",
+                                   {{"phase", std::string(phase_kind_name(static_cast<PhaseKind>(k)))}});
+  }
+
+  RunInfo info{context_, run_dir_, clock_.source(), clock_.ticks_per_second(), wall0, mono0};
+  for (auto& s : sinks_) s->start(info);
+  last_metrics_mono_ = mono0;
+
+  stop_requested_ = false;
+  bg_done_ = false;
+  phase_ = Phase::kRunning;
+  try {
+    std::thread(&Runtime::run_background, this).detach();
+  } catch (const std::system_error& e) {
+    phase_ = Phase::kStopped;
+    return absl::ResourceExhaustedError(absl::StrCat("cannot start rankscope's background thread: ", e.what()));
+  }
+  detail::g_gate.store(enabled ? detail::kActive : detail::kDisabled, std::memory_order_release);
+  return absl::OkStatus();
+}
+
+void Runtime::set_enabled(bool on) noexcept {
+  std::lock_guard<std::mutex> lk(mu_);
+  want_enabled_ = on;
+  if (phase_ == Phase::kRunning) {
+    detail::g_gate.store(on ? detail::kActive : detail::kDisabled, std::memory_order_relaxed);
+  }
+}
+
+void Runtime::shutdown(std::chrono::milliseconds deadline) noexcept {
+  std::unique_lock<std::mutex> lk(mu_);
+  if (phase_ != Phase::kRunning || owner_pid_ != ::getpid()) return;
+  detail::g_gate.store(detail::kInactive, std::memory_order_release);
+  stop_requested_ = true;
+  stop_deadline_ = std::chrono::steady_clock::now() + deadline;
+  cv_.notify_all();
+  // The background thread is detached: if a sink hangs past the deadline we
+  // return anyway rather than hold up the process exit.
+  cv_.wait_until(lk, stop_deadline_ + std::chrono::milliseconds(100), [&] { return bg_done_; });
+  phase_ = Phase::kStopped;
+}
+
+bool Runtime::flush(std::chrono::milliseconds deadline) noexcept {
+  std::unique_lock<std::mutex> lk(mu_);
+  if (phase_ != Phase::kRunning || owner_pid_ != ::getpid()) return false;
+  const std::uint64_t id = ++flush_requested_;
+  cv_.notify_all();
+  return cv_.wait_for(lk, deadline, [&] { return flush_done_ >= id || bg_done_; });
+}
+
+Stats Runtime::stats() noexcept {
+  Stats s;
+  s.events_recorded = recorded_.load(std::memory_order_relaxed);
+  s.events_dropped = detail::registry().dropped_total();
+  s.inactive_calls = g_inactive_calls.load(std::memory_order_relaxed);
+  s.threads = detail::registry().threads_ever();
+  s.export_errors = export_errors_.load(std::memory_order_relaxed);
+  return s;
+}
+
+void Runtime::decode(ThreadState* st, const Record& r, const Record* next, std::vector<Event>& batch) {
+  Event e;
+  e.tid = st->tid;
+  e.step = r.step;
+  e.depth = r.depth;
+  const auto t = clock_.convert(r.t0);
+  e.mono_ns = t.mono_ns;
+  e.wall_ns = t.wall_ns;
+  switch (r.kind) {
+    case RecordKind::kPhase:
+      e.kind = EventKind::kPhase;
+      e.site = r.site;
+      e.parent = r.v[0].site;
+      e.dur_ns = clock_.ticks_to_ns(r.t1 - r.t0);
+      breakdown_.on_phase(e.tid, e.depth, r.site->kind, e.mono_ns, e.dur_ns);
+      break;
+    case RecordKind::kStepBegin:
+      e.kind = EventKind::kStepBegin;
+      breakdown_.on_step_begin(e.tid, e.step, e.mono_ns);
+      break;
+    case RecordKind::kStepEnd: {
+      e.kind = EventKind::kStepEnd;
+      if (r.aux & 1) e.scalars.loss = r.v[0].f;
+      if (r.aux & 2) e.scalars.lr = r.v[1].f;
+      if (r.aux & 4) e.scalars.grad_norm = r.v[2].f;
+      e.scalars.skipped = (r.aux & 32) != 0;
+      if (next != nullptr && next->kind == RecordKind::kStepCounts) {
+        if (r.aux & 8) e.scalars.samples = next->v[0].i;
+        if (r.aux & 16) e.scalars.tokens = next->v[1].i;
+      }
+      if (auto b = breakdown_.on_step_end(e.tid, e.mono_ns)) {
+        e.dur_ns = b->total_ns;
+        detail::observe_ungated(*step_seconds_, static_cast<double>(b->total_ns) * 1e-9);
+        for (int k = 0; k < kPhaseKindCount; ++k) {
+          detail::observe_ungated(*phase_seconds_[k], static_cast<double>(b->by_kind_ns[k]) * 1e-9);
+        }
+        std::lock_guard<std::mutex> lk(bd_mu_);
+        last_breakdown_ = *b;
+      }
+      break;
+    }
+    case RecordKind::kMark:
+      e.kind = EventKind::kMark;
+      e.site = r.site;
+      e.value = r.v[0].f;
+      break;
+    case RecordKind::kStepCounts:
+      return;  // folded into the preceding kStepEnd
+  }
+  batch.push_back(e);
+}
+
+void Runtime::deliver(std::vector<Event>& batch) {
+  if (batch.empty()) return;
+  std::uint64_t errors = 0;
+  for (auto& s : sinks_) {
+    s->export_events(batch);
+    errors += s->errors();
+  }
+  export_errors_.store(errors, std::memory_order_relaxed);
+  batch.clear();
+}
+
+std::size_t Runtime::drain_all(std::vector<Event>& batch) {
+  std::size_t n = 0;
+  for (ThreadState* st : detail::registry().list()) {
+    const std::uint64_t head = st->published.load(std::memory_order_acquire);
+    std::uint64_t tail = st->tail.load(std::memory_order_relaxed);
+    while (tail != head) {
+      const Record& r = st->slots[tail & st->mask];
+      const Record* next = (tail + 1 != head) ? &st->slots[(tail + 1) & st->mask] : nullptr;
+      decode(st, r, next, batch);
+      ++tail;
+      ++n;
+      if (batch.size() >= kBatch) {
+        st->tail.store(tail, std::memory_order_release);
+        deliver(batch);
+      }
+    }
+    st->tail.store(tail, std::memory_order_release);
+  }
+  deliver(batch);
+  recorded_.fetch_add(n, std::memory_order_relaxed);
+  return n;
+}
+
+void Runtime::export_metrics_now() {
+  MetricsSnapshot snap;
+  snap.mono_ns = mono_now();
+  snap.wall_ns = detail::realtime_ns();
+  snap.step = detail::g_step.load(std::memory_order_relaxed);
+  detail::snapshot_metrics(snap.metrics);
+  snap.stats = stats();
+  for (auto& s : sinks_) s->export_metrics(snap);
+  last_metrics_mono_ = snap.mono_ns;
+}
+
+void Runtime::run_background() {
+  pthread_setname_np(pthread_self(), "rankscope");
+  // Derived metrics are observed here even after the gate closes at shutdown.
+  if (detail::t_state == nullptr) detail::register_thread(/*force=*/true);
+  std::vector<Event> batch;
+  batch.reserve(kBatch);
+  auto sleep = std::chrono::microseconds(1000);
+  std::uint64_t flush_seen = 0;
+  for (;;) {
+    bool stop;
+    std::uint64_t flush_target;
+    Deadline deadline;
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_.wait_for(lk, sleep, [&] { return stop_requested_ || flush_requested_ > flush_seen; });
+      stop = stop_requested_;
+      flush_target = flush_requested_;
+      deadline = stop ? stop_deadline_ : std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    }
+    const std::size_t n = drain_all(batch);
+    clock_.maybe_reanchor();
+    if (mono_now() - last_metrics_mono_ >= static_cast<std::uint64_t>(metrics_interval_.count()) * 1000000ull) {
+      export_metrics_now();
+    }
+    detail::registry().free_retired();
+    if (flush_target > flush_seen) {
+      for (auto& s : sinks_) s->flush(deadline);
+      flush_seen = flush_target;
+      std::lock_guard<std::mutex> lk(mu_);
+      flush_done_ = flush_target;
+      cv_.notify_all();
+    }
+    if (stop) {
+      drain_all(batch);  // records made while we were flushing
+      export_metrics_now();
+      const Stats final_stats = stats();
+      for (auto& s : sinks_) s->shutdown(deadline, final_stats);
+      std::lock_guard<std::mutex> lk(mu_);
+      sinks_.clear();
+      bg_done_ = true;
+      flush_done_ = flush_requested_;
+      cv_.notify_all();
+      return;
+    }
+    // Adaptive polling: keep up with bursts (millions of records per second)
+    // without spinning when training is idle.
+    if (n >= 1024) sleep = std::chrono::microseconds(0);
+    else if (n > 0) sleep = std::chrono::microseconds(1000);
+    else sleep = std::min(sleep * 2 + std::chrono::microseconds(1), std::chrono::microseconds(5000));
+  }
+}
+
+}  // namespace
+
+namespace detail {
+
+void count_inactive_call() noexcept { g_inactive_calls.fetch_add(1, std::memory_order_relaxed); }
+
+void observe_ungated(Histogram& h, double v) noexcept { h.observe_impl(v); }
+
+ThreadState* register_thread(bool force) noexcept {
+  if (t_thread_exited || (!force && g_gate.load(std::memory_order_acquire) != kActive)) return nullptr;
+  ThreadState* st = nullptr;
+  try {
+    st = registry().add(Runtime::get().ring_capacity());
+  } catch (...) {
+    return nullptr;
+  }
+  if (st == nullptr) return nullptr;
+  (void)&t_exit_guard;  // odr-use: constructs the guard so it runs at thread exit
+  t_state = st;
+  return st;
+}
+
+}  // namespace detail
+
+absl::Status init(const Config& config) {
+  try {
+    return Runtime::get().init(config);
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("rankscope::init failed: ", e.what()));
+  }
+}
+void shutdown(std::chrono::milliseconds deadline) noexcept { Runtime::get().shutdown(deadline); }
+bool flush(std::chrono::milliseconds deadline) noexcept { return Runtime::get().flush(deadline); }
+void set_enabled(bool on) noexcept { Runtime::get().set_enabled(on); }
+bool enabled() noexcept { return detail::g_gate.load(std::memory_order_relaxed) == detail::kActive; }
+bool initialized() noexcept { return detail::g_gate.load(std::memory_order_relaxed) != detail::kInactive; }
+const RunContext& context() noexcept { return Runtime::get().context_; }
+std::string run_dir() { return Runtime::get().run_dir_; }
+Stats stats() noexcept { return Runtime::get().stats(); }
+StepBreakdown last_step_breakdown() noexcept {
+  Runtime& r = Runtime::get();
+  std::lock_guard<std::mutex> lk(r.bd_mu_);
+  return r.last_breakdown_;
+}
+
+}  // namespace rankscope

@@ -1,0 +1,57 @@
+#include "rankscope/step.hpp"
+
+#include "rankscope/detail/clock.hpp"
+#include "rankscope/detail/gate.hpp"
+#include "rankscope/detail/thread_state.hpp"
+
+namespace rankscope {
+
+using detail::Record;
+using detail::RecordKind;
+
+void begin_step(std::int64_t step) noexcept {
+  detail::g_step.store(step, std::memory_order_relaxed);
+  if (!detail::gate_open()) return;
+  detail::ThreadState* st = detail::thread_state();
+  if (st == nullptr || !st->try_reserve(1)) return;
+  Record& r = st->slot(0);
+  r.t0 = r.t1 = detail::now_ticks();
+  r.site = nullptr;
+  r.step = step;
+  r.kind = RecordKind::kStepBegin;
+  r.depth = static_cast<std::uint8_t>(st->depth);
+  r.aux = 0;
+  st->commit(1);
+}
+
+void end_step(const StepScalars& s) noexcept {
+  if (!detail::gate_open()) return;
+  detail::ThreadState* st = detail::thread_state();
+  if (st == nullptr || !st->try_reserve(2)) return;
+  const std::int64_t step = detail::g_step.load(std::memory_order_relaxed);
+  Record& r = st->slot(0);
+  r.t0 = r.t1 = detail::now_ticks();
+  r.site = nullptr;
+  r.step = step;
+  r.kind = RecordKind::kStepEnd;
+  r.depth = static_cast<std::uint8_t>(st->depth);
+  r.aux = static_cast<std::uint16_t>((s.loss ? 1 : 0) | (s.lr ? 2 : 0) | (s.grad_norm ? 4 : 0) |
+                                     (s.samples ? 8 : 0) | (s.tokens ? 16 : 0) | (s.skipped ? 32 : 0));
+  r.v[0].f = s.loss.value_or(0.0);
+  r.v[1].f = s.lr.value_or(0.0);
+  r.v[2].f = s.grad_norm.value_or(0.0);
+  Record& c = st->slot(1);
+  c.t0 = c.t1 = r.t0;
+  c.site = nullptr;
+  c.step = step;
+  c.kind = RecordKind::kStepCounts;
+  c.depth = r.depth;
+  c.aux = 0;
+  c.v[0].i = s.samples.value_or(0);
+  c.v[1].i = s.tokens.value_or(0);
+  st->commit(2);
+}
+
+std::int64_t current_step() noexcept { return detail::g_step.load(std::memory_order_relaxed); }
+
+}  // namespace rankscope

@@ -1,0 +1,210 @@
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "capture_sink.hpp"
+#include "rankscope/export/jsonl.hpp"
+#include "rankscope/rankscope.hpp"
+#include "run_log.hpp"
+#include "temp_dir.hpp"
+
+using namespace rankscope;
+using rankscope::test::TempDir;
+
+namespace {
+std::vector<reader::LogEvent> read_all(const std::string& path, reader::ReadResult* out = nullptr) {
+  std::vector<reader::LogEvent> evs;
+  std::vector<std::string> raws;
+  auto r = reader::read_run_log(path, [&](const reader::LogEvent& e) {
+    evs.push_back(e);
+    evs.back().raw = {};
+  });
+  REQUIRE(r.ok());
+  if (out) *out = *r;
+  return evs;
+}
+
+Config file_config(const std::string& dir, int rank, int world) {
+  Config cfg;
+  cfg.run_dir = dir;
+  cfg.context.rank = rank;
+  cfg.context.world_size = world;
+  cfg.context.run_id = "test-run";
+  cfg.run_config = {{"global_batch", "256"}, {"lr", "0.1"}};
+  return cfg;
+}
+}  // namespace
+
+TEST_CASE("the run log holds every event as one JSON object per line", "[jsonl]") {
+  TempDir tmp;
+  REQUIRE(init(file_config(tmp.path, 0, 2)).ok());
+  for (int s = 0; s < 3; ++s) {
+    StepScope step(s);
+    { RANKSCOPE_PHASE("forward"); }
+    step.report({.loss = std::nan(""), .lr = 1e-3, .samples = 8});
+  }
+  counter("test_jsonl_total").add(3);
+  shutdown();
+
+  reader::ReadResult res;
+  auto evs = read_all(tmp.path + "/rank-0.jsonl", &res);
+  CHECK(res.bad_lines == 0);
+  CHECK_FALSE(res.torn_tail);
+  REQUIRE(evs.front().kind == "run_start");
+  CHECK(evs.back().kind == "run_end");
+  int phases = 0, ends = 0, metrics = 0;
+  for (const auto& e : evs) {
+    CHECK(e.rank == 0);
+    CHECK(e.t > 0);
+    CHECK(e.mono > 0);
+    if (e.kind == "phase") {
+      ++phases;
+      CHECK(e.name == "forward");
+      CHECK(e.phase_kind == "forward");
+      CHECK(e.step >= 0);
+    }
+    if (e.kind == "step_end") {
+      ++ends;
+      REQUIRE(e.loss.has_value());
+      CHECK(std::isnan(*e.loss));  // NaN loss is kept, as the string "NaN"
+      CHECK(e.samples == 8);
+    }
+    if (e.kind == "metric" && e.name == "test_jsonl_total") {
+      ++metrics;
+      CHECK(e.value == 3);
+    }
+  }
+  CHECK(phases == 3);
+  CHECK(ends == 3);
+  CHECK(metrics >= 1);
+}
+
+TEST_CASE("rank 0 writes run.json with the run context; other ranks do not", "[jsonl]") {
+  TempDir tmp;
+  REQUIRE(init(file_config(tmp.path, 1, 2)).ok());
+  shutdown();
+  CHECK_FALSE(std::filesystem::exists(tmp.path + "/run.json"));
+  CHECK(std::filesystem::exists(tmp.path + "/rank-1.jsonl"));
+
+  REQUIRE(init(file_config(tmp.path, 0, 2)).ok());
+  shutdown();
+  std::ifstream f(tmp.path + "/run.json");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const std::string j = ss.str();
+  CHECK_THAT(j, Catch::Contains("\"schema\": 1") && Catch::Contains("\"run_id\": \"test-run\"") &&
+                    Catch::Contains("\"world_size\": 2") && Catch::Contains("\"global_batch\": \"256\"") &&
+                    Catch::Contains("\"config_hash\""));
+}
+
+TEST_CASE("a second session appends to the same rank log", "[jsonl]") {
+  TempDir tmp;
+  for (int i = 0; i < 2; ++i) {
+    REQUIRE(init(file_config(tmp.path, 0, 1)).ok());
+    { RANKSCOPE_PHASE("forward"); }
+    shutdown();
+  }
+  int starts = 0, phases = 0;
+  for (const auto& e : read_all(tmp.path + "/rank-0.jsonl")) {
+    starts += e.kind == "run_start";
+    phases += e.kind == "phase";
+  }
+  CHECK(starts == 2);
+  CHECK(phases == 2);
+}
+
+TEST_CASE("the reader tolerates a torn last line and skips corrupt lines", "[jsonl][reader]") {
+  TempDir tmp;
+  const std::string path = tmp.path + "/rank-0.jsonl";
+  {
+    std::ofstream f(path);
+    f << R"({"kind":"phase","t":1,"mono":1,"rank":0,"step":0,"name":"a","dur":5})" << "\n";
+    f << "this is not json\n";
+    f << "\n";
+    f << R"({"no_kind":1})" << "\n";
+    f << R"({"kind":"phase","t":2,"mono":2,"rank":0,"step":1,"name":"b","dur":6})" << "\n";
+    f << R"({"kind":"phase","t":3,"mono":3,"ra)";  // killed mid-write
+  }
+  reader::ReadResult res;
+  auto evs = read_all(path, &res);
+  REQUIRE(evs.size() == 2);
+  CHECK(evs[1].name == "b");
+  CHECK(res.bad_lines == 2);
+  CHECK(res.torn_tail);
+}
+
+TEST_CASE("the reader streams lines longer than its buffer", "[jsonl][reader]") {
+  TempDir tmp;
+  const std::string path = tmp.path + "/rank-0.jsonl";
+  const std::string long_name(100000, 'x');
+  {
+    std::ofstream f(path);
+    for (int i = 0; i < 50; ++i) {
+      f << R"({"kind":"phase","t":1,"mono":1,"rank":0,"name":")" << long_name << "\"}\n";
+    }
+  }
+  std::size_t n = 0;
+  auto r = reader::read_run_log(path, [&](const reader::LogEvent& e) { n += e.name.size() == long_name.size(); },
+                                /*chunk_bytes=*/4096);
+  REQUIRE(r.ok());
+  CHECK(n == 50);
+}
+
+TEST_CASE("a missing log is a clear reader error", "[reader]") {
+  auto r = reader::read_run_log("/nonexistent/rank-0.jsonl", [](const reader::LogEvent&) {});
+  REQUIRE_FALSE(r.ok());
+  CHECK_THAT(std::string(r.status().message()), Catch::Contains("/nonexistent/rank-0.jsonl"));
+}
+
+TEST_CASE("write errors are counted, never thrown, and earlier lines survive", "[jsonl]") {
+  // /dev/full accepts open() and fails every write with ENOSPC.
+  auto sink = make_jsonl_sink("/dev/full");
+  REQUIRE(sink.ok());
+  Config cfg;
+  cfg.write_run_log = false;
+  cfg.context.rank = 0;
+  cfg.context.world_size = 1;
+  cfg.sinks = {*sink};
+  REQUIRE(init(cfg).ok());
+  { RANKSCOPE_PHASE("into_the_void"); }
+  REQUIRE(flush());
+  CHECK(stats().export_errors >= 1);
+  shutdown();
+}
+
+TEST_CASE("names are JSON-escaped", "[jsonl]") {
+  TempDir tmp;
+  REQUIRE(init(file_config(tmp.path, 0, 1)).ok());
+  { PhaseTimer t(DynamicName{"quote\"back\\slash\nnewline"}); }
+  shutdown();
+  bool found = false;
+  for (const auto& e : read_all(tmp.path + "/rank-0.jsonl")) {
+    if (e.kind == "phase") found = e.name == "quote\"back\\slash\nnewline";
+  }
+  CHECK(found);
+}
+
+TEST_CASE("summaries of a run directory per rank", "[reader]") {
+  TempDir tmp;
+  for (int rank = 0; rank < 2; ++rank) {
+    REQUIRE(init(file_config(tmp.path, rank, 3)).ok());
+    for (int s = 0; s < 4; ++s) {
+      StepScope step(s);
+      { RANKSCOPE_PHASE("forward"); }
+      step.report({.loss = 1.0, .samples = 2});
+    }
+    shutdown();
+  }
+  auto s = reader::summarize_run(tmp.path);
+  REQUIRE(s.ok());
+  CHECK(s->world_size == 3);
+  REQUIRE(s->ranks.size() == 2);
+  CHECK(s->ranks[1].steps == 4);
+  CHECK(s->ranks[1].samples == 8);
+  CHECK(s->ranks[1].ended_cleanly);
+  REQUIRE(s->missing_ranks.size() == 1);
+  CHECK(s->missing_ranks[0] == 2);
+  CHECK_THAT(reader::format_summary(*s), Catch::Contains("rank 2: NO LOG"));
+}

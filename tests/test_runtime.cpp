@@ -1,0 +1,156 @@
+#include <catch2/catch.hpp>
+#include <fstream>
+#include <thread>
+
+#include "capture_sink.hpp"
+#include "rankscope/rankscope.hpp"
+#include "temp_dir.hpp"
+
+using namespace rankscope;
+using rankscope::test::ScopedEnv;
+using rankscope::test::TempDir;
+
+TEST_CASE("init is idempotent and shutdown is idempotent", "[runtime]") {
+  auto sink = std::make_shared<test::CaptureSink>();
+  Config cfg;
+  cfg.write_run_log = false;
+  cfg.sinks = {sink};
+  cfg.context.rank = 0;
+  cfg.context.world_size = 1;
+  REQUIRE(init(cfg).ok());
+  REQUIRE(init(cfg).ok());  // second call: no-op
+  CHECK(initialized());
+  CHECK(sink->started);
+  { RANKSCOPE_PHASE("x"); }
+  shutdown();
+  shutdown();
+  CHECK_FALSE(initialized());
+  CHECK(sink->stopped);
+  CHECK(sink->of_kind(EventKind::kPhase).size() == 1);
+}
+
+TEST_CASE("calls before init and after shutdown are counted no-ops", "[runtime]") {
+  shutdown();
+  const auto before = stats().inactive_calls;
+  { RANKSCOPE_PHASE("early"); }
+  begin_step(1);
+  end_step();
+  CHECK(stats().inactive_calls == before + 3);
+  CHECK_FALSE(flush(std::chrono::milliseconds(10)));
+}
+
+TEST_CASE("init after shutdown starts a new session", "[runtime]") {
+  for (int i = 0; i < 3; ++i) {
+    test::ScopedRuntime rt;
+    { RANKSCOPE_PHASE("again"); }
+    REQUIRE(flush());
+    CHECK(rt.sink->of_kind(EventKind::kPhase).size() == 1);
+  }
+}
+
+TEST_CASE("shutdown flushes what was recorded", "[runtime]") {
+  auto sink = std::make_shared<test::CaptureSink>();
+  const auto dropped_before = stats().events_dropped;  // stats are per process
+  {
+    test::ScopedRuntime rt;
+    sink = rt.sink;
+    for (int i = 0; i < 1000; ++i) {
+      RANKSCOPE_PHASE("before_shutdown");
+    }
+  }  // shutdown without an explicit flush
+  CHECK(sink->of_kind(EventKind::kPhase).size() == 1000);
+  CHECK(sink->final_stats.events_dropped == dropped_before);
+}
+
+TEST_CASE("bad environment values are clear init errors", "[runtime]") {
+  shutdown();
+  SECTION("RANKSCOPE_ENABLED") {
+    ScopedEnv e("RANKSCOPE_ENABLED", "maybe");
+    auto st = init({.write_run_log = false});
+    REQUIRE_FALSE(st.ok());
+    CHECK_THAT(std::string(st.message()), Catch::Contains("RANKSCOPE_ENABLED='maybe'"));
+  }
+  SECTION("RANKSCOPE_RING_SIZE") {
+    ScopedEnv e("RANKSCOPE_RING_SIZE", "1000");
+    auto st = init({.write_run_log = false});
+    REQUIRE_FALSE(st.ok());
+    CHECK_THAT(std::string(st.message()), Catch::Contains("power of two"));
+  }
+  SECTION("RANK") {
+    ScopedEnv r("RANK", "x1");
+    ScopedEnv w("WORLD_SIZE", "2");
+    auto st = init({.write_run_log = false});
+    REQUIRE_FALSE(st.ok());
+    CHECK(st.code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(std::string(st.message()), Catch::Contains("RANK='x1'"));
+  }
+  CHECK_FALSE(initialized());
+}
+
+TEST_CASE("RANKSCOPE_ENABLED=0 starts disabled; set_enabled turns it on", "[runtime]") {
+  ScopedEnv e("RANKSCOPE_ENABLED", "0");
+  test::ScopedRuntime rt;
+  CHECK_FALSE(enabled());
+  { RANKSCOPE_PHASE("off"); }
+  set_enabled(true);
+  CHECK(enabled());
+  { RANKSCOPE_PHASE("on"); }
+  REQUIRE(flush());
+  auto phases = rt.sink->of_kind(EventKind::kPhase);
+  REQUIRE(phases.size() == 1);
+  CHECK(std::string(phases[0].site->name) == "on");
+}
+
+TEST_CASE("an unwritable run directory is a clear init error", "[runtime]") {
+  shutdown();
+  TempDir tmp;
+  const std::string file = tmp.path + "/not-a-dir";
+  std::ofstream(file) << "x";
+  Config cfg;
+  cfg.run_dir = file + "/run";
+  cfg.context.rank = 0;
+  cfg.context.world_size = 1;
+  auto st = init(cfg);
+  REQUIRE_FALSE(st.ok());
+  CHECK_THAT(std::string(st.message()), Catch::Contains(file + "/run") && Catch::Contains("RANKSCOPE_DIR"));
+  CHECK_FALSE(initialized());
+}
+
+TEST_CASE("the clock converts to the wall clock consistently", "[runtime][clock]") {
+  test::ScopedRuntime rt;
+  timespec a, b;
+  clock_gettime(CLOCK_REALTIME, &a);
+  { RANKSCOPE_PHASE("clock"); }
+  clock_gettime(CLOCK_REALTIME, &b);
+  REQUIRE(flush());
+  auto p = rt.sink->of_kind(EventKind::kPhase).at(0);
+  const auto ns = [](timespec t) { return std::uint64_t(t.tv_sec) * 1000000000ull + std::uint64_t(t.tv_nsec); };
+  // Within a millisecond of the kernel's own clocks (the TSC rate is calibrated).
+  CHECK(p.wall_ns + 1'000'000 >= ns(a));
+  CHECK(p.wall_ns <= ns(b) + 1'000'000);
+  CHECK((rt.sink->info.clock_source == "tsc" || rt.sink->info.clock_source == "monotonic"));
+}
+
+TEST_CASE("timestamps from different threads are ordered by real time", "[runtime][clock]") {
+  test::ScopedRuntime rt;
+  std::atomic<int> turn{0};
+  // Two threads alternate strictly; each phase must start after the previous ended.
+  auto worker = [&](int me) {
+    for (int i = 0; i < 200; ++i) {
+      while (turn.load() % 2 != me) {
+      }
+      { RANKSCOPE_PHASE("pingpong"); }
+      turn.fetch_add(1);
+    }
+  };
+  std::thread t0(worker, 0), t1(worker, 1);
+  t0.join();
+  t1.join();
+  REQUIRE(flush());
+  auto phases = rt.sink->of_kind(EventKind::kPhase);
+  REQUIRE(phases.size() == 400);
+  std::sort(phases.begin(), phases.end(), [](auto& x, auto& y) { return x.mono_ns < y.mono_ns; });
+  for (std::size_t i = 1; i < phases.size(); ++i) {
+    CHECK(phases[i].tid != phases[i - 1].tid);  // strict alternation survives conversion
+  }
+}

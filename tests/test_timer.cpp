@@ -1,0 +1,170 @@
+#include <catch2/catch.hpp>
+#include <set>
+#include <thread>
+
+#include "capture_sink.hpp"
+#include "rankscope/rankscope.hpp"
+
+using namespace rankscope;
+using rankscope::test::ScopedRuntime;
+
+static_assert(classify_phase("forward") == PhaseKind::kForward);
+static_assert(classify_phase("loss.backward") == PhaseKind::kBackward);
+static_assert(classify_phase("loader_wait") == PhaseKind::kLoaderWait);
+static_assert(classify_phase("optimizer.step") == PhaseKind::kOptimizer);
+static_assert(classify_phase("checkpoint_save") == PhaseKind::kCheckpoint);
+static_assert(classify_phase("all_reduce") == PhaseKind::kCollective);
+static_assert(classify_phase("misc") == PhaseKind::kOther);
+
+TEST_CASE("a phase records its name, kind, duration and step", "[timer]") {
+  ScopedRuntime rt;
+  begin_step(7);
+  {
+    RANKSCOPE_PHASE("forward");
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  REQUIRE(flush());
+  auto phases = rt.sink->of_kind(EventKind::kPhase);
+  REQUIRE(phases.size() == 1);
+  CHECK(std::string(phases[0].site->name) == "forward");
+  CHECK(phases[0].site->kind == PhaseKind::kForward);
+  CHECK(phases[0].step == 7);
+  CHECK(phases[0].dur_ns >= 2'000'000);
+  CHECK(phases[0].dur_ns < 2'000'000'000);
+  CHECK(phases[0].wall_ns > 1'600'000'000'000'000'000ull);  // after 2020: a real epoch time
+  CHECK(phases[0].parent == nullptr);
+}
+
+TEST_CASE("nested phases name their parent and depth", "[timer]") {
+  ScopedRuntime rt;
+  {
+    RANKSCOPE_PHASE("step_body");
+    {
+      RANKSCOPE_PHASE_AS("attention", PhaseKind::kForward);
+      { RANKSCOPE_PHASE("softmax"); }
+    }
+  }
+  REQUIRE(flush());
+  auto phases = rt.sink->of_kind(EventKind::kPhase);
+  REQUIRE(phases.size() == 3);
+  // Inner phases close first.
+  CHECK(std::string(phases[0].site->name) == "softmax");
+  CHECK(phases[0].depth == 2);
+  CHECK(std::string(phases[0].parent->name) == "attention");
+  CHECK(std::string(phases[1].site->name) == "attention");
+  CHECK(phases[1].site->kind == PhaseKind::kForward);
+  CHECK(phases[1].depth == 1);
+  CHECK(std::string(phases[1].parent->name) == "step_body");
+  CHECK(phases[2].depth == 0);
+  CHECK(phases[2].parent == nullptr);
+  // The parent's span contains its children.
+  CHECK(phases[2].mono_ns <= phases[1].mono_ns);
+  CHECK(phases[1].mono_ns + phases[1].dur_ns <= phases[2].mono_ns + phases[2].dur_ns);
+}
+
+TEST_CASE("phases on several threads carry their own thread ids", "[timer]") {
+  ScopedRuntime rt;
+  std::vector<std::thread> ts;
+  for (int i = 0; i < 4; ++i) {
+    ts.emplace_back([] {
+      for (int j = 0; j < 100; ++j) {
+        RANKSCOPE_PHASE("loader_wait");
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  REQUIRE(flush());
+  auto phases = rt.sink->of_kind(EventKind::kPhase);
+  CHECK(phases.size() == 400);
+  std::set<int> tids;
+  for (const auto& e : phases) tids.insert(e.tid);
+  CHECK(tids.size() == 4);
+}
+
+TEST_CASE("dynamic names are interned once", "[timer]") {
+  ScopedRuntime rt;
+  for (int i = 0; i < 3; ++i) {
+    std::string name = "layer" + std::to_string(i % 2);
+    PhaseTimer t(DynamicName{name});
+  }
+  REQUIRE(flush());
+  auto phases = rt.sink->of_kind(EventKind::kPhase);
+  REQUIRE(phases.size() == 3);
+  CHECK(phases[0].site == phases[2].site);
+  CHECK(phases[0].site != phases[1].site);
+  CHECK(std::string(phases[1].site->name) == "layer1");
+  CHECK(intern("layer0") == phases[0].site);
+}
+
+TEST_CASE("runtime-disabled phases record nothing and are not counted as misuse", "[timer]") {
+  ScopedRuntime rt;
+  set_enabled(false);
+  const auto before = stats().inactive_calls;
+  for (int i = 0; i < 1000; ++i) {
+    RANKSCOPE_PHASE("forward");
+  }
+  set_enabled(true);
+  { RANKSCOPE_PHASE("backward"); }
+  REQUIRE(flush());
+  auto phases = rt.sink->of_kind(EventKind::kPhase);
+  REQUIRE(phases.size() == 1);
+  CHECK(std::string(phases[0].site->name) == "backward");
+  CHECK(stats().inactive_calls == before);
+}
+
+TEST_CASE("a phase that closes after disable still records (state is captured at open)", "[timer]") {
+  ScopedRuntime rt;
+  {
+    RANKSCOPE_PHASE("forward");
+    set_enabled(false);
+  }
+  set_enabled(true);
+  REQUIRE(flush());
+  CHECK(rt.sink->of_kind(EventKind::kPhase).size() == 1);
+}
+
+TEST_CASE("steps carry scalars and a step-time breakdown by phase kind", "[timer][step]") {
+  ScopedRuntime rt;
+  for (int s = 10; s < 13; ++s) {
+    StepScope step(s);
+    { RANKSCOPE_PHASE("loader_wait"); std::this_thread::sleep_for(std::chrono::milliseconds(1)); }
+    { RANKSCOPE_PHASE("forward"); std::this_thread::sleep_for(std::chrono::milliseconds(2)); }
+    { RANKSCOPE_PHASE("backward"); std::this_thread::sleep_for(std::chrono::milliseconds(3)); }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));  // untracked -> other
+    step.report({.loss = 2.5, .lr = 0.1, .samples = 64, .tokens = 4096});
+  }
+  REQUIRE(flush());
+  CHECK(current_step() == 12);
+  auto ends = rt.sink->of_kind(EventKind::kStepEnd);
+  REQUIRE(ends.size() == 3);
+  CHECK(ends[0].step == 10);
+  CHECK(ends[2].step == 12);
+  CHECK(ends[1].scalars.loss == 2.5);
+  CHECK(ends[1].scalars.lr == 0.1);
+  CHECK(ends[1].scalars.samples == 64);
+  CHECK(ends[1].scalars.tokens == 4096);
+  CHECK_FALSE(ends[1].scalars.grad_norm.has_value());
+  CHECK(ends[1].dur_ns >= 7'000'000);
+
+  const StepBreakdown b = last_step_breakdown();
+  CHECK(b.step == 12);
+  const auto k = [&](PhaseKind pk) { return b.by_kind_ns[static_cast<int>(pk)]; };
+  CHECK(k(PhaseKind::kLoaderWait) >= 1'000'000);
+  CHECK(k(PhaseKind::kForward) >= 2'000'000);
+  CHECK(k(PhaseKind::kBackward) >= 3'000'000);
+  CHECK(k(PhaseKind::kOther) >= 1'000'000);
+  std::uint64_t sum = 0;
+  for (auto v : b.by_kind_ns) sum += v;
+  CHECK(sum == b.total_ns);
+}
+
+TEST_CASE("a skipped step is recorded as skipped", "[step]") {
+  ScopedRuntime rt;
+  begin_step(1);
+  end_step({.skipped = true});
+  REQUIRE(flush());
+  auto ends = rt.sink->of_kind(EventKind::kStepEnd);
+  REQUIRE(ends.size() == 1);
+  CHECK(ends[0].scalars.skipped);
+  CHECK_FALSE(ends[0].scalars.loss.has_value());
+}
