@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Starts N local ranks of the example trainer with the environment torchrun
+# would set (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
+# MASTER_PORT), one run directory for all of them, then summarises the run.
+#
+#   launch.sh --ranks 4 --steps 60 --trainer build/examples/cpp/rankscope_example_train \
+#             --cli build/lib/rankscope --dir rankscope-runs [--check] [-- trainer args...]
+set -euo pipefail
+
+ranks=4 steps=60 trainer="" cli="" dir="rankscope-runs" check=0 extra=()
+while (($#)); do
+  case "$1" in
+    --ranks) ranks=$2; shift 2 ;;
+    --steps) steps=$2; shift 2 ;;
+    --trainer) trainer=$2; shift 2 ;;
+    --cli) cli=$2; shift 2 ;;
+    --dir) dir=$2; shift 2 ;;
+    --check) check=1; shift ;;
+    --) shift; extra=("$@"); break ;;
+    *) echo "launch.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+[[ -x "$trainer" ]] || { echo "launch.sh: --trainer '$trainer' is not an executable" >&2; exit 2; }
+
+run_id="example-$(date +%Y%m%d-%H%M%S)-$$"
+run_dir="$dir/$run_id"
+mkdir -p "$run_dir"
+store="$run_dir/.store"
+rm -f "$store"
+
+pids=()
+for ((r = 0; r < ranks; r++)); do
+  RANK=$r WORLD_SIZE=$ranks LOCAL_RANK=$r LOCAL_WORLD_SIZE=$ranks GROUP_RANK=0 \
+  MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 \
+  RANKSCOPE_RUN_ID="$run_id" RANKSCOPE_DIR="$run_dir" \
+    "$trainer" --store "$store" --steps "$steps" "${extra[@]}" &
+  pids+=($!)
+done
+failed=0
+for ((r = 0; r < ranks; r++)); do
+  if ! wait "${pids[$r]}"; then
+    echo "launch.sh: rank $r failed" >&2
+    failed=1
+  fi
+done
+rm -f "$store"
+((failed == 0)) || exit 1
+
+echo
+echo "== run directory: $run_dir"
+ls -l "$run_dir"
+if [[ -n "$cli" ]]; then
+  echo
+  echo "== rankscope summary $run_dir"
+  "$cli" summary "$run_dir"
+fi
+
+if ((check)); then
+  # Every rank logged every step, closed its log, and rank 0 wrote run.json.
+  [[ -f "$run_dir/run.json" ]] || { echo "check: run.json missing" >&2; exit 1; }
+  for ((r = 0; r < ranks; r++)); do
+    log="$run_dir/rank-$r.jsonl"
+    n=$(grep -c '"kind":"step_end"' "$log" || true)
+    [[ "$n" == "$steps" ]] || { echo "check: rank $r logged $n step_end lines, expected $steps" >&2; exit 1; }
+    for p in loader_wait forward backward all_reduce optimizer; do
+      grep -q "\"name\":\"$p\"" "$log" || { echo "check: rank $r has no $p phase" >&2; exit 1; }
+    done
+    grep -q '"kind":"run_end"' "$log" || { echo "check: rank $r has no run_end" >&2; exit 1; }
+  done
+  if [[ -n "$cli" ]]; then
+    "$cli" summary --json "$run_dir" | grep -q "\"missing_ranks\":\[\]" || { echo "check: missing ranks" >&2; exit 1; }
+  fi
+  echo "check: ok ($ranks ranks x $steps steps)"
+fi
