@@ -25,6 +25,8 @@
 #include <cstdlib>
 #include <deque>
 #include <filesystem>
+#include <fstream>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -39,6 +41,7 @@ struct Args {
   int hidden = 256;
   int checkpoint_every = 25;
   int ab_block = 0;
+  bool ab_control = false;  // A/A: both arms disabled, to measure the noise floor
   int slow_rank = -1;     // inject a straggler: this rank sleeps in forward
   int slow_ms = 0;
 };
@@ -61,6 +64,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--hidden") a.hidden = std::stoi(next());
     else if (k == "--checkpoint-every") a.checkpoint_every = std::stoi(next());
     else if (k == "--ab-block") a.ab_block = std::stoi(next());
+    else if (k == "--ab-control") a.ab_control = true;
     else if (k == "--slow-rank") a.slow_rank = std::stoi(next());
     else if (k == "--slow-ms") a.slow_ms = std::stoi(next());
     else {
@@ -126,6 +130,100 @@ class Loader {
   std::thread thread_;
 };
 
+
+// Interleaved A/B over pairs of blocks of steps. Within each pair the order of
+// the two arms is pseudo-random (the same on every rank), so slow drift and
+// "first block of the pair" effects cancel; the estimate is the median over
+// pairs of (median step time on) / (median step time off). Process CPU time
+// per step is recorded too: on a machine where every core trains, CPU spent by
+// rankscope's background thread is CPU taken from a rank.
+class AbRecorder {
+ public:
+  explicit AbRecorder(int block) : block_(block) {}
+  bool arm_on(int step) {
+    if (block_ <= 0) return true;
+    const int b = step / block_, pair = b / 2;
+    const bool on_first = (static_cast<unsigned>(pair) * 2654435761u >> 16) & 1u;
+    const bool on = (b % 2 == 0) == on_first;
+    if (step % block_ == 0) {
+      close_block();
+      cur_on_ = on;
+      cur_pair_ = pair;
+      cpu0_ = cpu_ms();
+    }
+    return on;
+  }
+  void add(int, double ms) {
+    if (block_ > 0) cur_.push_back(ms);
+  }
+  void report(bool control) {
+    close_block();
+    std::vector<double> ratios, all[2], cpu[2];
+    for (auto& [pair, p] : pairs_) {
+      if (p.med[0] > 0 && p.med[1] > 0) ratios.push_back(p.med[1] / p.med[0]);
+      for (int a = 0; a < 2; ++a) {
+        all[a].insert(all[a].end(), p.steps[a].begin(), p.steps[a].end());
+        if (p.cpu[a] > 0) cpu[a].push_back(p.cpu[a]);
+      }
+    }
+    const double r = median(ratios);
+    std::printf("A/B%s: %zu pairs of %d-step blocks, order randomized per pair\n", control ? " (A/A control)" : "",
+                ratios.size(), block_);
+    std::printf("A/B: median step %.4f ms on vs %.4f ms off; median paired ratio %.5f (%+.3f %%), "
+                "quartiles %.5f..%.5f\n",
+                median(all[1]), median(all[0]), r, (r - 1) * 100, quantile(ratios, 0.25), quantile(ratios, 0.75));
+    std::printf("A/B: process CPU per step %.4f ms on vs %.4f ms off (median over blocks)\n", median(cpu[1]),
+                median(cpu[0]));
+  }
+
+ private:
+  struct Pair {
+    std::vector<double> steps[2];
+    double med[2] = {0, 0};
+    double cpu[2] = {0, 0};
+  };
+  static double cpu_ms() {
+    timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+  }
+  static double quantile(std::vector<double> v, double q) {
+    if (v.empty()) return 0;
+    std::sort(v.begin(), v.end());
+    return v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1))];
+  }
+  static double median(const std::vector<double>& v) { return quantile(v, 0.5); }
+  void close_block() {
+    if (cur_.empty()) return;
+    Pair& p = pairs_[cur_pair_];
+    p.med[cur_on_] = median(cur_);
+    p.cpu[cur_on_] = (cpu_ms() - cpu0_) / static_cast<double>(cur_.size());
+    p.steps[cur_on_] = cur_;
+    cur_.clear();
+  }
+  int block_;
+  bool cur_on_ = true;
+  int cur_pair_ = 0;
+  double cpu0_ = 0;
+  std::vector<double> cur_;
+  std::map<int, Pair> pairs_;
+};
+
+// CPU time of rankscope's background thread (named "rankscope"), from /proc.
+double background_cpu_ms() {
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(e.path() / "comm");
+    std::string name;
+    std::getline(comm, name);
+    if (name != "rankscope") continue;
+    std::ifstream sched(e.path() / "schedstat");
+    double ns = 0;
+    sched >> ns;
+    return ns / 1e6;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -162,11 +260,11 @@ int main(int argc, char** argv) {
   std::string ckpt_dir = args.ckpt_dir.empty() ? rankscope::run_dir() + "/checkpoints" : args.ckpt_dir;
   std::filesystem::create_directories(ckpt_dir);
 
-  std::vector<double> step_ms[2];  // [0] disabled, [1] enabled (A/B mode)
+  AbRecorder ab(args.ab_block);
   double last_loss = 0;
   for (int step = 0; step < args.steps; ++step) {
-    const bool on = args.ab_block <= 0 || (step / args.ab_block) % 2 == 0;
-    if (args.ab_block > 0) rankscope::set_enabled(on);
+    const bool on = ab.arm_on(step);
+    if (args.ab_block > 0) rankscope::set_enabled(on && !args.ab_control);
     const auto t0 = std::chrono::steady_clock::now();
     {
       rankscope::StepScope s(step);
@@ -211,8 +309,7 @@ int main(int argc, char** argv) {
       loss_gauge.set(last_loss);
       s.report({.loss = last_loss, .lr = lr, .grad_norm = grad_norm, .samples = args.batch});
     }
-    step_ms[on ? 1 : 0].push_back(
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    ab.add(step, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
   rankscope::set_enabled(true);
   pg->barrier()->wait();
@@ -220,15 +317,15 @@ int main(int argc, char** argv) {
   if (rank == 0) {
     std::printf("rank 0: %d steps on %d ranks, final loss %.4f, run log in %s\n", args.steps, world, last_loss,
                 rankscope::run_dir().c_str());
-    if (args.ab_block > 0) {
-      auto median = [](std::vector<double> v) {
-        std::sort(v.begin(), v.end());
-        return v.empty() ? 0.0 : v[v.size() / 2];
-      };
-      const double off = median(step_ms[0]), on = median(step_ms[1]);
-      std::printf("A/B: %zu steps enabled, %zu disabled; median step %.4f ms enabled vs %.4f ms disabled; ratio %.5f\n",
-                  step_ms[1].size(), step_ms[0].size(), on, off, on / off);
-    }
+    if (args.ab_block > 0) ab.report(args.ab_control);
+    rankscope::flush();
+    const double bg_ms = background_cpu_ms();
+    const auto st = rankscope::stats();
+    std::printf("cost: rankscope background thread used %.1f ms CPU for %llu records (%.0f ns/record, "
+                "%.1f us per step)\n",
+                bg_ms, static_cast<unsigned long long>(st.events_recorded),
+                st.events_recorded ? bg_ms * 1e6 / static_cast<double>(st.events_recorded) : 0.0,
+                bg_ms * 1e3 / args.steps);
   }
   rankscope::shutdown();
   return 0;

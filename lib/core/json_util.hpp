@@ -4,6 +4,7 @@
 #include <cmath>
 #include <string_view>
 
+#include <fmt/compile.h>
 #include <fmt/format.h>
 
 namespace rankscope::detail {
@@ -19,7 +20,7 @@ inline void json_escape_to(fmt::memory_buffer& out, std::string_view s) {
       case '\r': out.append(std::string_view("\\r")); break;
       case '\t': out.append(std::string_view("\\t")); break;
       default:
-        if (c < 0x20) fmt::format_to(std::back_inserter(out), "\\u{:04x}", c);
+        if (c < 0x20) fmt::format_to(fmt::appender(out), "\\u{:04x}", c);
         else out.push_back(ch);
     }
   }
@@ -30,7 +31,7 @@ inline void json_escape_to(fmt::memory_buffer& out, std::string_view s) {
 // so non-finite values are written as the strings "NaN", "Infinity", "-Infinity".
 inline void json_number_to(fmt::memory_buffer& out, double v) {
   if (std::isfinite(v)) {
-    fmt::format_to(std::back_inserter(out), "{}", v);
+    fmt::format_to(fmt::appender(out), FMT_COMPILE("{}"), v);
   } else if (std::isnan(v)) {
     out.append(std::string_view("\"NaN\""));
   } else {

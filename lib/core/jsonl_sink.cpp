@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 
+#include <fmt/compile.h>
 #include <fmt/format.h>
 
 #include "absl/container/flat_hash_map.h"
@@ -55,7 +56,7 @@ class JsonlSink final : public Sink {
     rank_ = info.context.rank;
     const RunContext& c = info.context;
     begin_line("run_start", info.start_wall_ns, info.start_mono_ns, 0, 0);
-    auto out = std::back_inserter(buf_);
+    auto out = fmt::appender(buf_);
     fmt::format_to(out, ",\"schema\":{},\"version\":\"{}\",\"world_size\":{},\"local_rank\":{},\"local_world_size\":{}",
                    RANKSCOPE_SCHEMA_VERSION, RANKSCOPE_VERSION_STRING, c.world_size, c.local_rank,
                    c.local_world_size);
@@ -80,7 +81,7 @@ class JsonlSink final : public Sink {
     for (const MetricSample& m : s.metrics) {
       begin_line("metric", s.wall_ns, s.mono_ns, s.step, 0);
       field_str("name", m.name);
-      fmt::format_to(std::back_inserter(buf_), ",\"type\":\"{}\"", metric_type_name(m.type));
+      fmt::format_to(fmt::appender(buf_), ",\"type\":\"{}\"", metric_type_name(m.type));
       if (!m.labels.empty()) {
         buf_.append(std::string_view(",\"labels\":{"));
         bool first = true;
@@ -100,7 +101,7 @@ class JsonlSink final : public Sink {
           if (i) buf_.push_back(',');
           json_number_to(buf_, h.bounds[i]);
         }
-        fmt::format_to(std::back_inserter(buf_), "],\"counts\":[{}],\"count\":{},\"sum\":", fmt::join(h.counts, ","),
+        fmt::format_to(fmt::appender(buf_), "],\"counts\":[{}],\"count\":{},\"sum\":", fmt::join(h.counts, ","),
                        h.count);
         json_number_to(buf_, h.sum);
       } else {
@@ -149,18 +150,18 @@ class JsonlSink final : public Sink {
 
   void begin_line(const char* kind, std::uint64_t wall, std::uint64_t mono, std::int64_t step, std::int32_t tid) {
     line_start_ = buf_.size();
-    auto out = std::back_inserter(buf_);
-    fmt::format_to(out, "{{\"kind\":\"{}\",\"t\":{},\"mono\":{},\"rank\":{}", kind, wall, mono, rank_);
-    if (step >= 0) fmt::format_to(out, ",\"step\":{}", step);
-    if (tid != 0) fmt::format_to(out, ",\"tid\":{}", tid);
+    auto out = fmt::appender(buf_);
+    fmt::format_to(out, FMT_COMPILE("{{\"kind\":\"{}\",\"t\":{},\"mono\":{},\"rank\":{}"), kind, wall, mono, rank_);
+    if (step >= 0) fmt::format_to(out, FMT_COMPILE(",\"step\":{}"), step);
+    if (tid != 0) fmt::format_to(out, FMT_COMPILE(",\"tid\":{}"), tid);
   }
   void end_line() { buf_.append(std::string_view("}\n")); }
   void field_str(const char* key, std::string_view v) {
-    fmt::format_to(std::back_inserter(buf_), ",\"{}\":", key);
+    fmt::format_to(fmt::appender(buf_), ",\"{}\":", key);
     json_escape_to(buf_, v);
   }
   void stats_fields(const Stats& st) {
-    fmt::format_to(std::back_inserter(buf_),
+    fmt::format_to(fmt::appender(buf_),
                    ",\"events_recorded\":{},\"events_dropped\":{},\"export_errors\":{},\"inactive_calls\":{},"
                    "\"threads\":{}",
                    st.events_recorded, st.events_dropped, st.export_errors + errors_, st.inactive_calls, st.threads);
@@ -176,14 +177,14 @@ class JsonlSink final : public Sink {
   }
 
   void format_event(const Event& e) {
-    auto out = std::back_inserter(buf_);
+    auto out = fmt::appender(buf_);
     switch (e.kind) {
       case EventKind::kPhase: {
         begin_line("phase", e.wall_ns, e.mono_ns, e.step, e.tid);
         buf_.append(std::string_view(",\"name\":"));
         buf_.append(escaped_name(e.site));
-        fmt::format_to(out, ",\"phase_kind\":\"{}\",\"dur\":{},\"depth\":{}", phase_kind_name(e.site->kind), e.dur_ns,
-                       e.depth);
+        fmt::format_to(out, FMT_COMPILE(",\"phase_kind\":\"{}\",\"dur\":{},\"depth\":{}"), phase_kind_name(e.site->kind),
+                       e.dur_ns, e.depth);
         if (e.parent != nullptr) {
           buf_.append(std::string_view(",\"parent\":"));
           buf_.append(escaped_name(e.parent));

@@ -52,6 +52,7 @@ using detail::ThreadState;
 
 constexpr std::uint32_t kDefaultRingCapacity = 16384;  // 1 MiB per thread
 constexpr std::size_t kBatch = 4096;
+constexpr double kMaxSleep = 0.1;  // seconds between drains when quiet: bounds log latency
 
 std::atomic<std::uint64_t> g_inactive_calls{0};
 thread_local bool t_thread_exited = false;
@@ -139,6 +140,7 @@ class Runtime {
   std::atomic<std::uint64_t> recorded_{0};
   std::atomic<std::uint64_t> export_errors_{0};  // sum over sinks, updated by the drain
   std::uint64_t last_metrics_mono_ = 0;
+  std::uint64_t max_drained_ = 0;  // most records taken from one ring in the last drain
   Histogram* step_seconds_ = nullptr;
   Histogram* phase_seconds_[kPhaseKindCount] = {};
 };
@@ -406,9 +408,11 @@ void Runtime::deliver(std::vector<Event>& batch) {
 
 std::size_t Runtime::drain_all(std::vector<Event>& batch) {
   std::size_t n = 0;
+  max_drained_ = 0;
   for (ThreadState* st : detail::registry().list()) {
     const std::uint64_t head = st->published.load(std::memory_order_acquire);
     std::uint64_t tail = st->tail.load(std::memory_order_relaxed);
+    max_drained_ = std::max(max_drained_, head - tail);
     while (tail != head) {
       const Record& r = st->slots[tail & st->mask];
       const Record* next = (tail + 1 != head) ? &st->slots[(tail + 1) & st->mask] : nullptr;
@@ -445,6 +449,8 @@ void Runtime::run_background() {
   std::vector<Event> batch;
   batch.reserve(kBatch);
   auto sleep = std::chrono::microseconds(1000);
+  auto last_wake = std::chrono::steady_clock::now();
+  double rate = 0;
   std::uint64_t flush_seen = 0;
   for (;;) {
     bool stop;
@@ -482,11 +488,23 @@ void Runtime::run_background() {
       cv_.notify_all();
       return;
     }
-    // Adaptive polling: keep up with bursts (millions of records per second)
-    // without spinning when training is idle.
-    if (n >= 1024) sleep = std::chrono::microseconds(0);
-    else if (n > 0) sleep = std::chrono::microseconds(1000);
-    else sleep = std::min(sleep * 2 + std::chrono::microseconds(1), std::chrono::microseconds(5000));
+    // Adaptive polling. On a machine whose cores are all busy training, every
+    // wake-up of this thread preempts a rank, so wake as rarely as the rings
+    // allow: sleep until the busiest ring would be about a quarter full at the
+    // recent rate, between 1 ms and kMaxSleep; drain back-to-back in bursts.
+    const auto now = std::chrono::steady_clock::now();
+    const double dt = std::chrono::duration<double>(now - last_wake).count();
+    last_wake = now;
+    const std::uint64_t busiest = max_drained_;
+    if (dt > 0) rate = 0.5 * rate + 0.5 * static_cast<double>(busiest) / dt;  // records/s, busiest ring
+    const double quarter = static_cast<double>(ring_capacity()) / 4.0;
+    if (static_cast<double>(busiest) >= quarter) {
+      sleep = std::chrono::microseconds(0);
+    } else {
+      const double s = rate > 0 ? quarter / rate : 1.0;
+      sleep = std::chrono::microseconds(static_cast<std::int64_t>(std::clamp(s, 1e-3, kMaxSleep) * 1e6));
+    }
+    (void)n;
   }
 }
 

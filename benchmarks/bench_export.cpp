@@ -1,0 +1,93 @@
+// Background-thread throughput into the JSONL run log.
+#include <unistd.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "bench_common.hpp"
+
+using namespace rankscope;
+
+namespace {
+std::string bench_dir() {
+  auto d = std::filesystem::temp_directory_path() / ("rankscope-bench-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(d);
+  return d.string();
+}
+
+void start_jsonl(const std::string& dir) {
+  shutdown();
+  Config cfg;
+  cfg.run_dir = dir;
+  cfg.context.rank = 0;
+  cfg.context.world_size = 1;  // default ring size: that is what the target is about
+  if (!init(cfg).ok()) std::abort();
+}
+}  // namespace
+
+// A producer paced at `rate` events/s for one second, into the JSONL sink at
+// the default ring size. Target: dropped == 0 at 2M/s.
+static void BM_Export_JsonlPaced(benchmark::State& state) {
+  const double rate = static_cast<double>(state.range(0));
+  const std::string dir = bench_dir();
+  std::uint64_t emitted = 0, dropped = 0, recorded = 0;
+  double seconds = 0;
+  for (auto _ : state) {
+    start_jsonl(dir);
+    const auto s0 = stats();
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto slice = std::chrono::microseconds(100);
+    const auto per_slice = static_cast<std::uint64_t>(rate * 1e-4);
+    auto next = t0;
+    while (next - t0 < std::chrono::seconds(1)) {
+      for (std::uint64_t i = 0; i < per_slice; ++i) {
+        RANKSCOPE_PHASE("forward");
+      }
+      emitted += per_slice;
+      next += slice;
+      while (std::chrono::steady_clock::now() < next) {
+      }
+    }
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    shutdown();
+    const auto s1 = stats();
+    dropped += s1.events_dropped - s0.events_dropped;
+    recorded += s1.events_recorded - s0.events_recorded;
+  }
+  state.counters["emitted_per_s"] = static_cast<double>(emitted) / seconds;
+  state.counters["dropped"] = static_cast<double>(dropped);
+  state.counters["recorded"] = static_cast<double>(recorded);
+  std::filesystem::remove_all(dir);
+  bench::ensure_running();
+}
+BENCHMARK(BM_Export_JsonlPaced)->Arg(2'000'000)->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// How fast the background thread drains and formats: an unpaced producer for
+// one second; drain_per_s = events written / wall time until the log is closed.
+static void BM_Export_JsonlDrainRate(benchmark::State& state) {
+  const std::string dir = bench_dir();
+  double recorded = 0, seconds = 0, dropped = 0;
+  for (auto _ : state) {
+    start_jsonl(dir);
+    const auto s0 = stats();
+    const auto t0 = std::chrono::steady_clock::now();
+    while (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(1)) {
+      for (int i = 0; i < 256; ++i) {
+        RANKSCOPE_PHASE("forward");
+      }
+      // Yield the core now and then: on a 2-core machine the producer would
+      // otherwise compete with the drain for CPU rather than for the ring.
+      std::this_thread::yield();
+    }
+    shutdown();
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const auto s1 = stats();
+    recorded += static_cast<double>(s1.events_recorded - s0.events_recorded);
+    dropped += static_cast<double>(s1.events_dropped - s0.events_dropped);
+  }
+  state.counters["drain_per_s"] = recorded / seconds;
+  state.counters["dropped"] = dropped;
+  std::filesystem::remove_all(dir);
+  bench::ensure_running();
+}
+BENCHMARK(BM_Export_JsonlDrainRate)->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
