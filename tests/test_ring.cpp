@@ -54,7 +54,7 @@ TEST_CASE("stress: recorded + dropped == emitted, exactly, with a tiny ring", "[
 }
 
 TEST_CASE("stress: recorded + dropped == emitted at the default ring size", "[ring]") {
-  stress(/*ring=*/16384, /*threads=*/2, /*per_thread=*/1'000'000);
+  stress(/*ring=*/65536, /*threads=*/2, /*per_thread=*/1'000'000);
 }
 
 TEST_CASE("a full ring drops and counts instead of blocking", "[ring]") {

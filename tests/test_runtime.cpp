@@ -76,6 +76,12 @@ TEST_CASE("bad environment values are clear init errors", "[runtime]") {
     REQUIRE_FALSE(st.ok());
     CHECK_THAT(std::string(st.message()), Catch::Contains("power of two"));
   }
+  SECTION("RANKSCOPE_DRAIN_INTERVAL_MS") {
+    ScopedEnv e("RANKSCOPE_DRAIN_INTERVAL_MS", "0");
+    auto st = init({.write_run_log = false});
+    REQUIRE_FALSE(st.ok());
+    CHECK_THAT(std::string(st.message()), Catch::Contains("1..1000"));
+  }
   SECTION("RANK") {
     ScopedEnv r("RANK", "x1");
     ScopedEnv w("WORLD_SIZE", "2");

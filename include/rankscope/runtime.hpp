@@ -39,6 +39,11 @@ struct Config {
   bool write_run_log = true;
   /// Records per thread ring (power of two; 64 bytes each). RANKSCOPE_RING_SIZE.
   std::optional<std::uint32_t> ring_capacity;
+  /// Longest sleep of the background thread between drains (default 20 ms;
+  /// RANKSCOPE_DRAIN_INTERVAL_MS). Longer = fewer wake-ups (each costs tens of
+  /// microseconds of CPU in a VM) but a burst must then fit in the ring:
+  /// keep ring_capacity >= peak records/s x interval.
+  std::optional<std::chrono::milliseconds> drain_interval;
   /// How often the background thread takes a metrics snapshot into the run log.
   std::chrono::milliseconds metrics_interval{10000};
   /// Extra sinks (tests, custom exporters); called on the background thread.

@@ -31,7 +31,16 @@ ThreadState* ThreadRegistry::add(std::uint32_t capacity) {
   std::lock_guard<std::mutex> lk(mu);
   st->index = static_cast<std::uint32_t>(threads_ever_++);
   states_.push_back(st);
+  version_.fetch_add(1, std::memory_order_release);
   return st;
+}
+
+void ThreadRegistry::refresh(std::vector<ThreadState*>& cached, std::uint64_t& version) {
+  const std::uint64_t v = version_.load(std::memory_order_acquire);
+  if (v == version && !cached.empty()) return;
+  std::lock_guard<std::mutex> lk(mu);
+  cached = states_;
+  version = version_.load(std::memory_order_relaxed);
 }
 
 std::vector<ThreadState*> ThreadRegistry::list() {
@@ -52,6 +61,10 @@ void ThreadRegistry::free_retired() {
       return true;
     });
     states_.erase(it, states_.end());
+    if (!dead.empty()) {
+      retired_pending_.fetch_sub(static_cast<std::int64_t>(dead.size()), std::memory_order_relaxed);
+      version_.fetch_add(1, std::memory_order_release);
+    }
   }
   for (ThreadState* st : dead) {
     std::free(st->slots);

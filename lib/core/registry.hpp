@@ -4,6 +4,7 @@
 // SPSC rules (see detail/thread_state.hpp).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <vector>
@@ -18,6 +19,12 @@ class ThreadRegistry {
   ThreadState* add(std::uint32_t capacity);
   // Snapshot of the current list (states stay valid until free_retired()).
   std::vector<ThreadState*> list();
+  // Refreshes `cached` only when threads came or went since `version`; the
+  // common case is one atomic load, so an idle drain costs next to nothing.
+  void refresh(std::vector<ThreadState*>& cached, std::uint64_t& version);
+  // Called by a thread's exit guard after it marked its state retired.
+  void note_retired() { retired_pending_.fetch_add(1, std::memory_order_release); }
+  bool has_retired() const { return retired_pending_.load(std::memory_order_acquire) > 0; }
   // Frees retired states whose rings are empty, folding their counters and
   // metric slots into the totals. Call only from the draining thread.
   void free_retired();
@@ -28,6 +35,8 @@ class ThreadRegistry {
   void slot_sums(std::uint32_t first, std::uint32_t n, double* out);
 
   std::mutex mu;  // also taken by the fork handlers
+  std::atomic<std::uint64_t> version_{0};
+  std::atomic<std::int64_t> retired_pending_{0};
 
  private:
   std::vector<ThreadState*> states_;          // Requires mu held.

@@ -50,9 +50,13 @@ using detail::Record;
 using detail::RecordKind;
 using detail::ThreadState;
 
-constexpr std::uint32_t kDefaultRingCapacity = 16384;  // 1 MiB per thread
+constexpr std::uint32_t kDefaultRingCapacity = 65536;  // 4 MiB per thread: 32 ms of a 2M records/s burst
 constexpr std::size_t kBatch = 4096;
-constexpr double kMaxSleep = 0.1;  // seconds between drains when quiet: bounds log latency
+// Default longest sleep between drains. A burst arriving while we sleep must
+// fit in the ring: 20 ms at 2M records/s is 40k records, inside the default
+// 64k with room for a sink write that stalls on a busy disk. Each wake-up
+// costs tens of microseconds of CPU in a VM, so this also sets the idle cost.
+constexpr std::chrono::milliseconds kDefaultDrainInterval{20};
 
 std::atomic<std::uint64_t> g_inactive_calls{0};
 thread_local bool t_thread_exited = false;
@@ -63,6 +67,7 @@ struct ThreadExitGuard {
     if (ThreadState* st = detail::t_state) {
       detail::t_state = nullptr;
       st->retired.store(true, std::memory_order_release);
+      detail::registry().note_retired();
     }
   }
 };
@@ -132,6 +137,7 @@ class Runtime {
 
   std::atomic<std::uint32_t> ring_capacity_{kDefaultRingCapacity};
   std::chrono::milliseconds metrics_interval_{10000};
+  double max_sleep_s_ = 0.02;
 
   // Background-thread state.
   std::vector<std::shared_ptr<Sink>> sinks_;
@@ -140,7 +146,9 @@ class Runtime {
   std::atomic<std::uint64_t> recorded_{0};
   std::atomic<std::uint64_t> export_errors_{0};  // sum over sinks, updated by the drain
   std::uint64_t last_metrics_mono_ = 0;
-  std::uint64_t max_drained_ = 0;  // most records taken from one ring in the last drain
+  std::uint64_t max_drained_ = 0;
+  std::vector<ThreadState*> threads_;  // cached registry list (background thread only)
+  std::uint64_t threads_version_ = ~0ull;  // most records taken from one ring in the last drain
   Histogram* step_seconds_ = nullptr;
   Histogram* phase_seconds_[kPhaseKindCount] = {};
 };
@@ -237,6 +245,21 @@ absl::Status Runtime::init(const Config& cfg) {
                                                    " must be a power of two in 64..16777216 (RANKSCOPE_RING_SIZE or "
                                                    "Config::ring_capacity)"));
   }
+  std::chrono::milliseconds drain = kDefaultDrainInterval;
+  if (cfg.drain_interval) {
+    drain = *cfg.drain_interval;
+  } else if (const char* v = std::getenv("RANKSCOPE_DRAIN_INTERVAL_MS"); v && *v) {
+    int ms = 0;
+    if (!absl::SimpleAtoi(v, &ms)) {
+      return absl::InvalidArgumentError(absl::StrCat("RANKSCOPE_DRAIN_INTERVAL_MS='", v, "' is not an integer"));
+    }
+    drain = std::chrono::milliseconds(ms);
+  }
+  if (drain.count() < 1 || drain.count() > 1000) {
+    return absl::InvalidArgumentError(absl::StrCat("drain interval ", drain.count(),
+                                                   " ms must be in 1..1000 (RANKSCOPE_DRAIN_INTERVAL_MS or "
+                                                   "Config::drain_interval)"));
+  }
   if (cfg.metrics_interval.count() <= 0) {
     return absl::InvalidArgumentError("Config::metrics_interval must be positive");
   }
@@ -260,6 +283,7 @@ absl::Status Runtime::init(const Config& cfg) {
   run_dir_ = dir;
   ring_capacity_.store(cap, std::memory_order_relaxed);
   metrics_interval_ = cfg.metrics_interval;
+  max_sleep_s_ = std::chrono::duration<double>(drain).count();
   sinks_ = std::move(sinks);
   export_errors_.store(0, std::memory_order_relaxed);
   owner_pid_ = ::getpid();
@@ -409,7 +433,8 @@ void Runtime::deliver(std::vector<Event>& batch) {
 std::size_t Runtime::drain_all(std::vector<Event>& batch) {
   std::size_t n = 0;
   max_drained_ = 0;
-  for (ThreadState* st : detail::registry().list()) {
+  detail::registry().refresh(threads_, threads_version_);
+  for (ThreadState* st : threads_) {
     const std::uint64_t head = st->published.load(std::memory_order_acquire);
     std::uint64_t tail = st->tail.load(std::memory_order_relaxed);
     max_drained_ = std::max(max_drained_, head - tail);
@@ -468,7 +493,7 @@ void Runtime::run_background() {
     if (mono_now() - last_metrics_mono_ >= static_cast<std::uint64_t>(metrics_interval_.count()) * 1000000ull) {
       export_metrics_now();
     }
-    detail::registry().free_retired();
+    if (detail::registry().has_retired()) detail::registry().free_retired();
     if (flush_target > flush_seen) {
       for (auto& s : sinks_) s->flush(deadline);
       flush_seen = flush_target;
@@ -491,7 +516,7 @@ void Runtime::run_background() {
     // Adaptive polling. On a machine whose cores are all busy training, every
     // wake-up of this thread preempts a rank, so wake as rarely as the rings
     // allow: sleep until the busiest ring would be about a quarter full at the
-    // recent rate, between 1 ms and kMaxSleep; drain back-to-back in bursts.
+    // recent rate, between 1 ms and the drain interval; back-to-back in bursts.
     const auto now = std::chrono::steady_clock::now();
     const double dt = std::chrono::duration<double>(now - last_wake).count();
     last_wake = now;
@@ -502,7 +527,7 @@ void Runtime::run_background() {
       sleep = std::chrono::microseconds(0);
     } else {
       const double s = rate > 0 ? quarter / rate : 1.0;
-      sleep = std::chrono::microseconds(static_cast<std::int64_t>(std::clamp(s, 1e-3, kMaxSleep) * 1e6));
+      sleep = std::chrono::microseconds(static_cast<std::int64_t>(std::clamp(s, 1e-3, max_sleep_s_) * 1e6));
     }
     (void)n;
   }
