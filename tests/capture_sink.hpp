@@ -14,9 +14,9 @@ namespace rankscope::test {
 
 class CaptureSink final : public Sink {
  public:
-  void start(const RunInfo& info) noexcept override {
+  void start(const RunInfo& run) noexcept override {
     std::lock_guard<std::mutex> lk(mu);
-    this->info = info;
+    info = run;
     started = true;
   }
   void export_events(std::span<const Event> batch) noexcept override {

@@ -7,8 +7,8 @@
 static_assert(RANKSCOPE_ENABLED == 0, "this TU tests the compiled-out macros");
 
 namespace {
-int evaluated = 0;
-const char* name_with_side_effect() {
+[[maybe_unused]] int evaluated = 0;
+[[maybe_unused]] const char* name_with_side_effect() {
   ++evaluated;
   return "never";
 }
