@@ -44,6 +44,9 @@ struct Args {
   bool ab_control = false;  // A/A: both arms disabled, to measure the noise floor
   int slow_rank = -1;     // inject a straggler: this rank sleeps in forward
   int slow_ms = 0;
+  int mismatch_rank = -1;  // inject a collective mismatch: this rank all-reduces
+  int mismatch_step = -1;  // one element fewer at this step (a real gloo mismatch)
+  int timeout_s = 30;      // gloo operation timeout
 };
 
 Args parse(int argc, char** argv) {
@@ -67,6 +70,9 @@ Args parse(int argc, char** argv) {
     else if (k == "--ab-control") a.ab_control = true;
     else if (k == "--slow-rank") a.slow_rank = std::stoi(next());
     else if (k == "--slow-ms") a.slow_ms = std::stoi(next());
+    else if (k == "--mismatch-rank") a.mismatch_rank = std::stoi(next());
+    else if (k == "--mismatch-step") a.mismatch_step = std::stoi(next());
+    else if (k == "--timeout") a.timeout_s = std::stoi(next());
     else {
       std::fprintf(stderr, "unknown argument %s\n", k.c_str());
       std::exit(2);
@@ -245,7 +251,10 @@ int main(int argc, char** argv) {
   auto store = c10::make_intrusive<c10d::FileStore>(args.store, world);
   auto opts = c10d::ProcessGroupGloo::Options::create();
   opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+  opts->timeout = std::chrono::seconds(args.timeout_s);
   auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world, opts);
+  // One communicator per process group: sequence numbers must line up across ranks.
+  auto& comm = rankscope::register_communicator(pg.get(), "world", world, rank);
 
   constexpr int kFeatures = 128, kClasses = 10;
   torch::nn::Sequential model(torch::nn::Linear(kFeatures, args.hidden), torch::nn::ReLU(),
@@ -262,6 +271,7 @@ int main(int argc, char** argv) {
 
   AbRecorder ab(args.ab_block);
   double last_loss = 0;
+  std::string collective_error;
   for (int step = 0; step < args.steps; ++step) {
     const bool on = ab.arm_on(step);
     if (args.ab_block > 0) rankscope::set_enabled(on && !args.ab_control);
@@ -286,7 +296,18 @@ int main(int argc, char** argv) {
         std::vector<torch::Tensor> grads;
         for (auto& p : model->parameters()) grads.push_back(p.grad().view(-1));
         std::vector<torch::Tensor> flat{torch::cat(grads)};
-        pg->allreduce(flat)->wait();
+        if (rank == args.mismatch_rank && step == args.mismatch_step) flat[0] = flat[0].narrow(0, 0, flat[0].numel() - 1);
+        {
+          rankscope::CollectiveSpan span(comm, rankscope::CollectiveOp::kAllReduce,
+                                         static_cast<std::uint64_t>(flat[0].numel()), rankscope::DType::kFloat32);
+          try {
+            pg->allreduce(flat)->wait();
+          } catch (const std::exception& e) {
+            span.set_result(rankscope::CollectiveResult::kFailed);
+            collective_error = e.what();
+          }
+        }
+        if (!collective_error.empty()) break;
         flat[0].div_(world);
         grad_norm = flat[0].norm().item<double>();
         int64_t off = 0;
@@ -312,7 +333,19 @@ int main(int argc, char** argv) {
     ab.add(step, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
   rankscope::set_enabled(true);
-  pg->barrier()->wait();
+  if (!collective_error.empty()) {
+    // What a trainer should do when a collective fails: leave the evidence.
+    auto dumped = rankscope::dump_flight_recorder("collective failed");
+    std::fprintf(stderr, "rank %d: all_reduce failed at step %lld: %s\nflight recorder: %s\n", rank,
+                 static_cast<long long>(rankscope::current_step()), collective_error.c_str(),
+                 dumped.ok() ? dumped->c_str() : std::string(dumped.status().message()).c_str());
+    rankscope::shutdown();
+    return 3;
+  }
+  {
+    rankscope::CollectiveSpan span(comm, rankscope::CollectiveOp::kBarrier, 0, rankscope::DType::kUnknown);
+    pg->barrier()->wait();
+  }
 
   if (rank == 0) {
     std::printf("rank 0: %d steps on %d ranks, final loss %.4f, run log in %s\n", args.steps, world, last_loss,

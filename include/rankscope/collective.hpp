@@ -29,6 +29,7 @@
 #include "rankscope/detail/clock.hpp"
 #include "rankscope/detail/gate.hpp"
 #include "rankscope/detail/thread_state.hpp"
+#include "rankscope/site.hpp"
 
 namespace rankscope {
 

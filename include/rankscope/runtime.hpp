@@ -44,6 +44,15 @@ struct Config {
   /// microseconds of CPU in a VM) but a burst must then fit in the ring:
   /// keep ring_capacity >= peak records/s x interval.
   std::optional<std::chrono::milliseconds> drain_interval;
+  /// Collectives remembered by the flight recorder (power of two, RANKSCOPE_FLIGHT_ENTRIES).
+  std::optional<std::uint32_t> flight_recorder_entries;
+  /// Events per thread kept for flight-recorder dumps.
+  std::uint32_t recent_events_per_thread = 32;
+  /// Dump the flight recorder at shutdown (RANKSCOPE_DUMP_ON_SHUTDOWN=1).
+  std::optional<bool> dump_on_shutdown;
+  /// SIGUSR1 dumps the flight recorder; SIGTERM and fatal signals flush the
+  /// run log and dump before the previous handler runs (RANKSCOPE_SIGNALS=0 to opt out).
+  bool install_signal_handlers = true;
   /// How often the background thread takes a metrics snapshot into the run log.
   std::chrono::milliseconds metrics_interval{10000};
   /// Extra sinks (tests, custom exporters); called on the background thread.

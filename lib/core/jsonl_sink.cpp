@@ -12,6 +12,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "event_format.hpp"
 #include "json_util.hpp"
 #include "rankscope/config.hpp"
 #include "rankscope/export/jsonl.hpp"
@@ -53,7 +54,7 @@ class JsonlSink final : public Sink {
   }
 
   void start(const RunInfo& info) noexcept override {
-    rank_ = info.context.rank;
+    fmt_.set_rank(info.context.rank);
     const RunContext& c = info.context;
     begin_line("run_start", info.start_wall_ns, info.start_mono_ns, 0, 0);
     auto out = fmt::appender(buf_);
@@ -149,11 +150,7 @@ class JsonlSink final : public Sink {
   }
 
   void begin_line(const char* kind, std::uint64_t wall, std::uint64_t mono, std::int64_t step, std::int32_t tid) {
-    line_start_ = buf_.size();
-    auto out = fmt::appender(buf_);
-    fmt::format_to(out, FMT_COMPILE("{{\"kind\":\"{}\",\"t\":{},\"mono\":{},\"rank\":{}"), kind, wall, mono, rank_);
-    if (step >= 0) fmt::format_to(out, FMT_COMPILE(",\"step\":{}"), step);
-    if (tid != 0) fmt::format_to(out, FMT_COMPILE(",\"tid\":{}"), tid);
+    fmt_.begin(buf_, kind, wall, mono, step, tid);
   }
   void end_line() { buf_.append(std::string_view("}\n")); }
   void field_str(const char* key, std::string_view v) {
@@ -166,55 +163,9 @@ class JsonlSink final : public Sink {
                    "\"threads\":{}",
                    st.events_recorded, st.events_dropped, st.export_errors + errors_, st.inactive_calls, st.threads);
   }
-  const std::string& escaped_name(const Site* s) {
-    auto [it, inserted] = names_.try_emplace(s);
-    if (inserted) {
-      fmt::memory_buffer b;
-      json_escape_to(b, s->name ? s->name : "");
-      it->second.assign(b.data(), b.size());
-    }
-    return it->second;
-  }
-
   void format_event(const Event& e) {
-    auto out = fmt::appender(buf_);
-    switch (e.kind) {
-      case EventKind::kPhase: {
-        begin_line("phase", e.wall_ns, e.mono_ns, e.step, e.tid);
-        buf_.append(std::string_view(",\"name\":"));
-        buf_.append(escaped_name(e.site));
-        fmt::format_to(out, FMT_COMPILE(",\"phase_kind\":\"{}\",\"dur\":{},\"depth\":{}"), phase_kind_name(e.site->kind),
-                       e.dur_ns, e.depth);
-        if (e.parent != nullptr) {
-          buf_.append(std::string_view(",\"parent\":"));
-          buf_.append(escaped_name(e.parent));
-        }
-        break;
-      }
-      case EventKind::kStepBegin:
-        begin_line("step_begin", e.wall_ns, e.mono_ns, e.step, e.tid);
-        break;
-      case EventKind::kStepEnd: {
-        begin_line("step_end", e.wall_ns, e.mono_ns, e.step, e.tid);
-        if (e.dur_ns) fmt::format_to(out, ",\"dur\":{}", e.dur_ns);
-        const StepScalars& s = e.scalars;
-        if (s.loss) { buf_.append(std::string_view(",\"loss\":")); json_number_to(buf_, *s.loss); }
-        if (s.lr) { buf_.append(std::string_view(",\"lr\":")); json_number_to(buf_, *s.lr); }
-        if (s.grad_norm) { buf_.append(std::string_view(",\"grad_norm\":")); json_number_to(buf_, *s.grad_norm); }
-        if (s.samples) fmt::format_to(out, ",\"samples\":{}", *s.samples);
-        if (s.tokens) fmt::format_to(out, ",\"tokens\":{}", *s.tokens);
-        if (s.skipped) buf_.append(std::string_view(",\"skipped\":true"));
-        break;
-      }
-      case EventKind::kMark:
-        begin_line("mark", e.wall_ns, e.mono_ns, e.step, e.tid);
-        buf_.append(std::string_view(",\"name\":"));
-        buf_.append(escaped_name(e.site));
-        buf_.append(std::string_view(",\"value\":"));
-        json_number_to(buf_, e.value);
-        break;
-    }
-    end_line();
+    fmt_.format(e, buf_);
+    buf_.push_back('\n');
   }
 
   // One write(2) of whole lines. On failure the batch is dropped and counted;
@@ -227,11 +178,9 @@ class JsonlSink final : public Sink {
 
   int fd_;
   std::string path_;
-  int rank_ = 0;
   std::uint64_t errors_ = 0;
-  std::size_t line_start_ = 0;
   fmt::memory_buffer buf_;
-  absl::flat_hash_map<const Site*, std::string> names_;
+  detail::EventFormatter fmt_;
 };
 
 }  // namespace

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <mutex>
 #include <string>
@@ -25,6 +27,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "clock.hpp"
+#include "flight.hpp"
+#include "rankscope/flight_recorder.hpp"
 #include "json_util.hpp"
 #include "metrics_registry.hpp"
 #include "rankscope/config.hpp"
@@ -35,6 +39,7 @@
 #include "rankscope/export/sink.hpp"
 #include "rankscope/metrics.hpp"
 #include "registry.hpp"
+#include "signals.hpp"
 #include "step_breakdown.hpp"
 
 namespace rankscope::detail {
@@ -83,6 +88,7 @@ class Runtime {
   }
 
   absl::Status init(const Config& cfg);
+  absl::StatusOr<std::string> dump(std::string_view reason, std::chrono::milliseconds deadline) noexcept;
   void shutdown(std::chrono::milliseconds deadline) noexcept;
   bool flush(std::chrono::milliseconds deadline) noexcept;
   void set_enabled(bool on) noexcept;
@@ -123,6 +129,8 @@ class Runtime {
   void export_metrics_now();
   void decode(ThreadState* st, const Record& r, const Record* next, std::vector<Event>& batch);
   absl::Status write_run_json(const Config& cfg, std::uint64_t wall);
+  absl::StatusOr<std::string> dump_now(std::string_view reason);  // background thread only
+  void handle_signal(int sig);                                      // background thread only
 
   std::mutex mu_;                 // control state below
   std::condition_variable cv_;
@@ -132,6 +140,12 @@ class Runtime {
   std::uint64_t flush_requested_ = 0;  // Requires mu_ held.
   std::uint64_t flush_done_ = 0;       // Requires mu_ held.
   Deadline stop_deadline_{};      // Requires mu_ held.
+  std::uint64_t dump_requested_ = 0;  // Requires mu_ held.
+  std::uint64_t dump_done_ = 0;       // Requires mu_ held.
+  std::string dump_reason_;           // Requires mu_ held.
+  absl::StatusOr<std::string> dump_result_ = std::string();  // Requires mu_ held.
+  bool dump_on_shutdown_ = false;
+  std::uint32_t recent_per_thread_ = 32;
   pid_t owner_pid_ = 0;
   bool want_enabled_ = true;
 
@@ -143,6 +157,8 @@ class Runtime {
   std::vector<std::shared_ptr<Sink>> sinks_;
   detail::TickClock clock_;
   detail::StepBreakdownBuilder breakdown_;
+  absl::flat_hash_map<std::int32_t, std::deque<Event>> recent_;  // last events per thread, for dumps
+  detail::EventFormatter dump_fmt_;
   std::atomic<std::uint64_t> recorded_{0};
   std::atomic<std::uint64_t> export_errors_{0};  // sum over sinks, updated by the drain
   std::uint64_t last_metrics_mono_ = 0;
@@ -260,6 +276,33 @@ absl::Status Runtime::init(const Config& cfg) {
                                                    " ms must be in 1..1000 (RANKSCOPE_DRAIN_INTERVAL_MS or "
                                                    "Config::drain_interval)"));
   }
+  std::uint32_t flight = 2048;
+  if (cfg.flight_recorder_entries) {
+    flight = *cfg.flight_recorder_entries;
+  } else if (const char* v = std::getenv("RANKSCOPE_FLIGHT_ENTRIES"); v && *v) {
+    if (!absl::SimpleAtoi(v, &flight)) {
+      return absl::InvalidArgumentError(absl::StrCat("RANKSCOPE_FLIGHT_ENTRIES='", v, "' is not an integer"));
+    }
+  }
+  if (flight < 16 || flight > (1u << 20) || (flight & (flight - 1)) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("flight recorder size ", flight,
+                                                   " must be a power of two in 16..1048576 (RANKSCOPE_FLIGHT_ENTRIES "
+                                                   "or Config::flight_recorder_entries)"));
+  }
+  bool dump_on_shutdown = false;
+  if (cfg.dump_on_shutdown) {
+    dump_on_shutdown = *cfg.dump_on_shutdown;
+  } else if (std::getenv("RANKSCOPE_DUMP_ON_SHUTDOWN") != nullptr) {
+    auto v = parse_bool_env("RANKSCOPE_DUMP_ON_SHUTDOWN");
+    if (!v.ok()) return v.status();
+    dump_on_shutdown = *v;
+  }
+  bool signals = cfg.install_signal_handlers;
+  if (std::getenv("RANKSCOPE_SIGNALS") != nullptr) {
+    auto v = parse_bool_env("RANKSCOPE_SIGNALS");
+    if (!v.ok()) return v.status();
+    signals = signals && *v;
+  }
   if (cfg.metrics_interval.count() <= 0) {
     return absl::InvalidArgumentError("Config::metrics_interval must be positive");
   }
@@ -284,6 +327,12 @@ absl::Status Runtime::init(const Config& cfg) {
   ring_capacity_.store(cap, std::memory_order_relaxed);
   metrics_interval_ = cfg.metrics_interval;
   max_sleep_s_ = std::chrono::duration<double>(drain).count();
+  dump_on_shutdown_ = dump_on_shutdown;
+  recent_per_thread_ = cfg.recent_events_per_thread;
+  recent_.clear();
+  dump_fmt_.set_rank(context_.rank);
+  detail::install_flight_ring(flight);
+  if (signals) detail::install_signal_handlers();
   sinks_ = std::move(sinks);
   export_errors_.store(0, std::memory_order_relaxed);
   owner_pid_ = ::getpid();
@@ -340,6 +389,7 @@ void Runtime::shutdown(std::chrono::milliseconds deadline) noexcept {
   std::unique_lock<std::mutex> lk(mu_);
   if (phase_ != Phase::kRunning || owner_pid_ != ::getpid()) return;
   detail::g_gate.store(detail::kInactive, std::memory_order_release);
+  detail::uninstall_signal_handlers();
   stop_requested_ = true;
   stop_deadline_ = std::chrono::steady_clock::now() + deadline;
   cv_.notify_all();
@@ -413,8 +463,28 @@ void Runtime::decode(ThreadState* st, const Record& r, const Record* next, std::
       e.site = r.site;
       e.value = r.v[0].f;
       break;
+    case RecordKind::kCollective:
+      e.kind = EventKind::kCollective;
+      e.parent = r.site;
+      e.depth = 0;
+      e.result = static_cast<CollectiveResult>(r.depth);
+      e.op = static_cast<CollectiveOp>(r.aux & 0xff);
+      e.dtype = static_cast<DType>(r.aux >> 8);
+      e.peer = static_cast<std::int32_t>(r.pad);
+      e.seq = static_cast<std::uint64_t>(r.v[0].i);
+      e.count = static_cast<std::uint64_t>(r.v[1].i);
+      e.comm = static_cast<const Communicator*>(r.v[2].ptr);
+      e.dur_ns = clock_.ticks_to_ns(r.t1 - r.t0);
+      // A collective outside any phase is still step time spent communicating.
+      if (e.parent == nullptr) breakdown_.on_phase(e.tid, 0, PhaseKind::kCollective, e.mono_ns, e.dur_ns);
+      break;
     case RecordKind::kStepCounts:
       return;  // folded into the preceding kStepEnd
+  }
+  if (recent_per_thread_ > 0) {
+    std::deque<Event>& q = recent_[e.tid];
+    if (q.size() >= recent_per_thread_) q.pop_front();
+    q.push_back(e);
   }
   batch.push_back(e);
 }
@@ -467,10 +537,74 @@ void Runtime::export_metrics_now() {
   last_metrics_mono_ = snap.mono_ns;
 }
 
+absl::StatusOr<std::string> Runtime::dump_now(std::string_view reason) {
+  if (run_dir_.empty()) {
+    return absl::FailedPreconditionError("no run directory to dump into (the run log is off); set Config::run_dir");
+  }
+  std::vector<Event> batch;
+  drain_all(batch);  // everything recorded so far is in the recent-events history
+  detail::DumpInput in;
+  in.reason = reason;
+  in.context = &context_;
+  in.clock = &clock_;
+  in.stats = stats();
+  in.step = detail::g_step.load(std::memory_order_relaxed);
+  detail::registry().refresh(threads_, threads_version_);
+  in.threads = threads_;
+  in.recent = &recent_;
+  std::string doc;
+  try {
+    doc = detail::build_flight_dump(in, dump_fmt_);
+  } catch (const std::exception& e) {
+    return absl::ResourceExhaustedError(absl::StrCat("flight recorder dump failed: ", e.what()));
+  }
+  const std::string path = absl::StrCat(run_dir_, "/rank-", context_.rank, ".flight.json");
+  if (auto st = write_file_atomic(path, doc); !st.ok()) return st;
+  return path;
+}
+
+// A signal handler asked for evidence: write out what is recorded, dump, ack.
+void Runtime::handle_signal(int sig) {
+  const Deadline deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
+  for (auto& s : sinks_) s->flush(deadline);
+  auto res = dump_now(absl::StrCat("signal ", detail::signal_name(sig)));
+  if (!res.ok()) {
+    std::fprintf(stderr, "[rankscope] rank %d: %s: flight recorder dump failed: %s\n", context_.rank,
+                 detail::signal_name(sig), std::string(res.status().message()).c_str());
+  } else {
+    std::fprintf(stderr, "[rankscope] rank %d: %s: flight recorder written to %s\n", context_.rank,
+                 detail::signal_name(sig), res->c_str());
+  }
+  if (sig != SIGUSR1) {
+    for (auto& s : sinks_) s->flush(deadline);
+  }
+  detail::g_signal_acks.fetch_add(1, std::memory_order_release);
+}
+
+absl::StatusOr<std::string> Runtime::dump(std::string_view reason, std::chrono::milliseconds deadline) noexcept {
+  try {
+    std::unique_lock<std::mutex> lk(mu_);
+    if (phase_ != Phase::kRunning || owner_pid_ != ::getpid()) {
+      return absl::FailedPreconditionError("rankscope is not running (call init() first)");
+    }
+    const std::uint64_t id = ++dump_requested_;
+    dump_reason_ = std::string(reason);
+    cv_.notify_all();
+    if (!cv_.wait_for(lk, deadline, [&] { return dump_done_ >= id || bg_done_; })) {
+      return absl::DeadlineExceededError("flight recorder dump did not finish before the deadline");
+    }
+    if (dump_done_ < id) return absl::CancelledError("rankscope shut down before the dump");
+    return dump_result_;
+  } catch (const std::exception& e) {
+    return absl::InternalError(e.what());
+  }
+}
+
 void Runtime::run_background() {
   pthread_setname_np(pthread_self(), "rankscope");
   // Derived metrics are observed here even after the gate closes at shutdown.
   if (detail::t_state == nullptr) detail::register_thread(/*force=*/true);
+  detail::set_background_thread_self();
   std::vector<Event> batch;
   batch.reserve(kBatch);
   auto sleep = std::chrono::microseconds(1000);
@@ -479,21 +613,36 @@ void Runtime::run_background() {
   std::uint64_t flush_seen = 0;
   for (;;) {
     bool stop;
-    std::uint64_t flush_target;
+    std::uint64_t flush_target, dump_target;
+    std::string dump_reason;
     Deadline deadline;
     {
       std::unique_lock<std::mutex> lk(mu_);
-      cv_.wait_for(lk, sleep, [&] { return stop_requested_ || flush_requested_ > flush_seen; });
+      cv_.wait_for(lk, sleep, [&] {
+        return stop_requested_ || flush_requested_ > flush_seen || dump_requested_ > dump_done_;
+      });
       stop = stop_requested_;
       flush_target = flush_requested_;
+      dump_target = dump_requested_ > dump_done_ ? dump_requested_ : 0;
+      dump_reason = dump_reason_;
       deadline = stop ? stop_deadline_ : std::chrono::steady_clock::now() + std::chrono::seconds(5);
     }
     const std::size_t n = drain_all(batch);
+    if (const int sig = detail::g_signal_request.exchange(0, std::memory_order_acq_rel); sig != 0) {
+      handle_signal(sig);
+    }
     clock_.maybe_reanchor();
     if (mono_now() - last_metrics_mono_ >= static_cast<std::uint64_t>(metrics_interval_.count()) * 1000000ull) {
       export_metrics_now();
     }
     if (detail::registry().has_retired()) detail::registry().free_retired();
+    if (dump_target != 0) {
+      auto res = dump_now(dump_reason);
+      std::lock_guard<std::mutex> lk(mu_);
+      dump_result_ = std::move(res);
+      dump_done_ = dump_target;
+      cv_.notify_all();
+    }
     if (flush_target > flush_seen) {
       for (auto& s : sinks_) s->flush(deadline);
       flush_seen = flush_target;
@@ -503,6 +652,7 @@ void Runtime::run_background() {
     }
     if (stop) {
       drain_all(batch);  // records made while we were flushing
+      if (dump_on_shutdown_) (void)dump_now("shutdown");
       export_metrics_now();
       const Stats final_stats = stats();
       for (auto& s : sinks_) s->shutdown(deadline, final_stats);
@@ -572,6 +722,9 @@ bool initialized() noexcept { return detail::g_gate.load(std::memory_order_relax
 const RunContext& context() noexcept { return Runtime::get().context_; }
 std::string run_dir() { return Runtime::get().run_dir_; }
 Stats stats() noexcept { return Runtime::get().stats(); }
+absl::StatusOr<std::string> dump_flight_recorder(std::string_view reason, std::chrono::milliseconds deadline) {
+  return Runtime::get().dump(reason, deadline);
+}
 StepBreakdown last_step_breakdown() noexcept {
   Runtime& r = Runtime::get();
   std::lock_guard<std::mutex> lk(r.bd_mu_);

@@ -20,12 +20,15 @@ enum class RecordKind : std::uint8_t {
   kStepEnd = 3,    // step finished; i[0] = step, f[1..] scalars, mask in aux
   kMark = 4,       // instant event at t0 with an optional value f[0]
   kStepCounts = 5, // follows kStepEnd in the same ring: i[0] samples, i[1] tokens
+  kCollective = 6, // t0 issue .. t1 completion; site = enclosing phase; v: seq, count,
+                   // communicator; aux = op | dtype << 8; pad = peer; depth = result
 };
 
 union RecordValue {
   std::int64_t i;
   double f;
   const Site* site;
+  const void* ptr;
 };
 
 struct alignas(64) Record {

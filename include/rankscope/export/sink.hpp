@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "rankscope/collective.hpp"
 #include "rankscope/context.hpp"
 #include "rankscope/metrics.hpp"
 #include "rankscope/runtime.hpp"
@@ -20,7 +21,7 @@
 
 namespace rankscope {
 
-enum class EventKind : std::uint8_t { kPhase, kStepBegin, kStepEnd, kMark };
+enum class EventKind : std::uint8_t { kPhase, kStepBegin, kStepEnd, kMark, kCollective };
 
 /// One decoded record. Times are nanoseconds; wall = since the Unix epoch.
 struct Event {
@@ -32,9 +33,17 @@ struct Event {
   std::uint64_t wall_ns = 0;
   std::uint64_t dur_ns = 0;   // phase duration; step_end: time since its step_begin (0 if unseen)
   const Site* site = nullptr;
-  const Site* parent = nullptr;  // enclosing phase on the same thread
+  const Site* parent = nullptr;  // enclosing phase on the same thread (collectives too)
   StepScalars scalars;           // step_end only
   double value = 0.0;            // mark only
+  // Collectives: mono_ns/wall_ns = issue, dur_ns = issue to completion.
+  const Communicator* comm = nullptr;
+  std::uint64_t seq = 0;
+  std::uint64_t count = 0;
+  std::int32_t peer = -1;
+  CollectiveOp op = CollectiveOp::kOther;
+  DType dtype = DType::kUnknown;
+  CollectiveResult result = CollectiveResult::kOk;
 };
 
 /// Static facts about the run handed to sinks once, before any event.

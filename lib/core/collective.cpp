@@ -1,0 +1,222 @@
+// Collective-op vocabulary (names, sizes, nccl-tests bandwidth), the
+// communicator registry, and the record a closed span writes.
+#include "rankscope/collective.hpp"
+
+#include <deque>
+#include <mutex>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+
+namespace rankscope {
+
+std::string_view collective_op_name(CollectiveOp op) noexcept {
+  switch (op) {
+    case CollectiveOp::kAllReduce: return "all_reduce";
+    case CollectiveOp::kBroadcast: return "broadcast";
+    case CollectiveOp::kReduce: return "reduce";
+    case CollectiveOp::kAllGather: return "all_gather";
+    case CollectiveOp::kReduceScatter: return "reduce_scatter";
+    case CollectiveOp::kAllToAll: return "all_to_all";
+    case CollectiveOp::kSend: return "send";
+    case CollectiveOp::kRecv: return "recv";
+    case CollectiveOp::kBarrier: return "barrier";
+    case CollectiveOp::kOther: break;
+  }
+  return "other";
+}
+
+std::size_t dtype_size(DType t) noexcept {
+  switch (t) {
+    case DType::kInt8: case DType::kUInt8: case DType::kBool: case DType::kFloat8E4M3: case DType::kFloat8E5M2:
+      return 1;
+    case DType::kFloat16: case DType::kBFloat16: return 2;
+    case DType::kInt32: case DType::kUInt32: case DType::kFloat32: return 4;
+    case DType::kInt64: case DType::kUInt64: case DType::kFloat64: return 8;
+    case DType::kUnknown: break;
+  }
+  return 0;
+}
+
+std::string_view dtype_name(DType t) noexcept {
+  switch (t) {
+    case DType::kInt8: return "int8";
+    case DType::kUInt8: return "uint8";
+    case DType::kInt32: return "int32";
+    case DType::kUInt32: return "uint32";
+    case DType::kInt64: return "int64";
+    case DType::kUInt64: return "uint64";
+    case DType::kFloat16: return "float16";
+    case DType::kFloat32: return "float32";
+    case DType::kFloat64: return "float64";
+    case DType::kBFloat16: return "bfloat16";
+    case DType::kFloat8E4M3: return "float8_e4m3";
+    case DType::kFloat8E5M2: return "float8_e5m2";
+    case DType::kBool: return "bool";
+    case DType::kUnknown: break;
+  }
+  return "unknown";
+}
+
+std::uint64_t collective_bytes(CollectiveOp op, std::uint64_t count, DType dtype, int group_size) noexcept {
+  const std::uint64_t per = count * dtype_size(dtype);
+  const std::uint64_t n = group_size > 0 ? static_cast<std::uint64_t>(group_size) : 1;
+  switch (op) {
+    case CollectiveOp::kAllGather:
+    case CollectiveOp::kReduceScatter:
+    case CollectiveOp::kAllToAll:
+      return per * n;  // S is the whole array: the per-rank count times n (nccl-tests)
+    case CollectiveOp::kBarrier:
+      return 0;
+    default:
+      return per;
+  }
+}
+
+double bus_bandwidth_factor(CollectiveOp op, int group_size) noexcept {
+  const double n = group_size > 0 ? group_size : 1;
+  switch (op) {
+    case CollectiveOp::kAllReduce: return 2.0 * (n - 1) / n;
+    case CollectiveOp::kReduceScatter:
+    case CollectiveOp::kAllGather:
+    case CollectiveOp::kAllToAll: return (n - 1) / n;
+    case CollectiveOp::kBarrier: return 0.0;
+    default: return 1.0;
+  }
+}
+
+Bandwidth collective_bandwidth(CollectiveOp op, std::uint64_t count, DType dtype, int group_size,
+                               double seconds) noexcept {
+  Bandwidth b;
+  if (!(seconds > 0)) return b;
+  b.algbw_gbps = static_cast<double>(collective_bytes(op, count, dtype, group_size)) / 1e9 / seconds;
+  b.busbw_gbps = b.algbw_gbps * bus_bandwidth_factor(op, group_size);
+  return b;
+}
+
+std::uint64_t collective_fingerprint(CollectiveOp op, std::uint64_t count, DType dtype, int root_or_peer) noexcept {
+  // FNV-1a over the fields: stable across builds, hosts and languages.
+  std::uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](std::uint64_t v) {
+    for (int i = 0; i < 8; ++i) h = (h ^ ((v >> (8 * i)) & 0xff)) * 1099511628211ull;
+  };
+  mix(static_cast<std::uint64_t>(op));
+  mix(count);
+  mix(static_cast<std::uint64_t>(dtype));
+  mix(static_cast<std::uint64_t>(static_cast<std::int64_t>(root_or_peer)));
+  return h;
+}
+
+class CommunicatorRegistry {
+ public:
+  static CommunicatorRegistry& get() {
+    static auto* r = new CommunicatorRegistry;  // leaked: records point at communicators
+    return *r;
+  }
+  Communicator& by_name(std::string_view name, int size, int rank) {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (auto it = by_name_.find(std::string(name)); it != by_name_.end()) return *it->second;
+    return make(std::string(name), size, rank);
+  }
+  Communicator& for_handle(const void* h, std::string_view name, int size, int rank) {
+    std::lock_guard<std::mutex> lk(mu_);
+    std::string n(name);
+    for (int k = 1; by_name_.contains(n); ++k) n = absl::StrCat(std::string(name), "#", k);
+    Communicator& c = make(std::move(n), size, rank);
+    by_handle_[h] = &c;
+    return c;
+  }
+  Communicator* find(const void* h) {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = by_handle_.find(h);
+    return it == by_handle_.end() ? nullptr : it->second;
+  }
+  void release(const void* h) {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = by_handle_.find(h);
+    if (it == by_handle_.end()) return;
+    it->second->destroyed_.store(true, std::memory_order_relaxed);
+    by_handle_.erase(it);
+  }
+  std::size_t live() {
+    std::lock_guard<std::mutex> lk(mu_);
+    std::size_t n = 0;
+    for (Communicator* c : all_) n += !c->destroyed_.load(std::memory_order_relaxed);
+    return n;
+  }
+  std::vector<const Communicator*> all() {
+    std::lock_guard<std::mutex> lk(mu_);
+    return {all_.begin(), all_.end()};
+  }
+  const Communicator* by_id(std::uint32_t id) {
+    std::lock_guard<std::mutex> lk(mu_);
+    return id < all_.size() ? all_[id] : nullptr;
+  }
+  static bool destroyed(const Communicator& c) { return c.destroyed_.load(std::memory_order_relaxed); }
+
+ private:
+  Communicator& make(std::string name, int size, int rank) {  // Requires mu_ held.
+    auto* c = new Communicator(static_cast<std::uint32_t>(all_.size()), std::move(name), size, rank);
+    all_.push_back(c);
+    by_name_[c->name()] = c;
+    return *c;
+  }
+  std::mutex mu_;
+  std::deque<Communicator*> all_;
+  absl::flat_hash_map<std::string, Communicator*> by_name_;
+  absl::flat_hash_map<const void*, Communicator*> by_handle_;
+};
+
+Communicator& communicator(std::string_view name, int size, int rank_in_group) {
+  return CommunicatorRegistry::get().by_name(name, size, rank_in_group);
+}
+Communicator* communicator_for(const void* handle) noexcept {
+  try {
+    return CommunicatorRegistry::get().find(handle);
+  } catch (...) {
+    return nullptr;
+  }
+}
+Communicator& register_communicator(const void* handle, std::string_view name, int size, int rank_in_group) {
+  return CommunicatorRegistry::get().for_handle(handle, name, size, rank_in_group);
+}
+void release_communicator(const void* handle) noexcept {
+  try {
+    CommunicatorRegistry::get().release(handle);
+  } catch (...) {
+  }
+}
+std::size_t live_communicators() noexcept {
+  try {
+    return CommunicatorRegistry::get().live();
+  } catch (...) {
+    return 0;
+  }
+}
+
+namespace detail {
+
+std::vector<const Communicator*> all_communicators() { return CommunicatorRegistry::get().all(); }
+bool communicator_destroyed(const Communicator& c) { return CommunicatorRegistry::destroyed(c); }
+
+void record_collective(ThreadState* st, const Communicator& c, CollectiveOp op, std::uint64_t seq, std::uint64_t count,
+                       DType dtype, int peer, std::uint64_t t0, std::uint64_t t1, CollectiveResult r,
+                       const Site* phase) noexcept {
+  if (!st->try_reserve(1)) return;
+  Record& rec = st->slot(0);
+  rec.t0 = t0;
+  rec.t1 = t1;
+  rec.site = phase;
+  rec.step = g_step.load(std::memory_order_relaxed);
+  rec.kind = RecordKind::kCollective;
+  rec.depth = static_cast<std::uint8_t>(r);
+  rec.aux = static_cast<std::uint16_t>(static_cast<unsigned>(op) | (static_cast<unsigned>(dtype) << 8));
+  rec.pad = static_cast<std::uint32_t>(peer);
+  rec.v[0].i = static_cast<std::int64_t>(seq);
+  rec.v[1].i = static_cast<std::int64_t>(count);
+  rec.v[2].ptr = &c;
+  st->commit(1);
+}
+
+}  // namespace detail
+}  // namespace rankscope

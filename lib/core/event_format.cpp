@@ -1,0 +1,100 @@
+#include "event_format.hpp"
+
+#include <fmt/compile.h>
+
+#include "json_util.hpp"
+
+namespace rankscope::detail {
+
+namespace {
+const char* result_name(CollectiveResult r) {
+  switch (r) {
+    case CollectiveResult::kOk: return "ok";
+    case CollectiveResult::kFailed: return "failed";
+    case CollectiveResult::kTimedOut: return "timed_out";
+  }
+  return "ok";
+}
+}  // namespace
+
+void EventFormatter::begin(fmt::memory_buffer& out, std::string_view kind, std::uint64_t wall, std::uint64_t mono,
+                           std::int64_t step, std::int32_t tid) const {
+  auto it = fmt::appender(out);
+  fmt::format_to(it, FMT_COMPILE("{{\"kind\":\"{}\",\"t\":{},\"mono\":{},\"rank\":{}"), kind, wall, mono, rank_);
+  if (step >= 0) fmt::format_to(it, FMT_COMPILE(",\"step\":{}"), step);
+  if (tid != 0) fmt::format_to(it, FMT_COMPILE(",\"tid\":{}"), tid);
+}
+
+const std::string& EventFormatter::quoted(const Site* s) {
+  auto [it, inserted] = names_.try_emplace(s);
+  if (inserted) {
+    fmt::memory_buffer b;
+    json_escape_to(b, (s != nullptr && s->name != nullptr) ? s->name : "");
+    it->second.assign(b.data(), b.size());
+  }
+  return it->second;
+}
+
+void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
+  auto it = fmt::appender(out);
+  switch (e.kind) {
+    case EventKind::kPhase:
+      begin(out, "phase", e.wall_ns, e.mono_ns, e.step, e.tid);
+      out.append(std::string_view(",\"name\":"));
+      out.append(quoted(e.site));
+      fmt::format_to(it, FMT_COMPILE(",\"phase_kind\":\"{}\",\"dur\":{},\"depth\":{}"), phase_kind_name(e.site->kind),
+                     e.dur_ns, e.depth);
+      if (e.parent != nullptr) {
+        out.append(std::string_view(",\"parent\":"));
+        out.append(quoted(e.parent));
+      }
+      break;
+    case EventKind::kStepBegin:
+      begin(out, "step_begin", e.wall_ns, e.mono_ns, e.step, e.tid);
+      break;
+    case EventKind::kStepEnd: {
+      begin(out, "step_end", e.wall_ns, e.mono_ns, e.step, e.tid);
+      if (e.dur_ns) fmt::format_to(it, FMT_COMPILE(",\"dur\":{}"), e.dur_ns);
+      const StepScalars& s = e.scalars;
+      if (s.loss) { out.append(std::string_view(",\"loss\":")); json_number_to(out, *s.loss); }
+      if (s.lr) { out.append(std::string_view(",\"lr\":")); json_number_to(out, *s.lr); }
+      if (s.grad_norm) { out.append(std::string_view(",\"grad_norm\":")); json_number_to(out, *s.grad_norm); }
+      if (s.samples) fmt::format_to(it, FMT_COMPILE(",\"samples\":{}"), *s.samples);
+      if (s.tokens) fmt::format_to(it, FMT_COMPILE(",\"tokens\":{}"), *s.tokens);
+      if (s.skipped) out.append(std::string_view(",\"skipped\":true"));
+      break;
+    }
+    case EventKind::kMark:
+      begin(out, "mark", e.wall_ns, e.mono_ns, e.step, e.tid);
+      out.append(std::string_view(",\"name\":"));
+      out.append(quoted(e.site));
+      out.append(std::string_view(",\"value\":"));
+      json_number_to(out, e.value);
+      break;
+    case EventKind::kCollective: {
+      begin(out, "collective", e.wall_ns, e.mono_ns, e.step, e.tid);
+      const int n = e.comm != nullptr ? e.comm->size() : 1;
+      fmt::format_to(it, FMT_COMPILE(",\"op\":\"{}\",\"comm\":"), collective_op_name(e.op));
+      json_escape_to(out, e.comm != nullptr ? std::string_view(e.comm->name()) : std::string_view());
+      fmt::format_to(it,
+                     FMT_COMPILE(",\"comm_id\":{},\"seq\":{},\"count\":{},\"dtype\":\"{}\",\"bytes\":{},\"peer\":{},"
+                                 "\"group_size\":{},\"dur\":{},\"result\":\"{}\",\"fingerprint\":\"{:016x}\""),
+                     e.comm != nullptr ? e.comm->id() : 0, e.seq, e.count, dtype_name(e.dtype),
+                     collective_bytes(e.op, e.count, e.dtype, n), e.peer, n, e.dur_ns, result_name(e.result),
+                     collective_fingerprint(e.op, e.count, e.dtype, e.peer));
+      const Bandwidth bw = collective_bandwidth(e.op, e.count, e.dtype, n, static_cast<double>(e.dur_ns) * 1e-9);
+      out.append(std::string_view(",\"algbw_gbps\":"));
+      json_number_to(out, bw.algbw_gbps);
+      out.append(std::string_view(",\"busbw_gbps\":"));
+      json_number_to(out, bw.busbw_gbps);
+      if (e.parent != nullptr) {
+        out.append(std::string_view(",\"phase\":"));
+        out.append(quoted(e.parent));
+      }
+      break;
+    }
+  }
+  out.push_back('}');
+}
+
+}  // namespace rankscope::detail

@@ -1,0 +1,33 @@
+// One event as one JSON object (the run-log line format), shared by the JSONL
+// sink and flight-recorder dumps so both speak the same schema.
+// Thread-safety: one formatter per thread (it caches escaped names).
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "absl/container/flat_hash_map.h"
+#include "rankscope/export/sink.hpp"
+
+namespace rankscope::detail {
+
+class EventFormatter {
+ public:
+  explicit EventFormatter(int rank = 0) : rank_(rank) {}
+  void set_rank(int rank) { rank_ = rank; }
+  // Appends `{"kind":...}` for `e`, without a trailing newline.
+  void format(const Event& e, fmt::memory_buffer& out);
+  // Appends the fields every line starts with: {"kind":K,"t":..,"mono":..,"rank":..[,"step"][,"tid"]
+  void begin(fmt::memory_buffer& out, std::string_view kind, std::uint64_t wall, std::uint64_t mono,
+             std::int64_t step, std::int32_t tid) const;
+  // The JSON-escaped, quoted name of a site (cached by address).
+  const std::string& quoted(const Site* s);
+
+ private:
+  int rank_;
+  absl::flat_hash_map<const Site*, std::string> names_;
+};
+
+}  // namespace rankscope::detail

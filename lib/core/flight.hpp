@@ -1,0 +1,88 @@
+// Flight recorder internals: the collective ring (multi-producer, lock-free)
+// and the dump builder. See include/rankscope/flight_recorder.hpp.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "clock.hpp"
+#include "event_format.hpp"
+#include "rankscope/collective.hpp"
+#include "rankscope/export/sink.hpp"
+
+namespace rankscope::detail {
+
+enum class FlightState : std::uint8_t { kEmpty = 0, kIssued = 1, kCompleted = 2, kFailed = 3, kTimedOut = 4 };
+const char* flight_state_name(FlightState s);
+
+// Slots are claimed by a global monotonic id (slot = id & mask). The id and
+// state share one atomic word, written last, so a reader can tell a slot that
+// was reused while it read it (the id changed) and a completion can tell that
+// its slot now belongs to a newer collective (its compare-exchange fails).
+struct alignas(64) FlightSlot {
+  std::atomic<std::uint64_t> id_state{0};  // id << 8 | FlightState
+  std::atomic<std::uint64_t> t_issue{0};
+  std::atomic<std::uint64_t> t_end{0};
+  std::atomic<std::uint64_t> seq{0};
+  std::atomic<std::uint64_t> count{0};
+  std::atomic<std::int64_t> step{0};
+  std::atomic<const Site*> phase{nullptr};
+  std::atomic<std::uint32_t> comm_id{0};
+  std::atomic<std::int32_t> peer{-1};
+  std::atomic<std::int32_t> tid{0};
+  std::atomic<std::uint16_t> op_dtype{0};
+};
+
+struct FlightEntry {  // a consistent copy of one slot
+  std::uint64_t id = 0;
+  FlightState state = FlightState::kEmpty;
+  std::uint64_t t_issue = 0, t_end = 0, seq = 0, count = 0;
+  std::int64_t step = 0;
+  const Site* phase = nullptr;
+  std::uint32_t comm_id = 0;
+  std::int32_t peer = -1, tid = 0;
+  CollectiveOp op = CollectiveOp::kOther;
+  DType dtype = DType::kUnknown;
+};
+
+class FlightRing {
+ public:
+  explicit FlightRing(std::uint32_t entries);
+  std::uint64_t issue(const Communicator& c, CollectiveOp op, std::uint64_t seq, std::uint64_t count, DType dtype,
+                      int peer, std::uint64_t t_issue, const Site* phase, std::int32_t tid) noexcept;
+  void complete(std::uint64_t id, std::uint64_t t_end, CollectiveResult r) noexcept;
+  // Oldest first; slots being rewritten during the copy are skipped.
+  std::vector<FlightEntry> snapshot() const;
+  std::uint32_t capacity() const { return static_cast<std::uint32_t>(mask_ + 1); }
+
+ private:
+  std::vector<FlightSlot> slots_;
+  std::uint64_t mask_;
+  std::atomic<std::uint64_t> next_{0};
+};
+
+// Installed at the first init (capacity from that init); leaked at exit.
+void install_flight_ring(std::uint32_t entries);
+
+struct DumpInput {
+  std::string_view reason;
+  const RunContext* context = nullptr;
+  const TickClock* clock = nullptr;
+  Stats stats;
+  std::int64_t step = 0;
+  std::vector<ThreadState*> threads;
+  const absl::flat_hash_map<std::int32_t, std::deque<Event>>* recent = nullptr;
+};
+
+// The dump's JSON document (README: "Flight recorder dump").
+std::string build_flight_dump(const DumpInput& in, EventFormatter& fmt);
+
+std::vector<const Communicator*> all_communicators();
+bool communicator_destroyed(const Communicator& c);
+
+}  // namespace rankscope::detail

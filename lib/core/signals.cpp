@@ -1,0 +1,106 @@
+#include "signals.hpp"
+
+#include <pthread.h>
+#include <signal.h>
+#include <time.h>
+
+#include <cstring>
+
+namespace rankscope::detail {
+
+std::atomic<int> g_signal_request{0};
+std::atomic<std::uint64_t> g_signal_acks{0};
+
+namespace {
+
+constexpr int kSignals[] = {SIGUSR1, SIGTERM, SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+constexpr int kCount = sizeof(kSignals) / sizeof(kSignals[0]);
+struct sigaction g_previous[kCount];
+bool g_installed = false;
+std::atomic<pthread_t> g_bg_thread{};
+std::atomic<bool> g_bg_known{false};
+std::atomic<bool> g_in_terminal{false};
+
+int index_of(int sig) {
+  for (int i = 0; i < kCount; ++i) {
+    if (kSignals[i] == sig) return i;
+  }
+  return -1;
+}
+
+void handler(int sig, siginfo_t* info, void* uctx) {
+  const int saved_errno = errno;
+  const bool on_background = g_bg_known.load(std::memory_order_relaxed) &&
+                             pthread_equal(pthread_self(), g_bg_thread.load(std::memory_order_relaxed));
+  if (sig == SIGUSR1) {
+    g_signal_request.store(sig, std::memory_order_release);
+    errno = saved_errno;
+    return;
+  }
+  // Terminating: only the first one waits for the evidence to be written.
+  if (!on_background && !g_in_terminal.exchange(true)) {
+    const std::uint64_t acks = g_signal_acks.load(std::memory_order_acquire);
+    g_signal_request.store(sig, std::memory_order_release);
+    timespec step{0, 5'000'000};
+    for (int i = 0; i < 400 && g_signal_acks.load(std::memory_order_acquire) == acks; ++i) nanosleep(&step, nullptr);
+  }
+  // Chain: restore whatever was there before us and deliver again.
+  const int idx = index_of(sig);
+  if (idx >= 0) {
+    const struct sigaction& prev = g_previous[idx];
+    if ((prev.sa_flags & SA_SIGINFO) != 0 && prev.sa_sigaction != nullptr) {
+      sigaction(sig, &prev, nullptr);
+      prev.sa_sigaction(sig, info, uctx);
+      errno = saved_errno;
+      return;
+    }
+    sigaction(sig, &prev, nullptr);
+  }
+  errno = saved_errno;
+  raise(sig);
+}
+
+}  // namespace
+
+void set_background_thread_self() {
+  g_bg_thread.store(pthread_self(), std::memory_order_relaxed);
+  g_bg_known.store(true, std::memory_order_release);
+}
+
+void install_signal_handlers() {
+  if (g_installed) return;
+  struct sigaction sa;
+  std::memset(&sa, 0, sizeof(sa));
+  sa.sa_sigaction = handler;
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+  sigemptyset(&sa.sa_mask);
+  for (int i = 0; i < kCount; ++i) sigaction(kSignals[i], &sa, &g_previous[i]);
+  g_in_terminal.store(false);
+  g_installed = true;
+}
+
+void uninstall_signal_handlers() {
+  if (!g_installed) return;
+  for (int i = 0; i < kCount; ++i) {
+    struct sigaction cur;
+    sigaction(kSignals[i], nullptr, &cur);
+    // Only restore if ours is still the one installed (someone may have chained us).
+    if ((cur.sa_flags & SA_SIGINFO) != 0 && cur.sa_sigaction == handler) sigaction(kSignals[i], &g_previous[i], nullptr);
+  }
+  g_installed = false;
+}
+
+const char* signal_name(int sig) {
+  switch (sig) {
+    case SIGUSR1: return "SIGUSR1";
+    case SIGTERM: return "SIGTERM";
+    case SIGSEGV: return "SIGSEGV";
+    case SIGBUS: return "SIGBUS";
+    case SIGFPE: return "SIGFPE";
+    case SIGILL: return "SIGILL";
+    case SIGABRT: return "SIGABRT";
+    default: return "signal";
+  }
+}
+
+}  // namespace rankscope::detail

@@ -1,0 +1,31 @@
+// Signal handling: leave evidence before the process goes away.
+//
+// SIGUSR1: dump the flight recorder, keep running. SIGTERM (what Slurm and
+// torchrun send first) and fatal signals (SIGSEGV, SIGBUS, SIGFPE, SIGILL,
+// SIGABRT): drain and flush the run log, dump the flight recorder, then hand
+// the signal to the handler installed before ours (or the default action).
+//
+// A handler cannot safely format or allocate, so it only sets an atomic
+// request and, for terminating signals, waits (nanosleep, at most 2 s) for the
+// background thread to do the work and acknowledge. If the signal hits the
+// background thread itself, nobody waits.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+namespace rankscope::detail {
+
+void install_signal_handlers();
+void uninstall_signal_handlers();
+
+// Pending request from a signal handler: 0 none, else the signal number.
+extern std::atomic<int> g_signal_request;
+// Incremented by the background thread when it has handled a request.
+extern std::atomic<std::uint64_t> g_signal_acks;
+// The background thread's id, so a signal on it does not wait for itself.
+void set_background_thread_self();
+
+const char* signal_name(int sig);
+
+}  // namespace rankscope::detail
