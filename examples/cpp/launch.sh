@@ -44,16 +44,17 @@ for ((r = 0; r < ranks; r++)); do
   fi
 done
 rm -f "$store"
-((failed == 0)) || exit 1
 
 echo
 echo "== run directory: $run_dir"
 ls -l "$run_dir"
+summary_rc=0
 if [[ -n "$cli" ]]; then
   echo
   echo "== rankscope summary $run_dir"
-  "$cli" summary "$run_dir"
+  "$cli" summary "$run_dir" || summary_rc=$?
 fi
+((failed == 0)) || exit 1
 
 if ((check)); then
   # Every rank logged every step, closed its log, and rank 0 wrote run.json.
@@ -67,8 +68,10 @@ if ((check)); then
     done
     grep -q '"kind":"run_end"' "$log" || { echo "check: rank $r has no run_end" >&2; exit 1; }
   done
-  if [[ -n "$cli" ]]; then
-    "$cli" summary --json "$run_dir" | grep -q "\"missing_ranks\":\[\]" || { echo "check: missing ranks" >&2; exit 1; }
-  fi
+  ((summary_rc == 0)) || { echo "check: rankscope summary reported findings (exit $summary_rc)" >&2; exit 1; }
+  json=$("$cli" summary --json "$run_dir" || true)
+  grep -q '"missing_ranks":\[\]' <<<"$json" || { echo "check: missing ranks" >&2; exit 1; }
+  grep -q "\"comm\":\"world\",\"max_seq\":$((steps + 1)),\"ranks\":\[0" <<<"$json" ||
+    { echo "check: expected $((steps + 1)) collectives on 'world' (steps + final barrier): $json" >&2; exit 1; }
   echo "check: ok ($ranks ranks x $steps steps)"
 fi

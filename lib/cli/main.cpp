@@ -1,6 +1,7 @@
 // `rankscope` — command-line tools over a run directory.
 //   rankscope summary RUN_DIR [--json]
-// Exit codes: 0 ok, 2 the run could not be read.
+// Exit codes: 0 healthy, 1 findings (missing ranks, mismatched or unfinished
+// collectives), 2 the run could not be read.
 #include <cstdio>
 #include <iostream>
 
@@ -29,7 +30,9 @@ int main(int argc, char** argv) {
       return 2;
     }
     std::cout << (json ? rankscope::reader::format_summary_json(*s) : rankscope::reader::format_summary(*s));
-    return 0;
+    bool findings = !s->missing_ranks.empty();
+    for (const auto& c : s->communicators) findings |= c.mismatch_seq != 0 || !c.behind.empty();
+    return findings ? 1 : 0;
   }
   return 0;
 }

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -52,6 +53,15 @@ bool decode(simdjson::dom::parser& parser, const char* p, std::size_t n, LogEven
   if (auto v = opt<std::int64_t>(obj["samples"].get_int64())) e.samples = *v;
   if (auto v = opt<std::uint64_t>(obj["events_dropped"].get_uint64())) e.events_dropped = *v;
   if (auto v = opt<std::uint64_t>(obj["events_recorded"].get_uint64())) e.events_recorded = *v;
+  if (kind == "collective") {
+    if (auto v = opt<std::string_view>(obj["op"].get_string())) e.op = std::string(*v);
+    if (auto v = opt<std::string_view>(obj["comm"].get_string())) e.comm = std::string(*v);
+    if (auto v = opt<std::string_view>(obj["dtype"].get_string())) e.dtype = std::string(*v);
+    if (auto v = opt<std::string_view>(obj["fingerprint"].get_string())) e.fingerprint = std::string(*v);
+    if (auto v = opt<std::string_view>(obj["result"].get_string())) e.result = std::string(*v);
+    if (auto v = opt<std::uint64_t>(obj["seq"].get_uint64())) e.seq = *v;
+    if (auto v = opt<std::uint64_t>(obj["count"].get_uint64())) e.count = *v;
+  }
   return true;
 }
 
@@ -66,6 +76,64 @@ double median(std::vector<double>& v) {
   if (v.empty()) return 0;
   std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
   return v[v.size() / 2];
+}
+
+struct CollInfo {
+  std::string op, dtype, fingerprint, state;
+  std::uint64_t count = 0;
+};
+
+// comm -> seq -> rank -> what that rank issued.
+using CollTable = std::map<std::string, std::map<std::uint64_t, std::map<int, CollInfo>>>;
+
+void add_flight_dump(const std::string& path, int rank, CollTable& table) {
+  simdjson::dom::parser p;
+  simdjson::dom::element doc;
+  if (p.load(path).get(doc) != simdjson::SUCCESS) return;
+  simdjson::dom::array arr;
+  if (doc["collectives"].get_array().get(arr) != simdjson::SUCCESS) return;
+  for (auto c : arr) {
+    std::string_view state, comm, op, dtype, fp;
+    std::uint64_t seq = 0, count = 0;
+    if (c["state"].get_string().get(state) || c["comm"].get_string().get(comm) || c["op"].get_string().get(op) ||
+        c["dtype"].get_string().get(dtype) || c["fingerprint"].get_string().get(fp) ||
+        c["seq"].get_uint64().get(seq) || c["count"].get_uint64().get(count)) {
+      continue;
+    }
+    auto& slot = table[std::string(comm)][seq];
+    if (slot.contains(rank)) continue;  // the run log already has it
+    slot[rank] = CollInfo{std::string(op), std::string(dtype), std::string(fp),
+                          state == "issued" ? "in flight" : std::string(state), count};
+  }
+}
+
+std::vector<CommunicatorCheck> check_collectives(const CollTable& table) {
+  std::vector<CommunicatorCheck> out;
+  for (const auto& [comm, seqs] : table) {
+    CommunicatorCheck c;
+    c.comm = comm;
+    std::map<int, std::uint64_t> last;
+    for (const auto& [seq, by_rank] : seqs) {
+      c.max_seq = std::max(c.max_seq, seq);
+      for (const auto& [rank, info] : by_rank) last[rank] = std::max(last[rank], seq);
+      if (c.mismatch_seq != 0 || by_rank.size() < 2) continue;
+      const std::string& fp0 = by_rank.begin()->second.fingerprint;
+      bool differ = false;
+      for (const auto& [rank, info] : by_rank) differ |= info.fingerprint != fp0;
+      if (!differ) continue;
+      c.mismatch_seq = seq;
+      for (const auto& [rank, info] : by_rank) {
+        c.mismatch_detail.push_back(fmt::format("rank {}: {} count={} {} ({})", rank, info.op, info.count, info.dtype,
+                                                info.state));
+      }
+    }
+    for (const auto& [rank, seq] : last) {
+      c.ranks.push_back(rank);
+      if (seq < c.max_seq) c.behind.emplace_back(rank, seq);
+    }
+    out.push_back(std::move(c));
+  }
+  return out;
 }
 
 }  // namespace
@@ -139,6 +207,7 @@ absl::StatusOr<RunSummary> summarize_run(const std::string& run_dir) {
       if (auto w = opt<std::int64_t>(doc["world_size"].get_int64())) out.world_size = static_cast<int>(*w);
     }
   }
+  CollTable colls;
   for (const auto& entry : fs::directory_iterator(run_dir, ec)) {
     const std::string name = entry.path().filename().string();
     int rank = -1;
@@ -168,12 +237,17 @@ absl::StatusOr<RunSummary> summarize_run(const std::string& run_dir) {
         if (e.events_recorded) r.events_recorded = *e.events_recorded;
         if (e.events_dropped) r.events_dropped = *e.events_dropped;
         if (e.kind == "run_end") r.ended_cleanly = true;
+      } else if (e.kind == "collective") {
+        colls[e.comm][e.seq][rank] =
+            CollInfo{e.op, e.dtype, e.fingerprint, e.result == "ok" ? std::string("completed") : e.result, e.count};
       } else if (e.kind == "run_start") {
         r.host = e.name;
         r.ended_cleanly = false;  // a restart appends a new session
       }
     });
     if (!res.ok()) return res.status();
+    const std::string dump = fmt::format("{}/rank-{}.flight.json", run_dir, rank);
+    if (fs::exists(dump, ec)) add_flight_dump(dump, rank, colls);
     r.lines = res->lines;
     r.bad_lines = res->bad_lines;
     r.torn_tail = res->torn_tail;
@@ -187,6 +261,7 @@ absl::StatusOr<RunSummary> summarize_run(const std::string& run_dir) {
       out.missing_ranks.push_back(rk);
     }
   }
+  out.communicators = check_collectives(colls);
   if (out.ranks.empty()) return absl::NotFoundError(absl::StrCat("no rank-<R>.jsonl files in '", run_dir, "'"));
   return out;
 }
@@ -213,6 +288,19 @@ std::string format_summary(const RunSummary& s) {
   o += "(step ms and phase columns are per-step medians; phases by kind: loader wait, forward, backward, optimizer,\n"
        " checkpoint, collectives, other = step time outside those)\n";
   for (int m : s.missing_ranks) o += fmt::format("rank {}: NO LOG (expected from world_size)\n", m);
+  for (const auto& c : s.communicators) {
+    if (c.mismatch_seq != 0) {
+      o += fmt::format("collectives on '{}': MISMATCH at seq {}: ranks issued different collectives\n", c.comm,
+                       c.mismatch_seq);
+      for (const auto& d : c.mismatch_detail) o += "  " + d + "\n";
+    } else {
+      o += fmt::format("collectives on '{}': {} per rank, sequence numbers and fingerprints agree on {} ranks\n",
+                       c.comm, c.max_seq, c.ranks.size());
+    }
+    for (const auto& [rank, seq] : c.behind) {
+      o += fmt::format("  rank {} stopped at seq {} of {} on '{}'\n", rank, seq, c.max_seq, c.comm);
+    }
+  }
   return o;
 }
 
@@ -230,6 +318,16 @@ std::string format_summary_json(const RunSummary& s) {
       o += fmt::format("{}\"{}\":{:.3f}", k ? "," : "", phase_kind_name(static_cast<PhaseKind>(k)), r.median_kind_ms[k]);
     }
     o += "}}";
+  }
+  o += "],\"communicators\":[";
+  for (std::size_t i = 0; i < s.communicators.size(); ++i) {
+    const auto& c = s.communicators[i];
+    o += fmt::format("{}{{\"comm\":\"{}\",\"max_seq\":{},\"ranks\":[{}],\"mismatch_seq\":{},\"behind\":[", i ? "," : "",
+                     c.comm, c.max_seq, fmt::join(c.ranks, ","), c.mismatch_seq);
+    for (std::size_t j = 0; j < c.behind.size(); ++j) {
+      o += fmt::format("{}{{\"rank\":{},\"seq\":{}}}", j ? "," : "", c.behind[j].first, c.behind[j].second);
+    }
+    o += "]}";
   }
   return o + "]}\n";
 }

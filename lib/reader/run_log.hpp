@@ -34,6 +34,9 @@ struct LogEvent {
   std::optional<std::int64_t> samples;
   std::optional<std::uint64_t> events_dropped;
   std::optional<std::uint64_t> events_recorded;
+  // collective lines
+  std::string op, comm, dtype, fingerprint, result;
+  std::uint64_t seq = 0, count = 0;
   std::string_view raw;
 };
 
@@ -63,11 +66,25 @@ struct RankSummary {
   std::string host;
 };
 
+/// Cross-rank check of one communicator's collectives, from the run logs
+/// (completed ones) and flight-recorder dumps (ones still in flight).
+struct CommunicatorCheck {
+  std::string comm;
+  std::uint64_t max_seq = 0;     // highest sequence number any rank reached
+  std::vector<int> ranks;        // ranks that used it
+  // First sequence number where ranks issued different collectives (0 = none).
+  std::uint64_t mismatch_seq = 0;
+  std::vector<std::string> mismatch_detail;  // "rank 1: all_reduce count=101385 float32 (in flight)"
+  // Ranks that stopped before max_seq: rank -> last sequence number it reached.
+  std::vector<std::pair<int, std::uint64_t>> behind;
+};
+
 struct RunSummary {
   std::string run_dir;
   int world_size = 0;             // from run.json (0 if missing)
   std::vector<RankSummary> ranks;  // by rank
   std::vector<int> missing_ranks;  // rank < world_size without a log
+  std::vector<CommunicatorCheck> communicators;
 };
 
 /// Summarises every rank-<R>.jsonl under `run_dir`.

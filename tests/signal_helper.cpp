@@ -1,0 +1,35 @@
+// Helper process for the signal tests: rank 5 of 8 writing into argv[1], then
+// `abort` (SIGABRT inside an open all-reduce), `term` (SIGTERM) or `usr1`
+// (SIGUSR1, wait for the dump, keep recording, exit 0).
+#include <csignal>
+#include <filesystem>
+#include <string>
+#include <thread>
+
+#include "rankscope/rankscope.hpp"
+
+int main(int argc, char** argv) {
+  if (argc != 3) return 2;
+  const std::string dir = argv[1], mode = argv[2];
+  rankscope::Config cfg;
+  cfg.run_dir = dir;
+  cfg.context.rank = 5;
+  cfg.context.world_size = 8;
+  if (!rankscope::init(cfg).ok()) return 3;
+  auto& world = rankscope::communicator("world", 8, 5);
+  { RANKSCOPE_PHASE("before_crash"); }
+  if (mode == "usr1") {
+    std::raise(SIGUSR1);
+    const std::string dump = dir + "/rank-5.flight.json";
+    for (int i = 0; i < 500 && !std::filesystem::exists(dump); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    { RANKSCOPE_PHASE("after_usr1"); }
+    rankscope::shutdown();
+    return std::filesystem::exists(dump) ? 0 : 4;
+  }
+  RANKSCOPE_PHASE("all_reduce");
+  rankscope::CollectiveSpan span(world, rankscope::CollectiveOp::kAllReduce, 10, rankscope::DType::kFloat32);
+  std::raise(mode == "term" ? SIGTERM : SIGABRT);
+  return 5;  // not reached: the default action terminates
+}

@@ -1,0 +1,329 @@
+#include <catch2/catch.hpp>
+#include <simdjson.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <csignal>
+#include <set>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "capture_sink.hpp"
+#include "rankscope/rankscope.hpp"
+#include "run_log.hpp"
+#include "temp_dir.hpp"
+
+using namespace rankscope;
+using rankscope::test::ScopedRuntime;
+using rankscope::test::TempDir;
+
+namespace {
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+Config file_config(const std::string& dir) {
+  Config cfg;
+  cfg.run_dir = dir;
+  cfg.context.rank = 0;
+  cfg.context.world_size = 1;
+  return cfg;
+}
+}  // namespace
+
+TEST_CASE("bytes and bus-bandwidth factors follow nccl-tests for every op", "[collective]") {
+  const int n = 8;
+  const std::uint64_t count = 1000;
+  // S: the whole array for AllGather / ReduceScatter / AllToAll (count is per rank).
+  CHECK(collective_bytes(CollectiveOp::kAllReduce, count, DType::kFloat32, n) == 4000);
+  CHECK(collective_bytes(CollectiveOp::kBroadcast, count, DType::kFloat32, n) == 4000);
+  CHECK(collective_bytes(CollectiveOp::kReduce, count, DType::kFloat32, n) == 4000);
+  CHECK(collective_bytes(CollectiveOp::kAllGather, count, DType::kFloat32, n) == 32000);
+  CHECK(collective_bytes(CollectiveOp::kReduceScatter, count, DType::kBFloat16, n) == 16000);
+  CHECK(collective_bytes(CollectiveOp::kAllToAll, count, DType::kFloat64, n) == 64000);
+  CHECK(collective_bytes(CollectiveOp::kSend, count, DType::kInt8, n) == 1000);
+  CHECK(collective_bytes(CollectiveOp::kRecv, count, DType::kInt64, n) == 8000);
+  CHECK(collective_bytes(CollectiveOp::kBarrier, 0, DType::kUnknown, n) == 0);
+
+  CHECK(bus_bandwidth_factor(CollectiveOp::kAllReduce, n) == Approx(2.0 * 7 / 8));
+  CHECK(bus_bandwidth_factor(CollectiveOp::kReduceScatter, n) == Approx(7.0 / 8));
+  CHECK(bus_bandwidth_factor(CollectiveOp::kAllGather, n) == Approx(7.0 / 8));
+  CHECK(bus_bandwidth_factor(CollectiveOp::kAllToAll, n) == Approx(7.0 / 8));
+  CHECK(bus_bandwidth_factor(CollectiveOp::kBroadcast, n) == 1.0);
+  CHECK(bus_bandwidth_factor(CollectiveOp::kReduce, n) == 1.0);
+  CHECK(bus_bandwidth_factor(CollectiveOp::kSend, n) == 1.0);
+  CHECK(bus_bandwidth_factor(CollectiveOp::kRecv, n) == 1.0);
+  CHECK(bus_bandwidth_factor(CollectiveOp::kAllReduce, 1) == 0.0);
+
+  // 1 GB all-reduce in 1 s on 8 ranks: algbw 1 GB/s, busbw 1.75 GB/s.
+  const auto bw = collective_bandwidth(CollectiveOp::kAllReduce, 250'000'000, DType::kFloat32, 8, 1.0);
+  CHECK(bw.algbw_gbps == Approx(1.0));
+  CHECK(bw.busbw_gbps == Approx(1.75));
+  CHECK(collective_bandwidth(CollectiveOp::kAllReduce, 1, DType::kFloat32, 8, 0.0).algbw_gbps == 0.0);
+}
+
+TEST_CASE("fingerprints are stable and tell collectives apart", "[collective]") {
+  const auto a = collective_fingerprint(CollectiveOp::kAllReduce, 100, DType::kFloat32, -1);
+  CHECK(a == collective_fingerprint(CollectiveOp::kAllReduce, 100, DType::kFloat32, -1));
+  CHECK(a != collective_fingerprint(CollectiveOp::kAllReduce, 99, DType::kFloat32, -1));
+  CHECK(a != collective_fingerprint(CollectiveOp::kAllReduce, 100, DType::kFloat16, -1));
+  CHECK(a != collective_fingerprint(CollectiveOp::kBroadcast, 100, DType::kFloat32, -1));
+  CHECK(collective_fingerprint(CollectiveOp::kBroadcast, 100, DType::kFloat32, 0) !=
+        collective_fingerprint(CollectiveOp::kBroadcast, 100, DType::kFloat32, 1));
+  // Golden value: triage and outside tools compare fingerprints across
+  // processes, builds and languages, so the function must never change.
+  CHECK(fmt::format("{:016x}", a) == GOLDEN_FINGERPRINT);
+}
+
+TEST_CASE("spans take per-communicator sequence numbers and record everything", "[collective]") {
+  ScopedRuntime rt;
+  auto& world = communicator("test_world_a", 4, 2);
+  auto& tp = communicator("test_tp_a", 2, 0);
+  CHECK(&communicator("test_world_a", 4, 2) == &world);
+  begin_step(3);
+  {
+    RANKSCOPE_PHASE("all_reduce_grads");
+    CollectiveSpan s(world, CollectiveOp::kAllReduce, 1024, DType::kFloat32);
+    CHECK(s.sequence() == 1);
+  }
+  { CollectiveSpan s(tp, CollectiveOp::kAllGather, 10, DType::kBFloat16); }
+  {
+    CollectiveSpan s(world, CollectiveOp::kBroadcast, 5, DType::kInt64, /*root=*/0);
+    s.set_result(CollectiveResult::kFailed);
+  }
+  CHECK(world.issued() == 2);
+  CHECK(world.completed() == 2);
+  CHECK(tp.issued() == 1);
+  REQUIRE(flush());
+  auto cs = rt.sink->of_kind(EventKind::kCollective);
+  REQUIRE(cs.size() == 3);
+  CHECK(cs[0].comm == &world);
+  CHECK(cs[0].seq == 1);
+  CHECK(cs[0].op == CollectiveOp::kAllReduce);
+  CHECK(cs[0].count == 1024);
+  CHECK(cs[0].step == 3);
+  REQUIRE(cs[0].parent != nullptr);
+  CHECK(std::string(cs[0].parent->name) == "all_reduce_grads");
+  CHECK(cs[1].comm == &tp);
+  CHECK(cs[1].seq == 1);
+  CHECK(cs[1].parent == nullptr);
+  CHECK(cs[2].seq == 2);
+  CHECK(cs[2].peer == 0);
+  CHECK(cs[2].result == CollectiveResult::kFailed);
+}
+
+TEST_CASE("threads issuing on one communicator get unique sequence numbers", "[collective]") {
+  ScopedRuntime rt;
+  auto& c = communicator("test_threads_comm", 2, 0);
+  std::vector<std::thread> ts;
+  for (int t = 0; t < 4; ++t) {
+    ts.emplace_back([&c] {
+      for (int i = 0; i < 500; ++i) {
+        CollectiveSpan s(c, CollectiveOp::kAllReduce, 1, DType::kFloat32);
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  REQUIRE(flush());
+  std::set<std::uint64_t> seqs;
+  for (const auto& e : rt.sink->of_kind(EventKind::kCollective)) seqs.insert(e.seq);
+  CHECK(seqs.size() == 2000);
+  CHECK(*seqs.rbegin() == 2000);
+}
+
+TEST_CASE("communicators registered by handle: leaks show up as a growing count", "[collective]") {
+  int a = 0, b = 0;
+  const auto before = live_communicators();
+  auto& ca = register_communicator(&a, "test_handle", 8, 1);
+  auto& cb = register_communicator(&b, "test_handle", 8, 1);
+  CHECK(&ca != &cb);
+  CHECK(cb.name() == "test_handle#1");
+  CHECK(communicator_for(&a) == &ca);
+  CHECK(live_communicators() == before + 2);
+  release_communicator(&a);
+  CHECK(communicator_for(&a) == nullptr);
+  CHECK(live_communicators() == before + 1);
+  release_communicator(&b);
+  CHECK(live_communicators() == before);
+}
+
+TEST_CASE("collective lines in the run log carry bytes, bandwidth and fingerprint", "[collective][jsonl]") {
+  TempDir tmp;
+  REQUIRE(init(file_config(tmp.path)).ok());
+  auto& c = communicator("test_log_comm", 4, 0);
+  { CollectiveSpan s(c, CollectiveOp::kAllGather, 256, DType::kFloat16); }
+  shutdown();
+  const std::string log = slurp(tmp.path + "/rank-0.jsonl");
+  const auto fp = fmt::format("{:016x}", collective_fingerprint(CollectiveOp::kAllGather, 256, DType::kFloat16, -1));
+  CHECK_THAT(log, Catch::Contains(R"("kind":"collective")") && Catch::Contains(R"("op":"all_gather")") &&
+                      Catch::Contains(R"("comm":"test_log_comm")") && Catch::Contains(R"("bytes":2048)") &&
+                      Catch::Contains(R"("group_size":4)") && Catch::Contains(R"("result":"ok")") &&
+                      Catch::Contains("\"fingerprint\":\"" + fp + "\"") && Catch::Contains("busbw_gbps"));
+}
+
+TEST_CASE("a collective outside any phase counts as collective step time", "[collective][step]") {
+  ScopedRuntime rt;
+  auto& c = communicator("test_breakdown_comm", 2, 0);
+  begin_step(1);
+  {
+    CollectiveSpan s(c, CollectiveOp::kAllReduce, 1, DType::kFloat32);
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));
+  }
+  end_step();
+  REQUIRE(flush());
+  CHECK(last_step_breakdown().by_kind_ns[static_cast<int>(PhaseKind::kCollective)] >= 3'000'000);
+}
+
+TEST_CASE("the flight recorder dump shows in-flight collectives and open phases", "[flight]") {
+  TempDir tmp;
+  REQUIRE(init(file_config(tmp.path)).ok());
+  auto& c = communicator("test_flight_comm", 4, 3);
+  begin_step(42);
+  { CollectiveSpan done(c, CollectiveOp::kAllReduce, 100, DType::kFloat32); }
+  { RANKSCOPE_PHASE("forward"); }
+  std::string path;
+  {
+    RANKSCOPE_PHASE("all_reduce");
+    CollectiveSpan stuck(c, CollectiveOp::kAllReduce, 100, DType::kFloat32);
+    auto p = dump_flight_recorder("test");
+    REQUIRE(p.ok());
+    path = *p;
+  }
+  shutdown();
+  CHECK(path == tmp.path + "/rank-0.flight.json");
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc;
+  REQUIRE(parser.load(path).get(doc) == simdjson::SUCCESS);
+  CHECK(int64_t(doc["schema"]) == kFlightRecorderSchema);
+  CHECK(std::string_view(doc["reason"]) == "test");
+  CHECK(int64_t(doc["step"]) == 42);
+  bool found_issued = false, found_completed = false;
+  for (auto e : doc["collectives"].get_array()) {
+    if (std::string_view(e["comm"]) != "test_flight_comm") continue;
+    if (std::string_view(e["state"]) == "issued") {
+      found_issued = true;
+      CHECK(uint64_t(e["seq"]) == 2);
+      CHECK(std::string_view(e["phase"]) == "all_reduce");
+      CHECK(uint64_t(e["age_ns"]) > 0);
+    }
+    if (std::string_view(e["state"]) == "completed") found_completed = uint64_t(e["seq"]) == 1;
+  }
+  CHECK(found_issued);
+  CHECK(found_completed);
+  bool open_all_reduce = false;
+  for (auto p : doc["open_phases"].get_array()) open_all_reduce |= std::string_view(p["name"]) == "all_reduce";
+  CHECK(open_all_reduce);
+  bool recent_forward = false;
+  for (auto e : doc["recent_events"].get_array()) {
+    recent_forward |= std::string_view(e["kind"]) == "phase" && std::string_view(e["name"]) == "forward";
+  }
+  CHECK(recent_forward);
+  bool comm_listed = false;
+  for (auto cm : doc["communicators"].get_array()) {
+    if (std::string_view(cm["name"]) == "test_flight_comm") {
+      comm_listed = true;
+      CHECK(uint64_t(cm["issued"]) == 2);
+      CHECK(uint64_t(cm["completed"]) == 1);
+    }
+  }
+  CHECK(comm_listed);
+}
+
+TEST_CASE("the flight recorder ring keeps the newest entries when it wraps", "[flight]") {
+  TempDir tmp;
+  auto cfg = file_config(tmp.path);
+  REQUIRE(init(cfg).ok());
+  auto& c = communicator("test_wrap_comm", 2, 0);
+  for (int i = 0; i < 5000; ++i) {
+    CollectiveSpan s(c, CollectiveOp::kAllReduce, static_cast<std::uint64_t>(i), DType::kFloat32);
+  }
+  auto p = dump_flight_recorder("wrap");
+  REQUIRE(p.ok());
+  shutdown();
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc;
+  REQUIRE(parser.load(*p).get(doc) == simdjson::SUCCESS);
+  std::uint64_t n = 0, max_seq = 0, min_seq = ~0ull;
+  for (auto e : doc["collectives"].get_array()) {
+    if (std::string_view(e["comm"]) != "test_wrap_comm") continue;
+    ++n;
+    max_seq = std::max<std::uint64_t>(max_seq, uint64_t(e["seq"]));
+    min_seq = std::min<std::uint64_t>(min_seq, uint64_t(e["seq"]));
+  }
+  CHECK(max_seq == 5000);
+  CHECK(n <= 2048);
+  CHECK(n >= 2000);
+  CHECK(min_seq > 5000 - 2048);
+}
+
+TEST_CASE("dumping without a running runtime or run directory is a clear error", "[flight]") {
+  shutdown();
+  auto p = dump_flight_recorder("nothing");
+  REQUIRE_FALSE(p.ok());
+  CHECK_THAT(std::string(p.status().message()), Catch::Contains("not running"));
+  ScopedRuntime rt;  // no run directory
+  auto q = dump_flight_recorder("no dir");
+  REQUIRE_FALSE(q.ok());
+  CHECK_THAT(std::string(q.status().message()), Catch::Contains("run directory"));
+}
+
+TEST_CASE("bad flight recorder size is an init error", "[flight]") {
+  shutdown();
+  Config cfg;
+  cfg.write_run_log = false;
+  cfg.flight_recorder_entries = 1000;
+  auto st = init(cfg);
+  REQUIRE_FALSE(st.ok());
+  CHECK_THAT(std::string(st.message()), Catch::Contains("power of two"));
+}
+
+
+namespace {
+// Runs the signal helper (a separate process: init() is refused in a forked
+// child by design) and returns its wait status.
+int run_helper(const std::string& dir, const char* mode) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::execl(RANKSCOPE_SIGNAL_HELPER, RANKSCOPE_SIGNAL_HELPER, dir.c_str(), mode, static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return status;
+}
+}  // namespace
+
+TEST_CASE("a fatal signal flushes the run log and dumps before the default action", "[flight][signals]") {
+  TempDir tmp;
+  const int status = run_helper(tmp.path, "abort");
+  REQUIRE(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGABRT);  // the default action still happens
+  const std::string log = slurp(tmp.path + "/rank-5.jsonl");
+  CHECK_THAT(log, Catch::Contains(R"("name":"before_crash")"));  // recorded < 20 ms before: not lost
+  const std::string dump = slurp(tmp.path + "/rank-5.flight.json");
+  CHECK_THAT(dump, Catch::Contains(R"("reason":"signal SIGABRT")") && Catch::Contains(R"("state":"issued")") &&
+                       Catch::Contains(R"("name":"all_reduce")"));
+}
+
+TEST_CASE("SIGTERM flushes and dumps, then terminates as before", "[flight][signals]") {
+  TempDir tmp;
+  const int status = run_helper(tmp.path, "term");
+  REQUIRE(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGTERM);
+  CHECK_THAT(slurp(tmp.path + "/rank-5.flight.json"), Catch::Contains(R"("reason":"signal SIGTERM")"));
+  CHECK_THAT(slurp(tmp.path + "/rank-5.jsonl"), Catch::Contains(R"("name":"before_crash")"));
+}
+
+TEST_CASE("SIGUSR1 dumps on demand and the process keeps running", "[flight][signals]") {
+  TempDir tmp;
+  const int status = run_helper(tmp.path, "usr1");
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK_THAT(slurp(tmp.path + "/rank-5.flight.json"), Catch::Contains(R"("reason":"signal SIGUSR1")"));
+  CHECK_THAT(slurp(tmp.path + "/rank-5.jsonl"), Catch::Contains(R"("name":"after_usr1")"));
+}
