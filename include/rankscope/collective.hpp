@@ -43,6 +43,7 @@ enum class CollectiveOp : std::uint8_t {
   kSend,
   kRecv,
   kBarrier,
+  kGroup,  // an NCCL group (GroupStart..GroupEnd); count = member operations
   kOther,
 };
 std::string_view collective_op_name(CollectiveOp op) noexcept;
@@ -144,9 +145,12 @@ namespace detail {
 std::uint64_t flight_issue(const Communicator& c, CollectiveOp op, std::uint64_t seq, std::uint64_t count, DType dtype,
                            int peer, std::uint64_t t_issue, const Site* phase, std::int32_t tid) noexcept;
 void flight_complete(std::uint64_t id, std::uint64_t t_end, CollectiveResult r) noexcept;
+// Writes the span's record; when `device`, `error` or `in_group` is set a
+// kCollectiveExtra record follows in the same reservation.
 void record_collective(ThreadState* st, const Communicator& c, CollectiveOp op, std::uint64_t seq,
                        std::uint64_t count, DType dtype, int peer, std::uint64_t t0, std::uint64_t t1,
-                       CollectiveResult r, const Site* phase) noexcept;
+                       CollectiveResult r, const Site* phase, const void* device = nullptr,
+                       std::uint64_t flight_id = 0, const Site* error = nullptr, bool in_group = false) noexcept;
 inline const Site* current_phase(ThreadState* st) noexcept {
   const int d = st->depth;
   return (d > 0 && d <= kMaxOpenPhases) ? st->open[d - 1].site.load(std::memory_order_relaxed) : nullptr;

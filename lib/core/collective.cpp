@@ -21,6 +21,7 @@ std::string_view collective_op_name(CollectiveOp op) noexcept {
     case CollectiveOp::kSend: return "send";
     case CollectiveOp::kRecv: return "recv";
     case CollectiveOp::kBarrier: return "barrier";
+    case CollectiveOp::kGroup: return "group";
     case CollectiveOp::kOther: break;
   }
   return "other";
@@ -67,6 +68,7 @@ std::uint64_t collective_bytes(CollectiveOp op, std::uint64_t count, DType dtype
     case CollectiveOp::kAllToAll:
       return per * n;  // S is the whole array: the per-rank count times n (nccl-tests)
     case CollectiveOp::kBarrier:
+    case CollectiveOp::kGroup:
       return 0;
     default:
       return per;
@@ -80,7 +82,8 @@ double bus_bandwidth_factor(CollectiveOp op, int group_size) noexcept {
     case CollectiveOp::kReduceScatter:
     case CollectiveOp::kAllGather:
     case CollectiveOp::kAllToAll: return (n - 1) / n;
-    case CollectiveOp::kBarrier: return 0.0;
+    case CollectiveOp::kBarrier:
+    case CollectiveOp::kGroup: return 0.0;
     default: return 1.0;
   }
 }
@@ -201,8 +204,10 @@ bool communicator_destroyed(const Communicator& c) { return CommunicatorRegistry
 
 void record_collective(ThreadState* st, const Communicator& c, CollectiveOp op, std::uint64_t seq, std::uint64_t count,
                        DType dtype, int peer, std::uint64_t t0, std::uint64_t t1, CollectiveResult r,
-                       const Site* phase) noexcept {
-  if (!st->try_reserve(1)) return;
+                       const Site* phase, const void* device, std::uint64_t flight_id, const Site* error,
+                       bool in_group) noexcept {
+  const bool extra = device != nullptr || error != nullptr || in_group;
+  if (!st->try_reserve(extra ? 2 : 1)) return;
   Record& rec = st->slot(0);
   rec.t0 = t0;
   rec.t1 = t1;
@@ -215,7 +220,21 @@ void record_collective(ThreadState* st, const Communicator& c, CollectiveOp op, 
   rec.v[0].i = static_cast<std::int64_t>(seq);
   rec.v[1].i = static_cast<std::int64_t>(count);
   rec.v[2].ptr = &c;
-  st->commit(1);
+  if (extra) {
+    Record& x = st->slot(1);
+    x.t0 = t0;
+    x.t1 = t1;
+    x.site = nullptr;
+    x.step = rec.step;
+    x.kind = RecordKind::kCollectiveExtra;
+    x.depth = 0;
+    x.aux = in_group ? 1 : 0;
+    x.pad = 0;
+    x.v[0].ptr = device;
+    x.v[1].i = static_cast<std::int64_t>(flight_id);
+    x.v[2].site = error;
+  }
+  st->commit(extra ? 2 : 1);
 }
 
 }  // namespace detail

@@ -91,8 +91,23 @@ void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
         out.append(std::string_view(",\"phase\":"));
         out.append(quoted(e.parent));
       }
+      if (e.device_timed) fmt::format_to(it, FMT_COMPILE(",\"timing\":\"device\",\"enqueue_ns\":{}"), e.enqueue_ns);
+      if (e.in_group) out.append(std::string_view(",\"in_group\":true"));
+      if (e.error != nullptr) {
+        out.append(std::string_view(",\"error\":"));
+        json_escape_to(out, e.error);
+      }
       break;
     }
+    case EventKind::kCommError:
+      begin(out, "comm_error", e.wall_ns, e.mono_ns, e.step, e.tid);
+      out.append(std::string_view(",\"comm\":"));
+      json_escape_to(out, e.comm != nullptr ? std::string_view(e.comm->name()) : std::string_view());
+      fmt::format_to(it, FMT_COMPILE(",\"comm_id\":{},\"last_seq\":{}"), e.comm != nullptr ? e.comm->id() : 0,
+                     e.comm != nullptr ? e.comm->issued() : 0);
+      out.append(std::string_view(",\"error\":"));
+      json_escape_to(out, e.error != nullptr ? e.error : "");
+      break;
   }
   out.push_back('}');
 }

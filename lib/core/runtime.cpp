@@ -33,6 +33,7 @@
 #include "metrics_registry.hpp"
 #include "rankscope/config.hpp"
 #include "rankscope/detail/clock.hpp"
+#include "rankscope/detail/extension.hpp"
 #include "rankscope/detail/gate.hpp"
 #include "rankscope/detail/thread_state.hpp"
 #include "rankscope/export/jsonl.hpp"
@@ -64,6 +65,8 @@ constexpr std::size_t kBatch = 4096;
 constexpr std::chrono::milliseconds kDefaultDrainInterval{20};
 
 std::atomic<std::uint64_t> g_inactive_calls{0};
+std::atomic<detail::DeferCollective> g_defer{nullptr};
+std::atomic<detail::Poller> g_poller{nullptr};
 thread_local bool t_thread_exited = false;
 
 struct ThreadExitGuard {
@@ -117,6 +120,7 @@ class Runtime {
     if (phase_ == Phase::kRunning) phase_ = Phase::kForkedChild;
   }
 
+  const detail::TickClock& clock() const { return clock_; }
   RunContext context_;
   std::string run_dir_;
   std::mutex bd_mu_;
@@ -126,6 +130,7 @@ class Runtime {
   void run_background();
   std::size_t drain_all(std::vector<Event>& batch);
   void deliver(std::vector<Event>& batch);
+  void remember(const Event& e);  // keeps the last events per thread for dumps
   void export_metrics_now();
   void decode(ThreadState* st, const Record& r, const Record* next, std::vector<Event>& batch);
   absl::Status write_run_json(const Config& cfg, std::uint64_t wall);
@@ -477,16 +482,31 @@ void Runtime::decode(ThreadState* st, const Record& r, const Record* next, std::
       e.dur_ns = clock_.ticks_to_ns(r.t1 - r.t0);
       // A collective outside any phase is still step time spent communicating.
       if (e.parent == nullptr) breakdown_.on_phase(e.tid, 0, PhaseKind::kCollective, e.mono_ns, e.dur_ns);
+      if (next != nullptr && next->kind == RecordKind::kCollectiveExtra) {
+        e.in_group = (next->aux & 1) != 0;
+        e.error = next->v[2].site != nullptr ? next->v[2].site->name : nullptr;
+        e.flight_id = static_cast<std::uint64_t>(next->v[1].i);
+        if (next->v[0].ptr != nullptr) {
+          e.enqueue_ns = e.dur_ns;
+          auto defer = g_defer.load(std::memory_order_acquire);
+          if (defer != nullptr && defer(e, next->v[0].ptr)) return;  // emitted when the device finishes
+        }
+      }
       break;
+    case RecordKind::kCollectiveExtra:
+      return;  // folded into the preceding kCollective
     case RecordKind::kStepCounts:
       return;  // folded into the preceding kStepEnd
   }
-  if (recent_per_thread_ > 0) {
-    std::deque<Event>& q = recent_[e.tid];
-    if (q.size() >= recent_per_thread_) q.pop_front();
-    q.push_back(e);
-  }
+  remember(e);
   batch.push_back(e);
+}
+
+void Runtime::remember(const Event& e) {
+  if (recent_per_thread_ == 0) return;
+  std::deque<Event>& q = recent_[e.tid];
+  if (q.size() >= recent_per_thread_) q.pop_front();
+  q.push_back(e);
 }
 
 void Runtime::deliver(std::vector<Event>& batch) {
@@ -520,6 +540,11 @@ std::size_t Runtime::drain_all(std::vector<Event>& batch) {
       }
     }
     st->tail.store(tail, std::memory_order_release);
+  }
+  if (auto poll = g_poller.load(std::memory_order_acquire)) {
+    const std::size_t before = batch.size();
+    poll(batch);
+    for (std::size_t i = before; i < batch.size(); ++i) remember(batch[i]);
   }
   deliver(batch);
   recorded_.fetch_add(n, std::memory_order_relaxed);
@@ -688,6 +713,16 @@ void Runtime::run_background() {
 namespace detail {
 
 void count_inactive_call() noexcept { g_inactive_calls.fetch_add(1, std::memory_order_relaxed); }
+
+void set_collective_extension(DeferCollective defer, Poller poll) noexcept {
+  g_defer.store(defer, std::memory_order_release);
+  g_poller.store(poll, std::memory_order_release);
+}
+EventTime convert_ticks(std::uint64_t ticks) noexcept {
+  const auto t = Runtime::get().clock().convert(ticks);
+  return {t.mono_ns, t.wall_ns};
+}
+std::uint64_t ticks_to_ns(std::uint64_t dticks) noexcept { return Runtime::get().clock().ticks_to_ns(dticks); }
 
 void observe_ungated(Histogram& h, double v) noexcept { h.observe_impl(v); }
 

@@ -22,6 +22,8 @@ enum class RecordKind : std::uint8_t {
   kStepCounts = 5, // follows kStepEnd in the same ring: i[0] samples, i[1] tokens
   kCollective = 6, // t0 issue .. t1 completion; site = enclosing phase; v: seq, count,
                    // communicator; aux = op | dtype << 8; pad = peer; depth = result
+  kCollectiveExtra = 7,  // optionally follows kCollective: ptr device timing handle,
+                         // i flight id, site interned error text; aux bit 0 = in a group
 };
 
 union RecordValue {

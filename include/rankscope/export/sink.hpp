@@ -21,7 +21,7 @@
 
 namespace rankscope {
 
-enum class EventKind : std::uint8_t { kPhase, kStepBegin, kStepEnd, kMark, kCollective };
+enum class EventKind : std::uint8_t { kPhase, kStepBegin, kStepEnd, kMark, kCollective, kCommError };
 
 /// One decoded record. Times are nanoseconds; wall = since the Unix epoch.
 struct Event {
@@ -44,6 +44,11 @@ struct Event {
   CollectiveOp op = CollectiveOp::kOther;
   DType dtype = DType::kUnknown;
   CollectiveResult result = CollectiveResult::kOk;
+  bool device_timed = false;     // dur_ns measured on the device (CUDA events)
+  bool in_group = false;         // issued inside an NCCL group
+  std::uint64_t enqueue_ns = 0;  // host time inside the call (device-timed collectives)
+  const char* error = nullptr;   // failed collectives / comm errors: the backend's message
+  std::uint64_t flight_id = 0;   // internal: the collective's flight-recorder entry
 };
 
 /// Static facts about the run handed to sinks once, before any event.
