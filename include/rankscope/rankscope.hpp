@@ -5,6 +5,7 @@
 #include "rankscope/config.hpp"
 #include "rankscope/context.hpp"
 #include "rankscope/flight_recorder.hpp"
+#include "rankscope/heartbeat.hpp"
 #include "rankscope/metrics.hpp"
 #include "rankscope/runtime.hpp"
 #include "rankscope/site.hpp"

@@ -53,6 +53,12 @@ struct Config {
   /// SIGUSR1 dumps the flight recorder; SIGTERM and fatal signals flush the
   /// run log and dump before the previous handler runs (RANKSCOPE_SIGNALS=0 to opt out).
   bool install_signal_handlers = true;
+  /// No progress for this long is a stall (RANKSCOPE_STALL_TIMEOUT, seconds, default 300).
+  std::optional<std::chrono::milliseconds> stall_timeout;
+  /// Liveness heartbeat period (RANKSCOPE_HEARTBEAT_INTERVAL, seconds, default 1).
+  std::optional<std::chrono::milliseconds> heartbeat_interval;
+  /// A step this many times slower than usual is reported as slow (RANKSCOPE_SLOW_FACTOR, default 10).
+  std::optional<double> slow_factor;
   /// How often the background thread takes a metrics snapshot into the run log.
   std::chrono::milliseconds metrics_interval{10000};
   /// Extra sinks (tests, custom exporters); called on the background thread.

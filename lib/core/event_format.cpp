@@ -99,6 +99,24 @@ void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
       }
       break;
     }
+    case EventKind::kProgress:
+      begin(out, "progress", e.wall_ns, e.mono_ns, e.step, e.tid);
+      break;
+    case EventKind::kStall:
+    case EventKind::kStallEnd:
+    case EventKind::kSlowStep:
+      begin(out, e.kind == EventKind::kStall ? "stall" : (e.kind == EventKind::kStallEnd ? "stall_end" : "slow_step"),
+            e.wall_ns, e.mono_ns, e.step, e.tid);
+      fmt::format_to(it, FMT_COMPILE(",\"dur\":{}"), e.dur_ns);
+      if (e.error != nullptr) {
+        out.append(std::string_view(",\"inside\":"));
+        json_escape_to(out, e.error);
+      }
+      if (e.fields_json != nullptr) {
+        out.push_back(',');
+        out.append(std::string_view(e.fields_json));
+      }
+      break;
     case EventKind::kCommError:
       begin(out, "comm_error", e.wall_ns, e.mono_ns, e.step, e.tid);
       out.append(std::string_view(",\"comm\":"));

@@ -68,6 +68,7 @@ class FlightRing {
 
 // Installed at the first init (capacity from that init); leaked at exit.
 void install_flight_ring(std::uint32_t entries);
+const FlightRing* flight_ring();
 
 struct DumpInput {
   std::string_view reason;

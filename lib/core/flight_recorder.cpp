@@ -101,6 +101,8 @@ void install_flight_ring(std::uint32_t entries) {
   g_flight.store(new FlightRing(entries), std::memory_order_release);  // leaked on purpose
 }
 
+const FlightRing* flight_ring() { return g_flight.load(std::memory_order_acquire); }
+
 std::uint64_t flight_issue(const Communicator& c, CollectiveOp op, std::uint64_t seq, std::uint64_t count, DType dtype,
                            int peer, std::uint64_t t_issue, const Site* phase, std::int32_t tid) noexcept {
   FlightRing* r = g_flight.load(std::memory_order_acquire);

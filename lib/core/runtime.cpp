@@ -42,6 +42,8 @@
 #include "registry.hpp"
 #include "signals.hpp"
 #include "step_breakdown.hpp"
+#include "watchdog.hpp"
+#include "rankscope/heartbeat.hpp"
 
 namespace rankscope::detail {
 std::atomic<std::uint8_t> g_gate{kInactive};
@@ -121,6 +123,7 @@ class Runtime {
   }
 
   const detail::TickClock& clock() const { return clock_; }
+  HeartbeatStatus heartbeat() { return watchdog_.status(); }
   RunContext context_;
   std::string run_dir_;
   std::mutex bd_mu_;
@@ -164,6 +167,9 @@ class Runtime {
   detail::StepBreakdownBuilder breakdown_;
   absl::flat_hash_map<std::int32_t, std::deque<Event>> recent_;  // last events per thread, for dumps
   detail::EventFormatter dump_fmt_;
+  detail::Watchdog watchdog_;
+  detail::WatchdogConfig watchdog_cfg_;
+  std::vector<Event> extra_;  // events derived while decoding (slow steps), delivered with the batch
   std::atomic<std::uint64_t> recorded_{0};
   std::atomic<std::uint64_t> export_errors_{0};  // sum over sinks, updated by the drain
   std::uint64_t last_metrics_mono_ = 0;
@@ -183,6 +189,17 @@ absl::StatusOr<bool> parse_bool_env(const char* name) {
   if (s == "1" || s == "true" || s == "on" || s == "yes") return true;
   if (s == "0" || s == "false" || s == "off" || s == "no") return false;
   return absl::InvalidArgumentError(absl::StrCat(name, "='", v, "' is not a boolean (use 1/0, true/false, on/off)"));
+}
+
+// Seconds from the environment ("300", "0.5"); `fallback` when unset.
+absl::StatusOr<double> env_seconds(const char* name, double fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  double d = 0;
+  if (!absl::SimpleAtod(v, &d) || !(d > 0) || d > 1e7) {
+    return absl::InvalidArgumentError(absl::StrCat(name, "='", v, "' is not a positive number of seconds"));
+  }
+  return d;
 }
 
 absl::Status make_dirs(const std::string& dir) {
@@ -308,6 +325,29 @@ absl::Status Runtime::init(const Config& cfg) {
     if (!v.ok()) return v.status();
     signals = signals && *v;
   }
+  auto stall_s = env_seconds("RANKSCOPE_STALL_TIMEOUT", 300.0);
+  if (!stall_s.ok()) return stall_s.status();
+  auto beat_s = env_seconds("RANKSCOPE_HEARTBEAT_INTERVAL", 1.0);
+  if (!beat_s.ok()) return beat_s.status();
+  double slow_factor = 10.0;
+  if (cfg.slow_factor) {
+    slow_factor = *cfg.slow_factor;
+  } else if (const char* v = std::getenv("RANKSCOPE_SLOW_FACTOR"); v && *v) {
+    if (!absl::SimpleAtod(v, &slow_factor)) slow_factor = -1;
+    if (!(slow_factor > 1)) {
+      return absl::InvalidArgumentError(absl::StrCat("RANKSCOPE_SLOW_FACTOR='", v, "' must be a number above 1"));
+    }
+  }
+  if (!(slow_factor > 1)) return absl::InvalidArgumentError("Config::slow_factor must be above 1");
+  detail::WatchdogConfig wd;
+  wd.stall_timeout_ns = cfg.stall_timeout ? static_cast<std::uint64_t>(cfg.stall_timeout->count()) * 1000000ull
+                                          : static_cast<std::uint64_t>(*stall_s * 1e9);
+  wd.interval_ns = cfg.heartbeat_interval ? static_cast<std::uint64_t>(cfg.heartbeat_interval->count()) * 1000000ull
+                                          : static_cast<std::uint64_t>(*beat_s * 1e9);
+  wd.slow_factor = slow_factor;
+  if (wd.stall_timeout_ns == 0 || wd.interval_ns == 0) {
+    return absl::InvalidArgumentError("Config::stall_timeout and Config::heartbeat_interval must be positive");
+  }
   if (cfg.metrics_interval.count() <= 0) {
     return absl::InvalidArgumentError("Config::metrics_interval must be positive");
   }
@@ -333,6 +373,7 @@ absl::Status Runtime::init(const Config& cfg) {
   metrics_interval_ = cfg.metrics_interval;
   max_sleep_s_ = std::chrono::duration<double>(drain).count();
   dump_on_shutdown_ = dump_on_shutdown;
+  watchdog_cfg_ = wd;
   recent_per_thread_ = cfg.recent_events_per_thread;
   recent_.clear();
   dump_fmt_.set_rank(context_.rank);
@@ -365,6 +406,9 @@ absl::Status Runtime::init(const Config& cfg) {
                                    {{"phase", std::string(phase_kind_name(static_cast<PhaseKind>(k)))}});
   }
 
+  watchdog_.start(watchdog_cfg_, context_,
+                  run_dir_.empty() ? std::string() : absl::StrCat(run_dir_, "/rank-", context_.rank, ".heartbeat.json"),
+                  mono0);
   RunInfo info{context_, run_dir_, clock_.source(), clock_.ticks_per_second(), wall0, mono0};
   for (auto& s : sinks_) s->start(info);
   last_metrics_mono_ = mono0;
@@ -458,6 +502,7 @@ void Runtime::decode(ThreadState* st, const Record& r, const Record* next, std::
         for (int k = 0; k < kPhaseKindCount; ++k) {
           detail::observe_ungated(*phase_seconds_[k], static_cast<double>(b->by_kind_ns[k]) * 1e-9);
         }
+        watchdog_.on_step(*b, e.tid, e.mono_ns, extra_);
         std::lock_guard<std::mutex> lk(bd_mu_);
         last_breakdown_ = *b;
       }
@@ -495,9 +540,13 @@ void Runtime::decode(ThreadState* st, const Record& r, const Record* next, std::
       break;
     case RecordKind::kCollectiveExtra:
       return;  // folded into the preceding kCollective
+    case RecordKind::kProgress:
+      e.kind = EventKind::kProgress;
+      break;
     case RecordKind::kStepCounts:
       return;  // folded into the preceding kStepEnd
   }
+  watchdog_.on_event(e);
   remember(e);
   batch.push_back(e);
 }
@@ -541,6 +590,11 @@ std::size_t Runtime::drain_all(std::vector<Event>& batch) {
     }
     st->tail.store(tail, std::memory_order_release);
   }
+  for (Event& x : extra_) {
+    remember(x);
+    batch.push_back(x);
+  }
+  extra_.clear();
   if (auto poll = g_poller.load(std::memory_order_acquire)) {
     const std::size_t before = batch.size();
     poll(batch);
@@ -657,6 +711,16 @@ void Runtime::run_background() {
       handle_signal(sig);
     }
     clock_.maybe_reanchor();
+    {
+      const std::uint64_t now = mono_now();
+      if (detail::g_gate.load(std::memory_order_relaxed) != detail::kActive) watchdog_.suspend(now);
+      std::vector<Event> wd;
+      if (watchdog_.tick(now, clock_, threads_, wd)) (void)dump_now("stall");
+      if (!wd.empty()) {
+        for (const Event& x : wd) remember(x);
+        deliver(wd);
+      }
+    }
     if (mono_now() - last_metrics_mono_ >= static_cast<std::uint64_t>(metrics_interval_.count()) * 1000000ull) {
       export_metrics_now();
     }
@@ -678,6 +742,7 @@ void Runtime::run_background() {
     if (stop) {
       drain_all(batch);  // records made while we were flushing
       if (dump_on_shutdown_) (void)dump_now("shutdown");
+      watchdog_.finish(clock_, threads_);
       export_metrics_now();
       const Stats final_stats = stats();
       for (auto& s : sinks_) s->shutdown(deadline, final_stats);
@@ -757,6 +822,22 @@ bool initialized() noexcept { return detail::g_gate.load(std::memory_order_relax
 const RunContext& context() noexcept { return Runtime::get().context_; }
 std::string run_dir() { return Runtime::get().run_dir_; }
 Stats stats() noexcept { return Runtime::get().stats(); }
+HeartbeatStatus heartbeat_status() noexcept { return Runtime::get().heartbeat(); }
+
+void progress() noexcept {
+  if (!detail::gate_open()) return;
+  detail::ThreadState* st = detail::thread_state();
+  if (st == nullptr || !st->try_reserve(1)) return;
+  detail::Record& r = st->slot(0);
+  r.t0 = r.t1 = detail::now_ticks();
+  r.site = nullptr;
+  r.step = detail::g_step.load(std::memory_order_relaxed);
+  r.kind = detail::RecordKind::kProgress;
+  r.depth = 0;
+  r.aux = 0;
+  st->commit(1);
+}
+
 absl::StatusOr<std::string> dump_flight_recorder(std::string_view reason, std::chrono::milliseconds deadline) {
   return Runtime::get().dump(reason, deadline);
 }

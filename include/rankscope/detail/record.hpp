@@ -24,6 +24,7 @@ enum class RecordKind : std::uint8_t {
                    // communicator; aux = op | dtype << 8; pad = peer; depth = result
   kCollectiveExtra = 7,  // optionally follows kCollective: ptr device timing handle,
                          // i flight id, site interned error text; aux bit 0 = in a group
+  kProgress = 8,   // rankscope::progress(): t0
 };
 
 union RecordValue {

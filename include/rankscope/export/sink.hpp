@@ -21,7 +21,18 @@
 
 namespace rankscope {
 
-enum class EventKind : std::uint8_t { kPhase, kStepBegin, kStepEnd, kMark, kCollective, kCommError };
+enum class EventKind : std::uint8_t {
+  kPhase,
+  kStepBegin,
+  kStepEnd,
+  kMark,
+  kCollective,
+  kCommError,
+  kProgress,   // rankscope::progress()
+  kStall,      // the watchdog: no progress for the stall timeout
+  kStallEnd,   // progress resumed
+  kSlowStep,   // a step much slower than usual
+};
 
 /// One decoded record. Times are nanoseconds; wall = since the Unix epoch.
 struct Event {
@@ -49,6 +60,7 @@ struct Event {
   std::uint64_t enqueue_ns = 0;  // host time inside the call (device-timed collectives)
   const char* error = nullptr;   // failed collectives / comm errors: the backend's message
   std::uint64_t flight_id = 0;   // internal: the collective's flight-recorder entry
+  const char* fields_json = nullptr;  // watchdog events: extra JSON members, written verbatim
 };
 
 /// Static facts about the run handed to sinks once, before any event.

@@ -1,0 +1,41 @@
+// rankscope/heartbeat.hpp — liveness, progress and stall detection.
+//
+// Two heartbeats per rank. Liveness: the background thread beats every
+// interval (RANKSCOPE_HEARTBEAT_INTERVAL, default 1 s) whatever the trainer
+// does. Progress: advances when training completes a step, a phase on the
+// stepping thread, or a collective; its age is the "last step timestamp"
+// stall alerts are built on. Both are published atomically in
+// `rank-<R>.heartbeat.json` in the run directory (readable from any host of a
+// shared filesystem; `rankscope status RUN_DIR` reads them).
+//
+// When progress stops for the stall timeout (RANKSCOPE_STALL_TIMEOUT, default
+// 300 s) the rank logs one structured error naming what it is inside (open
+// phases with ages, the collective in flight, or "between steps"), dumps its
+// flight recorder, and sets `rankscope_stalled`; when progress resumes it says
+// so and after how long. A step slower than RANKSCOPE_SLOW_FACTOR (default 10)
+// times the usual is reported as slow, with the phase that grew: not a hang.
+// Thread-safety: any thread. Cost: none on the hot path (derived from records).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+
+namespace rankscope {
+
+/// Marks progress without a step (evaluation loops, long setup). Cheap: one record.
+void progress() noexcept;
+
+struct HeartbeatStatus {
+  bool stalled = false;
+  std::chrono::nanoseconds progress_age{0};  // since the last progress
+  std::int64_t step = 0;
+  std::uint64_t stalls = 0;  // stall episodes so far
+  std::uint64_t slow_steps = 0;
+};
+/// This rank's view, as of the background thread's last check.
+HeartbeatStatus heartbeat_status() noexcept;
+
+/// Version of `rank-<R>.heartbeat.json` (README: "Heartbeat file").
+inline constexpr int kHeartbeatSchema = 1;
+
+}  // namespace rankscope

@@ -1,0 +1,246 @@
+#include "watchdog.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "flight.hpp"
+#include "json_util.hpp"
+#include "rankscope/export/jsonl.hpp"
+
+namespace rankscope::detail {
+
+namespace {
+std::uint64_t median_of(std::vector<std::uint64_t> v) {
+  if (v.empty()) return 0;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+double secs(std::uint64_t ns) { return static_cast<double>(ns) / 1e9; }
+}  // namespace
+
+void Watchdog::start(const WatchdogConfig& cfg, const RunContext& ctx, std::string heartbeat_path,
+                     std::uint64_t now_mono) {
+  cfg_ = cfg;
+  ctx_ = ctx;
+  path_ = std::move(heartbeat_path);
+  progress_mono_ = now_mono;  // a rank that never starts is a stall too
+  last_beat_mono_ = 0;
+  stalled_ = false;
+  step_tid_ = 0;
+  history_.clear();
+  std::lock_guard<std::mutex> lk(status_mu_);
+  status_ = HeartbeatStatus{};
+}
+
+void Watchdog::on_event(const Event& e) {
+  std::uint64_t end = e.mono_ns + e.dur_ns;
+  switch (e.kind) {
+    case EventKind::kStepBegin:
+      step_tid_ = e.tid;
+      step_ = e.step;
+      return;  // starting a step is not progress; finishing one is
+    case EventKind::kStepEnd:
+      end = e.mono_ns;
+      break;
+    case EventKind::kPhase:
+      // Phases count on the stepping thread only: a loader thread that keeps
+      // producing must not hide a training thread that is stuck.
+      if (step_tid_ != 0 && e.tid != step_tid_) return;
+      break;
+    case EventKind::kCollective:
+      if (e.result != CollectiveResult::kOk) return;
+      break;
+    case EventKind::kProgress:
+      end = e.mono_ns;
+      break;
+    default:
+      return;
+  }
+  step_ = std::max(step_, e.step);
+  progress_mono_ = std::max(progress_mono_, end);
+}
+
+void Watchdog::on_step(const StepBreakdown& b, std::int32_t, std::uint64_t mono_ns, std::vector<Event>& out) {
+  last_step_ns_ = b.total_ns;
+  last_step_slow_ = false;
+  if (history_.size() >= 5) {
+    std::vector<std::uint64_t> totals;
+    for (const auto& h : history_) totals.push_back(h.total_ns);
+    const std::uint64_t usual = median_of(totals);
+    if (usual > 0 && static_cast<double>(b.total_ns) > cfg_.slow_factor * static_cast<double>(usual)) {
+      // Which phase grew the most against its own usual time?
+      int grown = 0;
+      double grown_by = -1;
+      for (int k = 0; k < kPhaseKindCount; ++k) {
+        std::vector<std::uint64_t> v;
+        for (const auto& h : history_) v.push_back(h.by_kind_ns[k]);
+        const double d = static_cast<double>(b.by_kind_ns[k]) - static_cast<double>(median_of(v));
+        if (d > grown_by) grown_by = d, grown = k;
+      }
+      last_step_slow_ = true;
+      ++slow_steps_;
+      Event e;
+      e.kind = EventKind::kSlowStep;
+      e.step = b.step;
+      e.mono_ns = mono_ns;
+      e.dur_ns = b.total_ns;
+      const double factor = static_cast<double>(b.total_ns) / static_cast<double>(usual);
+      e.fields_json = intern(fmt::format("\"usual_ns\":{},\"factor\":{:.2f},\"grown_phase\":\"{}\",\"grown_by_ns\":{}",
+                                         usual, factor, phase_kind_name(static_cast<PhaseKind>(grown)),
+                                         static_cast<std::uint64_t>(std::max(0.0, grown_by))))
+                          ->name;
+      std::fprintf(stderr, "[rankscope] rank %d: step %lld was slow: %.1f ms, %.1fx the usual %.1f ms (%s grew by %.1f ms)\n",
+                   ctx_.rank, static_cast<long long>(b.step), secs(b.total_ns) * 1e3, factor, secs(usual) * 1e3,
+                   std::string(phase_kind_name(static_cast<PhaseKind>(grown))).c_str(), grown_by / 1e6);
+      out.push_back(e);
+    }
+  }
+  history_.push_back(b);
+  if (history_.size() > 64) history_.pop_front();
+}
+
+std::string Watchdog::describe_inside(std::uint64_t now_tick, const TickClock& clock,
+                                      const std::vector<ThreadState*>& threads, std::string& json) const {
+  std::string text;
+  fmt::memory_buffer j;
+  j.append(std::string_view("\"open_phases\":["));
+  bool first = true;
+  for (ThreadState* st : threads) {
+    std::string chain;
+    for (int d = 0; d < kMaxOpenPhases; ++d) {
+      const Site* s = st->open[d].site.load(std::memory_order_acquire);
+      if (s == nullptr) break;
+      const std::uint64_t t0 = st->open[d].t0.load(std::memory_order_relaxed);
+      const std::uint64_t age = now_tick > t0 ? clock.ticks_to_ns(now_tick - t0) : 0;
+      if (!chain.empty()) chain += " > ";
+      chain += fmt::format("{} ({:.1f} s)", s->name, secs(age));
+      j.append(std::string_view(first ? "" : ","));
+      first = false;
+      fmt::format_to(fmt::appender(j), "{{\"tid\":{},\"depth\":{},\"name\":", st->tid, d);
+      json_escape_to(j, s->name);
+      fmt::format_to(fmt::appender(j), ",\"phase_kind\":\"{}\",\"age_ns\":{}}}", phase_kind_name(s->kind), age);
+    }
+    if (!chain.empty()) text += fmt::format("{}tid {}: {}", text.empty() ? "" : "; ", st->tid, chain);
+  }
+  j.append(std::string_view("],\"in_flight\":["));
+  first = true;
+  std::string coll;
+  if (const FlightRing* ring = flight_ring()) {
+    const auto comms = all_communicators();
+    for (const FlightEntry& e : ring->snapshot()) {
+      if (e.state != FlightState::kIssued) continue;
+      const Communicator* cm = e.comm_id < comms.size() ? comms[e.comm_id] : nullptr;
+      const std::string name = cm != nullptr ? cm->name() : "";
+      const std::uint64_t age = now_tick > e.t_issue ? clock.ticks_to_ns(now_tick - e.t_issue) : 0;
+      coll += fmt::format("{}{} seq {} on '{}' ({:.1f} s)", coll.empty() ? "" : ", ", collective_op_name(e.op), e.seq,
+                          name, secs(age));
+      j.append(std::string_view(first ? "" : ","));
+      first = false;
+      fmt::format_to(fmt::appender(j), "{{\"op\":\"{}\",\"comm\":", collective_op_name(e.op));
+      json_escape_to(j, name);
+      fmt::format_to(fmt::appender(j), ",\"seq\":{},\"count\":{},\"age_ns\":{}}}", e.seq, e.count, age);
+    }
+  }
+  j.push_back(']');
+  json.assign(j.data(), j.size());
+  if (text.empty() && coll.empty()) return "between steps (no open phase, no collective in flight)";
+  if (!coll.empty()) text += (text.empty() ? "" : "; ") + std::string("in flight: ") + coll;
+  return text;
+}
+
+Event Watchdog::make_event(EventKind k, std::uint64_t now_mono, const TickClock& clock) const {
+  Event e;
+  e.kind = k;
+  e.step = step_;
+  e.mono_ns = now_mono;
+  (void)clock;
+  e.wall_ns = realtime_ns() - (monotonic_ns() - now_mono);
+  return e;
+}
+
+bool Watchdog::tick(std::uint64_t now_mono, const TickClock& clock, const std::vector<ThreadState*>& threads,
+                    std::vector<Event>& out) {
+  bool began = false;
+  const std::uint64_t age = now_mono > progress_mono_ ? now_mono - progress_mono_ : 0;
+  if (!stalled_ && age > cfg_.stall_timeout_ns) {
+    stalled_ = true;
+    began = true;
+    ++stalls_;
+    stall_began_mono_ = now_mono;
+    std::string json;
+    const std::string inside = describe_inside(now_ticks(), clock, threads, json);
+    Event e = make_event(EventKind::kStall, now_mono, clock);
+    e.dur_ns = age;
+    e.fields_json = intern(fmt::format("\"progress_age_ns\":{},\"timeout_ns\":{},{}", age, cfg_.stall_timeout_ns,
+                                       json))
+                        ->name;
+    e.error = intern(inside)->name;
+    std::fprintf(stderr, "[rankscope] rank %d: STALLED: no progress for %.1f s (step %lld); inside: %s\n", ctx_.rank,
+                 secs(age), static_cast<long long>(step_), inside.c_str());
+    out.push_back(e);
+  } else if (stalled_ && age <= cfg_.stall_timeout_ns) {
+    stalled_ = false;
+    const std::uint64_t lasted = now_mono - stall_began_mono_ + cfg_.stall_timeout_ns;
+    Event e = make_event(EventKind::kStallEnd, now_mono, clock);
+    e.dur_ns = lasted;
+    std::fprintf(stderr, "[rankscope] rank %d: progress resumed after %.1f s without progress (step %lld)\n",
+                 ctx_.rank, secs(lasted), static_cast<long long>(step_));
+    out.push_back(e);
+  }
+  {
+    std::lock_guard<std::mutex> lk(status_mu_);
+    status_.stalled = stalled_;
+    status_.progress_age = std::chrono::nanoseconds(age);
+    status_.step = step_;
+    status_.stalls = stalls_;
+    status_.slow_steps = slow_steps_;
+  }
+  if (!path_.empty() && (began || now_mono - last_beat_mono_ >= cfg_.interval_ns)) {
+    last_beat_mono_ = now_mono;
+    write_heartbeat(now_mono, clock, threads, stalled_ ? "stalled" : (last_step_slow_ ? "slow" : "running"));
+  }
+  return began;
+}
+
+void Watchdog::finish(const TickClock& clock, const std::vector<ThreadState*>& threads) {
+  if (!path_.empty()) write_heartbeat(monotonic_ns(), clock, threads, "exited");
+}
+
+void Watchdog::write_heartbeat(std::uint64_t now_mono, const TickClock& clock,
+                               const std::vector<ThreadState*>& threads, const char* state) {
+  std::string inside_json;
+  const std::string inside = describe_inside(now_ticks(), clock, threads, inside_json);
+  const std::int64_t offset = static_cast<std::int64_t>(realtime_ns()) - static_cast<std::int64_t>(monotonic_ns());
+  const auto wall = [&](std::uint64_t mono) { return static_cast<std::uint64_t>(static_cast<std::int64_t>(mono) + offset); };
+  std::vector<std::uint64_t> totals;
+  for (const auto& h : history_) totals.push_back(h.total_ns);
+  fmt::memory_buffer b;
+  auto it = fmt::appender(b);
+  fmt::format_to(it, "{{\"schema\":{},\"kind\":\"heartbeat\",\"rank\":{},\"world_size\":{},\"local_rank\":{},\"pid\":{}",
+                 kHeartbeatSchema, ctx_.rank, ctx_.world_size, ctx_.local_rank, ctx_.pid);
+  b.append(std::string_view(",\"host\":"));
+  json_escape_to(b, ctx_.host);
+  b.append(std::string_view(",\"run_id\":"));
+  json_escape_to(b, ctx_.run_id);
+  fmt::format_to(it,
+                 ",\"state\":\"{}\",\"interval_ns\":{},\"stall_timeout_ns\":{},\"liveness_wall_ns\":{},"
+                 "\"progress_wall_ns\":{},\"progress_age_ns\":{},\"step\":{},\"last_step_ns\":{},"
+                 "\"usual_step_ns\":{},\"stalls\":{},\"slow_steps\":{},\"inside\":",
+                 state, cfg_.interval_ns, cfg_.stall_timeout_ns, wall(now_mono), wall(progress_mono_),
+                 now_mono > progress_mono_ ? now_mono - progress_mono_ : 0, step_, last_step_ns_, median_of(totals),
+                 stalls_, slow_steps_);
+  json_escape_to(b, inside);
+  b.push_back(',');
+  b.append(inside_json);
+  b.append(std::string_view("}\n"));
+  (void)write_file_atomic(path_, std::string(b.data(), b.size()));
+}
+
+HeartbeatStatus Watchdog::status() {
+  std::lock_guard<std::mutex> lk(status_mu_);
+  return status_;
+}
+
+}  // namespace rankscope::detail

@@ -1,0 +1,64 @@
+// The watchdog: liveness + progress heartbeats, stall and slow-step detection,
+// and the heartbeat file. Runs on the background thread only (status() may be
+// read from any thread).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "clock.hpp"
+#include "rankscope/export/sink.hpp"
+#include "rankscope/heartbeat.hpp"
+
+namespace rankscope::detail {
+
+struct WatchdogConfig {
+  std::uint64_t stall_timeout_ns = 300'000'000'000ull;
+  std::uint64_t interval_ns = 1'000'000'000ull;
+  double slow_factor = 10.0;
+};
+
+class Watchdog {
+ public:
+  void start(const WatchdogConfig& cfg, const RunContext& ctx, std::string heartbeat_path, std::uint64_t now_mono);
+  // Progress and slow-step bookkeeping from every decoded event.
+  void on_event(const Event& e);
+  void on_step(const StepBreakdown& b, std::int32_t tid, std::uint64_t mono_ns, std::vector<Event>& out);
+  // While recording is disabled nothing records progress: not a stall.
+  void suspend(std::uint64_t now_mono) { progress_mono_ = now_mono; }
+  // Checks for a stall, writes the heartbeat file when due. Returns true when a
+  // stall episode just began (the caller dumps the flight recorder).
+  bool tick(std::uint64_t now_mono, const TickClock& clock, const std::vector<ThreadState*>& threads,
+            std::vector<Event>& out);
+  // Final heartbeat at shutdown: state "exited".
+  void finish(const TickClock& clock, const std::vector<ThreadState*>& threads);
+  HeartbeatStatus status();
+
+ private:
+  std::string describe_inside(std::uint64_t now_tick, const TickClock& clock,
+                              const std::vector<ThreadState*>& threads, std::string& json) const;
+  void write_heartbeat(std::uint64_t now_mono, const TickClock& clock, const std::vector<ThreadState*>& threads,
+                       const char* state);
+  Event make_event(EventKind k, std::uint64_t now_mono, const TickClock& clock) const;
+
+  WatchdogConfig cfg_;
+  RunContext ctx_;
+  std::string path_;
+  std::uint64_t progress_mono_ = 0;
+  std::int32_t step_tid_ = 0;        // the thread that marks steps (0 = none yet)
+  std::int64_t step_ = 0;
+  std::uint64_t last_beat_mono_ = 0;
+  bool stalled_ = false;
+  std::uint64_t stall_began_mono_ = 0;
+  std::uint64_t stalls_ = 0, slow_steps_ = 0;
+  bool last_step_slow_ = false;
+  std::uint64_t last_step_ns_ = 0;
+  std::deque<StepBreakdown> history_;  // recent steps, for "usual"
+  std::mutex status_mu_;
+  HeartbeatStatus status_;  // Requires status_mu_ held.
+};
+
+}  // namespace rankscope::detail
