@@ -47,6 +47,9 @@ struct Args {
   int mismatch_rank = -1;  // inject a collective mismatch: this rank all-reduces
   int mismatch_step = -1;  // one element fewer at this step (a real gloo mismatch)
   int timeout_s = 30;      // gloo operation timeout
+  int slow_from_step = 0;  // --slow-rank sleeps from this step on
+  int block_rank = -1;     // inject a hang: this rank blocks forever inside
+  int block_step = -1;     // "checkpoint_save" at this step, before the all-reduce
 };
 
 Args parse(int argc, char** argv) {
@@ -73,6 +76,9 @@ Args parse(int argc, char** argv) {
     else if (k == "--mismatch-rank") a.mismatch_rank = std::stoi(next());
     else if (k == "--mismatch-step") a.mismatch_step = std::stoi(next());
     else if (k == "--timeout") a.timeout_s = std::stoi(next());
+    else if (k == "--slow-from-step") a.slow_from_step = std::stoi(next());
+    else if (k == "--block-rank") a.block_rank = std::stoi(next());
+    else if (k == "--block-step") a.block_step = std::stoi(next());
     else {
       std::fprintf(stderr, "unknown argument %s\n", k.c_str());
       std::exit(2);
@@ -282,7 +288,9 @@ int main(int argc, char** argv) {
       torch::Tensor loss;
       {
         RANKSCOPE_PHASE("forward");
-        if (rank == args.slow_rank) std::this_thread::sleep_for(std::chrono::milliseconds(args.slow_ms));
+        if (rank == args.slow_rank && step >= args.slow_from_step) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(args.slow_ms));
+        }
         loss = torch::nn::functional::cross_entropy(model->forward(b.x), b.y);
       }
       {
@@ -291,6 +299,12 @@ int main(int argc, char** argv) {
         loss.backward();
       }
       double grad_norm = 0;
+      if (rank == args.block_rank && step == args.block_step) {
+        // A rank stuck on I/O before the all-reduce (a hung filesystem, say):
+        // the others will wait in the all-reduce for it forever.
+        RANKSCOPE_PHASE("checkpoint_save");
+        for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+      }
       {
         RANKSCOPE_PHASE("all_reduce");
         std::vector<torch::Tensor> grads;

@@ -9,6 +9,11 @@
 
 #include "rankscope/config.hpp"
 #include "run_log.hpp"
+#include "status.hpp"
+
+#include <chrono>
+#include <thread>
+#include <unistd.h>
 
 int main(int argc, char** argv) {
   CLI::App app{"rankscope: observability for distributed training runs"};
@@ -21,7 +26,37 @@ int main(int argc, char** argv) {
   summary->add_option("run_dir", run_dir, "Run directory (holds run.json and rank-<R>.jsonl)")->required();
   summary->add_flag("--json", json, "Machine-readable output");
 
+  std::string status_dir;
+  bool status_json = false, watch = false;
+  double watch_interval = 2.0;
+  int watch_iterations = 0;
+  auto* status = app.add_subcommand("status", "Is every rank alive and progressing? Classifies hangs, crashes, slowness");
+  status->add_option("run_dir", status_dir, "Run directory (holds rank-<R>.heartbeat.json)")->required();
+  status->add_flag("--json", status_json, "Machine-readable output");
+  status->add_flag("--watch", watch, "Refresh until interrupted");
+  status->add_option("--interval", watch_interval, "Seconds between refreshes with --watch")->capture_default_str();
+  status->add_option("--iterations", watch_iterations, "Stop --watch after N refreshes (0 = never)");
+
   CLI11_PARSE(app, argc, argv);
+
+  if (status->parsed()) {
+    int rc = 0;
+    for (int i = 0; watch_iterations == 0 || i < watch_iterations; ++i) {
+      auto r = rankscope::reader::read_status(status_dir);
+      if (!r.ok()) {
+        std::cerr << "rankscope status: " << r.status().message() << "\n";
+        rc = 2;
+      } else {
+        if (watch && isatty(1)) std::cout << "\x1b[H\x1b[2J";  // clear the screen on a terminal
+        std::cout << (status_json ? rankscope::reader::format_status_json(*r) : rankscope::reader::format_status(*r))
+                  << std::flush;
+        rc = r->exit_code;
+      }
+      if (!watch) break;
+      std::this_thread::sleep_for(std::chrono::duration<double>(watch_interval));
+    }
+    return rc;
+  }
 
   if (summary->parsed()) {
     auto s = rankscope::reader::summarize_run(run_dir);

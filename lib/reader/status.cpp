@@ -1,0 +1,258 @@
+#include "status.hpp"
+
+#include <time.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+#include <simdjson.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace rankscope::reader {
+namespace {
+
+std::uint64_t wall_now() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+double secs(std::uint64_t ns) { return static_cast<double>(ns) / 1e9; }
+
+template <typename T>
+T get(simdjson::dom::element e, const char* key, T fallback) {
+  T v;
+  if (e[key].get(v) == simdjson::SUCCESS) return v;
+  return fallback;
+}
+
+bool parse(const std::string& path, std::uint64_t now, RankHeartbeat& hb) {
+  simdjson::dom::parser p;
+  simdjson::dom::element doc;
+  if (p.load(path).get(doc) != simdjson::SUCCESS) return false;
+  hb.present = true;
+  hb.rank = static_cast<int>(get<std::int64_t>(doc, "rank", -1));
+  hb.state = std::string(get<std::string_view>(doc, "state", "unknown"));
+  hb.interval_ns = get<std::uint64_t>(doc, "interval_ns", 1'000'000'000);
+  hb.stall_timeout_ns = get<std::uint64_t>(doc, "stall_timeout_ns", 300'000'000'000ull);
+  const std::uint64_t live = get<std::uint64_t>(doc, "liveness_wall_ns", 0);
+  const std::uint64_t prog = get<std::uint64_t>(doc, "progress_wall_ns", 0);
+  hb.liveness_age_ns = now > live ? now - live : 0;
+  hb.progress_age_ns = now > prog ? now - prog : 0;
+  hb.step = get<std::int64_t>(doc, "step", 0);
+  hb.pid = get<std::int64_t>(doc, "pid", 0);
+  hb.last_step_ns = get<std::uint64_t>(doc, "last_step_ns", 0);
+  hb.usual_step_ns = get<std::uint64_t>(doc, "usual_step_ns", 0);
+  hb.host = std::string(get<std::string_view>(doc, "host", ""));
+  hb.inside = std::string(get<std::string_view>(doc, "inside", ""));
+  hb.alive = hb.state != "exited" && hb.liveness_age_ns < 3 * hb.interval_ns;
+  simdjson::dom::array arr;
+  if (doc["open_phases"].get_array().get(arr) == simdjson::SUCCESS) {
+    for (auto ph : arr) {
+      hb.phases.push_back({std::string(get<std::string_view>(ph, "name", "")),
+                           std::string(get<std::string_view>(ph, "phase_kind", "")), get<std::int64_t>(ph, "tid", 0),
+                           get<std::uint64_t>(ph, "age_ns", 0)});
+    }
+  }
+  if (doc["in_flight"].get_array().get(arr) == simdjson::SUCCESS) {
+    for (auto c : arr) {
+      hb.in_flight.push_back({std::string(get<std::string_view>(c, "op", "")),
+                              std::string(get<std::string_view>(c, "comm", "")), get<std::uint64_t>(c, "seq", 0),
+                              get<std::uint64_t>(c, "age_ns", 0)});
+    }
+  }
+  // The file's ages are as of its writing; the live ones grow since.
+  return true;
+}
+
+std::string innermost(const RankHeartbeat& h) {
+  if (h.phases.empty()) return "no open phase";
+  const auto& p = h.phases.back();
+  return fmt::format("{} ({:.1f} s)", p.name, secs(p.age_ns));
+}
+
+std::string rank_list(const std::vector<int>& v) { return absl::StrJoin(v, ","); }
+
+void classify(StatusReport& r) {
+  std::vector<int> dead, stalled, slow, exited, missing;
+  for (const auto& h : r.ranks) {
+    if (!h.present) missing.push_back(h.rank);
+    else if (h.state == "exited") exited.push_back(h.rank);
+    else if (!h.alive) dead.push_back(h.rank);
+    else if (h.stalled()) stalled.push_back(h.rank);
+    else if (h.state == "slow") slow.push_back(h.rank);
+  }
+  const int n = static_cast<int>(r.ranks.size());
+  for (int m : missing) r.findings.push_back(fmt::format("rank {}: no heartbeat file: never started, or no run log", m));
+  for (int d : dead) {
+    const auto& h = r.ranks[static_cast<std::size_t>(d)];
+    r.findings.push_back(fmt::format(
+        "rank {} is NOT ALIVE: last heartbeat {:.1f} s ago (pid {} on {}), at step {}, inside: {} -> crash, OOM kill "
+        "or node failure; check the scheduler's log and dmesg on {}",
+        d, secs(h.liveness_age_ns), h.pid, h.host, h.step, h.inside, h.host));
+  }
+  if (!stalled.empty()) {
+    // Who holds everyone up? A stalled rank outside any collective, while
+    // others wait in one, is the culprit; else the rank(s) behind on a sequence.
+    std::vector<int> waiting, blocked;
+    for (int s : stalled) (r.ranks[static_cast<std::size_t>(s)].in_flight.empty() ? blocked : waiting).push_back(s);
+    for (int b : blocked) {
+      const auto& h = r.ranks[static_cast<std::size_t>(b)];
+      r.findings.push_back(fmt::format("rank {} is alive with no progress for {:.1f} s, blocked in {} outside any "
+                                       "collective (step {})",
+                                       b, secs(h.progress_age_ns), innermost(h), h.step));
+    }
+    if (!waiting.empty()) {
+      std::map<std::string, std::map<std::uint64_t, std::vector<int>>> by_comm;
+      for (int w : waiting) {
+        const auto& f = r.ranks[static_cast<std::size_t>(w)].in_flight.front();
+        by_comm[f.comm][f.seq].push_back(w);
+      }
+      for (const auto& [comm, seqs] : by_comm) {
+        for (const auto& [seq, ranks] : seqs) {
+          const auto& f = r.ranks[static_cast<std::size_t>(ranks.front())].in_flight.front();
+          r.findings.push_back(fmt::format("rank{} {} wait{} in {} seq {} on '{}' ({:.1f} s)", ranks.size() > 1 ? "s" : "",
+                                           rank_list(ranks), ranks.size() > 1 ? "" : "s", f.op, seq, comm,
+                                           secs(f.age_ns)));
+        }
+        if (seqs.size() > 1 && blocked.empty()) {
+          r.findings.push_back(fmt::format("ranks {} are behind on '{}': they did not reach seq {}",
+                                           rank_list(seqs.begin()->second), comm, seqs.rbegin()->first));
+        }
+      }
+    }
+    std::string culprit;
+    if (!blocked.empty()) {
+      const auto& h = r.ranks[static_cast<std::size_t>(blocked.front())];
+      culprit = fmt::format("rank {} is blocked in {}{}", rank_list(blocked), innermost(h),
+                            waiting.empty() ? "" : fmt::format(" while rank{} {} wait in a collective",
+                                                               waiting.size() > 1 ? "s" : "", rank_list(waiting)));
+    } else if (!waiting.empty()) {
+      std::map<std::string, std::set<std::uint64_t>> seqs;
+      for (int w : waiting) {
+        const auto& f = r.ranks[static_cast<std::size_t>(w)].in_flight.front();
+        seqs[f.comm].insert(f.seq);
+      }
+      const auto& [comm, set] = *seqs.begin();
+      if (set.size() == 1 && static_cast<int>(waiting.size()) == n) {
+        culprit = fmt::format("every rank is inside the same collective (seq {} on '{}') and none finishes: a "
+                              "communication-level hang (network, NCCL, a dead peer)",
+                              *set.begin(), comm);
+      } else {
+        std::vector<int> behind;
+        for (int w : waiting) {
+          if (r.ranks[static_cast<std::size_t>(w)].in_flight.front().seq == *set.begin()) behind.push_back(w);
+        }
+        culprit = fmt::format("rank{} {} {} behind on '{}' (seq {})", behind.size() > 1 ? "s" : "", rank_list(behind),
+                              behind.size() > 1 ? "are" : "is", comm, *set.begin());
+      }
+    }
+    r.verdict = fmt::format("HANG: alive, no progress (deadlock or blocked I/O): {}", culprit);
+  } else if (!dead.empty()) {
+    r.verdict = fmt::format("rank{} {} not alive: crash, OOM or node issue", dead.size() > 1 ? "s" : "", rank_list(dead));
+  } else if (!slow.empty()) {
+    for (int s : slow) {
+      const auto& h = r.ranks[static_cast<std::size_t>(s)];
+      r.findings.push_back(fmt::format("rank {}: last step {:.1f} ms vs usual {:.1f} ms ({:.1f}x)", s,
+                                       secs(h.last_step_ns) * 1e3, secs(h.usual_step_ns) * 1e3,
+                                       h.usual_step_ns ? static_cast<double>(h.last_step_ns) / h.usual_step_ns : 0.0));
+    }
+    r.verdict = fmt::format("SLOW, not a hang: progress is moving; rank{} {} slower than usual", slow.size() > 1 ? "s" : "",
+                            rank_list(slow));
+  } else if (!exited.empty() && exited.size() == r.ranks.size()) {
+    r.verdict = fmt::format("finished: all {} ranks exited cleanly", n);
+  } else {
+    r.verdict = fmt::format("healthy: {} of {} ranks alive and making progress",
+                            n - static_cast<int>(exited.size() + missing.size()), n);
+  }
+  if (!dead.empty() && !stalled.empty()) r.verdict += fmt::format(" (and rank{} {} not alive)", dead.size() > 1 ? "s" : "", rank_list(dead));
+  r.exit_code = (dead.empty() && stalled.empty() && slow.empty() && missing.empty()) ? 0 : 1;
+}
+
+}  // namespace
+
+absl::StatusOr<StatusReport> read_status(const std::string& run_dir, std::uint64_t now) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(run_dir, ec)) return absl::NotFoundError(absl::StrCat("'", run_dir, "' is not a run directory"));
+  if (now == 0) now = wall_now();
+  StatusReport r;
+  r.run_dir = run_dir;
+  {
+    simdjson::dom::parser p;
+    simdjson::dom::element doc;
+    if (p.load(run_dir + "/run.json").get(doc) == simdjson::SUCCESS) {
+      r.world_size = static_cast<int>(get<std::int64_t>(doc, "world_size", 0));
+    }
+  }
+  std::map<int, RankHeartbeat> found;
+  for (const auto& entry : fs::directory_iterator(run_dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    int rank = -1;
+    if (std::sscanf(name.c_str(), "rank-%d.heartbeat.json", &rank) != 1 ||
+        name != fmt::format("rank-{}.heartbeat.json", rank)) {
+      continue;
+    }
+    RankHeartbeat hb;
+    if (parse(entry.path().string(), now, hb)) found[rank] = hb;
+  }
+  if (found.empty()) {
+    return absl::NotFoundError(absl::StrCat("no rank-<R>.heartbeat.json in '", run_dir, "' (is rankscope running there?)"));
+  }
+  const int world = std::max(r.world_size, found.rbegin()->first + 1);
+  for (int k = 0; k < world; ++k) {
+    RankHeartbeat hb;
+    hb.rank = k;
+    if (auto it = found.find(k); it != found.end()) hb = it->second;
+    r.ranks.push_back(hb);
+  }
+  classify(r);
+  return r;
+}
+
+std::string format_status(const StatusReport& r) {
+  std::string o = fmt::format("run {}  ranks {}\n", r.run_dir, r.ranks.size());
+  o += fmt::format("{:>4}  {:<5}  {:>12}  {:>6}  {:<8}  {}\n", "rank", "alive", "progress age", "step", "state", "inside");
+  for (const auto& h : r.ranks) {
+    if (!h.present) {
+      o += fmt::format("{:>4}  {:<5}  {:>12}  {:>6}  {:<8}  {}\n", h.rank, "?", "-", "-", "missing", "no heartbeat file");
+      continue;
+    }
+    o += fmt::format("{:>4}  {:<5}  {:>12}  {:>6}  {:<8}  {}\n", h.rank, h.alive ? "yes" : "NO",
+                     fmt::format("{:.1f} s", secs(h.progress_age_ns)), h.step,
+                     h.alive || h.state == "exited" ? h.state : "dead", h.inside);
+  }
+  o += "verdict: " + r.verdict + "\n";
+  for (const auto& f : r.findings) o += "  - " + f + "\n";
+  return o;
+}
+
+std::string format_status_json(const StatusReport& r) {
+  auto q = [](const std::string& s) {
+    std::string o = "\"";
+    for (char c : s) {
+      if (c == '"' || c == '\\') o.push_back('\\');
+      if (static_cast<unsigned char>(c) < 0x20) { o += fmt::format("\\u{:04x}", c); continue; }
+      o.push_back(c);
+    }
+    return o + "\"";
+  };
+  std::string o = fmt::format("{{\"run_dir\":{},\"verdict\":{},\"exit_code\":{},\"findings\":[", q(r.run_dir),
+                              q(r.verdict), r.exit_code);
+  for (std::size_t i = 0; i < r.findings.size(); ++i) o += (i ? "," : "") + q(r.findings[i]);
+  o += "],\"ranks\":[";
+  for (std::size_t i = 0; i < r.ranks.size(); ++i) {
+    const auto& h = r.ranks[i];
+    o += fmt::format("{}{{\"rank\":{},\"present\":{},\"alive\":{},\"stalled\":{},\"state\":{},\"step\":{},"
+                     "\"liveness_age_ns\":{},\"progress_age_ns\":{},\"pid\":{},\"host\":{},\"inside\":{}}}",
+                     i ? "," : "", h.rank, h.present, h.alive, h.stalled(), q(h.state), h.step, h.liveness_age_ns,
+                     h.progress_age_ns, h.pid, q(h.host), q(h.inside));
+  }
+  return o + "]}\n";
+}
+
+}  // namespace rankscope::reader

@@ -1,0 +1,51 @@
+// `rankscope status`: every rank's heartbeat file, classified the way a hang
+// runbook does. Reads only files (works from any host of a shared filesystem).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace rankscope::reader {
+
+struct InFlight {
+  std::string op, comm;
+  std::uint64_t seq = 0, age_ns = 0;
+};
+struct OpenPhaseInfo {
+  std::string name, phase_kind;
+  std::int64_t tid = 0;
+  std::uint64_t age_ns = 0;
+};
+
+struct RankHeartbeat {
+  int rank = -1;
+  bool present = false;   // a heartbeat file exists
+  bool alive = false;     // beat within 3 intervals
+  std::string state;      // running / slow / stalled / exited (as the rank wrote it)
+  std::uint64_t liveness_age_ns = 0, progress_age_ns = 0;
+  std::uint64_t interval_ns = 0, stall_timeout_ns = 0, last_step_ns = 0, usual_step_ns = 0;
+  std::int64_t step = 0, pid = 0;
+  std::string host, inside;
+  std::vector<OpenPhaseInfo> phases;
+  std::vector<InFlight> in_flight;
+  bool stalled() const { return alive && (state == "stalled" || progress_age_ns > stall_timeout_ns); }
+};
+
+struct StatusReport {
+  std::string run_dir;
+  int world_size = 0;
+  std::vector<RankHeartbeat> ranks;
+  std::string verdict;                // one line
+  std::vector<std::string> findings;  // details, most important first
+  int exit_code = 0;                  // 0 healthy or finished, 1 findings
+};
+
+/// Reads `run_dir` as of `now_wall_ns` (0 = now).
+absl::StatusOr<StatusReport> read_status(const std::string& run_dir, std::uint64_t now_wall_ns = 0);
+std::string format_status(const StatusReport& r);
+std::string format_status_json(const StatusReport& r);
+
+}  // namespace rankscope::reader

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# A real hang: 3 gloo ranks; at step 5 rank 1 blocks forever inside
+# "checkpoint_save" before the all-reduce, so ranks 0 and 2 wait in it.
+# Short watchdog settings (stall 2 s, heartbeat 0.25 s). Expected:
+#  - every rank reports one stall within timeout + 2 heartbeat intervals and dumps;
+#  - rank 1's dump names checkpoint_save, the others' the all-reduce in flight;
+#  - `rankscope status` says alive-no-progress and blames rank 1;
+#  - SIGUSR1 dumps and the rank keeps running;
+#  - after SIGKILL of rank 1, `status` says rank 1 is not alive.
+set -euo pipefail
+trainer=$1 cli=$2 work=$3
+rm -rf "$work"; mkdir -p "$work"
+export RANKSCOPE_STALL_TIMEOUT=2 RANKSCOPE_HEARTBEAT_INTERVAL=0.25
+bash "$(dirname "$0")/../examples/cpp/launch.sh" --ranks 3 --steps 100000 --trainer "$trainer" --dir "$work" \
+  -- --block-rank 1 --block-step 5 --timeout 300 >"$work/launch.log" 2>&1 &
+launcher=$!
+cleanup() {
+  for f in "$work"/*/rank-*.heartbeat.json; do
+    [[ -f $f ]] && kill -9 "$(grep -o '"pid":[0-9]*' "$f" | cut -d: -f2)" 2>/dev/null || true
+  done
+  wait "$launcher" 2>/dev/null || true
+}
+trap cleanup EXIT
+fail() { echo "hang test: $*"; cat "$work/launch.log"; exit 1; }
+
+run=""
+for _ in $(seq 1 120); do
+  run=$(ls -d "$work"/*/ 2>/dev/null | head -1 || true)
+  if [[ -n "$run" ]]; then
+    out=$("$cli" status --json "$run" 2>/dev/null || true)  # exit 1 = findings
+    grep -q '"verdict":"HANG' <<<"$out" && break
+  fi
+  sleep 0.25
+done
+[[ -n "$run" ]] || fail "no run directory"
+status=$("$cli" status "$run" || true)
+echo "$status"
+grep -q "HANG: alive, no progress" <<<"$status" || fail "status did not see the hang"
+grep -q "rank 1 is blocked in checkpoint_save" <<<"$status" || fail "status did not blame rank 1"
+grep -q "ranks 0,2 wait in all_reduce seq 6 on 'world'" <<<"$status" || fail "status did not see ranks 0,2 waiting"
+
+for r in 0 1 2; do
+  log="$run/rank-$r.jsonl"
+  for _ in $(seq 1 40); do grep -q '"kind":"stall"' "$log" && break; sleep 0.25; done
+  [[ $(grep -c '"kind":"stall"' "$log") == 1 ]] || fail "rank $r: expected exactly one stall event"
+  age=$(grep '"kind":"stall"' "$log" | grep -o '"progress_age_ns":[0-9]*' | cut -d: -f2)
+  (( age >= 2000000000 && age <= 2500000000 )) || fail "rank $r: stall detected at progress age $age ns"
+  for _ in $(seq 1 40); do [[ -f "$run/rank-$r.flight.json" ]] && break; sleep 0.25; done
+  grep -q '"reason":"stall"' "$run/rank-$r.flight.json" || fail "rank $r: no stall dump"
+done
+grep -q '"name":"checkpoint_save"' "$run/rank-1.flight.json" || fail "rank 1's dump does not name checkpoint_save"
+for r in 0 2; do
+  grep -q '"state":"issued","op":"all_reduce","comm":"world","comm_id":0,"seq":6' "$run/rank-$r.flight.json" ||
+    fail "rank $r's dump does not show all_reduce seq 6 in flight"
+done
+
+pid0=$(grep -o '"pid":[0-9]*' "$run/rank-0.heartbeat.json" | cut -d: -f2)
+kill -USR1 "$pid0"
+for _ in $(seq 1 40); do grep -q '"reason":"signal SIGUSR1"' "$run/rank-0.flight.json" && break; sleep 0.25; done
+grep -q '"reason":"signal SIGUSR1"' "$run/rank-0.flight.json" || fail "SIGUSR1 did not dump"
+kill -0 "$pid0" || fail "rank 0 died after SIGUSR1"
+
+pid1=$(grep -o '"pid":[0-9]*' "$run/rank-1.heartbeat.json" | cut -d: -f2)
+kill -9 "$pid1"
+sleep 1.5
+status=$("$cli" status "$run" || true)
+echo "$status"
+grep -q "rank 1 is NOT ALIVE" <<<"$status" || fail "status did not see rank 1 die"
+echo "hang test: ok"

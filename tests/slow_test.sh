@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Slow is not stalled: 2 gloo ranks; from step 30 rank 1 sleeps 15 ms in
+# forward (its step gets ~5x slower; rank 0 waits for it in the all-reduce).
+# Expected: slow_step events, the phase that grew (forward on rank 1, the
+# collective on rank 0), and no stall.
+set -euo pipefail
+trainer=$1 cli=$2 work=$3
+rm -rf "$work"
+RANKSCOPE_SLOW_FACTOR=3 RANKSCOPE_STALL_TIMEOUT=5 \
+  bash "$(dirname "$0")/../examples/cpp/launch.sh" --ranks 2 --steps 45 --trainer "$trainer" --cli "$cli" \
+  --dir "$work" -- --slow-rank 1 --slow-ms 15 --slow-from-step 30 --checkpoint-every 0 >/dev/null
+run=$(ls -d "$work"/*/)
+fail() { echo "slow test: $*"; exit 1; }
+grep -q '"kind":"slow_step".*"grown_phase":"forward"' "$run/rank-1.jsonl" || fail "rank 1: no slow step in forward"
+grep -q '"kind":"slow_step".*"grown_phase":"collective"' "$run/rank-0.jsonl" || fail "rank 0: no slow step in the collective"
+! grep -q '"kind":"stall"' "$run"/rank-*.jsonl || fail "a slow rank was reported as stalled"
+"$cli" status "$run" | grep -q "finished: all 2 ranks exited cleanly" || fail "status after the run"
+echo "slow test: ok"

@@ -1,0 +1,254 @@
+#include <catch2/catch.hpp>
+#include <simdjson.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "capture_sink.hpp"
+#include "rankscope/export/jsonl.hpp"
+#include "rankscope/rankscope.hpp"
+#include "status.hpp"
+#include "temp_dir.hpp"
+
+using namespace rankscope;
+using namespace std::chrono_literals;
+using rankscope::test::ScopedEnv;
+using rankscope::test::TempDir;
+
+namespace {
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+Config watchdog_config(const std::string& dir, std::chrono::milliseconds timeout) {
+  Config cfg;
+  cfg.run_dir = dir;
+  cfg.context.rank = 0;
+  cfg.context.world_size = 1;
+  cfg.stall_timeout = timeout;
+  cfg.heartbeat_interval = 50ms;
+  return cfg;
+}
+int count(const std::string& hay, const std::string& needle) {
+  int n = 0;
+  for (std::size_t p = hay.find(needle); p != std::string::npos; p = hay.find(needle, p + 1)) ++n;
+  return n;
+}
+}  // namespace
+
+TEST_CASE("a stall is reported once, names what the rank is inside, dumps, and resumes", "[heartbeat]") {
+  TempDir tmp;
+  REQUIRE(init(watchdog_config(tmp.path, 200ms)).ok());
+  begin_step(1);
+  end_step();
+  begin_step(2);
+  {
+    RANKSCOPE_PHASE("checkpoint_save");
+    std::this_thread::sleep_for(700ms);  // > timeout: one stall episode, not one per interval
+    CHECK(heartbeat_status().stalled);
+    CHECK(heartbeat_status().progress_age >= 200ms);
+    const std::string beat = slurp(tmp.path + "/rank-0.heartbeat.json");
+    CHECK_THAT(beat, Catch::Contains(R"("state":"stalled")") && Catch::Contains("checkpoint_save"));
+  }
+  end_step();
+  std::this_thread::sleep_for(150ms);
+  CHECK_FALSE(heartbeat_status().stalled);
+  CHECK(heartbeat_status().stalls == 1);
+  shutdown();
+  const std::string log = slurp(tmp.path + "/rank-0.jsonl");
+  CHECK(count(log, R"("kind":"stall")") == 1);
+  CHECK(count(log, R"("kind":"stall_end")") == 1);
+  CHECK_THAT(log, Catch::Contains("\"inside\":\"tid ") && Catch::Contains("checkpoint_save ("));
+  // Detected within the timeout plus one background iteration (not a whole interval late).
+  simdjson::dom::parser parser;
+  const auto pos = log.find(R"("kind":"stall")");
+  const auto end = log.find('\n', pos);
+  const std::string stall_line = "{" + log.substr(pos, end - pos);
+  simdjson::dom::element doc;
+  REQUIRE(parser.parse(stall_line).get(doc) == simdjson::SUCCESS);
+  const std::uint64_t age = doc["progress_age_ns"];
+  CHECK(age >= 200'000'000);
+  CHECK(age <= 200'000'000 + 2 * 50'000'000);
+  CHECK_THAT(slurp(tmp.path + "/rank-0.flight.json"), Catch::Contains(R"("reason":"stall")"));
+  CHECK_THAT(slurp(tmp.path + "/rank-0.heartbeat.json"), Catch::Contains(R"("state":"exited")"));
+}
+
+TEST_CASE("an in-flight collective is what a stalled rank is inside", "[heartbeat]") {
+  TempDir tmp;
+  REQUIRE(init(watchdog_config(tmp.path, 150ms)).ok());
+  auto& c = communicator("test_hb_comm", 2, 0);
+  {
+    CollectiveSpan s(c, CollectiveOp::kAllReduce, 7, DType::kFloat32);
+    std::this_thread::sleep_for(400ms);
+  }
+  shutdown();
+  CHECK_THAT(slurp(tmp.path + "/rank-0.jsonl"), Catch::Contains("in flight: all_reduce seq 1 on 'test_hb_comm'"));
+}
+
+TEST_CASE("no stall while recording is disabled or progress() is called", "[heartbeat]") {
+  TempDir tmp;
+  REQUIRE(init(watchdog_config(tmp.path, 150ms)).ok());
+  set_enabled(false);
+  std::this_thread::sleep_for(400ms);
+  set_enabled(true);
+  for (int i = 0; i < 8; ++i) {
+    progress();
+    std::this_thread::sleep_for(50ms);
+  }
+  CHECK_FALSE(heartbeat_status().stalled);
+  shutdown();
+  CHECK(count(slurp(tmp.path + "/rank-0.jsonl"), R"("kind":"stall")") == 0);
+}
+
+TEST_CASE("a much slower step is reported as slow with the phase that grew, not as a stall", "[heartbeat]") {
+  TempDir tmp;
+  auto cfg = watchdog_config(tmp.path, 10000ms);
+  cfg.slow_factor = 5;
+  REQUIRE(init(cfg).ok());
+  for (int s = 0; s < 12; ++s) {
+    StepScope step(s);
+    { RANKSCOPE_PHASE("forward"); std::this_thread::sleep_for(s == 11 ? 40ms : 2ms); }
+    { RANKSCOPE_PHASE("backward"); std::this_thread::sleep_for(1ms); }
+  }
+  REQUIRE(flush());
+  CHECK(heartbeat_status().slow_steps == 1);
+  shutdown();
+  const std::string log = slurp(tmp.path + "/rank-0.jsonl");
+  CHECK(count(log, R"("kind":"slow_step")") == 1);
+  CHECK_THAT(log, Catch::Contains(R"("grown_phase":"forward")"));
+  CHECK(count(log, R"("kind":"stall")") == 0);
+}
+
+TEST_CASE("bad watchdog settings are init errors", "[heartbeat]") {
+  shutdown();
+  {
+    ScopedEnv e("RANKSCOPE_STALL_TIMEOUT", "soon");
+    auto st = init({.write_run_log = false});
+    REQUIRE_FALSE(st.ok());
+    CHECK_THAT(std::string(st.message()), Catch::Contains("RANKSCOPE_STALL_TIMEOUT='soon'"));
+  }
+  {
+    ScopedEnv e("RANKSCOPE_SLOW_FACTOR", "0.5");
+    auto st = init({.write_run_log = false});
+    REQUIRE_FALSE(st.ok());
+    CHECK_THAT(std::string(st.message()), Catch::Contains("RANKSCOPE_SLOW_FACTOR"));
+  }
+}
+
+TEST_CASE("heartbeat files are never seen half-written by a concurrent reader", "[heartbeat]") {
+  TempDir tmp;
+  const std::string path = tmp.path + "/rank-0.heartbeat.json";
+  REQUIRE(write_file_atomic(path, R"({"n":0,"pad":""})").ok());
+  std::atomic<bool> stop{false};
+  std::thread writer([&] {
+    for (int i = 1; !stop.load(); ++i) {
+      const std::string pad(static_cast<std::size_t>(i % 4000), 'x');  // sizes vary: torn reads would show
+      (void)write_file_atomic(path, "{\"n\":" + std::to_string(i) + ",\"pad\":\"" + pad + "\"}");
+    }
+  });
+  simdjson::dom::parser parser;
+  int parsed = 0, failed = 0;
+  for (int i = 0; i < 3000; ++i) {
+    simdjson::dom::element doc;
+    if (parser.load(path).get(doc) == simdjson::SUCCESS) ++parsed;
+    else ++failed;
+  }
+  stop.store(true);
+  writer.join();
+  CHECK(failed == 0);
+  CHECK(parsed == 3000);
+}
+
+namespace {
+void write_beat(const std::string& dir, int rank, std::uint64_t now, std::uint64_t live_age_ms,
+                std::uint64_t progress_age_ms, const std::string& state, const std::string& phases,
+                const std::string& in_flight) {
+  const std::uint64_t ms = 1'000'000;
+  std::ofstream(dir + "/rank-" + std::to_string(rank) + ".heartbeat.json")
+      << "{\"schema\":1,\"kind\":\"heartbeat\",\"rank\":" << rank << ",\"pid\":" << 100 + rank
+      << ",\"host\":\"node" << rank << "\",\"state\":\"" << state
+      << "\",\"interval_ns\":" << 1000 * ms << ",\"stall_timeout_ns\":" << 60000 * ms
+      << ",\"liveness_wall_ns\":" << now - live_age_ms * ms << ",\"progress_wall_ns\":" << now - progress_age_ms * ms
+      << ",\"step\":7,\"last_step_ns\":" << 50 * ms << ",\"usual_step_ns\":" << 10 * ms
+      << ",\"inside\":\"x\",\"open_phases\":[" << phases << "],\"in_flight\":[" << in_flight << "]}";
+}
+const char* kAllReduce6 = R"({"op":"all_reduce","comm":"world","seq":6,"count":10,"age_ns":90000000000})";
+const char* kAllReduce5 = R"({"op":"all_reduce","comm":"world","seq":5,"count":10,"age_ns":90000000000})";
+const char* kInCkpt = R"({"tid":1,"depth":0,"name":"checkpoint_save","phase_kind":"checkpoint","age_ns":95000000000})";
+}  // namespace
+
+TEST_CASE("status classifies like the runbook", "[heartbeat][status]") {
+  TempDir tmp;
+  const std::uint64_t now = 2'000'000'000'000'000'000ull;
+  std::ofstream(tmp.path + "/run.json") << R"({"schema":1,"world_size":3})";
+  SECTION("healthy") {
+    for (int r = 0; r < 3; ++r) write_beat(tmp.path, r, now, 200, 300, "running", "", "");
+    auto s = reader::read_status(tmp.path, now);
+    REQUIRE(s.ok());
+    CHECK(s->exit_code == 0);
+    CHECK_THAT(s->verdict, Catch::StartsWith("healthy: 3 of 3"));
+  }
+  SECTION("a blocked rank while the others wait in the all-reduce") {
+    write_beat(tmp.path, 0, now, 200, 95000, "stalled", "", kAllReduce6);
+    write_beat(tmp.path, 1, now, 200, 95000, "stalled", kInCkpt, "");
+    write_beat(tmp.path, 2, now, 200, 95000, "stalled", "", kAllReduce6);
+    auto s = reader::read_status(tmp.path, now);
+    REQUIRE(s.ok());
+    CHECK(s->exit_code == 1);
+    CHECK_THAT(s->verdict, Catch::Contains("HANG: alive, no progress") &&
+                               Catch::Contains("rank 1 is blocked in checkpoint_save (95.0 s)"));
+    CHECK_THAT(reader::format_status(*s), Catch::Contains("ranks 0,2 wait in all_reduce seq 6 on 'world'"));
+  }
+  SECTION("a rank behind on the sequence") {
+    write_beat(tmp.path, 0, now, 200, 95000, "stalled", "", kAllReduce6);
+    write_beat(tmp.path, 1, now, 200, 95000, "stalled", "", kAllReduce5);
+    write_beat(tmp.path, 2, now, 200, 95000, "stalled", "", kAllReduce6);
+    auto s = reader::read_status(tmp.path, now);
+    REQUIRE(s.ok());
+    CHECK_THAT(s->verdict, Catch::Contains("rank 1 is behind on 'world' (seq 5)"));
+  }
+  SECTION("everyone inside the same collective") {
+    for (int r = 0; r < 3; ++r) write_beat(tmp.path, r, now, 200, 95000, "stalled", "", kAllReduce6);
+    auto s = reader::read_status(tmp.path, now);
+    REQUIRE(s.ok());
+    CHECK_THAT(s->verdict, Catch::Contains("communication-level hang"));
+  }
+  SECTION("a dead rank") {
+    write_beat(tmp.path, 0, now, 200, 300, "running", "", "");
+    write_beat(tmp.path, 1, now, 45000, 45000, "running", "", "");
+    write_beat(tmp.path, 2, now, 200, 300, "running", "", "");
+    auto s = reader::read_status(tmp.path, now);
+    REQUIRE(s.ok());
+    CHECK(s->exit_code == 1);
+    CHECK_THAT(s->verdict, Catch::Contains("rank 1 not alive: crash, OOM or node issue"));
+    CHECK_THAT(reader::format_status(*s), Catch::Contains("pid 101 on node1"));
+  }
+  SECTION("slow but moving") {
+    write_beat(tmp.path, 0, now, 200, 300, "slow", "", "");
+    write_beat(tmp.path, 1, now, 200, 300, "running", "", "");
+    write_beat(tmp.path, 2, now, 200, 300, "running", "", "");
+    auto s = reader::read_status(tmp.path, now);
+    REQUIRE(s.ok());
+    CHECK_THAT(s->verdict, Catch::StartsWith("SLOW, not a hang"));
+  }
+  SECTION("finished") {
+    for (int r = 0; r < 3; ++r) write_beat(tmp.path, r, now, 9000000, 9000000, "exited", "", "");
+    auto s = reader::read_status(tmp.path, now);
+    REQUIRE(s.ok());
+    CHECK(s->exit_code == 0);
+    CHECK_THAT(s->verdict, Catch::StartsWith("finished"));
+  }
+  SECTION("a missing rank") {
+    write_beat(tmp.path, 0, now, 200, 300, "running", "", "");
+    write_beat(tmp.path, 2, now, 200, 300, "running", "", "");
+    auto s = reader::read_status(tmp.path, now);
+    REQUIRE(s.ok());
+    CHECK(s->exit_code == 1);
+    CHECK_THAT(reader::format_status(*s), Catch::Contains("rank 1: no heartbeat file"));
+  }
+}
