@@ -16,6 +16,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/torch.h>
 
+#include <rankscope/integrations/torch.hpp>
 #include <rankscope/rankscope.hpp>
 
 #include <algorithm>
@@ -259,6 +260,8 @@ int main(int argc, char** argv) {
   opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
   opts->timeout = std::chrono::seconds(args.timeout_s);
   auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world, opts);
+  // Heartbeats also go into the job's store, where any rank or a monitor can read them.
+  rankscope::torch::publish_heartbeat_to(store);
   // One communicator per process group: sequence numbers must line up across ranks.
   auto& comm = rankscope::register_communicator(pg.get(), "world", world, rank);
 

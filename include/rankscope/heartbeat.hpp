@@ -19,6 +19,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <string_view>
 
 namespace rankscope {
 
@@ -34,6 +36,13 @@ struct HeartbeatStatus {
 };
 /// This rank's view, as of the background thread's last check.
 HeartbeatStatus heartbeat_status() noexcept;
+
+/// Also hands every heartbeat (the same JSON as rank-<R>.heartbeat.json) to
+/// `publish`, e.g. to put it in the job's key-value store (see
+/// integrations/torch.hpp for a c10d Store). Called on the background thread
+/// once per interval; exceptions are caught and counted as export errors.
+/// An empty function stops publishing.
+void set_heartbeat_publisher(std::function<void(std::string_view json)> publish);
 
 /// Version of `rank-<R>.heartbeat.json` (README: "Heartbeat file").
 inline constexpr int kHeartbeatSchema = 1;

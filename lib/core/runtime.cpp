@@ -124,6 +124,7 @@ class Runtime {
 
   const detail::TickClock& clock() const { return clock_; }
   HeartbeatStatus heartbeat() { return watchdog_.status(); }
+  void set_publisher(std::function<void(std::string_view)> fn) { watchdog_.set_publisher(std::move(fn)); }
   RunContext context_;
   std::string run_dir_;
   std::mutex bd_mu_;
@@ -823,6 +824,9 @@ const RunContext& context() noexcept { return Runtime::get().context_; }
 std::string run_dir() { return Runtime::get().run_dir_; }
 Stats stats() noexcept { return Runtime::get().stats(); }
 HeartbeatStatus heartbeat_status() noexcept { return Runtime::get().heartbeat(); }
+void set_heartbeat_publisher(std::function<void(std::string_view json)> publish) {
+  Runtime::get().set_publisher(std::move(publish));
+}
 
 void progress() noexcept {
   if (!detail::gate_open()) return;

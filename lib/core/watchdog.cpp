@@ -197,7 +197,7 @@ bool Watchdog::tick(std::uint64_t now_mono, const TickClock& clock, const std::v
     status_.stalls = stalls_;
     status_.slow_steps = slow_steps_;
   }
-  if (!path_.empty() && (began || now_mono - last_beat_mono_ >= cfg_.interval_ns)) {
+  if (began || now_mono - last_beat_mono_ >= cfg_.interval_ns) {
     last_beat_mono_ = now_mono;
     write_heartbeat(now_mono, clock, threads, stalled_ ? "stalled" : (last_step_slow_ ? "slow" : "running"));
   }
@@ -205,7 +205,7 @@ bool Watchdog::tick(std::uint64_t now_mono, const TickClock& clock, const std::v
 }
 
 void Watchdog::finish(const TickClock& clock, const std::vector<ThreadState*>& threads) {
-  if (!path_.empty()) write_heartbeat(monotonic_ns(), clock, threads, "exited");
+  write_heartbeat(monotonic_ns(), clock, threads, "exited");
 }
 
 void Watchdog::write_heartbeat(std::uint64_t now_mono, const TickClock& clock,
@@ -235,7 +235,29 @@ void Watchdog::write_heartbeat(std::uint64_t now_mono, const TickClock& clock,
   b.push_back(',');
   b.append(inside_json);
   b.append(std::string_view("}\n"));
-  (void)write_file_atomic(path_, std::string(b.data(), b.size()));
+  const std::string doc(b.data(), b.size());
+  if (!path_.empty()) (void)write_file_atomic(path_, doc);
+  std::function<void(std::string_view)> publish;
+  {
+    std::lock_guard<std::mutex> lk(publisher_mu_);
+    publish = publisher_;
+  }
+  if (publish) {  // outside our locks: it may do network I/O
+    try {
+      publish(doc);
+    } catch (const std::exception& e) {
+      if (publish_errors_++ % 60 == 0) {
+        std::fprintf(stderr, "[rankscope] rank %d: heartbeat publisher failed: %s\n", ctx_.rank, e.what());
+      }
+    } catch (...) {
+      ++publish_errors_;
+    }
+  }
+}
+
+void Watchdog::set_publisher(std::function<void(std::string_view)> fn) {
+  std::lock_guard<std::mutex> lk(publisher_mu_);
+  publisher_ = std::move(fn);
 }
 
 HeartbeatStatus Watchdog::status() {

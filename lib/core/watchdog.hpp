@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -36,6 +37,7 @@ class Watchdog {
   // Final heartbeat at shutdown: state "exited".
   void finish(const TickClock& clock, const std::vector<ThreadState*>& threads);
   HeartbeatStatus status();
+  void set_publisher(std::function<void(std::string_view)> fn);
 
  private:
   std::string describe_inside(std::uint64_t now_tick, const TickClock& clock,
@@ -57,6 +59,9 @@ class Watchdog {
   bool last_step_slow_ = false;
   std::uint64_t last_step_ns_ = 0;
   std::deque<StepBreakdown> history_;  // recent steps, for "usual"
+  std::mutex publisher_mu_;
+  std::function<void(std::string_view)> publisher_;  // Requires publisher_mu_ held.
+  std::uint64_t publish_errors_ = 0;
   std::mutex status_mu_;
   HeartbeatStatus status_;  // Requires status_mu_ held.
 };

@@ -1,0 +1,57 @@
+// rankscope::torch: heartbeats published into a real c10d store.
+// libtorch first: its glog-style CHECK macro must not replace Catch's.
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
+#undef CHECK
+#include <catch2/catch.hpp>
+
+#include <thread>
+
+#include "rankscope/integrations/torch.hpp"
+#include "rankscope/rankscope.hpp"
+#include "temp_dir.hpp"
+
+using namespace std::chrono_literals;
+
+TEST_CASE("heartbeats are published to a c10d store and read back without blocking", "[torch][heartbeat]") {
+  rankscope::test::TempDir tmp;
+  auto store = c10::make_intrusive<c10d::FileStore>(tmp.path + "/store", 1);
+  // torch 1.13's FileStore creates its file on the first set(); check() on a
+  // missing file waits (holding the store's lock) until its timeout.
+  store->set("created", std::vector<uint8_t>{1});
+  rankscope::Config cfg;
+  cfg.write_run_log = false;
+  cfg.context.rank = 0;
+  cfg.context.world_size = 2;
+  cfg.heartbeat_interval = 50ms;
+  REQUIRE(rankscope::init(cfg).ok());
+  rankscope::torch::publish_heartbeat_to(store);
+  std::vector<std::string> beats;
+  for (int i = 0; i < 100; ++i) {
+    beats = rankscope::torch::read_heartbeats(*store, 2);
+    if (!beats[0].empty()) break;
+    std::this_thread::sleep_for(20ms);
+  }
+  REQUIRE(beats.size() == 2);
+  CHECK_THAT(beats[0], Catch::Contains(R"("kind":"heartbeat","rank":0)") && Catch::Contains(R"("state":"running")"));
+  CHECK(beats[1].empty());  // rank 1 never published: no blocking get()
+  rankscope::set_heartbeat_publisher(nullptr);
+  rankscope::shutdown();
+}
+
+TEST_CASE("a failing store never reaches the trainer", "[torch][heartbeat]") {
+  rankscope::Config cfg;
+  cfg.write_run_log = false;
+  cfg.context.rank = 0;
+  cfg.context.world_size = 1;
+  cfg.heartbeat_interval = 20ms;
+  REQUIRE(rankscope::init(cfg).ok());
+  int calls = 0;
+  rankscope::set_heartbeat_publisher([&calls](std::string_view) {
+    ++calls;
+    throw std::runtime_error("store unreachable");
+  });
+  std::this_thread::sleep_for(200ms);
+  CHECK(calls >= 2);  // still beating after the failures
+  rankscope::set_heartbeat_publisher(nullptr);
+  rankscope::shutdown();
+}
