@@ -8,6 +8,15 @@ install(TARGETS rankscope_core rankscope_cli EXPORT rankscopeTargets
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/rankscope DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 
+# Optional parts: one export set each, loaded by COMPONENTS.
+foreach(_part torch nccl)
+  if(TARGET rankscope_${_part})
+    install(TARGETS rankscope_${_part} EXPORT rankscope_${_part}Targets
+            LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+    install(EXPORT rankscope_${_part}Targets NAMESPACE rankscope:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/rankscope)
+  endif()
+endforeach()
+
 set(RANKSCOPE_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/rankscope)
 install(EXPORT rankscopeTargets NAMESPACE rankscope:: DESTINATION ${RANKSCOPE_CMAKE_DIR})
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/rankscopeConfig.cmake.in
