@@ -5,6 +5,8 @@
 
 #include <atomic>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 namespace rankscope::test {
@@ -23,6 +25,14 @@ struct TempDir {
   }
   std::string path;
 };
+
+// The whole file as a string ("" if it cannot be read).
+inline std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
 
 // Sets an environment variable for the scope.
 struct ScopedEnv {

@@ -19,14 +19,9 @@
 using namespace rankscope;
 using rankscope::test::ScopedRuntime;
 using rankscope::test::TempDir;
+using rankscope::test::slurp;
 
 namespace {
-std::string slurp(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 Config file_config(const std::string& dir) {
   Config cfg;
   cfg.run_dir = dir;

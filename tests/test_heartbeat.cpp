@@ -17,14 +17,9 @@ using namespace rankscope;
 using namespace std::chrono_literals;
 using rankscope::test::ScopedEnv;
 using rankscope::test::TempDir;
+using rankscope::test::slurp;
 
 namespace {
-std::string slurp(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 Config watchdog_config(const std::string& dir, std::chrono::milliseconds timeout) {
   Config cfg;
   cfg.run_dir = dir;

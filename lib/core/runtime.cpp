@@ -192,6 +192,23 @@ absl::StatusOr<bool> parse_bool_env(const char* name) {
   return absl::InvalidArgumentError(absl::StrCat(name, "='", v, "' is not a boolean (use 1/0, true/false, on/off)"));
 }
 
+// A power-of-two size from Config (wins) or the environment, validated.
+absl::StatusOr<std::uint32_t> sized_setting(const std::optional<std::uint32_t>& explicit_value, const char* env,
+                                            const char* field, const char* what, std::uint32_t fallback,
+                                            std::uint32_t min, std::uint32_t max) {
+  std::uint32_t v = fallback;
+  if (explicit_value) {
+    v = *explicit_value;
+  } else if (const char* e = std::getenv(env); e && *e) {
+    if (!absl::SimpleAtoi(e, &v)) return absl::InvalidArgumentError(absl::StrCat(env, "='", e, "' is not an integer"));
+  }
+  if (v < min || v > max || (v & (v - 1)) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " ", v, " must be a power of two in ", min, "..", max, " (", env, " or ", field, ")"));
+  }
+  return v;
+}
+
 // Seconds from the environment ("300", "0.5"); `fallback` when unset.
 absl::StatusOr<double> env_seconds(const char* name, double fallback) {
   const char* v = std::getenv(name);
@@ -271,19 +288,9 @@ absl::Status Runtime::init(const Config& cfg) {
   if (!env_enabled.ok()) return env_enabled.status();
   const bool enabled = cfg.enabled.value_or(*env_enabled);
 
-  std::uint32_t cap = kDefaultRingCapacity;
-  if (cfg.ring_capacity) {
-    cap = *cfg.ring_capacity;
-  } else if (const char* v = std::getenv("RANKSCOPE_RING_SIZE"); v && *v) {
-    if (!absl::SimpleAtoi(v, &cap)) {
-      return absl::InvalidArgumentError(absl::StrCat("RANKSCOPE_RING_SIZE='", v, "' is not an integer"));
-    }
-  }
-  if (cap < 64 || cap > (1u << 24) || (cap & (cap - 1)) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("ring capacity ", cap,
-                                                   " must be a power of two in 64..16777216 (RANKSCOPE_RING_SIZE or "
-                                                   "Config::ring_capacity)"));
-  }
+  auto cap = sized_setting(cfg.ring_capacity, "RANKSCOPE_RING_SIZE", "Config::ring_capacity", "ring capacity",
+                           kDefaultRingCapacity, 64, 1u << 24);
+  if (!cap.ok()) return cap.status();
   std::chrono::milliseconds drain = kDefaultDrainInterval;
   if (cfg.drain_interval) {
     drain = *cfg.drain_interval;
@@ -299,19 +306,9 @@ absl::Status Runtime::init(const Config& cfg) {
                                                    " ms must be in 1..1000 (RANKSCOPE_DRAIN_INTERVAL_MS or "
                                                    "Config::drain_interval)"));
   }
-  std::uint32_t flight = 2048;
-  if (cfg.flight_recorder_entries) {
-    flight = *cfg.flight_recorder_entries;
-  } else if (const char* v = std::getenv("RANKSCOPE_FLIGHT_ENTRIES"); v && *v) {
-    if (!absl::SimpleAtoi(v, &flight)) {
-      return absl::InvalidArgumentError(absl::StrCat("RANKSCOPE_FLIGHT_ENTRIES='", v, "' is not an integer"));
-    }
-  }
-  if (flight < 16 || flight > (1u << 20) || (flight & (flight - 1)) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("flight recorder size ", flight,
-                                                   " must be a power of two in 16..1048576 (RANKSCOPE_FLIGHT_ENTRIES "
-                                                   "or Config::flight_recorder_entries)"));
-  }
+  auto flight = sized_setting(cfg.flight_recorder_entries, "RANKSCOPE_FLIGHT_ENTRIES",
+                              "Config::flight_recorder_entries", "flight recorder size", 2048, 16, 1u << 20);
+  if (!flight.ok()) return flight.status();
   bool dump_on_shutdown = false;
   if (cfg.dump_on_shutdown) {
     dump_on_shutdown = *cfg.dump_on_shutdown;
@@ -370,7 +367,7 @@ absl::Status Runtime::init(const Config& cfg) {
 
   context_ = *ctx;
   run_dir_ = dir;
-  ring_capacity_.store(cap, std::memory_order_relaxed);
+  ring_capacity_.store(*cap, std::memory_order_relaxed);
   metrics_interval_ = cfg.metrics_interval;
   max_sleep_s_ = std::chrono::duration<double>(drain).count();
   dump_on_shutdown_ = dump_on_shutdown;
@@ -378,7 +375,7 @@ absl::Status Runtime::init(const Config& cfg) {
   recent_per_thread_ = cfg.recent_events_per_thread;
   recent_.clear();
   dump_fmt_.set_rank(context_.rank);
-  detail::install_flight_ring(flight);
+  detail::install_flight_ring(*flight);
   if (signals) detail::install_signal_handlers();
   sinks_ = std::move(sinks);
   export_errors_.store(0, std::memory_order_relaxed);
