@@ -47,6 +47,8 @@ TEST_CASE("a stall is reported once, names what the rank is inside, dumps, and r
     std::this_thread::sleep_for(700ms);  // > timeout: one stall episode, not one per interval
     CHECK(heartbeat_status().stalled);
     CHECK(heartbeat_status().progress_age >= 200ms);
+    CHECK(gauge("rankscope_stalled").value() == 1.0);
+    CHECK(gauge("rankscope_progress_age_seconds").value() >= 0.2);
     const std::string beat = slurp(tmp.path + "/rank-0.heartbeat.json");
     CHECK_THAT(beat, Catch::Contains(R"("state":"stalled")") && Catch::Contains("checkpoint_save"));
   }
@@ -54,6 +56,7 @@ TEST_CASE("a stall is reported once, names what the rank is inside, dumps, and r
   std::this_thread::sleep_for(150ms);
   CHECK_FALSE(heartbeat_status().stalled);
   CHECK(heartbeat_status().stalls == 1);
+  CHECK(gauge("rankscope_stalled").value() == 0.0);
   shutdown();
   const std::string log = slurp(tmp.path + "/rank-0.jsonl");
   CHECK(count(log, R"("kind":"stall")") == 1);

@@ -8,6 +8,7 @@
 #include "flight.hpp"
 #include "json_util.hpp"
 #include "rankscope/export/jsonl.hpp"
+#include "rankscope/metrics.hpp"
 
 namespace rankscope::detail {
 
@@ -189,6 +190,11 @@ bool Watchdog::tick(std::uint64_t now_mono, const TickClock& clock, const std::v
                  ctx_.rank, secs(lasted), static_cast<long long>(step_));
     out.push_back(e);
   }
+  // Exported metrics: what stall alerts are built on.
+  static Gauge& stalled_gauge = gauge("rankscope_stalled", "1 while this rank makes no progress for the stall timeout");
+  static Gauge& age_gauge = gauge("rankscope_progress_age_seconds", "Seconds since this rank last made progress");
+  stalled_gauge.set(stalled_ ? 1.0 : 0.0);
+  age_gauge.set(secs(age));
   {
     std::lock_guard<std::mutex> lk(status_mu_);
     status_.stalled = stalled_;
