@@ -62,7 +62,8 @@ TEST_CASE("a stall is reported once, names what the rank is inside, dumps, and r
   CHECK(count(log, R"("kind":"stall")") == 1);
   CHECK(count(log, R"("kind":"stall_end")") == 1);
   CHECK_THAT(log, Catch::Contains("\"inside\":\"tid ") && Catch::Contains("checkpoint_save ("));
-  // Detected within the timeout plus one background iteration (not a whole interval late).
+  // Not before the timeout. (How soon after it is checked by tests/hang_test.sh
+  // on real processes; a unit test asserts no upper time bound.)
   simdjson::dom::parser parser;
   const auto pos = log.find(R"("kind":"stall")");
   const auto end = log.find('\n', pos);
@@ -71,7 +72,6 @@ TEST_CASE("a stall is reported once, names what the rank is inside, dumps, and r
   REQUIRE(parser.parse(stall_line).get(doc) == simdjson::SUCCESS);
   const std::uint64_t age = doc["progress_age_ns"];
   CHECK(age >= 200'000'000);
-  CHECK(age <= 200'000'000 + 2 * 50'000'000);
   CHECK_THAT(slurp(tmp.path + "/rank-0.flight.json"), Catch::Contains(R"("reason":"stall")"));
   CHECK_THAT(slurp(tmp.path + "/rank-0.heartbeat.json"), Catch::Contains(R"("state":"exited")"));
 }
@@ -90,11 +90,11 @@ TEST_CASE("an in-flight collective is what a stalled rank is inside", "[heartbea
 
 TEST_CASE("no stall while recording is disabled or progress() is called", "[heartbeat]") {
   TempDir tmp;
-  REQUIRE(init(watchdog_config(tmp.path, 150ms)).ok());
+  REQUIRE(init(watchdog_config(tmp.path, 1000ms)).ok());
   set_enabled(false);
-  std::this_thread::sleep_for(400ms);
+  std::this_thread::sleep_for(1500ms);
   set_enabled(true);
-  for (int i = 0; i < 8; ++i) {
+  for (int i = 0; i < 30; ++i) {  // 1.5 s of progress every 50 ms
     progress();
     std::this_thread::sleep_for(50ms);
   }
