@@ -53,6 +53,9 @@ if [[ -n "$cli" ]]; then
   echo
   echo "== rankscope summary $run_dir"
   "$cli" summary "$run_dir" || summary_rc=$?
+  echo
+  echo "== rankscope status $run_dir"
+  "$cli" status "$run_dir" || true
 fi
 ((failed == 0)) || exit 1
 

@@ -222,7 +222,8 @@ std::string format_status(const StatusReport& r) {
       o += fmt::format("{:>4}  {:<5}  {:>12}  {:>6}  {:<8}  {}\n", h.rank, "?", "-", "-", "missing", "no heartbeat file");
       continue;
     }
-    o += fmt::format("{:>4}  {:<5}  {:>12}  {:>6}  {:<8}  {}\n", h.rank, h.alive ? "yes" : "NO",
+    o += fmt::format("{:>4}  {:<5}  {:>12}  {:>6}  {:<8}  {}\n", h.rank,
+                     h.state == "exited" ? "-" : (h.alive ? "yes" : "NO"),
                      fmt::format("{:.1f} s", secs(h.progress_age_ns)), h.step,
                      h.alive || h.state == "exited" ? h.state : "dead", h.inside);
   }
