@@ -28,6 +28,10 @@ int main(int argc, char** argv) {
     rankscope::shutdown();
     return std::filesystem::exists(dump) ? 0 : 4;
   }
+  if (mode == "error_abort") {
+    RANKSCOPE_LOG_ERROR("about to crash: {}", 42);
+    std::abort();  // without signal handlers: only the inline write can have saved the record
+  }
   RANKSCOPE_PHASE("all_reduce");
   rankscope::CollectiveSpan span(world, rankscope::CollectiveOp::kAllReduce, 10, rankscope::DType::kFloat32);
   std::raise(mode == "term" ? SIGTERM : SIGABRT);

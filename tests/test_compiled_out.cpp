@@ -19,6 +19,8 @@ TEST_CASE("compiled-out macros evaluate none of their arguments and record nothi
   for (int i = 0; i < 10; ++i) {
     RANKSCOPE_PHASE(name_with_side_effect());
     RANKSCOPE_PHASE_AS(name_with_side_effect(), rankscope::PhaseKind::kForward);
+    RANKSCOPE_LOG_INFO("{}", name_with_side_effect());
+    RANKSCOPE_LOG_KV(rankscope::Level::kError, {{"k", name_with_side_effect()}}, "x");
   }
   REQUIRE(rankscope::flush());
   CHECK(evaluated == 0);

@@ -6,6 +6,7 @@
 #include "rankscope/context.hpp"
 #include "rankscope/flight_recorder.hpp"
 #include "rankscope/heartbeat.hpp"
+#include "rankscope/log.hpp"
 #include "rankscope/metrics.hpp"
 #include "rankscope/runtime.hpp"
 #include "rankscope/site.hpp"

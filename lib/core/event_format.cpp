@@ -3,6 +3,7 @@
 #include <fmt/compile.h>
 
 #include "json_util.hpp"
+#include "rankscope/log.hpp"
 
 namespace rankscope::detail {
 
@@ -117,6 +118,23 @@ void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
         out.append(std::string_view(e.fields_json));
       }
       break;
+    case EventKind::kLog: {
+      begin(out, "log", e.wall_ns, e.mono_ns, e.step, e.tid);
+      fmt::format_to(it, FMT_COMPILE(",\"level\":\"{}\",\"msg\":"), level_name(static_cast<Level>(e.depth)));
+      json_escape_to(out, e.text);
+      if (!e.fields.empty()) {
+        out.append(std::string_view(",\"fields\":{"));
+        out.append(std::string_view(e.fields));
+        out.push_back('}');
+      }
+      if (const auto* site = static_cast<const LogSite*>(e.log_site)) {
+        out.append(std::string_view(",\"file\":"));
+        json_escape_to(out, site->file);
+        fmt::format_to(it, FMT_COMPILE(",\"line\":{},\"function\":"), site->line);
+        json_escape_to(out, site->function);
+      }
+      break;
+    }
     case EventKind::kCommError:
       begin(out, "comm_error", e.wall_ns, e.mono_ns, e.step, e.tid);
       out.append(std::string_view(",\"comm\":"));

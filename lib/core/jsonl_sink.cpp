@@ -69,6 +69,10 @@ class JsonlSink final : public Sink {
     field_str("clock", info.clock_source);
     buf_.append(std::string_view(",\"ticks_per_second\":"));
     json_number_to(buf_, info.ticks_per_second);
+    if (!info.environment_json.empty()) {
+      buf_.append(std::string_view(",\"environment\":"));
+      buf_.append(std::string_view(info.environment_json));
+    }
     end_line();
     write_out();
   }
@@ -136,6 +140,7 @@ class JsonlSink final : public Sink {
   }
 
   std::uint64_t errors() const noexcept override { return errors_; }
+  int fd() const { return fd_; }
 
  private:
   static std::uint64_t detail_mono_now() {
@@ -164,6 +169,7 @@ class JsonlSink final : public Sink {
                    st.events_recorded, st.events_dropped, st.export_errors + errors_, st.inactive_calls, st.threads);
   }
   void format_event(const Event& e) {
+    if (e.written_inline) return;  // an error the calling thread already wrote
     fmt_.format(e, buf_);
     buf_.push_back('\n');
   }
@@ -194,6 +200,13 @@ absl::StatusOr<std::shared_ptr<Sink>> make_jsonl_sink(const std::string& path) {
   }
   return std::shared_ptr<Sink>(std::make_shared<JsonlSink>(fd, path));
 }
+
+namespace detail {
+int jsonl_sink_fd(const Sink& s) {
+  const auto* j = dynamic_cast<const JsonlSink*>(&s);
+  return j != nullptr ? j->fd() : -1;
+}
+}  // namespace detail
 
 absl::Status write_file_atomic(const std::string& path, const std::string& content) {
   const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());

@@ -27,6 +27,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "clock.hpp"
+#include "console.hpp"
+#include "environment.hpp"
+#include "rankscope/log.hpp"
 #include "flight.hpp"
 #include "rankscope/flight_recorder.hpp"
 #include "json_util.hpp"
@@ -46,6 +49,8 @@
 #include "rankscope/heartbeat.hpp"
 
 namespace rankscope::detail {
+extern std::atomic<int> g_runlog_fd;
+int jsonl_sink_fd(const Sink& s);
 std::atomic<std::uint8_t> g_gate{kInactive};
 std::atomic<std::int64_t> g_step{0};
 thread_local ThreadState* t_state = nullptr;
@@ -135,6 +140,7 @@ class Runtime {
   std::size_t drain_all(std::vector<Event>& batch);
   void deliver(std::vector<Event>& batch);
   void remember(const Event& e);  // keeps the last events per thread for dumps
+  std::uint64_t decode_log(ThreadState* st, std::uint64_t at, std::vector<Event>& batch);
   void export_metrics_now();
   void decode(ThreadState* st, const Record& r, const Record* next, std::vector<Event>& batch);
   absl::Status write_run_json(const Config& cfg, std::uint64_t wall);
@@ -154,6 +160,7 @@ class Runtime {
   std::string dump_reason_;           // Requires mu_ held.
   absl::StatusOr<std::string> dump_result_ = std::string();  // Requires mu_ held.
   bool dump_on_shutdown_ = false;
+  detail::ConsolePolicy console_policy_ = detail::ConsolePolicy::kRank0;
   std::uint32_t recent_per_thread_ = 32;
   pid_t owner_pid_ = 0;
   bool want_enabled_ = true;
@@ -256,6 +263,8 @@ absl::Status Runtime::write_run_json(const Config& cfg, std::uint64_t wall) {
   for (const auto& [k, v] : cfg.run_config) {
     for (char ch : k + "=" + v + "\n") h = (h ^ static_cast<unsigned char>(ch)) * 1099511628211ull;
   }
+  b.append(std::string_view(",\n  \"environment\": "));
+  b.append(detail::environment_json(c));
   fmt::format_to(out, ",\n  \"config_hash\": \"{:016x}\",\n  \"config\": {{", h);
   bool first = true;
   for (const auto& [k, v] : cfg.run_config) {
@@ -323,6 +332,20 @@ absl::Status Runtime::init(const Config& cfg) {
     if (!v.ok()) return v.status();
     signals = signals && *v;
   }
+  Level level = Level::kInfo;
+  if (const char* v = std::getenv("RANKSCOPE_LOG_LEVEL"); v && *v) {
+    const std::string lv = absl::AsciiStrToLower(v);
+    bool ok = false;
+    for (int l = 0; l <= 4; ++l) {
+      if (lv == level_name(static_cast<Level>(l)) || (lv == "warning" && l == 2)) level = static_cast<Level>(l), ok = true;
+    }
+    if (!ok) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("RANKSCOPE_LOG_LEVEL='", v, "' must be debug, info, warn, error or fatal"));
+    }
+  }
+  auto console = detail::console_policy_from_env();
+  if (!console.ok()) return console.status();
   auto stall_s = env_seconds("RANKSCOPE_STALL_TIMEOUT", 300.0);
   if (!stall_s.ok()) return stall_s.status();
   auto beat_s = env_seconds("RANKSCOPE_HEARTBEAT_INTERVAL", 1.0);
@@ -364,6 +387,7 @@ absl::Status Runtime::init(const Config& cfg) {
     if (!sink.ok()) return sink.status();
     sinks.insert(sinks.begin(), *sink);
   }
+  if (*console != detail::ConsolePolicy::kNone) sinks.push_back(detail::make_console_sink(*console));
 
   context_ = *ctx;
   run_dir_ = dir;
@@ -371,6 +395,8 @@ absl::Status Runtime::init(const Config& cfg) {
   metrics_interval_ = cfg.metrics_interval;
   max_sleep_s_ = std::chrono::duration<double>(drain).count();
   dump_on_shutdown_ = dump_on_shutdown;
+  set_log_level(level);
+  console_policy_ = *console;
   watchdog_cfg_ = wd;
   recent_per_thread_ = cfg.recent_events_per_thread;
   recent_.clear();
@@ -378,6 +404,7 @@ absl::Status Runtime::init(const Config& cfg) {
   detail::install_flight_ring(*flight);
   if (signals) detail::install_signal_handlers();
   sinks_ = std::move(sinks);
+  detail::g_runlog_fd.store(cfg.write_run_log ? detail::jsonl_sink_fd(*sinks_.front()) : -1, std::memory_order_release);
   export_errors_.store(0, std::memory_order_relaxed);
   owner_pid_ = ::getpid();
   want_enabled_ = enabled;
@@ -407,7 +434,12 @@ absl::Status Runtime::init(const Config& cfg) {
   watchdog_.start(watchdog_cfg_, context_,
                   run_dir_.empty() ? std::string() : absl::StrCat(run_dir_, "/rank-", context_.rank, ".heartbeat.json"),
                   mono0);
-  RunInfo info{context_, run_dir_, clock_.source(), clock_.ticks_per_second(), wall0, mono0};
+  RunInfo info{context_, run_dir_, clock_.source(), clock_.ticks_per_second(), wall0, mono0,
+               detail::environment_json(context_)};
+  if (console_policy_ != detail::ConsolePolicy::kNone) {
+    const std::string lines = detail::environment_console(context_);
+    if (!lines.empty()) std::fputs(lines.c_str(), stderr);
+  }
   for (auto& s : sinks_) s->start(info);
   last_metrics_mono_ = mono0;
 
@@ -437,6 +469,7 @@ void Runtime::shutdown(std::chrono::milliseconds deadline) noexcept {
   if (phase_ != Phase::kRunning || owner_pid_ != ::getpid()) return;
   detail::g_gate.store(detail::kInactive, std::memory_order_release);
   detail::uninstall_signal_handlers();
+  detail::g_runlog_fd.store(-1, std::memory_order_release);
   stop_requested_ = true;
   stop_deadline_ = std::chrono::steady_clock::now() + deadline;
   cv_.notify_all();
@@ -549,6 +582,37 @@ void Runtime::decode(ThreadState* st, const Record& r, const Record* next, std::
   batch.push_back(e);
 }
 
+// A log record: the header, then its payload bytes in the following records.
+// Returns how many records it used.
+std::uint64_t Runtime::decode_log(ThreadState* st, std::uint64_t at, std::vector<Event>& batch) {
+  const Record& h = st->slots[at & st->mask];
+  const auto msg_n = static_cast<std::size_t>(h.v[1].i);
+  const auto fld_n = static_cast<std::size_t>(h.v[2].i);
+  const std::size_t total = msg_n + fld_n;
+  const std::uint64_t nrec = 1 + (total + sizeof(Record) - 1) / sizeof(Record);
+  std::string payload(total, '\0');
+  for (std::uint64_t i = 1; i < nrec; ++i) {
+    const std::size_t off = static_cast<std::size_t>(i - 1) * sizeof(Record);
+    std::memcpy(payload.data() + off, static_cast<const void*>(&st->slots[(at + i) & st->mask]),
+                std::min(sizeof(Record), total - off));
+  }
+  Event e;
+  e.kind = EventKind::kLog;
+  e.tid = st->tid;
+  e.step = h.step;
+  const auto t = clock_.convert(h.t0);
+  e.mono_ns = t.mono_ns;
+  e.wall_ns = t.wall_ns;
+  e.depth = static_cast<std::uint8_t>(h.aux & 0xff);
+  e.written_inline = (h.aux & 0x100) != 0;
+  e.log_site = h.v[0].ptr;
+  e.text = payload.substr(0, msg_n);
+  e.fields = payload.substr(msg_n);
+  remember(e);
+  batch.push_back(std::move(e));
+  return nrec;
+}
+
 void Runtime::remember(const Event& e) {
   if (recent_per_thread_ == 0) return;
   std::deque<Event>& q = recent_[e.tid];
@@ -577,6 +641,11 @@ std::size_t Runtime::drain_all(std::vector<Event>& batch) {
     max_drained_ = std::max(max_drained_, head - tail);
     while (tail != head) {
       const Record& r = st->slots[tail & st->mask];
+      if (r.kind == RecordKind::kLog) {
+        tail += decode_log(st, tail, batch);
+        ++n;
+        continue;
+      }
       const Record* next = (tail + 1 != head) ? &st->slots[(tail + 1) & st->mask] : nullptr;
       decode(st, r, next, batch);
       ++tail;

@@ -8,6 +8,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "environment.hpp"
 #include "rankscope/detail/clock.hpp"
 #include "rankscope/detail/extension.hpp"
 #include "rankscope/detail/gate.hpp"
@@ -253,7 +254,22 @@ void poll(std::vector<Event>& out) {
 }
 
 struct Installer {
-  Installer() { detail::set_collective_extension(&defer, &poll); }
+  Installer() {
+    detail::set_collective_extension(&defer, &poll);
+    // Versions for the environment summary; none of these needs a GPU, and
+    // none initialises a CUDA context (forking after this stays safe).
+    int nccl = 0, rt = 0, drv = 0;
+    if (::ncclGetVersion(&nccl) == ncclSuccess) {
+      detail::add_environment_entry("nccl", absl::StrCat(nccl / 10000, ".", (nccl / 100) % 100, ".", nccl % 100));
+    }
+    if (::cudaRuntimeGetVersion(&rt) == cudaSuccess) {
+      detail::add_environment_entry("cuda_runtime", absl::StrCat(rt / 1000, ".", (rt % 1000) / 10));
+    }
+    detail::add_environment_entry(
+        "cuda_driver", ::cudaDriverGetVersion(&drv) == cudaSuccess && drv > 0
+                           ? absl::StrCat(drv / 1000, ".", (drv % 1000) / 10)
+                           : std::string("none"));
+  }
 };
 const Installer g_installer;
 

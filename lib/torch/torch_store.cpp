@@ -2,6 +2,7 @@
 
 #include "rankscope/heartbeat.hpp"
 #include "rankscope/integrations/torch.hpp"
+#include "environment.hpp"
 #include "rankscope/runtime.hpp"
 
 namespace rankscope::torch {
@@ -25,3 +26,13 @@ std::vector<std::string> read_heartbeats(c10d::Store& store, int world_size, con
 }
 
 }  // namespace rankscope::torch
+
+#include <torch/version.h>
+
+namespace {
+// The environment summary names the libtorch this process runs with.
+const bool kRegistered = [] {
+  rankscope::detail::add_environment_entry("torch", TORCH_VERSION);
+  return true;
+}();
+}  // namespace

@@ -25,6 +25,8 @@ enum class RecordKind : std::uint8_t {
   kCollectiveExtra = 7,  // optionally follows kCollective: ptr device timing handle,
                          // i flight id, site interned error text; aux bit 0 = in a group
   kProgress = 8,   // rankscope::progress(): t0
+  kLog = 9,        // a log record: aux = level | flags << 8, v[0] LogSite*, v[1] message bytes,
+                   // v[2] field bytes; the bytes follow in ceil(n / 64) raw records
 };
 
 union RecordValue {

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string>
 #include <vector>
 
 #include "rankscope/collective.hpp"
@@ -32,6 +33,7 @@ enum class EventKind : std::uint8_t {
   kStall,      // the watchdog: no progress for the stall timeout
   kStallEnd,   // progress resumed
   kSlowStep,   // a step much slower than usual
+  kLog,        // a log record
 };
 
 /// One decoded record. Times are nanoseconds; wall = since the Unix epoch.
@@ -61,6 +63,13 @@ struct Event {
   const char* error = nullptr;   // failed collectives / comm errors: the backend's message
   std::uint64_t flight_id = 0;   // internal: the collective's flight-recorder entry
   const char* fields_json = nullptr;  // watchdog events: extra JSON members, written verbatim
+  // Logs: level in `depth`, the call site, the message and the typed fields as
+  // JSON members (`"k":v,...`); `written_inline` when the calling thread already
+  // wrote it to the run log and the console (errors and fatals).
+  const void* log_site = nullptr;
+  std::string text;
+  std::string fields;
+  bool written_inline = false;
 };
 
 /// Static facts about the run handed to sinks once, before any event.
@@ -71,6 +80,7 @@ struct RunInfo {
   double ticks_per_second = 0.0;
   std::uint64_t start_wall_ns = 0;
   std::uint64_t start_mono_ns = 0;
+  std::string environment_json;  // the environment summary (a JSON object, secrets redacted)
 };
 
 /// A point-in-time view of every metric, taken by the background thread.

@@ -1,0 +1,117 @@
+#include "console.hpp"
+
+#include <time.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "rankscope/log.hpp"
+
+namespace rankscope::detail {
+
+absl::StatusOr<ConsolePolicy> console_policy_from_env() {
+  const char* v = std::getenv("RANKSCOPE_CONSOLE");
+  if (v == nullptr || *v == '\0') return ConsolePolicy::kRank0;
+  const std::string s = absl::AsciiStrToLower(v);
+  if (s == "rank0") return ConsolePolicy::kRank0;
+  if (s == "local0") return ConsolePolicy::kLocal0;
+  if (s == "all") return ConsolePolicy::kAll;
+  if (s == "none") return ConsolePolicy::kNone;
+  return absl::InvalidArgumentError(absl::StrCat("RANKSCOPE_CONSOLE='", v, "' must be rank0, local0, all or none"));
+}
+
+bool console_colour() {
+  static const bool colour = [] {
+    const char* term = std::getenv("TERM");
+    return ::isatty(2) == 1 && std::getenv("NO_COLOR") == nullptr && term != nullptr && std::strcmp(term, "dumb") != 0;
+  }();
+  return colour;
+}
+
+bool console_prints(ConsolePolicy policy, const RunContext& ctx, Level level) {
+  if (policy == ConsolePolicy::kNone) return false;
+  if (level >= Level::kWarn) return true;  // structured warnings and errors: every rank
+  switch (policy) {
+    case ConsolePolicy::kRank0: return ctx.rank == 0;
+    case ConsolePolicy::kLocal0: return ctx.local_rank == 0;
+    case ConsolePolicy::kAll: return true;
+    case ConsolePolicy::kNone: break;
+  }
+  return false;
+}
+
+void format_console_line(const Event& e, int rank, bool colour, fmt::memory_buffer& out) {
+  static constexpr const char* kTag[] = {"D", "I", "W", "E", "F"};
+  static constexpr const char* kColour[] = {"\x1b[2m", "", "\x1b[33m", "\x1b[31m", "\x1b[1;31m"};
+  const int lv = e.depth <= 4 ? e.depth : 1;
+  const time_t secs = static_cast<time_t>(e.wall_ns / 1000000000ull);
+  struct tm tm;
+  localtime_r(&secs, &tm);
+  auto it = fmt::appender(out);
+  fmt::format_to(it, "[r{}] {:02}:{:02}:{:02}.{:03} {}{}{} ", rank, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                 (e.wall_ns / 1000000ull) % 1000, colour ? kColour[lv] : "", kTag[lv], colour ? "\x1b[0m" : "");
+  out.append(std::string_view(e.text));
+  if (!e.fields.empty()) {
+    // Human-readable fields: k=v, the JSON quoting dropped where it is noise.
+    out.append(std::string_view("  "));
+    bool in_string = false, escaped = false;
+    for (char c : e.fields) {
+      if (in_string) {
+        if (escaped) escaped = false;
+        else if (c == '\\') escaped = true;
+        else if (c == '"') { in_string = false; continue; }
+        out.push_back(c);
+        continue;
+      }
+      if (c == '"') { in_string = true; continue; }
+      if (c == ':') { out.push_back('='); continue; }
+      if (c == ',') { out.push_back(' '); continue; }
+      out.push_back(c);
+    }
+  }
+  out.push_back('\n');
+}
+
+namespace {
+class ConsoleSink final : public Sink {
+ public:
+  explicit ConsoleSink(ConsolePolicy p) : policy_(p) {}
+  void start(const RunInfo& info) noexcept override { ctx_ = info.context; }
+  void export_events(std::span<const Event> batch) noexcept override {
+    buf_.clear();
+    for (const Event& e : batch) {
+      if (e.kind != EventKind::kLog || e.written_inline) continue;
+      if (!console_prints(policy_, ctx_, static_cast<Level>(e.depth))) continue;
+      format_console_line(e, ctx_.rank, console_colour(), buf_);
+    }
+    if (buf_.size() != 0) {
+      const char* p = buf_.data();
+      std::size_t n = buf_.size();
+      while (n > 0) {
+        const ssize_t w = ::write(2, p, n);
+        if (w <= 0) {
+          if (w < 0 && errno == EINTR) continue;
+          ++errors_;
+          break;
+        }
+        p += w;
+        n -= static_cast<std::size_t>(w);
+      }
+    }
+  }
+  std::uint64_t errors() const noexcept override { return errors_; }
+
+ private:
+  ConsolePolicy policy_;
+  RunContext ctx_;
+  fmt::memory_buffer buf_;
+  std::uint64_t errors_ = 0;
+};
+}  // namespace
+
+std::shared_ptr<Sink> make_console_sink(ConsolePolicy policy) { return std::make_shared<ConsoleSink>(policy); }
+
+}  // namespace rankscope::detail

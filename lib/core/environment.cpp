@@ -1,0 +1,144 @@
+#include "environment.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <mutex>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "json_util.hpp"
+#include "rankscope/config.hpp"
+
+extern char** environ;
+
+namespace rankscope::detail {
+namespace {
+
+std::mutex& entries_mu() {
+  static auto* m = new std::mutex;
+  return *m;
+}
+std::vector<std::pair<std::string, std::string>>& entries() {
+  static auto* e = new std::vector<std::pair<std::string, std::string>>;
+  return *e;
+}
+
+bool is_knob(const std::string& n) {
+  static constexpr const char* kExact[] = {"TORCH_DISTRIBUTED_DEBUG", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS",
+                                           "NCCL_DEBUG", "NCCL_SOCKET_IFNAME", "NCCL_ASYNC_ERROR_HANDLING"};
+  for (const char* e : kExact) {
+    if (n == e) return true;
+  }
+  return absl::StartsWith(n, "NCCL_") || absl::StartsWith(n, "TORCH_NCCL_") || absl::StartsWith(n, "RANKSCOPE_") ||
+         absl::StartsWith(n, "OTEL_");
+}
+
+std::string build_options() {
+  std::string s;
+#if RANKSCOPE_ENABLED
+  s += "enabled";
+#else
+  s += "compiled-out";
+#endif
+#if defined(RANKSCOPE_WITH_NVTX) && RANKSCOPE_WITH_NVTX
+  s += ",nvtx";
+#endif
+  return s;
+}
+
+}  // namespace
+
+void add_environment_entry(std::string key, std::string value) {
+  std::lock_guard<std::mutex> lk(entries_mu());
+  entries().emplace_back(std::move(key), std::move(value));
+}
+
+bool looks_secret(const std::string& name) {
+  const std::string u = absl::AsciiStrToUpper(name);
+  for (const char* w : {"TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL", "AUTH", "HEADERS", "COOKIE"}) {
+    if (u.find(w) != std::string::npos) return true;
+  }
+  return false;
+}
+
+std::vector<std::pair<std::string, std::string>> environment_knobs() {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const std::string kv(*e);
+    const auto eq = kv.find('=');
+    if (eq == std::string::npos) continue;
+    std::string name = kv.substr(0, eq);
+    if (!is_knob(name)) continue;
+    out.emplace_back(name, looks_secret(name) ? std::string("<redacted>") : kv.substr(eq + 1));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string environment_json(const RunContext& c) {
+  fmt::memory_buffer b;
+  auto it = fmt::appender(b);
+  const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  const double mem_gib =
+      static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE)) / (1u << 30);
+  fmt::format_to(it, "{{\"library\":\"{}\",\"build\":\"{}\",\"compiler\":", RANKSCOPE_VERSION_STRING, build_options());
+  json_escape_to(b, __VERSION__);
+  b.append(std::string_view(",\"host\":"));
+  json_escape_to(b, c.host);
+  fmt::format_to(it, ",\"cpus\":{},\"memory_gib\":{:.1f},\"launcher\":\"{}\",\"job_id\":", cpus, mem_gib,
+                 launcher_name(c.launcher));
+  json_escape_to(b, c.job_id);
+  fmt::format_to(it, ",\"restart_count\":{},\"world_size\":{},\"local_world_size\":{}", c.restart_count, c.world_size,
+                 c.local_world_size);
+  {
+    std::lock_guard<std::mutex> lk(entries_mu());
+    for (const auto& [k, v] : entries()) {
+      b.push_back(',');
+      json_escape_to(b, k);
+      b.push_back(':');
+      json_escape_to(b, v);
+    }
+  }
+  b.append(std::string_view(",\"env\":{"));
+  bool first = true;
+  for (const auto& [k, v] : environment_knobs()) {
+    if (!first) b.push_back(',');
+    first = false;
+    json_escape_to(b, k);
+    b.push_back(':');
+    json_escape_to(b, v);
+  }
+  b.append(std::string_view("}}"));
+  return std::string(b.data(), b.size());
+}
+
+std::string environment_console(const RunContext& c) {
+  const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  const double mem_gib =
+      static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE)) / (1u << 30);
+  if (c.rank == 0) {
+    std::string parts;
+    {
+      std::lock_guard<std::mutex> lk(entries_mu());
+      for (const auto& [k, v] : entries()) parts += fmt::format("; {} {}", k, v);
+    }
+    std::string knobs;
+    for (const auto& [k, v] : environment_knobs()) knobs += fmt::format(" {}={}", k, v);
+    return fmt::format("[r0] rankscope {} ({}): run {}, {} ranks ({} per node), {}{}{}, restart {}\n"
+                       "[r0] node {}: {} CPUs, {:.1f} GiB{}\n[r0] knobs:{}\n",
+                       RANKSCOPE_VERSION_STRING, build_options(), c.run_id, c.world_size, c.local_world_size,
+                       launcher_name(c.launcher), c.job_id.empty() ? "" : " job ", c.job_id, c.restart_count, c.host,
+                       cpus, mem_gib, parts, knobs.empty() ? " (none set)" : knobs);
+  }
+  if (c.local_rank == 0) {
+    return fmt::format("[r{}] node {}: ranks {}..{}, {} CPUs, {:.1f} GiB\n", c.rank, c.host, c.rank,
+                       c.rank + c.local_world_size - 1, cpus, mem_gib);
+  }
+  return {};
+}
+
+}  // namespace rankscope::detail

@@ -1,0 +1,31 @@
+// The environment summary: what people check first when a job hangs, with
+// secrets redacted. Written once at init into run.json (rank 0) and into the
+// run_start line of every rank; printed by rank 0 (one line per node from each
+// node's local rank 0).
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "rankscope/context.hpp"
+
+namespace rankscope::detail {
+
+// Optional parts add their versions at load time ("torch", "nccl", ...).
+void add_environment_entry(std::string key, std::string value);
+
+// True for variable names that look like credentials; their values never
+// leave the process.
+bool looks_secret(const std::string& name);
+
+// The knobs: NCCL_*, TORCH_NCCL_*, TORCH_DISTRIBUTED_DEBUG, CUDA_VISIBLE_DEVICES,
+// OMP_NUM_THREADS, RANKSCOPE_*, OTEL_* (values of secrets replaced by "<redacted>").
+std::vector<std::pair<std::string, std::string>> environment_knobs();
+
+// The summary as a JSON object.
+std::string environment_json(const RunContext& ctx);
+// One or two lines for the console (empty when this rank does not print it).
+std::string environment_console(const RunContext& ctx);
+
+}  // namespace rankscope::detail

@@ -1,0 +1,161 @@
+// Logging: records into the ring (variable length: a header record plus raw
+// payload records), console policy, throttling, and the inline path that makes
+// errors durable before the call returns.
+#include "rankscope/log.hpp"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "clock.hpp"
+#include "console.hpp"
+#include "event_format.hpp"
+#include "json_util.hpp"
+#include "rankscope/detail/clock.hpp"
+#include "rankscope/detail/record.hpp"
+#include "rankscope/detail/thread_state.hpp"
+#include "rankscope/runtime.hpp"
+
+namespace rankscope {
+
+namespace detail {
+std::atomic<std::uint8_t> g_log_level{static_cast<std::uint8_t>(Level::kInfo)};
+std::atomic<int> g_runlog_fd{-1};
+}  // namespace detail
+
+std::string_view level_name(Level l) noexcept {
+  switch (l) {
+    case Level::kDebug: return "debug";
+    case Level::kInfo: return "info";
+    case Level::kWarn: return "warn";
+    case Level::kError: return "error";
+    case Level::kFatal: return "fatal";
+  }
+  return "info";
+}
+
+void set_log_level(Level l) noexcept { detail::g_log_level.store(static_cast<std::uint8_t>(l), std::memory_order_relaxed); }
+Level log_level() noexcept { return static_cast<Level>(detail::g_log_level.load(std::memory_order_relaxed)); }
+
+namespace detail {
+
+namespace {
+constexpr std::size_t kMaxPayload = 4096;
+
+// `"key":value` members, comma-separated, into a fixed buffer (truncated).
+std::size_t fields_json(std::initializer_list<Field> fields, char* out, std::size_t cap) {
+  fmt::memory_buffer b;
+  for (const Field& f : fields) {
+    if (b.size() != 0) b.push_back(',');
+    json_escape_to(b, f.key != nullptr ? f.key : "");
+    b.push_back(':');
+    switch (f.type) {
+      case Field::Type::kInt: fmt::format_to(fmt::appender(b), "{}", f.i); break;
+      case Field::Type::kUInt: fmt::format_to(fmt::appender(b), "{}", f.u); break;
+      case Field::Type::kDouble: json_number_to(b, f.d); break;
+      case Field::Type::kBool: b.append(std::string_view(f.b ? "true" : "false")); break;
+      case Field::Type::kString: json_escape_to(b, f.s); break;
+    }
+  }
+  const std::size_t n = std::min(b.size(), cap);
+  std::memcpy(out, b.data(), n);
+  return n;
+}
+
+bool write_all_fd(int fd, const char* p, std::size_t n) {
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    p += w;
+    n -= static_cast<std::size_t>(w);
+  }
+  return true;
+}
+}  // namespace
+
+// Errors and fatals: the calling thread writes the run-log line and the
+// console line itself, so a crash right after the call loses nothing.
+void write_inline(const Event& e) {
+  thread_local EventFormatter fmt_;
+  fmt_.set_rank(rankscope::context().rank);
+  fmt::memory_buffer line;
+  fmt_.format(e, line);
+  line.push_back('\n');
+  const int fd = g_runlog_fd.load(std::memory_order_acquire);
+  if (fd >= 0) write_all_fd(fd, line.data(), line.size());
+  fmt::memory_buffer con;
+  format_console_line(e, rankscope::context().rank, console_colour(), con);
+  write_all_fd(2, con.data(), con.size());
+}
+
+void log_emit(const LogSite& site, Level level, std::string_view message, std::initializer_list<Field> fields) noexcept {
+  ThreadState* st = thread_state();
+  if (st == nullptr) return;
+  char payload[kMaxPayload];
+  const std::size_t msg_n = std::min(message.size(), kMaxPayload / 2);
+  std::memcpy(payload, message.data(), msg_n);
+  std::size_t fld_n = 0;
+  try {
+    fld_n = fields.size() != 0 ? fields_json(fields, payload + msg_n, kMaxPayload - msg_n) : 0;
+  } catch (...) {
+  }
+  const bool inline_write = level >= Level::kError;
+  const std::uint64_t t = now_ticks();
+  const std::int64_t step = g_step.load(std::memory_order_relaxed);
+  if (inline_write) {
+    try {
+      Event e;
+      e.kind = EventKind::kLog;
+      e.depth = static_cast<std::uint8_t>(level);
+      e.tid = st->tid;
+      e.step = step;
+      e.mono_ns = monotonic_ns();
+      e.wall_ns = realtime_ns();
+      e.log_site = &site;
+      e.text.assign(payload, msg_n);
+      e.fields.assign(payload + msg_n, fld_n);
+      write_inline(e);
+    } catch (...) {
+    }
+  }
+  const std::size_t total = msg_n + fld_n;
+  const std::uint64_t nrec = 1 + (total + sizeof(Record) - 1) / sizeof(Record);
+  if (!st->try_reserve(nrec)) return;
+  Record& h = st->slot(0);
+  h.t0 = h.t1 = t;
+  h.site = nullptr;
+  h.step = step;
+  h.kind = RecordKind::kLog;
+  h.depth = 0;
+  h.aux = static_cast<std::uint16_t>(static_cast<unsigned>(level) | (inline_write ? 0x100u : 0u));
+  h.pad = 0;
+  h.v[0].ptr = &site;
+  h.v[1].i = static_cast<std::int64_t>(msg_n);
+  h.v[2].i = static_cast<std::int64_t>(fld_n);
+  for (std::uint64_t i = 1; i < nrec; ++i) {
+    const std::size_t off = static_cast<std::size_t>(i - 1) * sizeof(Record);
+    std::memcpy(static_cast<void*>(&st->slot(i)), payload + off, std::min(sizeof(Record), total - off));
+  }
+  st->commit(nrec);
+}
+
+bool Throttle::allow(std::uint32_t n, std::uint64_t per_ms, std::uint64_t& suppressed) noexcept {
+  const std::uint64_t now = monotonic_ns();
+  std::uint64_t start = window_start_.load(std::memory_order_relaxed);
+  if (now - start >= per_ms * 1'000'000ull && window_start_.compare_exchange_strong(start, now)) {
+    count_.store(0, std::memory_order_relaxed);
+  }
+  if (count_.fetch_add(1, std::memory_order_relaxed) < n) {
+    suppressed = suppressed_.exchange(0, std::memory_order_relaxed);
+    return true;
+  }
+  suppressed_.fetch_add(1, std::memory_order_relaxed);
+  return false;
+}
+
+}  // namespace detail
+}  // namespace rankscope

@@ -1,0 +1,202 @@
+#include <catch2/catch.hpp>
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <thread>
+
+#include "capture_sink.hpp"
+#include "console.hpp"
+#include "rankscope/rankscope.hpp"
+#include "temp_dir.hpp"
+
+using namespace rankscope;
+using namespace std::chrono_literals;
+using rankscope::test::ScopedEnv;
+using rankscope::test::slurp;
+using rankscope::test::TempDir;
+
+namespace {
+Config log_config(const std::string& dir, int rank = 0, int world = 1) {
+  Config cfg;
+  cfg.run_dir = dir;
+  cfg.context.rank = rank;
+  cfg.context.world_size = world;
+  return cfg;
+}
+int count(const std::string& hay, const std::string& needle) {
+  int n = 0;
+  for (std::size_t p = hay.find(needle); p != std::string::npos; p = hay.find(needle, p + 1)) ++n;
+  return n;
+}
+// Captures what is written to stderr (fd 2) while alive.
+struct StderrCapture {
+  explicit StderrCapture(const std::string& path) {
+    saved = ::dup(2);
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(fd, 2);
+    ::close(fd);
+  }
+  ~StderrCapture() {
+    ::dup2(saved, 2);
+    ::close(saved);
+  }
+  int saved;
+};
+}  // namespace
+
+TEST_CASE("log records land in the run log with level, message, fields, site and step", "[log]") {
+  TempDir tmp;
+  REQUIRE(init(log_config(tmp.path)).ok());
+  begin_step(12);
+  RANKSCOPE_LOG_INFO("epoch {} loss {:.3f}", 3, 0.125);
+  RANKSCOPE_LOG_KV(Level::kWarn, {{"path", "/ckpt/\"x\""}, {"bytes", 4096}, {"ratio", 0.5}, {"ok", false}},
+                   "slow checkpoint write");
+  shutdown();
+  const std::string log = slurp(tmp.path + "/rank-0.jsonl");
+  CHECK_THAT(log, Catch::Contains(R"("kind":"log","t":)") && Catch::Contains(R"("step":12)") &&
+                      Catch::Contains(R"("level":"info","msg":"epoch 3 loss 0.125")") &&
+                      Catch::Contains(R"("file":")") && Catch::Contains("test_log.cpp"));
+  CHECK_THAT(log, Catch::Contains(R"("level":"warn","msg":"slow checkpoint write","fields":{"path":"/ckpt/\"x\"","bytes":4096,"ratio":0.5,"ok":false})"));
+}
+
+TEST_CASE("records below the level are not recorded; RANKSCOPE_LOG_LEVEL sets it", "[log]") {
+  TempDir tmp;
+  {
+    ScopedEnv e("RANKSCOPE_LOG_LEVEL", "warn");
+    REQUIRE(init(log_config(tmp.path)).ok());
+  }
+  CHECK(log_level() == Level::kWarn);
+  RANKSCOPE_LOG_DEBUG("debug {}", 1);
+  RANKSCOPE_LOG_INFO("info {}", 1);
+  RANKSCOPE_LOG_WARN("warn {}", 1);
+  shutdown();
+  const std::string log = slurp(tmp.path + "/rank-0.jsonl");
+  CHECK(count(log, R"("kind":"log")") == 1);
+  CHECK_THAT(log, Catch::Contains("warn 1"));
+}
+
+TEST_CASE("an invalid log level or console policy is an init error", "[log]") {
+  shutdown();
+  {
+    ScopedEnv e("RANKSCOPE_LOG_LEVEL", "loud");
+    auto st = init({.write_run_log = false});
+    REQUIRE_FALSE(st.ok());
+    CHECK_THAT(std::string(st.message()), Catch::Contains("RANKSCOPE_LOG_LEVEL='loud'"));
+  }
+  {
+    ScopedEnv e("RANKSCOPE_CONSOLE", "everyone");
+    auto st = init({.write_run_log = false});
+    REQUIRE_FALSE(st.ok());
+    CHECK_THAT(std::string(st.message()), Catch::Contains("RANKSCOPE_CONSOLE='everyone'"));
+  }
+}
+
+TEST_CASE("console policy: progress from rank 0, warnings and errors from every rank", "[log][console]") {
+  using detail::ConsolePolicy;
+  RunContext r0, r5;
+  r0.rank = 0;
+  r0.local_rank = 0;
+  r5.rank = 5;
+  r5.local_rank = 1;
+  RunContext r4 = r5;
+  r4.rank = 4;
+  r4.local_rank = 0;
+  CHECK(detail::console_prints(ConsolePolicy::kRank0, r0, Level::kInfo));
+  CHECK_FALSE(detail::console_prints(ConsolePolicy::kRank0, r5, Level::kInfo));
+  CHECK_FALSE(detail::console_prints(ConsolePolicy::kRank0, r4, Level::kInfo));
+  CHECK(detail::console_prints(ConsolePolicy::kRank0, r5, Level::kWarn));
+  CHECK(detail::console_prints(ConsolePolicy::kRank0, r5, Level::kError));
+  CHECK(detail::console_prints(ConsolePolicy::kLocal0, r4, Level::kInfo));
+  CHECK_FALSE(detail::console_prints(ConsolePolicy::kLocal0, r5, Level::kInfo));
+  CHECK(detail::console_prints(ConsolePolicy::kAll, r5, Level::kDebug));
+  CHECK_FALSE(detail::console_prints(ConsolePolicy::kNone, r0, Level::kFatal));
+}
+
+TEST_CASE("the console line carries the rank and readable fields; the run log gets every record", "[log][console]") {
+  TempDir tmp;
+  const std::string err = tmp.path + "/stderr.txt";
+  {
+    StderrCapture cap(err);
+    REQUIRE(init(log_config(tmp.path, 3, 4)).ok());
+    RANKSCOPE_LOG_INFO("progress from rank 3 stays in its log");
+    RANKSCOPE_LOG_KV(Level::kWarn, {{"peer", 7}}, "warning from rank {}", 3);
+    shutdown();
+  }
+  const std::string console = slurp(err);
+  CHECK_THAT(console, Catch::Contains("[r3] ") && Catch::Contains(" W warning from rank 3  peer=7"));
+  CHECK_THAT(console, !Catch::Contains("progress from rank 3"));
+  CHECK_THAT(slurp(tmp.path + "/rank-3.jsonl"), Catch::Contains("progress from rank 3 stays in its log"));
+  CHECK_THAT(console, !Catch::Contains("\x1b["));  // not a terminal: no colour
+}
+
+TEST_CASE("throttling counts exactly and reports what it suppressed", "[log][throttle]") {
+  TempDir tmp;
+  REQUIRE(init(log_config(tmp.path)).ok());
+  auto noisy = [](int i) { RANKSCOPE_LOG_THROTTLED(Level::kWarn, 3, 200, "retry {}", i); };
+  for (int i = 0; i < 10; ++i) noisy(i);   // 3 emitted, 7 suppressed
+  std::this_thread::sleep_for(250ms);      // next window
+  noisy(10);                               // emitted, says 7 were suppressed
+  shutdown();
+  const std::string log = slurp(tmp.path + "/rank-0.jsonl");
+  CHECK(count(log, R"("msg":"retry )") == 4);
+  CHECK_THAT(log, Catch::Contains(R"("msg":"retry 10","fields":{"suppressed":7})"));
+  CHECK_THAT(log, !Catch::Contains(R"("msg":"retry 3")"));
+}
+
+TEST_CASE("secrets never leave the process", "[log][environment]") {
+  TempDir tmp;
+  const std::string err = tmp.path + "/stderr.txt";
+  {
+    ScopedEnv a("RANKSCOPE_API_TOKEN", "planted-secret-4711");
+    ScopedEnv b("OTEL_EXPORTER_OTLP_HEADERS", "Authorization=Bearer planted-secret-4712");
+    ScopedEnv c("NCCL_IB_HCA", "mlx5_0");
+    ScopedEnv d("RANKSCOPE_CONSOLE", "all");
+    StderrCapture cap(err);
+    REQUIRE(init(log_config(tmp.path)).ok());
+    RANKSCOPE_LOG_INFO("hello");
+    shutdown();
+  }
+  for (const std::string f : {"/run.json", "/rank-0.jsonl", "/stderr.txt"}) {
+    const std::string text = slurp(tmp.path + f);
+    INFO(f);
+    CHECK_THAT(text, !Catch::Contains("planted-secret"));
+  }
+  const std::string run = slurp(tmp.path + "/run.json");
+  CHECK_THAT(run, Catch::Contains(R"("RANKSCOPE_API_TOKEN":"<redacted>")") &&
+                      Catch::Contains(R"("OTEL_EXPORTER_OTLP_HEADERS":"<redacted>")") &&
+                      Catch::Contains(R"("NCCL_IB_HCA":"mlx5_0")") && Catch::Contains(R"("environment": {"library")"));
+  CHECK_THAT(slurp(tmp.path + "/rank-0.jsonl"), Catch::Contains(R"("environment":{"library")"));
+  CHECK_THAT(slurp(err), Catch::Contains("[r0] knobs:") && Catch::Contains("NCCL_IB_HCA=mlx5_0"));
+}
+
+TEST_CASE("many threads logging at once lose nothing", "[log]") {
+  TempDir tmp;
+  REQUIRE(init(log_config(tmp.path)).ok());
+  std::vector<std::thread> ts;
+  for (int t = 0; t < 4; ++t) {
+    ts.emplace_back([t] {
+      for (int i = 0; i < 500; ++i) RANKSCOPE_LOG_KV(Level::kInfo, {{"thread", t}, {"i", i}}, "line {}", i);
+    });
+  }
+  for (auto& t : ts) t.join();
+  shutdown();
+  CHECK(count(slurp(tmp.path + "/rank-0.jsonl"), R"("msg":"line )") == 2000);
+}
+
+TEST_CASE("an error survives a crash right after it", "[log][signals]") {
+  TempDir tmp;
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::setenv("RANKSCOPE_SIGNALS", "0", 1);  // no handler: nothing flushes on the way down
+    ::execl(RANKSCOPE_SIGNAL_HELPER, RANKSCOPE_SIGNAL_HELPER, tmp.path.c_str(), "error_abort",
+            static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  REQUIRE(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGABRT);
+  CHECK_THAT(slurp(tmp.path + "/rank-5.jsonl"), Catch::Contains(R"("level":"error","msg":"about to crash: 42")"));
+  CHECK_THAT(slurp(tmp.path + "/rank-5.jsonl"), !Catch::Contains(R"("reason":"signal)"));
+}
