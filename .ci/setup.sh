@@ -8,7 +8,7 @@ PACKAGES=(
   libfmt-dev libabsl-dev catch2 libbenchmark-dev
   libtorch-dev libgloo-dev python3-torch python3-pytest python3-numpy pybind11-dev
   libopenblas0-pthread
-  prometheus-cpp-dev libsimdjson-dev libcli11-dev
+  prometheus-cpp-dev libsimdjson-dev libcli11-dev libspdlog-dev
   valgrind
 )
 
