@@ -76,6 +76,30 @@ TEST_CASE("records below the level are not recorded; RANKSCOPE_LOG_LEVEL sets it
   CHECK_THAT(log, Catch::Contains("warn 1"));
 }
 
+TEST_CASE("named loggers take their own level from RANKSCOPE_LOG_LEVEL", "[log]") {
+  static Logger sub("test_sub");
+  static Logger other("test_other");
+  TempDir tmp;
+  {
+    ScopedEnv e("RANKSCOPE_LOG_LEVEL", "warn,test_sub=debug");
+    REQUIRE(init(log_config(tmp.path)).ok());
+  }
+  CHECK(sub.level() == Level::kDebug);
+  CHECK(other.level() == Level::kWarn);
+  RANKSCOPE_LOG_TO(sub, Level::kDebug, "sub says {}", "hi");
+  RANKSCOPE_LOG_TO(other, Level::kInfo, "other info");
+  RANKSCOPE_LOG_INFO("default info");
+  shutdown();
+  const std::string log = slurp(tmp.path + "/rank-0.jsonl");
+  CHECK_THAT(log, Catch::Contains(R"("level":"debug","msg":"sub says hi","logger":"test_sub")"));
+  CHECK_THAT(log, !Catch::Contains("other info") && !Catch::Contains("default info"));
+  shutdown();
+  ScopedEnv bad("RANKSCOPE_LOG_LEVEL", "info,nccl=chatty");
+  auto st = init({.write_run_log = false});
+  REQUIRE_FALSE(st.ok());
+  CHECK_THAT(std::string(st.message()), Catch::Contains("logger=level"));
+}
+
 TEST_CASE("an invalid log level or console policy is an init error", "[log]") {
   shutdown();
   {

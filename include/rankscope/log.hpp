@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <atomic>
 #include <initializer_list>
 #include <string_view>
 
@@ -62,6 +63,31 @@ struct Field {
 void set_log_level(Level l) noexcept;
 Level log_level() noexcept;
 
+/// A named logger with its own level, for a subsystem that needs more (or
+/// less) than the rest: RANKSCOPE_LOG_LEVEL=info,nccl=debug,loader=warn.
+///   static rankscope::Logger nccl_log("nccl");
+///   RANKSCOPE_LOG_TO(nccl_log, rankscope::Level::kDebug, "comm {} ready", id);
+/// Construct once (a static); its records carry "logger":"<name>".
+class Logger {
+ public:
+  explicit Logger(std::string_view name);
+  const char* name() const noexcept { return name_; }
+  std::uint16_t id() const noexcept { return id_; }
+  Level level() const noexcept { return static_cast<Level>(level_.load(std::memory_order_relaxed)); }
+  void set_level(Level l) noexcept { level_.store(static_cast<std::uint8_t>(l), std::memory_order_relaxed); }
+  bool enabled(Level l) const noexcept {
+    return static_cast<std::uint8_t>(l) >= level_.load(std::memory_order_relaxed);
+  }
+
+  Logger(const Logger&) = delete;
+  Logger& operator=(const Logger&) = delete;
+
+ private:
+  const char* name_;
+  std::uint16_t id_;
+  std::atomic<std::uint8_t> level_;
+};
+
 namespace detail {
 
 struct LogSite {
@@ -76,11 +102,12 @@ inline bool log_enabled(Level l) noexcept {
   return static_cast<std::uint8_t>(l) >= g_log_level.load(std::memory_order_relaxed) && gate_open();
 }
 
-void log_emit(const LogSite& site, Level level, std::string_view message, std::initializer_list<Field> fields) noexcept;
+void log_emit(const LogSite& site, Level level, std::string_view message, std::initializer_list<Field> fields,
+              const Logger* logger = nullptr) noexcept;
 
 template <typename... Args>
-void log_format(const LogSite& site, Level level, std::initializer_list<Field> fields,
-                fmt::format_string<Args...> format, Args&&... args) noexcept {
+void log_format_to(const Logger* logger, const LogSite& site, Level level, std::initializer_list<Field> fields,
+                   fmt::format_string<Args...> format, Args&&... args) noexcept {
   char buf[1024];
   std::size_t n = 0;
   try {
@@ -90,7 +117,13 @@ void log_format(const LogSite& site, Level level, std::initializer_list<Field> f
     constexpr std::string_view kBad = "<log formatting failed>";
     n = kBad.copy(buf, kBad.size());
   }
-  log_emit(site, level, std::string_view(buf, n), fields);
+  log_emit(site, level, std::string_view(buf, n), fields, logger);
+}
+
+template <typename... Args>
+void log_format(const LogSite& site, Level level, std::initializer_list<Field> fields,
+                fmt::format_string<Args...> format, Args&&... args) noexcept {
+  log_format_to(nullptr, site, level, fields, format, std::forward<Args>(args)...);
 }
 
 // Per-call-site rate limit: at most `n` records per `per_ms`; the next record
@@ -130,6 +163,15 @@ class Throttle {
                                       __VA_ARGS__);                                                 \
     }                                                                                               \
   } while (0)
+/// Logs through a named Logger (its own level).
+#define RANKSCOPE_LOG_TO(logger, level, ...)                                                        \
+  do {                                                                                              \
+    if (static_cast<int>(level) >= RANKSCOPE_LOG_LEVEL_MIN && (logger).enabled(level) &&            \
+        ::rankscope::detail::gate_open()) {                                                         \
+      RANKSCOPE_DETAIL_LOG_SITE;                                                                    \
+      ::rankscope::detail::log_format_to(&(logger), rankscope_log_site, level, {}, __VA_ARGS__);    \
+    }                                                                                               \
+  } while (0)
 /// At most `n` records per `per_ms` milliseconds from this call site.
 #define RANKSCOPE_LOG_THROTTLED(level, n, per_ms, ...)                                              \
   do {                                                                                              \
@@ -150,6 +192,7 @@ class Throttle {
 #define RANKSCOPE_LOG(level, ...) ((void)0)
 #define RANKSCOPE_LOG_KV(level, fields, ...) ((void)0)
 #define RANKSCOPE_LOG_THROTTLED(level, n, per_ms, ...) ((void)0)
+#define RANKSCOPE_LOG_TO(logger, level, ...) ((void)0)
 #endif
 
 #define RANKSCOPE_LOG_DEBUG(...) RANKSCOPE_LOG(::rankscope::Level::kDebug, __VA_ARGS__)

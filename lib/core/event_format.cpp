@@ -122,6 +122,10 @@ void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
       begin(out, "log", e.wall_ns, e.mono_ns, e.step, e.tid);
       fmt::format_to(it, FMT_COMPILE(",\"level\":\"{}\",\"msg\":"), level_name(static_cast<Level>(e.depth)));
       json_escape_to(out, e.text);
+      if (e.logger != nullptr) {
+        out.append(std::string_view(",\"logger\":"));
+        json_escape_to(out, e.logger);
+      }
       if (!e.fields.empty()) {
         out.append(std::string_view(",\"fields\":{"));
         out.append(std::string_view(e.fields));

@@ -6,6 +6,13 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <mutex>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "rankscope/site.hpp"
 #include <cstring>
 
 #include "clock.hpp"
@@ -34,6 +41,82 @@ std::string_view level_name(Level l) noexcept {
   }
   return "info";
 }
+
+namespace {
+struct LoggerRegistry {
+  std::mutex mu;
+  std::vector<Logger*> loggers;                       // Requires mu held.
+  std::vector<std::pair<std::string, Level>> overrides;  // from RANKSCOPE_LOG_LEVEL; Requires mu held.
+};
+LoggerRegistry& loggers() {
+  static auto* r = new LoggerRegistry;  // leaked: loggers are statics that outlive exit handlers
+  return *r;
+}
+}  // namespace
+
+Logger::Logger(std::string_view name)
+    : name_(intern(name, PhaseKind::kOther)->name), id_(0), level_(static_cast<std::uint8_t>(log_level())) {
+  auto& r = loggers();
+  std::lock_guard<std::mutex> lk(r.mu);
+  r.loggers.push_back(this);
+  id_ = static_cast<std::uint16_t>(r.loggers.size());  // 0 = the default logger
+  for (const auto& [n, l] : r.overrides) {
+    if (n == name_) set_level(l);
+  }
+}
+
+namespace detail {
+// Applies "info,nccl=debug": the default level and per-logger overrides.
+absl::Status apply_log_levels(std::string_view spec) {
+  auto parse = [](std::string_view v, Level& out) {
+    const std::string lv = absl::AsciiStrToLower(std::string(v));
+    for (int l = 0; l <= 4; ++l) {
+      if (lv == level_name(static_cast<Level>(l)) || (lv == "warning" && l == 2)) {
+        out = static_cast<Level>(l);
+        return true;
+      }
+    }
+    return false;
+  };
+  Level def = Level::kInfo;
+  std::vector<std::pair<std::string, Level>> overrides;
+  std::vector<std::string_view> parts;
+  for (std::size_t start = 0; start <= spec.size();) {
+    const std::size_t comma = std::min(spec.find(',', start), spec.size());
+    if (comma > start) parts.push_back(spec.substr(start, comma - start));
+    start = comma + 1;
+  }
+  for (std::string_view part : parts) {
+    const auto eq = part.find('=');
+    Level l;
+    if (!parse(eq == std::string_view::npos ? part : part.substr(eq + 1), l)) {
+      return absl::InvalidArgumentError(absl::StrCat("RANKSCOPE_LOG_LEVEL='", std::string(spec),
+                                                     "' must be a level (debug, info, warn, error, fatal), optionally "
+                                                     "followed by logger=level pairs, e.g. info,nccl=debug"));
+    }
+    if (eq == std::string_view::npos) def = l;
+    else overrides.emplace_back(std::string(part.substr(0, eq)), l);
+  }
+  set_log_level(def);
+  auto& r = loggers();
+  std::lock_guard<std::mutex> lk(r.mu);
+  r.overrides = overrides;
+  for (Logger* lg : r.loggers) {
+    lg->set_level(def);
+    for (const auto& [n, l] : overrides) {
+      if (n == lg->name()) lg->set_level(l);
+    }
+  }
+  return absl::OkStatus();
+}
+
+const char* logger_name(std::uint16_t id) {
+  if (id == 0) return nullptr;
+  auto& r = loggers();
+  std::lock_guard<std::mutex> lk(r.mu);
+  return id <= r.loggers.size() ? r.loggers[id - 1]->name() : nullptr;
+}
+}  // namespace detail
 
 void set_log_level(Level l) noexcept { detail::g_log_level.store(static_cast<std::uint8_t>(l), std::memory_order_relaxed); }
 Level log_level() noexcept { return static_cast<Level>(detail::g_log_level.load(std::memory_order_relaxed)); }
@@ -92,7 +175,8 @@ void write_inline(const Event& e) {
   write_all_fd(2, con.data(), con.size());
 }
 
-void log_emit(const LogSite& site, Level level, std::string_view message, std::initializer_list<Field> fields) noexcept {
+void log_emit(const LogSite& site, Level level, std::string_view message, std::initializer_list<Field> fields,
+              const Logger* logger) noexcept {
   ThreadState* st = thread_state();
   if (st == nullptr) return;
   char payload[kMaxPayload];
@@ -116,6 +200,7 @@ void log_emit(const LogSite& site, Level level, std::string_view message, std::i
       e.mono_ns = monotonic_ns();
       e.wall_ns = realtime_ns();
       e.log_site = &site;
+      e.logger = logger != nullptr ? logger->name() : nullptr;
       e.text.assign(payload, msg_n);
       e.fields.assign(payload + msg_n, fld_n);
       write_inline(e);
@@ -132,7 +217,7 @@ void log_emit(const LogSite& site, Level level, std::string_view message, std::i
   h.kind = RecordKind::kLog;
   h.depth = 0;
   h.aux = static_cast<std::uint16_t>(static_cast<unsigned>(level) | (inline_write ? 0x100u : 0u));
-  h.pad = 0;
+  h.pad = logger != nullptr ? logger->id() : 0;
   h.v[0].ptr = &site;
   h.v[1].i = static_cast<std::int64_t>(msg_n);
   h.v[2].i = static_cast<std::int64_t>(fld_n);

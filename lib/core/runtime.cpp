@@ -50,6 +50,8 @@
 
 namespace rankscope::detail {
 extern std::atomic<int> g_runlog_fd;
+absl::Status apply_log_levels(std::string_view spec);
+const char* logger_name(std::uint16_t id);
 int jsonl_sink_fd(const Sink& s);
 std::atomic<std::uint8_t> g_gate{kInactive};
 std::atomic<std::int64_t> g_step{0};
@@ -332,17 +334,9 @@ absl::Status Runtime::init(const Config& cfg) {
     if (!v.ok()) return v.status();
     signals = signals && *v;
   }
-  Level level = Level::kInfo;
-  if (const char* v = std::getenv("RANKSCOPE_LOG_LEVEL"); v && *v) {
-    const std::string lv = absl::AsciiStrToLower(v);
-    bool ok = false;
-    for (int l = 0; l <= 4; ++l) {
-      if (lv == level_name(static_cast<Level>(l)) || (lv == "warning" && l == 2)) level = static_cast<Level>(l), ok = true;
-    }
-    if (!ok) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("RANKSCOPE_LOG_LEVEL='", v, "' must be debug, info, warn, error or fatal"));
-    }
+  {
+    const char* v = std::getenv("RANKSCOPE_LOG_LEVEL");
+    if (auto st = detail::apply_log_levels(v != nullptr && *v != '\0' ? v : "info"); !st.ok()) return st;
   }
   auto console = detail::console_policy_from_env();
   if (!console.ok()) return console.status();
@@ -395,7 +389,6 @@ absl::Status Runtime::init(const Config& cfg) {
   metrics_interval_ = cfg.metrics_interval;
   max_sleep_s_ = std::chrono::duration<double>(drain).count();
   dump_on_shutdown_ = dump_on_shutdown;
-  set_log_level(level);
   console_policy_ = *console;
   watchdog_cfg_ = wd;
   recent_per_thread_ = cfg.recent_events_per_thread;
@@ -606,6 +599,7 @@ std::uint64_t Runtime::decode_log(ThreadState* st, std::uint64_t at, std::vector
   e.depth = static_cast<std::uint8_t>(h.aux & 0xff);
   e.written_inline = (h.aux & 0x100) != 0;
   e.log_site = h.v[0].ptr;
+  e.logger = detail::logger_name(static_cast<std::uint16_t>(h.pad));
   e.text = payload.substr(0, msg_n);
   e.fields = payload.substr(msg_n);
   remember(e);

@@ -67,6 +67,7 @@ struct Event {
   // JSON members (`"k":v,...`); `written_inline` when the calling thread already
   // wrote it to the run log and the console (errors and fatals).
   const void* log_site = nullptr;
+  const char* logger = nullptr;  // named Logger, if any
   std::string text;
   std::string fields;
   bool written_inline = false;
