@@ -224,3 +224,22 @@ TEST_CASE("an error survives a crash right after it", "[log][signals]") {
   CHECK_THAT(slurp(tmp.path + "/rank-5.jsonl"), Catch::Contains(R"("level":"error","msg":"about to crash: 42")"));
   CHECK_THAT(slurp(tmp.path + "/rank-5.jsonl"), !Catch::Contains(R"("reason":"signal)"));
 }
+
+TEST_CASE("the environment summary lists GPUs through NVML, or says there is none", "[log][environment]") {
+  TempDir tmp;
+  {
+    ScopedEnv e("RANKSCOPE_NVML_LIBRARY", RANKSCOPE_FAKE_NVML);
+    REQUIRE(init(log_config(tmp.path)).ok());
+    shutdown();
+  }
+  CHECK_THAT(slurp(tmp.path + "/run.json"),
+             Catch::Contains(R"("gpu_driver":"999.1","gpus":[{"index":0,"name":"Fake GPU 0","uuid":"GPU-fake-0"},)"
+                             R"({"index":1,"name":"Fake GPU 1","uuid":"GPU-fake-1"}])"));
+  TempDir none;
+  {
+    ScopedEnv e("RANKSCOPE_NVML_LIBRARY", "/nonexistent/libnvidia-ml.so.1");
+    REQUIRE(init(log_config(none.path)).ok());
+    shutdown();
+  }
+  CHECK_THAT(slurp(none.path + "/run.json"), Catch::Contains(R"("gpus":[],"gpu_info":"NVML not available")"));
+}

@@ -1,5 +1,6 @@
 #include "environment.hpp"
 
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -48,6 +49,57 @@ std::string build_options() {
   s += ",nvtx";
 #endif
   return s;
+}
+
+// The GPU list comes from NVML, loaded at run time: NVML creates no CUDA
+// context (so forking DataLoader workers stays safe) and a machine without
+// the driver simply has no GPU list. RANKSCOPE_NVML_LIBRARY names another
+// library (tests use a fake with NVML's call shape).
+std::string gpus_json() {
+  const char* path = std::getenv("RANKSCOPE_NVML_LIBRARY");
+  void* lib = ::dlopen(path != nullptr && *path != '\0' ? path : "libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) return "\"gpus\":[],\"gpu_info\":\"NVML not available\"";
+  using Fn0 = int (*)();
+  using Count = int (*)(unsigned*);
+  using Handle = int (*)(unsigned, void**);
+  using Str = int (*)(void*, char*, unsigned);
+  using Driver = int (*)(char*, unsigned);
+  auto init = reinterpret_cast<Fn0>(::dlsym(lib, "nvmlInit_v2"));
+  auto shutdown = reinterpret_cast<Fn0>(::dlsym(lib, "nvmlShutdown"));
+  auto count = reinterpret_cast<Count>(::dlsym(lib, "nvmlDeviceGetCount_v2"));
+  auto handle = reinterpret_cast<Handle>(::dlsym(lib, "nvmlDeviceGetHandleByIndex_v2"));
+  auto name = reinterpret_cast<Str>(::dlsym(lib, "nvmlDeviceGetName"));
+  auto uuid = reinterpret_cast<Str>(::dlsym(lib, "nvmlDeviceGetUUID"));
+  auto driver = reinterpret_cast<Driver>(::dlsym(lib, "nvmlSystemGetDriverVersion"));
+  fmt::memory_buffer b;
+  if (init == nullptr || shutdown == nullptr || count == nullptr || handle == nullptr || name == nullptr ||
+      uuid == nullptr || init() != 0) {
+    ::dlclose(lib);
+    return "\"gpus\":[],\"gpu_info\":\"NVML failed to initialise\"";
+  }
+  char buf[256] = {};
+  b.append(std::string_view("\"gpu_driver\":"));
+  json_escape_to(b, (driver != nullptr && driver(buf, sizeof(buf)) == 0) ? buf : "unknown");
+  b.append(std::string_view(",\"gpus\":["));
+  unsigned n = 0;
+  if (count(&n) != 0) n = 0;
+  for (unsigned i = 0; i < n; ++i) {
+    void* dev = nullptr;
+    if (handle(i, &dev) != 0) continue;
+    char nm[256] = {}, id[128] = {};
+    name(dev, nm, sizeof(nm));
+    uuid(dev, id, sizeof(id));
+    if (i != 0) b.push_back(',');
+    fmt::format_to(fmt::appender(b), "{{\"index\":{},\"name\":", i);
+    json_escape_to(b, nm);
+    b.append(std::string_view(",\"uuid\":"));
+    json_escape_to(b, id);
+    b.push_back('}');
+  }
+  b.push_back(']');
+  shutdown();
+  ::dlclose(lib);
+  return std::string(b.data(), b.size());
 }
 
 }  // namespace
@@ -103,6 +155,8 @@ std::string environment_json(const RunContext& c) {
       json_escape_to(b, v);
     }
   }
+  b.push_back(',');
+  b.append(gpus_json());
   b.append(std::string_view(",\"env\":{"));
   bool first = true;
   for (const auto& [k, v] : environment_knobs()) {
