@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "absl/strings/ascii.h"
+#include "fd_io.hpp"
 #include "absl/strings/str_cat.h"
 #include "rankscope/log.hpp"
 
@@ -87,20 +88,7 @@ class ConsoleSink final : public Sink {
       if (!console_prints(policy_, ctx_, static_cast<Level>(e.depth))) continue;
       format_console_line(e, ctx_.rank, console_colour(), buf_);
     }
-    if (buf_.size() != 0) {
-      const char* p = buf_.data();
-      std::size_t n = buf_.size();
-      while (n > 0) {
-        const ssize_t w = ::write(2, p, n);
-        if (w <= 0) {
-          if (w < 0 && errno == EINTR) continue;
-          ++errors_;
-          break;
-        }
-        p += w;
-        n -= static_cast<std::size_t>(w);
-      }
-    }
+    if (buf_.size() != 0 && !write_all(2, buf_.data(), buf_.size())) ++errors_;
   }
   std::uint64_t errors() const noexcept override { return errors_; }
 

@@ -13,6 +13,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "event_format.hpp"
+#include "fd_io.hpp"
 #include "json_util.hpp"
 #include "rankscope/config.hpp"
 #include "rankscope/export/jsonl.hpp"
@@ -23,19 +24,7 @@ namespace {
 using detail::json_escape_to;
 using detail::json_number_to;
 
-// Writes all of buf, retrying short writes and EINTR. False on error.
-bool write_all(int fd, const char* p, std::size_t n) {
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    p += w;
-    n -= static_cast<std::size_t>(w);
-  }
-  return true;
-}
+using detail::write_all;
 
 const char* metric_type_name(MetricSample::Type t) {
   switch (t) {

@@ -18,6 +18,7 @@
 #include "clock.hpp"
 #include "console.hpp"
 #include "event_format.hpp"
+#include "fd_io.hpp"
 #include "json_util.hpp"
 #include "rankscope/detail/clock.hpp"
 #include "rankscope/detail/record.hpp"
@@ -146,18 +147,6 @@ std::size_t fields_json(std::initializer_list<Field> fields, char* out, std::siz
   return n;
 }
 
-bool write_all_fd(int fd, const char* p, std::size_t n) {
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    p += w;
-    n -= static_cast<std::size_t>(w);
-  }
-  return true;
-}
 }  // namespace
 
 // Errors and fatals: the calling thread writes the run-log line and the
@@ -169,10 +158,10 @@ void write_inline(const Event& e) {
   fmt_.format(e, line);
   line.push_back('\n');
   const int fd = g_runlog_fd.load(std::memory_order_acquire);
-  if (fd >= 0) write_all_fd(fd, line.data(), line.size());
+  if (fd >= 0) write_all(fd, line.data(), line.size());
   fmt::memory_buffer con;
   format_console_line(e, rankscope::context().rank, console_colour(), con);
-  write_all_fd(2, con.data(), con.size());
+  write_all(2, con.data(), con.size());
 }
 
 void log_emit(const LogSite& site, Level level, std::string_view message, std::initializer_list<Field> fields,
