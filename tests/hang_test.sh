@@ -54,6 +54,11 @@ for r in 0 2; do
     fail "rank $r's dump does not show all_reduce seq 6 in flight"
 done
 
+tri=$("$cli" triage "$run" || true)
+echo "$tri"
+grep -q "\[hang\] HANG: alive, no progress (deadlock or blocked I/O): rank 1 is blocked in checkpoint_save" <<<"$tri" ||
+  fail "triage did not blame rank 1"
+
 pid0=$(grep -o '"pid":[0-9]*' "$run/rank-0.heartbeat.json" | cut -d: -f2)
 kill -USR1 "$pid0"
 for _ in $(seq 1 40); do grep -q '"reason":"signal SIGUSR1"' "$run/rank-0.flight.json" && break; sleep 0.25; done

@@ -21,4 +21,10 @@ set -e
 grep -q "MISMATCH at seq 6" <<<"$summary" || { echo "no mismatch reported: $summary"; exit 1; }
 grep -q "rank 1: all_reduce count=101385 float32 (in flight)" <<<"$summary" || { echo "rank 1 detail missing"; exit 1; }
 grep -q "rank 0: all_reduce count=101386 float32" <<<"$summary" || { echo "rank 0 detail missing"; exit 1; }
+set +e
+tri=$("$cli" triage "$run"); rc=$?
+set -e
+[[ $rc == 1 ]] || { echo "triage exit $rc, expected 1"; exit 1; }
+grep -q "\[collective_mismatch\] ranks issued different collectives at seq 6 on 'world'" <<<"$tri" ||
+  { echo "triage did not name the mismatch: $tri"; exit 1; }
 echo "mismatch test: ok"

@@ -208,3 +208,44 @@ TEST_CASE("summaries of a run directory per rank", "[reader]") {
   CHECK(s->missing_ranks[0] == 2);
   CHECK_THAT(reader::format_summary(*s), Catch::Contains("rank 2: NO LOG"));
 }
+
+#include "triage.hpp"
+
+TEST_CASE("triage finds the straggler and stays quiet on a healthy run", "[triage]") {
+  TempDir tmp;
+  for (int rank = 0; rank < 3; ++rank) {
+    std::ofstream f(tmp.path + "/rank-" + std::to_string(rank) + ".jsonl");
+    for (int s = 0; s < 10; ++s) {
+      const std::uint64_t t0 = 1'000'000'000ull * static_cast<std::uint64_t>(s + 1);
+      const std::uint64_t fwd = rank == 2 ? 20'000'000 : 5'000'000;
+      f << R"({"kind":"step_begin","t":1,"mono":)" << t0 << R"(,"rank":)" << rank << R"(,"step":)" << s
+        << R"(,"tid":7})" << "\n";
+      f << R"({"kind":"phase","t":1,"mono":)" << t0 + 1 << R"(,"rank":)" << rank << R"(,"step":)" << s
+        << R"(,"tid":7,"name":"forward","phase_kind":"forward","dur":)" << fwd << R"(,"depth":0})" << "\n";
+      f << R"({"kind":"step_end","t":1,"mono":)" << t0 + 30'000'000 << R"(,"rank":)" << rank << R"(,"step":)" << s
+        << R"(,"tid":7})" << "\n";
+    }
+    f << R"({"kind":"run_end","t":2,"mono":1,"rank":)" << rank << "}\n";
+  }
+  auto r = reader::triage(tmp.path);
+  REQUIRE(r.ok());
+  REQUIRE(r->findings.size() == 1);
+  CHECK(r->findings[0].kind == "straggler");
+  CHECK(r->findings[0].ranks == std::vector<int>{2});
+  CHECK_THAT(r->findings[0].summary, Catch::Contains("forward: 20.0 ms per step vs 5.0 ms"));
+  CHECK(r->exit_code == 1);
+
+  TempDir healthy;
+  REQUIRE(init(file_config(healthy.path, 0, 1)).ok());
+  for (int s = 0; s < 5; ++s) {
+    StepScope step(s);
+    RANKSCOPE_PHASE("forward");
+  }
+  shutdown();
+  auto h = reader::triage(healthy.path);
+  REQUIRE(h.ok());
+  CHECK(h->findings.empty());
+  CHECK(h->exit_code == 0);
+  CHECK_THAT(reader::format_triage(*h), Catch::Contains("no findings"));
+  CHECK_FALSE(reader::triage(healthy.path + "/nope").ok());
+}

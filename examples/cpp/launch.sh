@@ -54,8 +54,8 @@ if [[ -n "$cli" ]]; then
   echo "== rankscope summary $run_dir"
   "$cli" summary "$run_dir" || summary_rc=$?
   echo
-  echo "== rankscope status $run_dir"
-  "$cli" status "$run_dir" || true
+  echo "== rankscope triage $run_dir"
+  "$cli" triage "$run_dir" || true
 fi
 ((failed == 0)) || exit 1
 
@@ -72,6 +72,7 @@ if ((check)); then
     grep -q '"kind":"run_end"' "$log" || { echo "check: rank $r has no run_end" >&2; exit 1; }
   done
   ((summary_rc == 0)) || { echo "check: rankscope summary reported findings (exit $summary_rc)" >&2; exit 1; }
+  "$cli" triage "$run_dir" >/dev/null || { echo "check: rankscope triage reported findings" >&2; exit 1; }
   json=$("$cli" summary --json "$run_dir" || true)
   grep -q '"missing_ranks":\[\]' <<<"$json" || { echo "check: missing ranks" >&2; exit 1; }
   grep -q "\"comm\":\"world\",\"max_seq\":$((steps + 1)),\"ranks\":\[0" <<<"$json" ||

@@ -10,6 +10,7 @@
 #include "rankscope/config.hpp"
 #include "run_log.hpp"
 #include "status.hpp"
+#include "triage.hpp"
 
 #include <chrono>
 #include <thread>
@@ -37,7 +38,23 @@ int main(int argc, char** argv) {
   status->add_option("--interval", watch_interval, "Seconds between refreshes with --watch")->capture_default_str();
   status->add_option("--iterations", watch_iterations, "Stop --watch after N refreshes (0 = never)");
 
+  std::string triage_dir;
+  bool triage_json = false;
+  auto* triage = app.add_subcommand("triage", "What went wrong, on which rank, with the evidence (exit 0 healthy, 1 findings)");
+  triage->add_option("run_dir", triage_dir, "Run directory")->required();
+  triage->add_flag("--json", triage_json, "Machine-readable output");
+
   CLI11_PARSE(app, argc, argv);
+
+  if (triage->parsed()) {
+    auto r = rankscope::reader::triage(triage_dir);
+    if (!r.ok()) {
+      std::cerr << "rankscope triage: " << r.status().message() << "\n";
+      return 2;
+    }
+    std::cout << (triage_json ? rankscope::reader::format_triage_json(*r) : rankscope::reader::format_triage(*r));
+    return r->exit_code;
+  }
 
   if (status->parsed()) {
     int rc = 0;

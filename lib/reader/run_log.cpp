@@ -53,6 +53,14 @@ bool decode(simdjson::dom::parser& parser, const char* p, std::size_t n, LogEven
   if (auto v = opt<std::int64_t>(obj["samples"].get_int64())) e.samples = *v;
   if (auto v = opt<std::uint64_t>(obj["events_dropped"].get_uint64())) e.events_dropped = *v;
   if (auto v = opt<std::uint64_t>(obj["events_recorded"].get_uint64())) e.events_recorded = *v;
+  if (kind == "stall") {
+    if (auto v = opt<std::string_view>(obj["inside"].get_string())) e.inside = std::string(*v);
+  } else if (kind == "slow_step") {
+    if (auto v = opt<std::string_view>(obj["grown_phase"].get_string())) e.grown_phase = std::string(*v);
+  } else if (kind == "log") {
+    if (auto v = opt<std::string_view>(obj["level"].get_string())) e.level = std::string(*v);
+    if (auto v = opt<std::string_view>(obj["msg"].get_string())) e.msg = std::string(*v);
+  }
   if (kind == "collective") {
     if (auto v = opt<std::string_view>(obj["op"].get_string())) e.op = std::string(*v);
     if (auto v = opt<std::string_view>(obj["comm"].get_string())) e.comm = std::string(*v);
@@ -237,6 +245,19 @@ absl::StatusOr<RunSummary> summarize_run(const std::string& run_dir) {
         if (e.events_recorded) r.events_recorded = *e.events_recorded;
         if (e.events_dropped) r.events_dropped = *e.events_dropped;
         if (e.kind == "run_end") r.ended_cleanly = true;
+      } else if (e.kind == "stall") {
+        if (r.stalls++ == 0) {
+          r.first_stall_t = e.t;
+          r.first_stall_inside = e.inside;
+        }
+      } else if (e.kind == "slow_step") {
+        ++r.slow_steps;
+        r.last_slow_phase = e.grown_phase;
+      } else if (e.kind == "log" && (e.level == "error" || e.level == "fatal")) {
+        if (r.errors++ == 0) {
+          r.first_error_t = e.t;
+          r.first_error = e.msg;
+        }
       } else if (e.kind == "collective") {
         colls[e.comm][e.seq][rank] =
             CollInfo{e.op, e.dtype, e.fingerprint, e.result == "ok" ? std::string("completed") : e.result, e.count};
@@ -253,6 +274,7 @@ absl::StatusOr<RunSummary> summarize_run(const std::string& run_dir) {
     r.torn_tail = res->torn_tail;
     r.median_step_ms = median(step_ms);
     for (int k = 0; k < kPhaseKindCount; ++k) r.median_kind_ms[k] = median(kind_ms[k]);
+    r.median_collective_ms = r.median_kind_ms[static_cast<int>(PhaseKind::kCollective)];
     out.ranks.push_back(std::move(r));
   }
   std::sort(out.ranks.begin(), out.ranks.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });

@@ -36,6 +36,7 @@ struct LogEvent {
   std::optional<std::uint64_t> events_recorded;
   // collective lines
   std::string op, comm, dtype, fingerprint, result;
+  std::string inside, grown_phase, level, msg;
   std::uint64_t seq = 0, count = 0;
   std::string_view raw;
 };
@@ -64,6 +65,10 @@ struct RankSummary {
   std::uint64_t events_recorded = 0, events_dropped = 0;
   bool ended_cleanly = false;  // run_end seen
   std::string host;
+  // Watchdog and log facts, for triage.
+  std::uint64_t stalls = 0, first_stall_t = 0, slow_steps = 0, errors = 0, first_error_t = 0;
+  std::string first_stall_inside, last_slow_phase, first_error;
+  double median_collective_ms = 0;  // time waiting in collectives per step (median)
 };
 
 /// Cross-rank check of one communicator's collectives, from the run logs

@@ -1,0 +1,162 @@
+#include "triage.hpp"
+
+#include <algorithm>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "absl/strings/str_join.h"
+#include "run_log.hpp"
+#include "status.hpp"
+
+namespace rankscope::reader {
+namespace {
+
+double median_of(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+std::string json_quote(const std::string& s) {
+  std::string o = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') o.push_back('\\');
+    if (static_cast<unsigned char>(c) < 0x20) {
+      o += fmt::format("\\u{:04x}", c);
+      continue;
+    }
+    o.push_back(c);
+  }
+  return o + "\"";
+}
+
+}  // namespace
+
+absl::StatusOr<TriageReport> triage(const std::string& run_dir) {
+  auto sum = summarize_run(run_dir);
+  if (!sum.ok()) return sum.status();
+  TriageReport r;
+  r.run_dir = run_dir;
+  r.world_size = sum->world_size;
+
+  // 1. Liveness and progress, from the heartbeat files (hang, dead rank).
+  auto st = read_status(run_dir);
+  if (st.ok() && st->exit_code != 0) {
+    Finding f;
+    const bool hang = st->verdict.rfind("HANG", 0) == 0;
+    f.kind = hang ? "hang" : (st->verdict.find("not alive") != std::string::npos ? "dead_rank" : "liveness");
+    for (const auto& h : st->ranks) {
+      if (hang ? h.stalled() : (!h.alive && h.state != "exited")) f.ranks.push_back(h.rank);
+    }
+    f.summary = st->verdict;
+    f.evidence = st->findings;
+    if (st->verdict.rfind("SLOW", 0) != 0) r.findings.push_back(std::move(f));
+  }
+  for (int m : sum->missing_ranks) {
+    r.findings.push_back({"missing_rank", {m}, fmt::format("rank {} wrote no run log", m), {}});
+  }
+
+  // 2. Collectives: different collectives at one sequence number, ranks behind.
+  for (const auto& c : sum->communicators) {
+    if (c.mismatch_seq != 0) {
+      Finding f{"collective_mismatch", {},
+                fmt::format("ranks issued different collectives at seq {} on '{}' (the classic cause of a hang or "
+                            "silent corruption)",
+                            c.mismatch_seq, c.comm),
+                c.mismatch_detail};
+      f.ranks = c.ranks;
+      r.findings.push_back(std::move(f));
+    } else if (!c.behind.empty()) {
+      Finding f{"hang", {}, fmt::format("ranks stopped at different points on '{}' (max seq {})", c.comm, c.max_seq), {}};
+      for (const auto& [rank, seq] : c.behind) {
+        f.ranks.push_back(rank);
+        f.evidence.push_back(fmt::format("rank {} stopped at seq {} of {}", rank, seq, c.max_seq));
+      }
+      if (std::none_of(r.findings.begin(), r.findings.end(), [](const Finding& x) { return x.kind == "hang"; })) {
+        r.findings.push_back(std::move(f));
+      }
+    }
+  }
+
+  // 3. Stragglers: a rank that computes much longer than the others in a
+  // phase kind (and so waits less in collectives while they wait more).
+  const int kinds[] = {static_cast<int>(PhaseKind::kLoaderWait), static_cast<int>(PhaseKind::kForward),
+                       static_cast<int>(PhaseKind::kBackward), static_cast<int>(PhaseKind::kOptimizer),
+                       static_cast<int>(PhaseKind::kCheckpoint)};
+  if (sum->ranks.size() >= 2) {
+    for (const auto& rk : sum->ranks) {
+      for (int k : kinds) {
+        std::vector<double> others, others_coll;
+        for (const auto& o : sum->ranks) {
+          if (o.rank == rk.rank) continue;
+          others.push_back(o.median_kind_ms[k]);
+          others_coll.push_back(o.median_collective_ms);
+        }
+        const double mine = rk.median_kind_ms[k], theirs = median_of(others);
+        if (mine > 2.0 * theirs && mine - theirs > 5.0) {
+          r.findings.push_back(
+              {"straggler",
+               {rk.rank},
+               fmt::format("rank {} is a straggler in {}: {:.1f} ms per step vs {:.1f} ms on the other ranks", rk.rank,
+                           phase_kind_name(static_cast<PhaseKind>(k)), mine, theirs),
+               {fmt::format("it waits {:.1f} ms per step in collectives, the others {:.1f} ms", rk.median_collective_ms,
+                            median_of(others_coll))}});
+        }
+      }
+    }
+  }
+
+  // 4. What the ranks said about themselves: stalls, slow steps, errors.
+  for (const auto& rk : sum->ranks) {
+    if (rk.stalls != 0 &&
+        std::none_of(r.findings.begin(), r.findings.end(), [](const Finding& x) { return x.kind == "hang"; })) {
+      r.findings.push_back({"stall", {rk.rank},
+                            fmt::format("rank {} stalled {} time(s); first inside: {}", rk.rank, rk.stalls,
+                                        rk.first_stall_inside),
+                            {}});
+    }
+    if (rk.slow_steps != 0) {
+      r.findings.push_back({"slow_steps", {rk.rank},
+                            fmt::format("rank {} had {} slow step(s); the phase that grew: {}", rk.rank, rk.slow_steps,
+                                        rk.last_slow_phase),
+                            {}});
+    }
+    if (rk.errors != 0) {
+      r.findings.push_back(
+          {"errors", {rk.rank}, fmt::format("rank {} logged {} error(s); first: {}", rk.rank, rk.errors, rk.first_error), {}});
+    }
+  }
+  r.exit_code = r.findings.empty() ? 0 : 1;
+  return r;
+}
+
+std::string format_triage(const TriageReport& r) {
+  if (r.findings.empty()) {
+    return fmt::format("rankscope triage {}: no findings: {} ranks, every rank finished its steps, collectives agree, no "
+                       "straggler, no stall, no error\n",
+                       r.run_dir, r.world_size);
+  }
+  std::string o = fmt::format("rankscope triage {}: {} finding(s), most severe first\n", r.run_dir, r.findings.size());
+  for (std::size_t i = 0; i < r.findings.size(); ++i) {
+    const auto& f = r.findings[i];
+    o += fmt::format("{}. [{}] {}\n", i + 1, f.kind, f.summary);
+    for (const auto& e : f.evidence) o += "     - " + e + "\n";
+  }
+  return o;
+}
+
+std::string format_triage_json(const TriageReport& r) {
+  std::string o = fmt::format("{{\"run_dir\":{},\"world_size\":{},\"exit_code\":{},\"findings\":[", json_quote(r.run_dir),
+                              r.world_size, r.exit_code);
+  for (std::size_t i = 0; i < r.findings.size(); ++i) {
+    const auto& f = r.findings[i];
+    o += fmt::format("{}{{\"kind\":{},\"ranks\":[{}],\"summary\":{},\"evidence\":[", i ? "," : "", json_quote(f.kind),
+                     absl::StrJoin(f.ranks, ","), json_quote(f.summary));
+    for (std::size_t j = 0; j < f.evidence.size(); ++j) o += (j ? "," : "") + json_quote(f.evidence[j]);
+    o += "]}";
+  }
+  return o + "]}\n";
+}
+
+}  // namespace rankscope::reader
