@@ -43,6 +43,7 @@
 #include "rankscope/export/sink.hpp"
 #include "rankscope/metrics.hpp"
 #include "registry.hpp"
+#include "settings.hpp"
 #include "signals.hpp"
 #include "step_breakdown.hpp"
 #include "watchdog.hpp"
@@ -65,13 +66,7 @@ using detail::Record;
 using detail::RecordKind;
 using detail::ThreadState;
 
-constexpr std::uint32_t kDefaultRingCapacity = 65536;  // 4 MiB per thread: 32 ms of a 2M records/s burst
 constexpr std::size_t kBatch = 4096;
-// Default longest sleep between drains. A burst arriving while we sleep must
-// fit in the ring: 20 ms at 2M records/s is 40k records, inside the default
-// 64k with room for a sink write that stalls on a busy disk. Each wake-up
-// costs tens of microseconds of CPU in a VM, so this also sets the idle cost.
-constexpr std::chrono::milliseconds kDefaultDrainInterval{20};
 
 std::atomic<std::uint64_t> g_inactive_calls{0};
 std::atomic<detail::DeferCollective> g_defer{nullptr};
@@ -145,7 +140,6 @@ class Runtime {
   std::uint64_t decode_log(ThreadState* st, std::uint64_t at, std::vector<Event>& batch);
   void export_metrics_now();
   void decode(ThreadState* st, const Record& r, const Record* next, std::vector<Event>& batch);
-  absl::Status write_run_json(const Config& cfg, std::uint64_t wall);
   absl::StatusOr<std::string> dump_now(std::string_view reason);  // background thread only
   void handle_signal(int sig);                                      // background thread only
 
@@ -167,7 +161,7 @@ class Runtime {
   pid_t owner_pid_ = 0;
   bool want_enabled_ = true;
 
-  std::atomic<std::uint32_t> ring_capacity_{kDefaultRingCapacity};
+  std::atomic<std::uint32_t> ring_capacity_{detail::kDefaultRingCapacity};
   std::chrono::milliseconds metrics_interval_{10000};
   double max_sleep_s_ = 0.02;
 
@@ -192,94 +186,6 @@ class Runtime {
 
 std::uint64_t mono_now() { return detail::monotonic_ns(); }
 
-absl::StatusOr<bool> parse_bool_env(const char* name) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return true;
-  std::string s = absl::AsciiStrToLower(v);
-  if (s == "1" || s == "true" || s == "on" || s == "yes") return true;
-  if (s == "0" || s == "false" || s == "off" || s == "no") return false;
-  return absl::InvalidArgumentError(absl::StrCat(name, "='", v, "' is not a boolean (use 1/0, true/false, on/off)"));
-}
-
-// A power-of-two size from Config (wins) or the environment, validated.
-absl::StatusOr<std::uint32_t> sized_setting(const std::optional<std::uint32_t>& explicit_value, const char* env,
-                                            const char* field, const char* what, std::uint32_t fallback,
-                                            std::uint32_t min, std::uint32_t max) {
-  std::uint32_t v = fallback;
-  if (explicit_value) {
-    v = *explicit_value;
-  } else if (const char* e = std::getenv(env); e && *e) {
-    if (!absl::SimpleAtoi(e, &v)) return absl::InvalidArgumentError(absl::StrCat(env, "='", e, "' is not an integer"));
-  }
-  if (v < min || v > max || (v & (v - 1)) != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, " ", v, " must be a power of two in ", min, "..", max, " (", env, " or ", field, ")"));
-  }
-  return v;
-}
-
-// Seconds from the environment ("300", "0.5"); `fallback` when unset.
-absl::StatusOr<double> env_seconds(const char* name, double fallback) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return fallback;
-  double d = 0;
-  if (!absl::SimpleAtod(v, &d) || !(d > 0) || d > 1e7) {
-    return absl::InvalidArgumentError(absl::StrCat(name, "='", v, "' is not a positive number of seconds"));
-  }
-  return d;
-}
-
-absl::Status make_dirs(const std::string& dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) {
-    return absl::PermissionDeniedError(absl::StrCat("run directory '", dir, "' cannot be created: ", ec.message(),
-                                                    " (set RANKSCOPE_DIR or Config::run_dir to a writable directory)"));
-  }
-  if (::access(dir.c_str(), W_OK) != 0) {
-    return absl::PermissionDeniedError(absl::StrCat("run directory '", dir, "' is not writable: ", std::strerror(errno),
-                                                    " (set RANKSCOPE_DIR or Config::run_dir to a writable directory)"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status Runtime::write_run_json(const Config& cfg, std::uint64_t wall) {
-  fmt::memory_buffer b;
-  auto out = std::back_inserter(b);
-  const RunContext& c = context_;
-  fmt::format_to(out, "{{\n  \"schema\": {},\n  \"library\": \"rankscope\",\n  \"version\": \"{}\",\n  \"run_id\": ",
-                 RANKSCOPE_SCHEMA_VERSION, RANKSCOPE_VERSION_STRING);
-  detail::json_escape_to(b, c.run_id);
-  fmt::format_to(out, ",\n  \"world_size\": {},\n  \"local_world_size\": {},\n  \"start_time_ns\": {},\n", c.world_size,
-                 c.local_world_size, wall);
-  fmt::format_to(out, "  \"launcher\": \"{}\",\n  \"restart_count\": {},\n  \"job_id\": ", launcher_name(c.launcher),
-                 c.restart_count);
-  detail::json_escape_to(b, c.job_id);
-  b.append(std::string_view(",\n  \"master_addr\": "));
-  detail::json_escape_to(b, c.master_addr);
-  b.append(std::string_view(",\n  \"host\": "));
-  detail::json_escape_to(b, c.host);
-  // The config hash lets triage and tools see at a glance whether two runs (or
-  // a run and its resume) used the same configuration.
-  std::uint64_t h = 1469598103934665603ull;  // FNV-1a: stable across builds and hosts
-  for (const auto& [k, v] : cfg.run_config) {
-    for (char ch : k + "=" + v + "\n") h = (h ^ static_cast<unsigned char>(ch)) * 1099511628211ull;
-  }
-  b.append(std::string_view(",\n  \"environment\": "));
-  b.append(detail::environment_json(c));
-  fmt::format_to(out, ",\n  \"config_hash\": \"{:016x}\",\n  \"config\": {{", h);
-  bool first = true;
-  for (const auto& [k, v] : cfg.run_config) {
-    b.append(std::string_view(first ? "\n    " : ",\n    "));
-    first = false;
-    detail::json_escape_to(b, k);
-    b.append(std::string_view(": "));
-    detail::json_escape_to(b, v);
-  }
-  b.append(std::string_view(first ? "}\n}\n" : "\n  }\n}\n"));
-  return write_file_atomic(run_dir_ + "/run.json", std::string(b.data(), b.size()));
-}
-
 absl::Status Runtime::init(const Config& cfg) {
   std::unique_lock<std::mutex> lk(mu_);
   if (phase_ == Phase::kForkedChild || (owner_pid_ != 0 && owner_pid_ != ::getpid())) {
@@ -292,115 +198,34 @@ absl::Status Runtime::init(const Config& cfg) {
     return absl::FailedPreconditionError("rankscope: the previous shutdown() is still flushing a sink; retry later");
   }
 
-  auto ctx = resolve_context(cfg.context);
-  if (!ctx.ok()) return ctx.status();
-
-  auto env_enabled = parse_bool_env("RANKSCOPE_ENABLED");
-  if (!env_enabled.ok()) return env_enabled.status();
-  const bool enabled = cfg.enabled.value_or(*env_enabled);
-
-  auto cap = sized_setting(cfg.ring_capacity, "RANKSCOPE_RING_SIZE", "Config::ring_capacity", "ring capacity",
-                           kDefaultRingCapacity, 64, 1u << 24);
-  if (!cap.ok()) return cap.status();
-  std::chrono::milliseconds drain = kDefaultDrainInterval;
-  if (cfg.drain_interval) {
-    drain = *cfg.drain_interval;
-  } else if (const char* v = std::getenv("RANKSCOPE_DRAIN_INTERVAL_MS"); v && *v) {
-    int ms = 0;
-    if (!absl::SimpleAtoi(v, &ms)) {
-      return absl::InvalidArgumentError(absl::StrCat("RANKSCOPE_DRAIN_INTERVAL_MS='", v, "' is not an integer"));
-    }
-    drain = std::chrono::milliseconds(ms);
-  }
-  if (drain.count() < 1 || drain.count() > 1000) {
-    return absl::InvalidArgumentError(absl::StrCat("drain interval ", drain.count(),
-                                                   " ms must be in 1..1000 (RANKSCOPE_DRAIN_INTERVAL_MS or "
-                                                   "Config::drain_interval)"));
-  }
-  auto flight = sized_setting(cfg.flight_recorder_entries, "RANKSCOPE_FLIGHT_ENTRIES",
-                              "Config::flight_recorder_entries", "flight recorder size", 2048, 16, 1u << 20);
-  if (!flight.ok()) return flight.status();
-  bool dump_on_shutdown = false;
-  if (cfg.dump_on_shutdown) {
-    dump_on_shutdown = *cfg.dump_on_shutdown;
-  } else if (std::getenv("RANKSCOPE_DUMP_ON_SHUTDOWN") != nullptr) {
-    auto v = parse_bool_env("RANKSCOPE_DUMP_ON_SHUTDOWN");
-    if (!v.ok()) return v.status();
-    dump_on_shutdown = *v;
-  }
-  bool signals = cfg.install_signal_handlers;
-  if (std::getenv("RANKSCOPE_SIGNALS") != nullptr) {
-    auto v = parse_bool_env("RANKSCOPE_SIGNALS");
-    if (!v.ok()) return v.status();
-    signals = signals && *v;
-  }
-  {
-    const char* v = std::getenv("RANKSCOPE_LOG_LEVEL");
-    if (auto st = detail::apply_log_levels(v != nullptr && *v != '\0' ? v : "info"); !st.ok()) return st;
-  }
-  auto console = detail::console_policy_from_env();
-  if (!console.ok()) return console.status();
-  auto stall_s = env_seconds("RANKSCOPE_STALL_TIMEOUT", 300.0);
-  if (!stall_s.ok()) return stall_s.status();
-  auto beat_s = env_seconds("RANKSCOPE_HEARTBEAT_INTERVAL", 1.0);
-  if (!beat_s.ok()) return beat_s.status();
-  double slow_factor = 10.0;
-  if (cfg.slow_factor) {
-    slow_factor = *cfg.slow_factor;
-  } else if (const char* v = std::getenv("RANKSCOPE_SLOW_FACTOR"); v && *v) {
-    if (!absl::SimpleAtod(v, &slow_factor)) slow_factor = -1;
-    if (!(slow_factor > 1)) {
-      return absl::InvalidArgumentError(absl::StrCat("RANKSCOPE_SLOW_FACTOR='", v, "' must be a number above 1"));
-    }
-  }
-  if (!(slow_factor > 1)) return absl::InvalidArgumentError("Config::slow_factor must be above 1");
-  detail::WatchdogConfig wd;
-  wd.stall_timeout_ns = cfg.stall_timeout ? static_cast<std::uint64_t>(cfg.stall_timeout->count()) * 1000000ull
-                                          : static_cast<std::uint64_t>(*stall_s * 1e9);
-  wd.interval_ns = cfg.heartbeat_interval ? static_cast<std::uint64_t>(cfg.heartbeat_interval->count()) * 1000000ull
-                                          : static_cast<std::uint64_t>(*beat_s * 1e9);
-  wd.slow_factor = slow_factor;
-  if (wd.stall_timeout_ns == 0 || wd.interval_ns == 0) {
-    return absl::InvalidArgumentError("Config::stall_timeout and Config::heartbeat_interval must be positive");
-  }
-  if (cfg.metrics_interval.count() <= 0) {
-    return absl::InvalidArgumentError("Config::metrics_interval must be positive");
-  }
-
+  auto set = detail::resolve_settings(cfg);
+  if (!set.ok()) return set.status();
   std::vector<std::shared_ptr<Sink>> sinks = cfg.sinks;
-  for (const auto& s : sinks) {
-    if (!s) return absl::InvalidArgumentError("Config::sinks contains a null sink");
-  }
-  std::string dir;
-  if (cfg.write_run_log) {
-    if (cfg.run_dir) dir = *cfg.run_dir;
-    else if (const char* d = std::getenv("RANKSCOPE_DIR"); d && *d) dir = d;
-    else dir = absl::StrCat("rankscope-runs/", ctx->run_id);
-    if (auto st = make_dirs(dir); !st.ok()) return st;
-    auto sink = make_jsonl_sink(absl::StrCat(dir, "/rank-", ctx->rank, ".jsonl"));
+  if (!set->run_dir.empty()) {
+    auto sink = make_jsonl_sink(absl::StrCat(set->run_dir, "/rank-", set->context.rank, ".jsonl"));
     if (!sink.ok()) return sink.status();
     sinks.insert(sinks.begin(), *sink);
   }
-  if (*console != detail::ConsolePolicy::kNone) sinks.push_back(detail::make_console_sink(*console));
+  if (set->console != detail::ConsolePolicy::kNone) sinks.push_back(detail::make_console_sink(set->console));
 
-  context_ = *ctx;
-  run_dir_ = dir;
-  ring_capacity_.store(*cap, std::memory_order_relaxed);
+  context_ = set->context;
+  run_dir_ = set->run_dir;
+  ring_capacity_.store(set->ring_capacity, std::memory_order_relaxed);
   metrics_interval_ = cfg.metrics_interval;
-  max_sleep_s_ = std::chrono::duration<double>(drain).count();
-  dump_on_shutdown_ = dump_on_shutdown;
-  console_policy_ = *console;
-  watchdog_cfg_ = wd;
+  max_sleep_s_ = std::chrono::duration<double>(set->drain_interval).count();
+  dump_on_shutdown_ = set->dump_on_shutdown;
+  console_policy_ = set->console;
+  watchdog_cfg_ = set->watchdog;
   recent_per_thread_ = cfg.recent_events_per_thread;
   recent_.clear();
   dump_fmt_.set_rank(context_.rank);
-  detail::install_flight_ring(*flight);
-  if (signals) detail::install_signal_handlers();
+  detail::install_flight_ring(set->flight_entries);
+  if (set->signals) detail::install_signal_handlers();
   sinks_ = std::move(sinks);
   detail::g_runlog_fd.store(cfg.write_run_log ? detail::jsonl_sink_fd(*sinks_.front()) : -1, std::memory_order_release);
   export_errors_.store(0, std::memory_order_relaxed);
   owner_pid_ = ::getpid();
-  want_enabled_ = enabled;
+  want_enabled_ = set->enabled;
 
   static std::once_flag once;
   std::call_once(once, [] {
@@ -413,7 +238,7 @@ absl::Status Runtime::init(const Config& cfg) {
   const std::uint64_t wall0 = detail::realtime_ns();
   const std::uint64_t mono0 = mono_now();
   if (cfg.write_run_log && context_.rank == 0) {
-    if (auto st = write_run_json(cfg, wall0); !st.ok()) return st;
+    if (auto st = detail::write_run_json(run_dir_, context_, cfg, wall0); !st.ok()) return st;
   }
 
   // Derived step metrics (the step-time-by-phase breakdown), fed by the drain.
@@ -445,7 +270,7 @@ absl::Status Runtime::init(const Config& cfg) {
     phase_ = Phase::kStopped;
     return absl::ResourceExhaustedError(absl::StrCat("cannot start rankscope's background thread: ", e.what()));
   }
-  detail::g_gate.store(enabled ? detail::kActive : detail::kDisabled, std::memory_order_release);
+  detail::g_gate.store(set->enabled ? detail::kActive : detail::kDisabled, std::memory_order_release);
   return absl::OkStatus();
 }
 

@@ -1,0 +1,216 @@
+// Config + environment -> validated settings, and run.json. Everything init()
+// needs to know is decided here, before anything starts, so a bad value is an
+// error naming the variable and nothing half-started is left behind.
+#include "settings.hpp"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "environment.hpp"
+#include "json_util.hpp"
+#include "rankscope/config.hpp"
+#include "rankscope/export/jsonl.hpp"
+
+namespace rankscope::detail {
+
+absl::Status apply_log_levels(std::string_view spec);
+
+namespace {
+
+absl::StatusOr<bool> parse_bool_env(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return true;
+  std::string s = absl::AsciiStrToLower(v);
+  if (s == "1" || s == "true" || s == "on" || s == "yes") return true;
+  if (s == "0" || s == "false" || s == "off" || s == "no") return false;
+  return absl::InvalidArgumentError(absl::StrCat(name, "='", v, "' is not a boolean (use 1/0, true/false, on/off)"));
+}
+
+// A power-of-two size from Config (wins) or the environment, validated.
+absl::StatusOr<std::uint32_t> sized_setting(const std::optional<std::uint32_t>& explicit_value, const char* env,
+                                            const char* field, const char* what, std::uint32_t fallback,
+                                            std::uint32_t min, std::uint32_t max) {
+  std::uint32_t v = fallback;
+  if (explicit_value) {
+    v = *explicit_value;
+  } else if (const char* e = std::getenv(env); e && *e) {
+    if (!absl::SimpleAtoi(e, &v)) return absl::InvalidArgumentError(absl::StrCat(env, "='", e, "' is not an integer"));
+  }
+  if (v < min || v > max || (v & (v - 1)) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " ", v, " must be a power of two in ", min, "..", max, " (", env, " or ", field, ")"));
+  }
+  return v;
+}
+
+// Seconds from the environment ("300", "0.5"); `fallback` when unset.
+absl::StatusOr<double> env_seconds(const char* name, double fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  double d = 0;
+  if (!absl::SimpleAtod(v, &d) || !(d > 0) || d > 1e7) {
+    return absl::InvalidArgumentError(absl::StrCat(name, "='", v, "' is not a positive number of seconds"));
+  }
+  return d;
+}
+
+absl::Status make_dirs(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    return absl::PermissionDeniedError(absl::StrCat("run directory '", dir, "' cannot be created: ", ec.message(),
+                                                    " (set RANKSCOPE_DIR or Config::run_dir to a writable directory)"));
+  }
+  if (::access(dir.c_str(), W_OK) != 0) {
+    return absl::PermissionDeniedError(absl::StrCat("run directory '", dir, "' is not writable: ", std::strerror(errno),
+                                                    " (set RANKSCOPE_DIR or Config::run_dir to a writable directory)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<Settings> resolve_settings(const Config& cfg) {
+  auto ctx = resolve_context(cfg.context);
+  if (!ctx.ok()) return ctx.status();
+  Settings out;
+  out.context = *ctx;
+
+  auto env_enabled = parse_bool_env("RANKSCOPE_ENABLED");
+  if (!env_enabled.ok()) return env_enabled.status();
+  const bool enabled = cfg.enabled.value_or(*env_enabled);
+
+  auto cap = sized_setting(cfg.ring_capacity, "RANKSCOPE_RING_SIZE", "Config::ring_capacity", "ring capacity",
+                           kDefaultRingCapacity, 64, 1u << 24);
+  if (!cap.ok()) return cap.status();
+  std::chrono::milliseconds drain = kDefaultDrainInterval;
+  if (cfg.drain_interval) {
+    drain = *cfg.drain_interval;
+  } else if (const char* v = std::getenv("RANKSCOPE_DRAIN_INTERVAL_MS"); v && *v) {
+    int ms = 0;
+    if (!absl::SimpleAtoi(v, &ms)) {
+      return absl::InvalidArgumentError(absl::StrCat("RANKSCOPE_DRAIN_INTERVAL_MS='", v, "' is not an integer"));
+    }
+    drain = std::chrono::milliseconds(ms);
+  }
+  if (drain.count() < 1 || drain.count() > 1000) {
+    return absl::InvalidArgumentError(absl::StrCat("drain interval ", drain.count(),
+                                                   " ms must be in 1..1000 (RANKSCOPE_DRAIN_INTERVAL_MS or "
+                                                   "Config::drain_interval)"));
+  }
+  auto flight = sized_setting(cfg.flight_recorder_entries, "RANKSCOPE_FLIGHT_ENTRIES",
+                              "Config::flight_recorder_entries", "flight recorder size", 2048, 16, 1u << 20);
+  if (!flight.ok()) return flight.status();
+  bool dump_on_shutdown = false;
+  if (cfg.dump_on_shutdown) {
+    dump_on_shutdown = *cfg.dump_on_shutdown;
+  } else if (std::getenv("RANKSCOPE_DUMP_ON_SHUTDOWN") != nullptr) {
+    auto v = parse_bool_env("RANKSCOPE_DUMP_ON_SHUTDOWN");
+    if (!v.ok()) return v.status();
+    dump_on_shutdown = *v;
+  }
+  bool signals = cfg.install_signal_handlers;
+  if (std::getenv("RANKSCOPE_SIGNALS") != nullptr) {
+    auto v = parse_bool_env("RANKSCOPE_SIGNALS");
+    if (!v.ok()) return v.status();
+    signals = signals && *v;
+  }
+  {
+    const char* v = std::getenv("RANKSCOPE_LOG_LEVEL");
+    if (auto st = apply_log_levels(v != nullptr && *v != '\0' ? v : "info"); !st.ok()) return st;
+  }
+  auto console = console_policy_from_env();
+  if (!console.ok()) return console.status();
+  auto stall_s = env_seconds("RANKSCOPE_STALL_TIMEOUT", 300.0);
+  if (!stall_s.ok()) return stall_s.status();
+  auto beat_s = env_seconds("RANKSCOPE_HEARTBEAT_INTERVAL", 1.0);
+  if (!beat_s.ok()) return beat_s.status();
+  double slow_factor = 10.0;
+  if (cfg.slow_factor) {
+    slow_factor = *cfg.slow_factor;
+  } else if (const char* v = std::getenv("RANKSCOPE_SLOW_FACTOR"); v && *v) {
+    if (!absl::SimpleAtod(v, &slow_factor)) slow_factor = -1;
+    if (!(slow_factor > 1)) {
+      return absl::InvalidArgumentError(absl::StrCat("RANKSCOPE_SLOW_FACTOR='", v, "' must be a number above 1"));
+    }
+  }
+  if (!(slow_factor > 1)) return absl::InvalidArgumentError("Config::slow_factor must be above 1");
+  WatchdogConfig wd;
+  wd.stall_timeout_ns = cfg.stall_timeout ? static_cast<std::uint64_t>(cfg.stall_timeout->count()) * 1000000ull
+                                          : static_cast<std::uint64_t>(*stall_s * 1e9);
+  wd.interval_ns = cfg.heartbeat_interval ? static_cast<std::uint64_t>(cfg.heartbeat_interval->count()) * 1000000ull
+                                          : static_cast<std::uint64_t>(*beat_s * 1e9);
+  wd.slow_factor = slow_factor;
+  if (wd.stall_timeout_ns == 0 || wd.interval_ns == 0) {
+    return absl::InvalidArgumentError("Config::stall_timeout and Config::heartbeat_interval must be positive");
+  }
+  if (cfg.metrics_interval.count() <= 0) {
+    return absl::InvalidArgumentError("Config::metrics_interval must be positive");
+  }
+
+  for (const auto& s : cfg.sinks) {
+    if (!s) return absl::InvalidArgumentError("Config::sinks contains a null sink");
+  }
+  if (cfg.write_run_log) {
+    if (cfg.run_dir) out.run_dir = *cfg.run_dir;
+    else if (const char* d = std::getenv("RANKSCOPE_DIR"); d && *d) out.run_dir = d;
+    else out.run_dir = absl::StrCat("rankscope-runs/", ctx->run_id);
+    if (auto st = make_dirs(out.run_dir); !st.ok()) return st;
+  }
+  out.enabled = enabled;
+  out.ring_capacity = *cap;
+  out.drain_interval = drain;
+  out.flight_entries = *flight;
+  out.dump_on_shutdown = dump_on_shutdown;
+  out.signals = signals;
+  out.console = *console;
+  out.watchdog = wd;
+  return out;
+}
+
+absl::Status write_run_json(const std::string& run_dir, const RunContext& c, const Config& cfg,
+                            std::uint64_t wall) {
+  fmt::memory_buffer b;
+  auto out = std::back_inserter(b);
+  fmt::format_to(out, "{{\n  \"schema\": {},\n  \"library\": \"rankscope\",\n  \"version\": \"{}\",\n  \"run_id\": ",
+                 RANKSCOPE_SCHEMA_VERSION, RANKSCOPE_VERSION_STRING);
+  json_escape_to(b, c.run_id);
+  fmt::format_to(out, ",\n  \"world_size\": {},\n  \"local_world_size\": {},\n  \"start_time_ns\": {},\n", c.world_size,
+                 c.local_world_size, wall);
+  fmt::format_to(out, "  \"launcher\": \"{}\",\n  \"restart_count\": {},\n  \"job_id\": ", launcher_name(c.launcher),
+                 c.restart_count);
+  json_escape_to(b, c.job_id);
+  b.append(std::string_view(",\n  \"master_addr\": "));
+  json_escape_to(b, c.master_addr);
+  b.append(std::string_view(",\n  \"host\": "));
+  json_escape_to(b, c.host);
+  // The config hash lets triage and tools see at a glance whether two runs (or
+  // a run and its resume) used the same configuration.
+  std::uint64_t h = 1469598103934665603ull;  // FNV-1a: stable across builds and hosts
+  for (const auto& [k, v] : cfg.run_config) {
+    for (char ch : k + "=" + v + "\n") h = (h ^ static_cast<unsigned char>(ch)) * 1099511628211ull;
+  }
+  b.append(std::string_view(",\n  \"environment\": "));
+  b.append(environment_json(c));
+  fmt::format_to(out, ",\n  \"config_hash\": \"{:016x}\",\n  \"config\": {{", h);
+  bool first = true;
+  for (const auto& [k, v] : cfg.run_config) {
+    b.append(std::string_view(first ? "\n    " : ",\n    "));
+    first = false;
+    json_escape_to(b, k);
+    b.append(std::string_view(": "));
+    json_escape_to(b, v);
+  }
+  b.append(std::string_view(first ? "}\n}\n" : "\n  }\n}\n"));
+  return write_file_atomic(run_dir + "/run.json", std::string(b.data(), b.size()));
+}
+
+}  // namespace rankscope::detail
