@@ -1,0 +1,362 @@
+// The background thread: drains every ring, decodes records into events,
+// feeds the step breakdown and the watchdog, hands batches to the sinks, and
+// does the work signal handlers and dump requests ask for.
+#include <signal.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "flight.hpp"
+#include "rankscope/export/jsonl.hpp"
+#include "runtime_impl.hpp"
+#include "signals.hpp"
+
+namespace rankscope::detail {
+
+void Runtime::decode(ThreadState* st, const Record& r, const Record* next, std::vector<Event>& batch) {
+  Event e;
+  e.tid = st->tid;
+  e.step = r.step;
+  e.depth = r.depth;
+  const auto t = clock_.convert(r.t0);
+  e.mono_ns = t.mono_ns;
+  e.wall_ns = t.wall_ns;
+  switch (r.kind) {
+    case RecordKind::kPhase:
+      e.kind = EventKind::kPhase;
+      e.site = r.site;
+      e.parent = r.v[0].site;
+      e.dur_ns = clock_.ticks_to_ns(r.t1 - r.t0);
+      breakdown_.on_phase(e.tid, e.depth, r.site->kind, e.mono_ns, e.dur_ns);
+      break;
+    case RecordKind::kStepBegin:
+      e.kind = EventKind::kStepBegin;
+      breakdown_.on_step_begin(e.tid, e.step, e.mono_ns);
+      break;
+    case RecordKind::kStepEnd: {
+      e.kind = EventKind::kStepEnd;
+      if (r.aux & 1) e.scalars.loss = r.v[0].f;
+      if (r.aux & 2) e.scalars.lr = r.v[1].f;
+      if (r.aux & 4) e.scalars.grad_norm = r.v[2].f;
+      e.scalars.skipped = (r.aux & 32) != 0;
+      if (next != nullptr && next->kind == RecordKind::kStepCounts) {
+        if (r.aux & 8) e.scalars.samples = next->v[0].i;
+        if (r.aux & 16) e.scalars.tokens = next->v[1].i;
+      }
+      if (auto b = breakdown_.on_step_end(e.tid, e.mono_ns)) {
+        e.dur_ns = b->total_ns;
+        detail::observe_ungated(*step_seconds_, static_cast<double>(b->total_ns) * 1e-9);
+        for (int k = 0; k < kPhaseKindCount; ++k) {
+          detail::observe_ungated(*phase_seconds_[k], static_cast<double>(b->by_kind_ns[k]) * 1e-9);
+        }
+        watchdog_.on_step(*b, e.tid, e.mono_ns, extra_);
+        std::lock_guard<std::mutex> lk(bd_mu_);
+        last_breakdown_ = *b;
+      }
+      break;
+    }
+    case RecordKind::kMark:
+      e.kind = EventKind::kMark;
+      e.site = r.site;
+      e.value = r.v[0].f;
+      break;
+    case RecordKind::kCollective:
+      e.kind = EventKind::kCollective;
+      e.parent = r.site;
+      e.depth = 0;
+      e.result = static_cast<CollectiveResult>(r.depth);
+      e.op = static_cast<CollectiveOp>(r.aux & 0xff);
+      e.dtype = static_cast<DType>(r.aux >> 8);
+      e.peer = static_cast<std::int32_t>(r.pad);
+      e.seq = static_cast<std::uint64_t>(r.v[0].i);
+      e.count = static_cast<std::uint64_t>(r.v[1].i);
+      e.comm = static_cast<const Communicator*>(r.v[2].ptr);
+      e.dur_ns = clock_.ticks_to_ns(r.t1 - r.t0);
+      // A collective outside any phase is still step time spent communicating.
+      if (e.parent == nullptr) breakdown_.on_phase(e.tid, 0, PhaseKind::kCollective, e.mono_ns, e.dur_ns);
+      if (next != nullptr && next->kind == RecordKind::kCollectiveExtra) {
+        e.in_group = (next->aux & 1) != 0;
+        e.error = next->v[2].site != nullptr ? next->v[2].site->name : nullptr;
+        e.flight_id = static_cast<std::uint64_t>(next->v[1].i);
+        if (next->v[0].ptr != nullptr) {
+          e.enqueue_ns = e.dur_ns;
+          auto defer = g_defer.load(std::memory_order_acquire);
+          if (defer != nullptr && defer(e, next->v[0].ptr)) return;  // emitted when the device finishes
+        }
+      }
+      break;
+    case RecordKind::kCollectiveExtra:
+      return;  // folded into the preceding kCollective
+    case RecordKind::kProgress:
+      e.kind = EventKind::kProgress;
+      break;
+    case RecordKind::kStepCounts:
+      return;  // folded into the preceding kStepEnd
+  }
+  watchdog_.on_event(e);
+  remember(e);
+  batch.push_back(e);
+}
+
+// A log record: the header, then its payload bytes in the following records.
+// Returns how many records it used.
+std::uint64_t Runtime::decode_log(ThreadState* st, std::uint64_t at, std::vector<Event>& batch) {
+  const Record& h = st->slots[at & st->mask];
+  const auto msg_n = static_cast<std::size_t>(h.v[1].i);
+  const auto fld_n = static_cast<std::size_t>(h.v[2].i);
+  const std::size_t total = msg_n + fld_n;
+  const std::uint64_t nrec = 1 + (total + sizeof(Record) - 1) / sizeof(Record);
+  std::string payload(total, '\0');
+  for (std::uint64_t i = 1; i < nrec; ++i) {
+    const std::size_t off = static_cast<std::size_t>(i - 1) * sizeof(Record);
+    std::memcpy(payload.data() + off, static_cast<const void*>(&st->slots[(at + i) & st->mask]),
+                std::min(sizeof(Record), total - off));
+  }
+  Event e;
+  e.kind = EventKind::kLog;
+  e.tid = st->tid;
+  e.step = h.step;
+  const auto t = clock_.convert(h.t0);
+  e.mono_ns = t.mono_ns;
+  e.wall_ns = t.wall_ns;
+  e.depth = static_cast<std::uint8_t>(h.aux & 0xff);
+  e.written_inline = (h.aux & 0x100) != 0;
+  e.log_site = h.v[0].ptr;
+  e.logger = detail::logger_name(static_cast<std::uint16_t>(h.pad));
+  e.text = payload.substr(0, msg_n);
+  e.fields = payload.substr(msg_n);
+  remember(e);
+  batch.push_back(std::move(e));
+  return nrec;
+}
+
+void Runtime::remember(const Event& e) {
+  if (recent_per_thread_ == 0) return;
+  std::deque<Event>& q = recent_[e.tid];
+  if (q.size() >= recent_per_thread_) q.pop_front();
+  q.push_back(e);
+}
+
+void Runtime::deliver(std::vector<Event>& batch) {
+  if (batch.empty()) return;
+  std::uint64_t errors = 0;
+  for (auto& s : sinks_) {
+    s->export_events(batch);
+    errors += s->errors();
+  }
+  export_errors_.store(errors, std::memory_order_relaxed);
+  batch.clear();
+}
+
+std::size_t Runtime::drain_all(std::vector<Event>& batch) {
+  std::size_t n = 0;
+  max_drained_ = 0;
+  detail::registry().refresh(threads_, threads_version_);
+  for (ThreadState* st : threads_) {
+    const std::uint64_t head = st->published.load(std::memory_order_acquire);
+    std::uint64_t tail = st->tail.load(std::memory_order_relaxed);
+    max_drained_ = std::max(max_drained_, head - tail);
+    while (tail != head) {
+      const Record& r = st->slots[tail & st->mask];
+      if (r.kind == RecordKind::kLog) {
+        tail += decode_log(st, tail, batch);
+        ++n;
+        continue;
+      }
+      const Record* next = (tail + 1 != head) ? &st->slots[(tail + 1) & st->mask] : nullptr;
+      decode(st, r, next, batch);
+      ++tail;
+      ++n;
+      if (batch.size() >= kBatch) {
+        st->tail.store(tail, std::memory_order_release);
+        deliver(batch);
+      }
+    }
+    st->tail.store(tail, std::memory_order_release);
+  }
+  for (Event& x : extra_) {
+    remember(x);
+    batch.push_back(x);
+  }
+  extra_.clear();
+  if (auto poll = g_poller.load(std::memory_order_acquire)) {
+    const std::size_t before = batch.size();
+    poll(batch);
+    for (std::size_t i = before; i < batch.size(); ++i) remember(batch[i]);
+  }
+  deliver(batch);
+  recorded_.fetch_add(n, std::memory_order_relaxed);
+  return n;
+}
+
+void Runtime::export_metrics_now() {
+  MetricsSnapshot snap;
+  snap.mono_ns = mono_now();
+  snap.wall_ns = detail::realtime_ns();
+  snap.step = detail::g_step.load(std::memory_order_relaxed);
+  detail::snapshot_metrics(snap.metrics);
+  snap.stats = stats();
+  for (auto& s : sinks_) s->export_metrics(snap);
+  last_metrics_mono_ = snap.mono_ns;
+}
+
+absl::StatusOr<std::string> Runtime::dump_now(std::string_view reason) {
+  if (run_dir_.empty()) {
+    return absl::FailedPreconditionError("no run directory to dump into (the run log is off); set Config::run_dir");
+  }
+  std::vector<Event> batch;
+  drain_all(batch);  // everything recorded so far is in the recent-events history
+  detail::DumpInput in;
+  in.reason = reason;
+  in.context = &context_;
+  in.clock = &clock_;
+  in.stats = stats();
+  in.step = detail::g_step.load(std::memory_order_relaxed);
+  detail::registry().refresh(threads_, threads_version_);
+  in.threads = threads_;
+  in.recent = &recent_;
+  std::string doc;
+  try {
+    doc = detail::build_flight_dump(in, dump_fmt_);
+  } catch (const std::exception& e) {
+    return absl::ResourceExhaustedError(absl::StrCat("flight recorder dump failed: ", e.what()));
+  }
+  const std::string path = absl::StrCat(run_dir_, "/rank-", context_.rank, ".flight.json");
+  if (auto st = write_file_atomic(path, doc); !st.ok()) return st;
+  return path;
+}
+
+// A signal handler asked for evidence: write out what is recorded, dump, ack.
+void Runtime::handle_signal(int sig) {
+  const Deadline deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
+  for (auto& s : sinks_) s->flush(deadline);
+  auto res = dump_now(absl::StrCat("signal ", detail::signal_name(sig)));
+  if (!res.ok()) {
+    std::fprintf(stderr, "[rankscope] rank %d: %s: flight recorder dump failed: %s\n", context_.rank,
+                 detail::signal_name(sig), std::string(res.status().message()).c_str());
+  } else {
+    std::fprintf(stderr, "[rankscope] rank %d: %s: flight recorder written to %s\n", context_.rank,
+                 detail::signal_name(sig), res->c_str());
+  }
+  if (sig != SIGUSR1) {
+    for (auto& s : sinks_) s->flush(deadline);
+  }
+  detail::g_signal_acks.fetch_add(1, std::memory_order_release);
+}
+
+absl::StatusOr<std::string> Runtime::dump(std::string_view reason, std::chrono::milliseconds deadline) noexcept {
+  try {
+    std::unique_lock<std::mutex> lk(mu_);
+    if (phase_ != Phase::kRunning || owner_pid_ != ::getpid()) {
+      return absl::FailedPreconditionError("rankscope is not running (call init() first)");
+    }
+    const std::uint64_t id = ++dump_requested_;
+    dump_reason_ = std::string(reason);
+    cv_.notify_all();
+    if (!cv_.wait_for(lk, deadline, [&] { return dump_done_ >= id || bg_done_; })) {
+      return absl::DeadlineExceededError("flight recorder dump did not finish before the deadline");
+    }
+    if (dump_done_ < id) return absl::CancelledError("rankscope shut down before the dump");
+    return dump_result_;
+  } catch (const std::exception& e) {
+    return absl::InternalError(e.what());
+  }
+}
+
+void Runtime::run_background() {
+  pthread_setname_np(pthread_self(), "rankscope");
+  // Derived metrics are observed here even after the gate closes at shutdown.
+  if (detail::t_state == nullptr) detail::register_thread(/*force=*/true);
+  detail::set_background_thread_self();
+  std::vector<Event> batch;
+  batch.reserve(kBatch);
+  auto sleep = std::chrono::microseconds(1000);
+  auto last_wake = std::chrono::steady_clock::now();
+  double rate = 0;
+  std::uint64_t flush_seen = 0;
+  for (;;) {
+    bool stop;
+    std::uint64_t flush_target, dump_target;
+    std::string dump_reason;
+    Deadline deadline;
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_.wait_for(lk, sleep, [&] {
+        return stop_requested_ || flush_requested_ > flush_seen || dump_requested_ > dump_done_;
+      });
+      stop = stop_requested_;
+      flush_target = flush_requested_;
+      dump_target = dump_requested_ > dump_done_ ? dump_requested_ : 0;
+      dump_reason = dump_reason_;
+      deadline = stop ? stop_deadline_ : std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    }
+    const std::size_t n = drain_all(batch);
+    if (const int sig = detail::g_signal_request.exchange(0, std::memory_order_acq_rel); sig != 0) {
+      handle_signal(sig);
+    }
+    clock_.maybe_reanchor();
+    {
+      const std::uint64_t now = mono_now();
+      if (detail::g_gate.load(std::memory_order_relaxed) != detail::kActive) watchdog_.suspend(now);
+      std::vector<Event> wd;
+      if (watchdog_.tick(now, clock_, threads_, wd)) (void)dump_now("stall");
+      if (!wd.empty()) {
+        for (const Event& x : wd) remember(x);
+        deliver(wd);
+      }
+    }
+    if (mono_now() - last_metrics_mono_ >= static_cast<std::uint64_t>(metrics_interval_.count()) * 1000000ull) {
+      export_metrics_now();
+    }
+    if (detail::registry().has_retired()) detail::registry().free_retired();
+    if (dump_target != 0) {
+      auto res = dump_now(dump_reason);
+      std::lock_guard<std::mutex> lk(mu_);
+      dump_result_ = std::move(res);
+      dump_done_ = dump_target;
+      cv_.notify_all();
+    }
+    if (flush_target > flush_seen) {
+      for (auto& s : sinks_) s->flush(deadline);
+      flush_seen = flush_target;
+      std::lock_guard<std::mutex> lk(mu_);
+      flush_done_ = flush_target;
+      cv_.notify_all();
+    }
+    if (stop) {
+      drain_all(batch);  // records made while we were flushing
+      if (dump_on_shutdown_) (void)dump_now("shutdown");
+      watchdog_.finish(clock_, threads_);
+      export_metrics_now();
+      const Stats final_stats = stats();
+      for (auto& s : sinks_) s->shutdown(deadline, final_stats);
+      std::lock_guard<std::mutex> lk(mu_);
+      sinks_.clear();
+      bg_done_ = true;
+      flush_done_ = flush_requested_;
+      cv_.notify_all();
+      return;
+    }
+    // Adaptive polling. On a machine whose cores are all busy training, every
+    // wake-up of this thread preempts a rank, so wake as rarely as the rings
+    // allow: sleep until the busiest ring would be about a quarter full at the
+    // recent rate, between 1 ms and the drain interval; back-to-back in bursts.
+    const auto now = std::chrono::steady_clock::now();
+    const double dt = std::chrono::duration<double>(now - last_wake).count();
+    last_wake = now;
+    const std::uint64_t busiest = max_drained_;
+    if (dt > 0) rate = 0.5 * rate + 0.5 * static_cast<double>(busiest) / dt;  // records/s, busiest ring
+    const double quarter = static_cast<double>(ring_capacity()) / 4.0;
+    if (static_cast<double>(busiest) >= quarter) {
+      sleep = std::chrono::microseconds(0);
+    } else {
+      const double s = rate > 0 ? quarter / rate : 1.0;
+      sleep = std::chrono::microseconds(static_cast<std::int64_t>(std::clamp(s, 1e-3, max_sleep_s_) * 1e6));
+    }
+    (void)n;
+  }
+}
+
+}  // namespace rankscope::detail

@@ -1,0 +1,142 @@
+// The runtime's internal shape, shared by runtime.cpp (lifecycle, fork, public
+// API) and background.cpp (the drain thread: decoding, sinks, watchdog,
+// dumps, signals). Not installed.
+// Thread-safety: members note which thread owns them; mu_ guards control state.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "clock.hpp"
+#include "console.hpp"
+#include "event_format.hpp"
+#include "metrics_registry.hpp"
+#include "rankscope/detail/clock.hpp"
+#include "rankscope/detail/extension.hpp"
+#include "rankscope/detail/thread_state.hpp"
+#include "rankscope/export/sink.hpp"
+#include "rankscope/heartbeat.hpp"
+#include "rankscope/runtime.hpp"
+#include "registry.hpp"
+#include "settings.hpp"
+#include "step_breakdown.hpp"
+#include "watchdog.hpp"
+
+namespace rankscope::detail {
+
+extern std::atomic<int> g_runlog_fd;
+int jsonl_sink_fd(const Sink& s);
+const char* logger_name(std::uint16_t id);
+extern std::atomic<DeferCollective> g_defer;
+extern std::atomic<Poller> g_poller;
+
+inline constexpr std::size_t kBatch = 4096;
+inline std::uint64_t mono_now() { return monotonic_ns(); }
+
+enum class Phase { kStopped, kRunning, kForkedChild };
+
+class Runtime {
+ public:
+  static Runtime& get() {
+    static Runtime* r = new Runtime;  // leaked on purpose: used from atexit and fork handlers
+    return *r;
+  }
+
+  absl::Status init(const Config& cfg);
+  absl::StatusOr<std::string> dump(std::string_view reason, std::chrono::milliseconds deadline) noexcept;
+  void shutdown(std::chrono::milliseconds deadline) noexcept;
+  bool flush(std::chrono::milliseconds deadline) noexcept;
+  void set_enabled(bool on) noexcept;
+
+  std::uint32_t ring_capacity() const { return ring_capacity_.load(std::memory_order_relaxed); }
+  Stats stats() noexcept;
+
+  // Fork handlers (see register_fork_handlers).
+  void before_fork() {
+    mu_.lock();
+    detail::lock_metric_registry();
+    detail::registry().mu.lock();
+  }
+  void after_fork_parent() {
+    detail::registry().mu.unlock();
+    detail::unlock_metric_registry();
+    mu_.unlock();
+  }
+  void after_fork_child() {
+    detail::registry().mu.unlock();
+    detail::unlock_metric_registry();
+    mu_.unlock();
+    // The background thread does not exist here, and the files belong to the
+    // parent: record nothing, write nothing.
+    detail::g_gate.store(detail::kInactive, std::memory_order_relaxed);
+    if (phase_ == Phase::kRunning) phase_ = Phase::kForkedChild;
+  }
+
+  const detail::TickClock& clock() const { return clock_; }
+  HeartbeatStatus heartbeat() { return watchdog_.status(); }
+  void set_publisher(std::function<void(std::string_view)> fn) { watchdog_.set_publisher(std::move(fn)); }
+  RunContext context_;
+  std::string run_dir_;
+  std::mutex bd_mu_;
+  StepBreakdown last_breakdown_;  // Requires bd_mu_ held.
+
+ private:
+  void run_background();
+  std::size_t drain_all(std::vector<Event>& batch);
+  void deliver(std::vector<Event>& batch);
+  void remember(const Event& e);  // keeps the last events per thread for dumps
+  std::uint64_t decode_log(ThreadState* st, std::uint64_t at, std::vector<Event>& batch);
+  void export_metrics_now();
+  void decode(ThreadState* st, const Record& r, const Record* next, std::vector<Event>& batch);
+  absl::StatusOr<std::string> dump_now(std::string_view reason);  // background thread only
+  void handle_signal(int sig);                                      // background thread only
+
+  std::mutex mu_;                 // control state below
+  std::condition_variable cv_;
+  Phase phase_ = Phase::kStopped;  // Requires mu_ held.
+  bool stop_requested_ = false;   // Requires mu_ held.
+  bool bg_done_ = false;          // Requires mu_ held.
+  std::uint64_t flush_requested_ = 0;  // Requires mu_ held.
+  std::uint64_t flush_done_ = 0;       // Requires mu_ held.
+  Deadline stop_deadline_{};      // Requires mu_ held.
+  std::uint64_t dump_requested_ = 0;  // Requires mu_ held.
+  std::uint64_t dump_done_ = 0;       // Requires mu_ held.
+  std::string dump_reason_;           // Requires mu_ held.
+  absl::StatusOr<std::string> dump_result_ = std::string();  // Requires mu_ held.
+  bool dump_on_shutdown_ = false;
+  detail::ConsolePolicy console_policy_ = detail::ConsolePolicy::kRank0;
+  std::uint32_t recent_per_thread_ = 32;
+  pid_t owner_pid_ = 0;
+  bool want_enabled_ = true;
+
+  std::atomic<std::uint32_t> ring_capacity_{detail::kDefaultRingCapacity};
+  std::chrono::milliseconds metrics_interval_{10000};
+  double max_sleep_s_ = 0.02;
+
+  // Background-thread state.
+  std::vector<std::shared_ptr<Sink>> sinks_;
+  detail::TickClock clock_;
+  detail::StepBreakdownBuilder breakdown_;
+  absl::flat_hash_map<std::int32_t, std::deque<Event>> recent_;  // last events per thread, for dumps
+  detail::EventFormatter dump_fmt_;
+  detail::Watchdog watchdog_;
+  detail::WatchdogConfig watchdog_cfg_;
+  std::vector<Event> extra_;  // events derived while decoding (slow steps), delivered with the batch
+  std::atomic<std::uint64_t> recorded_{0};
+  std::atomic<std::uint64_t> export_errors_{0};  // sum over sinks, updated by the drain
+  std::uint64_t last_metrics_mono_ = 0;
+  std::uint64_t max_drained_ = 0;
+  std::vector<ThreadState*> threads_;  // cached registry list (background thread only)
+  std::uint64_t threads_version_ = ~0ull;  // most records taken from one ring in the last drain
+  Histogram* step_seconds_ = nullptr;
+  Histogram* phase_seconds_[kPhaseKindCount] = {};
+};
+
+}  // namespace rankscope::detail
