@@ -89,6 +89,10 @@ void Runtime::decode(ThreadState* st, const Record& r, const Record* next, std::
       break;
     case RecordKind::kCollectiveExtra:
       return;  // folded into the preceding kCollective
+    case RecordKind::kLog:
+    case RecordKind::kFact:
+    case RecordKind::kViolation:
+      return;  // variable length: decode_log()
     case RecordKind::kProgress:
       e.kind = EventKind::kProgress;
       break;
@@ -115,7 +119,8 @@ std::uint64_t Runtime::decode_log(ThreadState* st, std::uint64_t at, std::vector
                 std::min(sizeof(Record), total - off));
   }
   Event e;
-  e.kind = EventKind::kLog;
+  e.kind = h.kind == RecordKind::kFact ? EventKind::kFact
+           : h.kind == RecordKind::kViolation ? EventKind::kViolation : EventKind::kLog;
   e.tid = st->tid;
   e.step = h.step;
   const auto t = clock_.convert(h.t0);
@@ -160,7 +165,7 @@ std::size_t Runtime::drain_all(std::vector<Event>& batch) {
     max_drained_ = std::max(max_drained_, head - tail);
     while (tail != head) {
       const Record& r = st->slots[tail & st->mask];
-      if (r.kind == RecordKind::kLog) {
+      if (r.kind == RecordKind::kLog || r.kind == RecordKind::kFact || r.kind == RecordKind::kViolation) {
         tail += decode_log(st, tail, batch);
         ++n;
         continue;

@@ -84,7 +84,7 @@ class ConsoleSink final : public Sink {
   void export_events(std::span<const Event> batch) noexcept override {
     buf_.clear();
     for (const Event& e : batch) {
-      if (e.kind != EventKind::kLog || e.written_inline) continue;
+      if ((e.kind != EventKind::kLog && e.kind != EventKind::kViolation) || e.written_inline) continue;
       if (!console_prints(policy_, ctx_, static_cast<Level>(e.depth))) continue;
       format_console_line(e, ctx_.rank, console_colour(), buf_);
     }

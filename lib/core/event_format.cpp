@@ -139,6 +139,23 @@ void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
       }
       break;
     }
+    case EventKind::kFact:
+      begin(out, "fact", e.wall_ns, e.mono_ns, e.step, e.tid);
+      out.append(std::string_view(",\"name\":"));
+      json_escape_to(out, e.text);
+      out.append(std::string_view(",\"fields\":{"));
+      out.append(std::string_view(e.fields));
+      out.push_back('}');
+      break;
+    case EventKind::kViolation:
+      begin(out, "violation", e.wall_ns, e.mono_ns, e.step, e.tid);
+      fmt::format_to(it, FMT_COMPILE(",\"level\":\"{}\",\"msg\":"), level_name(static_cast<Level>(e.depth)));
+      json_escape_to(out, e.text);
+      if (!e.fields.empty()) {
+        out.push_back(',');
+        out.append(std::string_view(e.fields));
+      }
+      break;
     case EventKind::kCommError:
       begin(out, "comm_error", e.wall_ns, e.mono_ns, e.step, e.tid);
       out.append(std::string_view(",\"comm\":"));

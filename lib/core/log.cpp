@@ -20,6 +20,7 @@
 #include "event_format.hpp"
 #include "fd_io.hpp"
 #include "json_util.hpp"
+#include "payload.hpp"
 #include "rankscope/detail/clock.hpp"
 #include "rankscope/detail/record.hpp"
 #include "rankscope/detail/thread_state.hpp"
@@ -159,37 +160,44 @@ void write_inline(const Event& e) {
   line.push_back('\n');
   const int fd = g_runlog_fd.load(std::memory_order_acquire);
   if (fd >= 0) write_all(fd, line.data(), line.size());
+  if (e.kind == EventKind::kFact) return;  // facts are data, not console news
   fmt::memory_buffer con;
   format_console_line(e, rankscope::context().rank, console_colour(), con);
   write_all(2, con.data(), con.size());
 }
 
-void log_emit(const LogSite& site, Level level, std::string_view message, std::initializer_list<Field> fields,
-              const Logger* logger) noexcept {
+namespace {
+EventKind event_kind_of(RecordKind k) {
+  switch (k) {
+    case RecordKind::kFact: return EventKind::kFact;
+    case RecordKind::kViolation: return EventKind::kViolation;
+    default: return EventKind::kLog;
+  }
+}
+}  // namespace
+
+void emit_payload(RecordKind kind, Level level, const LogSite* site, std::uint16_t logger_id, std::string_view text,
+                  std::string_view fields, bool write_now) noexcept {
   ThreadState* st = thread_state();
   if (st == nullptr) return;
   char payload[kMaxPayload];
-  const std::size_t msg_n = std::min(message.size(), kMaxPayload / 2);
-  std::memcpy(payload, message.data(), msg_n);
-  std::size_t fld_n = 0;
-  try {
-    fld_n = fields.size() != 0 ? fields_json(fields, payload + msg_n, kMaxPayload - msg_n) : 0;
-  } catch (...) {
-  }
-  const bool inline_write = level >= Level::kError;
+  const std::size_t msg_n = std::min(text.size(), kMaxPayload / 2);
+  std::memcpy(payload, text.data(), msg_n);
+  const std::size_t fld_n = std::min(fields.size(), kMaxPayload - msg_n);
+  if (fld_n != 0) std::memcpy(payload + msg_n, fields.data(), fld_n);
   const std::uint64_t t = now_ticks();
   const std::int64_t step = g_step.load(std::memory_order_relaxed);
-  if (inline_write) {
+  if (write_now) {
     try {
       Event e;
-      e.kind = EventKind::kLog;
+      e.kind = event_kind_of(kind);
       e.depth = static_cast<std::uint8_t>(level);
       e.tid = st->tid;
       e.step = step;
       e.mono_ns = monotonic_ns();
       e.wall_ns = realtime_ns();
-      e.log_site = &site;
-      e.logger = logger != nullptr ? logger->name() : nullptr;
+      e.log_site = site;
+      e.logger = logger_name(logger_id);
       e.text.assign(payload, msg_n);
       e.fields.assign(payload + msg_n, fld_n);
       write_inline(e);
@@ -203,11 +211,11 @@ void log_emit(const LogSite& site, Level level, std::string_view message, std::i
   h.t0 = h.t1 = t;
   h.site = nullptr;
   h.step = step;
-  h.kind = RecordKind::kLog;
+  h.kind = kind;
   h.depth = 0;
-  h.aux = static_cast<std::uint16_t>(static_cast<unsigned>(level) | (inline_write ? 0x100u : 0u));
-  h.pad = logger != nullptr ? logger->id() : 0;
-  h.v[0].ptr = &site;
+  h.aux = static_cast<std::uint16_t>(static_cast<unsigned>(level) | (write_now ? 0x100u : 0u));
+  h.pad = logger_id;
+  h.v[0].ptr = site;
   h.v[1].i = static_cast<std::int64_t>(msg_n);
   h.v[2].i = static_cast<std::int64_t>(fld_n);
   for (std::uint64_t i = 1; i < nrec; ++i) {
@@ -215,6 +223,18 @@ void log_emit(const LogSite& site, Level level, std::string_view message, std::i
     std::memcpy(static_cast<void*>(&st->slot(i)), payload + off, std::min(sizeof(Record), total - off));
   }
   st->commit(nrec);
+}
+
+void log_emit(const LogSite& site, Level level, std::string_view message, std::initializer_list<Field> fields,
+              const Logger* logger) noexcept {
+  char buf[kMaxPayload];
+  std::size_t fld_n = 0;
+  try {
+    fld_n = fields.size() != 0 ? fields_json(fields, buf, kMaxPayload / 2) : 0;
+  } catch (...) {
+  }
+  emit_payload(RecordKind::kLog, level, &site, logger != nullptr ? logger->id() : 0, message,
+               std::string_view(buf, fld_n), level >= Level::kError);
 }
 
 bool Throttle::allow(std::uint32_t n, std::uint64_t per_ms, std::uint64_t& suppressed) noexcept {

@@ -1,4 +1,8 @@
+#include <chrono>
 #include <string_view>
+#include <thread>
+
+#include <fmt/format.h>
 
 #include "rankscope/heartbeat.hpp"
 #include "rankscope/integrations/torch.hpp"
@@ -23,6 +27,59 @@ std::vector<std::string> read_heartbeats(c10d::Store& store, int world_size, con
     out[static_cast<std::size_t>(r)].assign(v.begin(), v.end());
   }
   return out;
+}
+
+namespace {
+class StoreExchange final : public Exchange {
+ public:
+  StoreExchange(c10::intrusive_ptr<c10d::Store> store, std::string prefix, int rank, int size)
+      : store_(std::move(store)), prefix_(std::move(prefix)), rank_(rank), size_(size) {}
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  absl::StatusOr<std::vector<std::string>> all_gather(std::string_view key, std::string_view payload,
+                                                      std::chrono::milliseconds timeout) override {
+    const std::string base = fmt::format("{}{}/", prefix_, key);
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    std::vector<std::string> out(static_cast<std::size_t>(size_));
+    std::vector<bool> have(static_cast<std::size_t>(size_), false);
+    try {
+      store_->set(base + std::to_string(rank_), std::vector<uint8_t>(payload.begin(), payload.end()));
+      auto pause = std::chrono::milliseconds(1);
+      for (;;) {
+        std::vector<int> missing;
+        for (int r = 0; r < size_; ++r) {
+          if (have[static_cast<std::size_t>(r)]) continue;
+          const std::string k = base + std::to_string(r);
+          if (!store_->check({k})) {  // get() would block until the key exists
+            missing.push_back(r);
+            continue;
+          }
+          const std::vector<uint8_t> v = store_->get(k);
+          out[static_cast<std::size_t>(r)].assign(v.begin(), v.end());
+          have[static_cast<std::size_t>(r)] = true;
+        }
+        if (missing.empty()) return out;
+        if (std::chrono::steady_clock::now() >= deadline) return exchange_timeout_error(key, timeout, missing);
+        std::this_thread::sleep_for(pause);
+        pause = std::min(pause * 2, std::chrono::milliseconds(50));
+      }
+    } catch (const std::exception& e) {
+      return absl::UnavailableError(fmt::format("exchange '{}' through the c10d store failed: {}", key, e.what()));
+    }
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::Store> store_;
+  std::string prefix_;
+  int rank_, size_;
+};
+}  // namespace
+
+std::shared_ptr<Exchange> store_exchange(c10::intrusive_ptr<c10d::Store> store, std::string prefix, int rank,
+                                         int size) {
+  if (rank < 0) rank = rankscope::context().rank;
+  if (size < 0) size = rankscope::context().world_size;
+  return std::make_shared<StoreExchange>(std::move(store), std::move(prefix), rank, size);
 }
 
 }  // namespace rankscope::torch

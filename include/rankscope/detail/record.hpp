@@ -27,6 +27,8 @@ enum class RecordKind : std::uint8_t {
   kProgress = 8,   // rankscope::progress(): t0
   kLog = 9,        // a log record: aux = level | flags << 8, v[0] LogSite*, v[1] message bytes,
                    // v[2] field bytes; the bytes follow in ceil(n / 64) raw records
+  kFact = 10,      // an invariant fact: encoded like kLog (text = fact name)
+  kViolation = 11, // an invariant violation: encoded like kLog (text = message)
 };
 
 union RecordValue {

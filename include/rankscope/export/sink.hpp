@@ -34,6 +34,8 @@ enum class EventKind : std::uint8_t {
   kStallEnd,   // progress resumed
   kSlowStep,   // a step much slower than usual
   kLog,        // a log record
+  kFact,       // invariant fact (text = name, fields = the values), invariants.hpp
+  kViolation,  // invariant violation (text = message, fields = check, ranks, values)
 };
 
 /// One decoded record. Times are nanoseconds; wall = since the Unix epoch.

@@ -1,0 +1,147 @@
+#include "invariant_rules.hpp"
+
+#include <algorithm>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "json_util.hpp"
+#include "rankscope/exchange.hpp"
+
+namespace rankscope::detail {
+
+const std::string* RankFact::find(std::string_view key) const {
+  for (const auto& [k, v] : values) {
+    if (k == key) return &v;
+  }
+  return nullptr;
+}
+
+namespace {
+
+struct Rules {
+  std::string_view check;
+  std::vector<std::string_view> agree;  // every rank must hold the same value
+  bool fingerprint = false;             // same data group: equal; different groups: distinct
+};
+
+const std::vector<Rules>& rules() {
+  static const auto* r = new std::vector<Rules>{
+      {"batch_math", {"micro_batch", "grad_accum", "data_parallel", "global_batch"}, false},
+      {"epoch_batches", {"epoch", "batches"}, false},
+      {"sampler", {"seed", "epoch", "shuffle", "num_indices"}, true},
+      {"resume", {"id", "step", "consumed_samples", "optimizer_step", "global_batch", "config_hash"}, false},
+      {"data", {}, true},
+  };
+  return *r;
+}
+
+int group_of(const RankFact& f) { return f.data_group >= 0 ? f.data_group : f.rank; }
+
+std::string values_json(const std::map<std::string, std::vector<int>>& by_value) {
+  fmt::memory_buffer b;
+  b.push_back('{');
+  bool first = true;
+  for (const auto& [v, ranks] : by_value) {
+    if (!first) b.push_back(',');
+    first = false;
+    json_escape_to(b, v);
+    fmt::format_to(fmt::appender(b), ":[{}]", fmt::join(ranks, ","));
+  }
+  b.push_back('}');
+  return fmt::to_string(b);
+}
+
+// Ranks not holding the majority value of `key` (ties: rank order decides, so
+// the lowest rank's value is the reference).
+void agree(std::string_view check, std::string_view key, const std::vector<const RankFact*>& facts,
+           std::string_view scope, std::vector<Finding>& out) {
+  std::map<std::string, std::vector<int>> by_value;
+  for (const RankFact* f : facts) {
+    const std::string* v = f->find(key);
+    if (v != nullptr) by_value[*v].push_back(f->rank);
+  }
+  if (by_value.size() < 2) return;
+  const std::string* ref = nullptr;
+  std::size_t best = 0;
+  int best_low = 0;
+  for (const auto& [v, ranks] : by_value) {
+    const int low = *std::min_element(ranks.begin(), ranks.end());
+    if (ranks.size() > best || (ranks.size() == best && low < best_low)) {
+      ref = &v;
+      best = ranks.size();
+      best_low = low;
+    }
+  }
+  Finding f;
+  f.check = std::string(check);
+  f.what = std::string(key);
+  std::string others;
+  for (const auto& [v, ranks] : by_value) {
+    if (&v == ref) continue;
+    f.ranks.insert(f.ranks.end(), ranks.begin(), ranks.end());
+    others += fmt::format("{}{} has {}", others.empty() ? "" : "; ", format_ranks(ranks), v);
+  }
+  std::sort(f.ranks.begin(), f.ranks.end());
+  f.message = fmt::format("{}: {}ranks disagree on {}: {}; {} {} {}", check, scope, key, others,
+                          format_ranks(by_value[*ref]), by_value[*ref].size() == 1 ? "has" : "have", *ref);
+  f.values_json = values_json(by_value);
+  out.push_back(std::move(f));
+}
+
+}  // namespace
+
+std::vector<Finding> compare_facts(std::string_view check, const std::vector<RankFact>& facts) {
+  std::vector<Finding> out;
+  const auto it = std::find_if(rules().begin(), rules().end(), [&](const Rules& r) { return r.check == check; });
+  if (it == rules().end() || facts.size() < 2) return out;
+  std::vector<const RankFact*> all;
+  for (const RankFact& f : facts) all.push_back(&f);
+  for (std::string_view key : it->agree) agree(check, key, all, "", out);
+  if (!it->fingerprint) return out;
+  // Within a data group the fingerprints must agree...
+  std::map<int, std::vector<const RankFact*>> groups;
+  for (const RankFact& f : facts) groups[group_of(f)].push_back(&f);
+  for (const auto& [g, members] : groups) {
+    if (members.size() > 1) agree(check, "fingerprint", members, fmt::format("data group {}: ", g), out);
+  }
+  // ...and across groups they must differ: two groups reading the same shard.
+  std::map<std::string, std::map<int, std::vector<int>>> by_fp;  // fingerprint -> group -> ranks
+  for (const RankFact& f : facts) {
+    if (const std::string* v = f.find("fingerprint")) by_fp[*v][group_of(f)].push_back(f.rank);
+  }
+  for (const auto& [fp, by_group] : by_fp) {
+    if (by_group.size() < 2) continue;
+    Finding f;
+    f.check = std::string(check);
+    f.what = "identical_shards";
+    std::map<std::string, std::vector<int>> vals;
+    for (const auto& [g, ranks] : by_group) {
+      f.ranks.insert(f.ranks.end(), ranks.begin(), ranks.end());
+      vals[fp].insert(vals[fp].end(), ranks.begin(), ranks.end());
+    }
+    std::sort(f.ranks.begin(), f.ranks.end());
+    f.message = fmt::format("{}: {} read identical data (fingerprint {}) although they are in {} different data "
+                            "groups: data-parallel ranks must read different shards",
+                            check, format_ranks(f.ranks), fp, by_group.size());
+    f.values_json = values_json(vals);
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+std::string finding_fields_json(const Finding& f) {
+  fmt::memory_buffer b;
+  b.append(std::string_view("\"check\":"));
+  json_escape_to(b, f.check);
+  b.append(std::string_view(",\"what\":"));
+  json_escape_to(b, f.what);
+  fmt::format_to(fmt::appender(b), ",\"ranks\":[{}]", fmt::join(f.ranks, ","));
+  if (!f.values_json.empty()) {
+    b.append(std::string_view(",\"values\":"));
+    b.append(f.values_json);
+  }
+  return fmt::to_string(b);
+}
+
+}  // namespace rankscope::detail

@@ -1,0 +1,303 @@
+// Invariant checks: record the fact, apply the local rules, and — with an
+// exchange set — gather every rank's fact and apply the cross-rank rules.
+#include "rankscope/invariants.hpp"
+
+#include <algorithm>
+#include <atomic>
+
+#include <fmt/format.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "invariant_rules.hpp"
+#include "json_util.hpp"
+#include "payload.hpp"
+#include "rankscope/exchange.hpp"
+#include "rankscope/runtime.hpp"
+#include "rankscope/step.hpp"
+
+namespace rankscope {
+
+namespace {
+
+std::atomic<std::uint64_t> g_violations{0};
+
+// Per-check call numbers: they match facts of the same call across ranks.
+enum Check : int { kBatchMath, kEpochBatches, kSampler, kResume, kData, kCheckpointSave, kCheckCount };
+constexpr std::string_view kCheckName[kCheckCount] = {"batch_math", "epoch_batches", "sampler",
+                                                      "resume",     "data",          "checkpoint_save"};
+std::atomic<std::int64_t> g_calls[kCheckCount];
+
+struct Value {
+  std::string key, text;
+  bool quoted;
+};
+using Values = std::vector<Value>;
+
+Value num(std::string key, std::int64_t v) { return {std::move(key), std::to_string(v), false}; }
+Value hex(std::string key, std::uint64_t v) { return {std::move(key), fmt::format("{:016x}", v), true}; }
+Value str(std::string key, std::string v) { return {std::move(key), std::move(v), true}; }
+Value flag(std::string key, bool v) { return {std::move(key), v ? "true" : "false", false}; }
+
+int my_rank() {
+  const auto ex = exchange();
+  return ex != nullptr ? ex->rank() : context().rank;
+}
+
+void record_fact(Check c, std::int64_t seq, int group, const Values& values) {
+  fmt::memory_buffer b;
+  fmt::format_to(fmt::appender(b), "\"seq\":{},\"data_group\":{}", seq, group);
+  for (const Value& v : values) {
+    b.push_back(',');
+    detail::json_escape_to(b, v.key);
+    b.push_back(':');
+    if (v.quoted) detail::json_escape_to(b, v.text);
+    else b.append(v.text);
+  }
+  detail::emit_payload(detail::RecordKind::kFact, Level::kInfo, nullptr, 0, kCheckName[c],
+                       std::string_view(b.data(), b.size()), /*write_now=*/true);
+}
+
+// Keeps every violation's message, not only the first (absl::Status::Update).
+void merge(absl::Status& acc, const absl::Status& s) {
+  if (s.ok()) return;
+  if (acc.ok()) acc = s;
+  else acc = absl::Status(acc.code(), std::string(acc.message()) + "; " + std::string(s.message()));
+}
+
+// Every violation goes through here: recorded, logged, counted, returned by policy.
+absl::Status violate(OnViolation on, const detail::Finding& f) {
+  g_violations.fetch_add(1, std::memory_order_relaxed);
+  detail::emit_payload(detail::RecordKind::kViolation, on == OnViolation::kFail ? Level::kError : Level::kWarn,
+                       nullptr, 0, f.message, detail::finding_fields_json(f), /*write_now=*/true);
+  return on == OnViolation::kFail ? absl::FailedPreconditionError(f.message) : absl::OkStatus();
+}
+
+absl::Status local_violation(OnViolation on, std::string_view check, std::string_view what, std::string message,
+                             std::string values_json = {}) {
+  detail::Finding f;
+  f.check = std::string(check);
+  f.what = std::string(what);
+  f.ranks = {my_rank()};
+  f.message = std::move(message);
+  f.values_json = std::move(values_json);
+  return violate(on, f);
+}
+
+// The online half: gather every rank's values and apply the cross-rank rules.
+absl::Status cross_check(Check c, std::int64_t seq, int group, const Values& values, OnViolation on) {
+  const auto ex = exchange();
+  if (ex == nullptr || ex->size() < 2) return absl::OkStatus();
+  std::string payload = fmt::format("{}\n", group);
+  for (const Value& v : values) {
+    std::string text = v.text;
+    std::replace(text.begin(), text.end(), '\n', ' ');
+    payload += fmt::format("{}={}\n", v.key, text);
+  }
+  const std::string key = fmt::format("{}/{}", kCheckName[c], seq);
+  auto got = ex->all_gather(key, payload, exchange_timeout());
+  if (!got.ok()) {
+    detail::Finding f;
+    f.check = std::string(kCheckName[c]);
+    f.what = "exchange_timeout";
+    f.ranks = missing_ranks(got.status());
+    f.message = std::string(got.status().message());
+    return violate(on, f);
+  }
+  std::vector<detail::RankFact> facts;
+  for (std::size_t r = 0; r < got->size(); ++r) {
+    detail::RankFact f;
+    f.rank = static_cast<int>(r);
+    bool first = true;
+    for (absl::string_view line : absl::StrSplit(std::string((*got)[r]), '\n', absl::SkipEmpty())) {
+      if (first) {
+        (void)absl::SimpleAtoi(line, &f.data_group);
+        first = false;
+        continue;
+      }
+      const auto eq = line.find('=');
+      if (eq == absl::string_view::npos) continue;
+      f.values.emplace_back(std::string(line.substr(0, eq)), std::string(line.substr(eq + 1)));
+    }
+    facts.push_back(std::move(f));
+  }
+  absl::Status result;
+  for (const detail::Finding& f : detail::compare_facts(kCheckName[c], facts)) merge(result, violate(on, f));
+  return result;
+}
+
+// Records, applies `local` (which may return a violation), then cross-checks.
+template <typename Local>
+absl::Status run_check(Check c, int group, const Values& values, OnViolation on, Local&& local) noexcept {
+  try {
+    const std::int64_t seq = g_calls[c].fetch_add(1, std::memory_order_relaxed);
+    if (group < 0) group = my_rank();
+    record_fact(c, seq, group, values);
+    absl::Status st = local();
+    merge(st, cross_check(c, seq, group, values, on));
+    return st;
+  } catch (const std::exception& e) {
+    return absl::InternalError(fmt::format("rankscope: invariant check {} failed internally: {}", kCheckName[c],
+                                           e.what()));
+  }
+}
+
+std::int64_t div_round(std::int64_t a, std::int64_t b, bool down) {
+  if (b <= 0) return 0;
+  return down ? a / b : (a + b - 1) / b;
+}
+
+}  // namespace
+
+std::uint64_t violation_count() noexcept { return g_violations.load(std::memory_order_relaxed); }
+
+std::uint64_t fingerprint_bytes(const void* data, std::size_t n) noexcept {
+  std::uint64_t h = 14695981039346656037ull;
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (std::size_t i = 0; i < n; ++i) {
+    h ^= p[i];
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+std::uint64_t fingerprint_indices(std::span<const std::int64_t> indices, std::size_t first_k) noexcept {
+  const std::size_t n = std::min(indices.size(), first_k);
+  return fingerprint_bytes(indices.data(), n * sizeof(std::int64_t));
+}
+
+absl::Status check_batch_math(const BatchMath& m, OnViolation on) {
+  const Values v = {num("micro_batch", m.micro_batch), num("grad_accum", m.grad_accum),
+                    num("data_parallel", m.data_parallel), num("global_batch", m.global_batch)};
+  return run_check(kBatchMath, -1, v, on, [&]() -> absl::Status {
+    const std::int64_t product = m.micro_batch * m.grad_accum * m.data_parallel;
+    if (product == m.global_batch) return absl::OkStatus();
+    return local_violation(
+        on, "batch_math", "global_batch",
+        fmt::format("batch_math: micro-batch {} x grad-accum {} x data-parallel {} = {}, but the global batch is "
+                    "configured as {} (world size changed without updating the batch math?)",
+                    m.micro_batch, m.grad_accum, m.data_parallel, product, m.global_batch),
+        fmt::format("{{\"product\":{},\"global_batch\":{}}}", product, m.global_batch));
+  });
+}
+
+BatchAccounting::BatchAccounting(const Options& o) noexcept : o_(o) {
+  const bool down = o.drop_last;
+  expected_ = div_round(div_round(o.dataset_size, o.data_parallel, down), o.micro_batch, down);
+}
+
+void BatchAccounting::start_epoch(std::int64_t epoch, std::int64_t resume_at) noexcept {
+  epoch_ = epoch;
+  count_ = next_index_ = resume_at;
+  skipped_ = repeated_ = 0;
+  first_divergence_step_ = -1;
+}
+
+absl::Status BatchAccounting::on_batch(std::int64_t index) noexcept {
+  ++count_;
+  if (index < 0 || index == next_index_) {
+    next_index_ = index < 0 ? count_ : index + 1;
+    return absl::OkStatus();
+  }
+  const std::int64_t expected = next_index_;
+  next_index_ = index + 1;
+  if (first_divergence_step_ < 0) first_divergence_step_ = current_step();
+  try {
+    if (index > expected) {
+      skipped_ += index - expected;
+      return local_violation(
+          o_.on, "epoch_batches", "skipped_batch",
+          fmt::format("epoch_batches: rank {} skipped batch {} of epoch {} (got batch {}) at step {}", my_rank(),
+                      index - expected == 1 ? fmt::to_string(expected) : fmt::format("{}..{}", expected, index - 1),
+                      epoch_, index, current_step()),
+          fmt::format("{{\"epoch\":{},\"expected_index\":{},\"index\":{},\"step\":{}}}", epoch_, expected, index,
+                      current_step()));
+    }
+    ++repeated_;
+    return local_violation(
+        o_.on, "epoch_batches", "repeated_batch",
+        fmt::format("epoch_batches: rank {} repeated batch {} of epoch {} (expected batch {}) at step {}", my_rank(),
+                    index, epoch_, expected, current_step()),
+        fmt::format("{{\"epoch\":{},\"expected_index\":{},\"index\":{},\"step\":{}}}", epoch_, expected, index,
+                    current_step()));
+  } catch (...) {
+    return o_.on == OnViolation::kFail ? absl::FailedPreconditionError("epoch_batches: batch out of order")
+                                       : absl::OkStatus();
+  }
+}
+
+absl::Status BatchAccounting::end_epoch() noexcept {
+  const Values v = {num("epoch", epoch_), num("batches", count_), num("expected", expected_),
+                    num("skipped", skipped_), num("repeated", repeated_),
+                    num("first_divergence_step", first_divergence_step_)};
+  return run_check(kEpochBatches, -1, v, o_.on, [&]() -> absl::Status {
+    if (count_ == expected_) return absl::OkStatus();
+    return local_violation(
+        o_.on, "epoch_batches", "batches",
+        fmt::format("epoch_batches: rank {} consumed {} batches in epoch {}, expected {} (dataset {}, micro-batch "
+                    "{}, {} data-parallel ranks{}){}",
+                    my_rank(), count_, epoch_, expected_, o_.dataset_size, o_.micro_batch, o_.data_parallel,
+                    o_.drop_last ? ", drop_last" : "",
+                    first_divergence_step_ >= 0 ? fmt::format("; first out-of-order batch at step {}",
+                                                              first_divergence_step_)
+                                                : std::string()),
+        fmt::format("{{\"batches\":{},\"expected\":{}}}", count_, expected_));
+  });
+}
+
+absl::Status check_sampler(const SamplerState& s, OnViolation on) {
+  const Values v = {Value{"seed", std::to_string(s.seed), false},
+                    num("epoch", s.epoch), flag("shuffle", s.shuffle), hex("fingerprint", s.fingerprint),
+                    num("num_indices", s.num_indices)};
+  return run_check(kSampler, s.data_group, v, on, [] { return absl::OkStatus(); });
+}
+
+void record_checkpoint_save(const CheckpointMeta& m) noexcept {
+  const Values v = {str("id", m.id),
+                    num("step", m.step),
+                    num("consumed_samples", m.consumed_samples),
+                    num("world_size", m.world_size),
+                    num("global_batch", m.global_batch),
+                    hex("config_hash", m.config_hash),
+                    num("optimizer_step", m.optimizer_step),
+                    hex("rng_fingerprint", m.rng_fingerprint)};
+  try {
+    record_fact(kCheckpointSave, g_calls[kCheckpointSave].fetch_add(1, std::memory_order_relaxed), my_rank(), v);
+  } catch (...) {
+  }
+}
+
+absl::Status check_resume(const CheckpointMeta& m, OnViolation on) {
+  const Values v = {str("id", m.id),
+                    num("step", m.step),
+                    num("consumed_samples", m.consumed_samples),
+                    num("world_size", m.world_size),
+                    num("global_batch", m.global_batch),
+                    hex("config_hash", m.config_hash),
+                    num("optimizer_step", m.optimizer_step),
+                    hex("rng_fingerprint", m.rng_fingerprint)};
+  return run_check(kResume, -1, v, on, [&]() -> absl::Status {
+    absl::Status st;
+    if (m.optimizer_step != m.step) {
+      merge(st, local_violation(
+          on, "resume", "optimizer_step",
+          fmt::format("resume: rank {} loaded checkpoint '{}' whose optimizer step {} does not match its model step {}",
+                      my_rank(), m.id, m.optimizer_step, m.step)));
+    }
+    if (m.consumed_samples != m.step * m.global_batch) {
+      merge(st, local_violation(
+          on, "resume", "consumed_samples",
+          fmt::format("resume: rank {} loaded checkpoint '{}' with {} consumed samples, but step {} x global batch "
+                      "{} = {}",
+                      my_rank(), m.id, m.consumed_samples, m.step, m.global_batch, m.step * m.global_batch)));
+    }
+    return st;
+  });
+}
+
+absl::Status check_data(std::uint64_t fingerprint, int data_group, OnViolation on) {
+  const Values v = {hex("fingerprint", fingerprint)};
+  return run_check(kData, data_group, v, on, [] { return absl::OkStatus(); });
+}
+
+}  // namespace rankscope
