@@ -63,10 +63,25 @@ TEST_CASE("rules: the minority of ranks that disagree is named with every value"
   REQUIRE(found.size() == 1);
   CHECK(found[0].what == "seed");
   CHECK(found[0].ranks == std::vector<int>{2});
-  CHECK(found[0].values_json == R"({"1234":[0,1,3],"99":[2]})");
-  CHECK_THAT(found[0].message, Catch::Contains("rank 2 has 99") && Catch::Contains("ranks 0,1,3 have 1234"));
+  CHECK(found[0].values_json == R"({"seed":{"1234":[0,1,3],"99":[2]}})");
+  CHECK(found[0].message == "sampler: rank 2 disagrees on seed (rank 2 has 99; ranks 0,1,3 have 1234)");
   CHECK(detail::finding_fields_json(found[0]) ==
-        R"("check":"sampler","what":"seed","ranks":[2],"values":{"1234":[0,1,3],"99":[2]})");
+        R"("check":"sampler","what":"seed","ranks":[2],"values":{"seed":{"1234":[0,1,3],"99":[2]}})");
+  // One culprit on several keys is one finding; another culprit is another.
+  std::vector<detail::RankFact> resume;
+  for (int r = 0; r < 4; ++r) {
+    resume.push_back(fact(r, {{"id", r == 1 ? "ckpt-10" : "ckpt-20"},
+                              {"step", r == 1 ? "10" : "20"},
+                              {"config_hash", r == 3 ? "beef" : "cafe"}}));
+  }
+  const auto two = detail::compare_facts("resume", resume);
+  REQUIRE(two.size() == 2);
+  CHECK(two[0].what == "id,step");
+  CHECK(two[0].ranks == std::vector<int>{1});
+  CHECK(two[0].message == "resume: rank 1 disagrees on id (rank 1 has ckpt-10; ranks 0,2,3 have ckpt-20), "
+                          "step (rank 1 has 10; ranks 0,2,3 have 20)");
+  CHECK(two[1].what == "config_hash");
+  CHECK(two[1].ranks == std::vector<int>{3});
   // A tie: the lowest rank's value is the reference.
   const auto tie = detail::compare_facts("resume", {fact(0, {{"step", "20"}}), fact(1, {{"step", "10"}})});
   REQUIRE(tie.size() == 1);
@@ -173,7 +188,7 @@ TEST_CASE("online checks: peers that disagree are named; the exchange key is per
   const absl::Status st = check_sampler({.seed = 1234, .epoch = 2, .fingerprint = 42, .num_indices = 256},
                                         OnViolation::kFail);
   CHECK(st.code() == absl::StatusCode::kFailedPrecondition);
-  CHECK_THAT(std::string(st.message()), Catch::Contains("rank 3 has 77") && Catch::Contains("ranks 0,1,2 have 1234"));
+  CHECK_THAT(std::string(st.message()), Catch::Contains("rank 3 has 77; ranks 0,1,2 have 1234"));
   // Ranks 1 and 2 (own data groups) read the same shard as rank 0's group.
   CHECK_THAT(std::string(st.message()), Catch::Contains("identical data"));
   CHECK(peers->keys.size() == 1);
@@ -186,7 +201,7 @@ TEST_CASE("online checks: peers that disagree are named; the exchange key is per
                1s);
   const absl::Status resume = check_resume({.id = "ckpt-20", .step = 20, .consumed_samples = 20 * 256,
                                             .world_size = 4, .global_batch = 256, .optimizer_step = 20});
-  CHECK_THAT(std::string(resume.message()), Catch::Contains("rank 2 has ckpt-10") && Catch::Contains("rank 2 has 10"));
+  CHECK_THAT(std::string(resume.message()), Catch::Contains("rank 2 has ckpt-10") && Catch::Contains("rank 2 has 10;"));
   // Local rules need no peers.
   set_exchange(nullptr);
   const absl::Status local = check_resume({.id = "ckpt-5", .step = 5, .consumed_samples = 999, .world_size = 4,
@@ -195,7 +210,8 @@ TEST_CASE("online checks: peers that disagree are named; the exchange key is per
                                                Catch::Contains("999 consumed samples, but step 5 x global batch 256"));
   shutdown();
   const std::string log = slurp(tmp.path + "/rank-0.jsonl");
-  CHECK_THAT(log, Catch::Contains(R"("check":"resume","what":"step","ranks":[2],"values":{"10":[2],"20":[0,1,3]})"));
+  CHECK_THAT(log, Catch::Contains(R"("check":"resume","what":"id,step","ranks":[2],"values":{)"
+                                  R"("id":{"ckpt-10":[2],"ckpt-20":[0,1,3]},"step":{"10":[2],"20":[0,1,3]}})"));
 }
 
 TEST_CASE("local exchange group: all ranks gather; a missing rank is named after the timeout", "[invariants]") {

@@ -19,18 +19,17 @@
 #include <rankscope/integrations/torch.hpp>
 #include <rankscope/rankscope.hpp>
 
-#include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
-#include <deque>
 #include <filesystem>
-#include <fstream>
-#include <map>
-#include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
+
+#include "ab_recorder.hpp"
+#include "checkpoint.hpp"
+#include "data.hpp"
 
 namespace {
 
@@ -51,6 +50,22 @@ struct Args {
   int slow_from_step = 0;  // --slow-rank sleeps from this step on
   int block_rank = -1;     // inject a hang: this rank blocks forever inside
   int block_step = -1;     // "checkpoint_save" at this step, before the all-reduce
+  // Data, epochs, checkpoints and the invariant checks.
+  std::int64_t dataset = 4096;     // samples; an epoch = dataset / (batch x world) steps
+  std::uint64_t seed = 1234;       // sampler seed
+  std::int64_t global_batch = 0;   // configured global batch (0: batch x world, or the checkpoint's)
+  std::string resume;              // "latest" or a checkpoint directory
+  bool online_checks = true;       // compare ranks at each check through the store
+  int exchange_timeout_ms = 20000;
+  std::string on_violation;        // warn | fail (default: each check's own)
+  int seed_rank = -1;              // fault: this rank's sampler uses --seed-value
+  std::uint64_t seed_value = 0;
+  int skip_rank = -1;              // fault: this rank's loader fails on batch --skip-batch of
+  int skip_epoch = 1;              // epoch --skip-epoch and the trainer swallows the error
+  int skip_batch = 3;
+  int stale_rank = -1;             // fault: this rank resumes from the checkpoint before the latest
+  int no_check_rank = -1;          // fault: this rank skips the sampler check of epoch --no-check-epoch
+  int no_check_epoch = 1;
 };
 
 Args parse(int argc, char** argv) {
@@ -80,6 +95,21 @@ Args parse(int argc, char** argv) {
     else if (k == "--slow-from-step") a.slow_from_step = std::stoi(next());
     else if (k == "--block-rank") a.block_rank = std::stoi(next());
     else if (k == "--block-step") a.block_step = std::stoi(next());
+    else if (k == "--dataset") a.dataset = std::stoll(next());
+    else if (k == "--seed") a.seed = std::stoull(next());
+    else if (k == "--global-batch") a.global_batch = std::stoll(next());
+    else if (k == "--resume") a.resume = next();
+    else if (k == "--no-online-checks") a.online_checks = false;
+    else if (k == "--exchange-timeout-ms") a.exchange_timeout_ms = std::stoi(next());
+    else if (k == "--on-violation") a.on_violation = next();
+    else if (k == "--seed-rank") a.seed_rank = std::stoi(next());
+    else if (k == "--seed-value") a.seed_value = std::stoull(next());
+    else if (k == "--skip-rank") a.skip_rank = std::stoi(next());
+    else if (k == "--skip-epoch") a.skip_epoch = std::stoi(next());
+    else if (k == "--skip-batch") a.skip_batch = std::stoi(next());
+    else if (k == "--stale-rank") a.stale_rank = std::stoi(next());
+    else if (k == "--no-check-rank") a.no_check_rank = std::stoi(next());
+    else if (k == "--no-check-epoch") a.no_check_epoch = std::stoi(next());
     else {
       std::fprintf(stderr, "unknown argument %s\n", k.c_str());
       std::exit(2);
@@ -88,157 +118,9 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
-struct Batch {
-  torch::Tensor x, y;
-};
-
-// A prefetching loader thread with a bounded queue, like a DataLoader.
-class Loader {
- public:
-  Loader(int batch, int features, int classes, int seed) : batch_(batch), features_(features), classes_(classes) {
-    gen_ = at::make_generator<at::CPUGeneratorImpl>(static_cast<uint64_t>(seed));
-    thread_ = std::thread([this] { run(); });
-  }
-  ~Loader() {
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-  Batch next() {
-    RANKSCOPE_PHASE("loader_wait");
-    std::unique_lock<std::mutex> lk(mu_);
-    cv_.wait(lk, [&] { return !q_.empty(); });
-    Batch b = std::move(q_.front());
-    q_.pop_front();
-    cv_.notify_all();
-    return b;
-  }
-
- private:
-  void run() {
-    for (;;) {
-      Batch b;
-      {
-        RANKSCOPE_PHASE_AS("loader_produce", rankscope::PhaseKind::kOther);
-        b.x = torch::randn({batch_, features_}, gen_);
-        // A learnable target: the class is the argmax of the first features.
-        b.y = b.x.narrow(1, 0, classes_).argmax(1);
-      }
-      std::unique_lock<std::mutex> lk(mu_);
-      cv_.wait(lk, [&] { return stop_ || q_.size() < 4; });
-      if (stop_) return;
-      q_.push_back(std::move(b));
-      cv_.notify_all();
-    }
-  }
-  int batch_, features_, classes_;
-  at::Generator gen_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Batch> q_;
-  bool stop_ = false;
-  std::thread thread_;
-};
-
-
-// Interleaved A/B over pairs of blocks of steps. Within each pair the order of
-// the two arms is pseudo-random (the same on every rank), so slow drift and
-// "first block of the pair" effects cancel; the estimate is the median over
-// pairs of (median step time on) / (median step time off). Process CPU time
-// per step is recorded too: on a machine where every core trains, CPU spent by
-// rankscope's background thread is CPU taken from a rank.
-class AbRecorder {
- public:
-  explicit AbRecorder(int block) : block_(block) {}
-  bool arm_on(int step) {
-    if (block_ <= 0) return true;
-    const int b = step / block_, pair = b / 2;
-    const bool on_first = (static_cast<unsigned>(pair) * 2654435761u >> 16) & 1u;
-    const bool on = (b % 2 == 0) == on_first;
-    if (step % block_ == 0) {
-      close_block();
-      cur_on_ = on;
-      cur_pair_ = pair;
-      cpu0_ = cpu_ms();
-    }
-    return on;
-  }
-  void add(int, double ms) {
-    if (block_ > 0) cur_.push_back(ms);
-  }
-  void report(bool control) {
-    close_block();
-    std::vector<double> ratios, all[2], cpu[2];
-    for (auto& [pair, p] : pairs_) {
-      if (p.med[0] > 0 && p.med[1] > 0) ratios.push_back(p.med[1] / p.med[0]);
-      for (int a = 0; a < 2; ++a) {
-        all[a].insert(all[a].end(), p.steps[a].begin(), p.steps[a].end());
-        if (p.cpu[a] > 0) cpu[a].push_back(p.cpu[a]);
-      }
-    }
-    const double r = median(ratios);
-    std::printf("A/B%s: %zu pairs of %d-step blocks, order randomized per pair\n", control ? " (A/A control)" : "",
-                ratios.size(), block_);
-    std::printf("A/B: median step %.4f ms on vs %.4f ms off; median paired ratio %.5f (%+.3f %%), "
-                "quartiles %.5f..%.5f\n",
-                median(all[1]), median(all[0]), r, (r - 1) * 100, quantile(ratios, 0.25), quantile(ratios, 0.75));
-    std::printf("A/B: process CPU per step %.4f ms on vs %.4f ms off (median over blocks)\n", median(cpu[1]),
-                median(cpu[0]));
-  }
-
- private:
-  struct Pair {
-    std::vector<double> steps[2];
-    double med[2] = {0, 0};
-    double cpu[2] = {0, 0};
-  };
-  static double cpu_ms() {
-    timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-  }
-  static double quantile(std::vector<double> v, double q) {
-    if (v.empty()) return 0;
-    std::sort(v.begin(), v.end());
-    return v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1))];
-  }
-  static double median(const std::vector<double>& v) { return quantile(v, 0.5); }
-  void close_block() {
-    if (cur_.empty()) return;
-    Pair& p = pairs_[cur_pair_];
-    p.med[cur_on_] = median(cur_);
-    p.cpu[cur_on_] = (cpu_ms() - cpu0_) / static_cast<double>(cur_.size());
-    p.steps[cur_on_] = cur_;
-    cur_.clear();
-  }
-  int block_;
-  bool cur_on_ = true;
-  int cur_pair_ = 0;
-  double cpu0_ = 0;
-  std::vector<double> cur_;
-  std::map<int, Pair> pairs_;
-};
-
-// CPU time of rankscope's background thread (named "rankscope"), from /proc.
-double background_cpu_ms() {
-  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
-    std::ifstream comm(e.path() / "comm");
-    std::string name;
-    std::getline(comm, name);
-    if (name != "rankscope") continue;
-    std::ifstream sched(e.path() / "schedstat");
-    double ns = 0;
-    sched >> ns;
-    return ns / 1e6;
-  }
-  return 0;
-}
-
 }  // namespace
 
+// Exit codes: 0 done, 1 setup failed, 3 a collective failed, 4 an invariant check failed.
 int main(int argc, char** argv) {
   const Args args = parse(argc, argv);
   torch::set_num_threads(1);  // one core per rank on a small machine
@@ -247,6 +129,7 @@ int main(int argc, char** argv) {
   if (auto st = rankscope::init({.run_config = {{"model", "mlp"},
                                                 {"batch_per_rank", std::to_string(args.batch)},
                                                 {"hidden", std::to_string(args.hidden)},
+                                                {"dataset", std::to_string(args.dataset)},
                                                 {"steps", std::to_string(args.steps)}}});
       !st.ok()) {
     std::fprintf(stderr, "rankscope init failed: %s\n", std::string(st.message()).c_str());
@@ -262,6 +145,11 @@ int main(int argc, char** argv) {
   auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world, opts);
   // Heartbeats also go into the job's store, where any rank or a monitor can read them.
   rankscope::torch::publish_heartbeat_to(store);
+  // The invariant checks compare ranks online through the same store.
+  if (args.online_checks) {
+    rankscope::set_exchange(rankscope::torch::store_exchange(store),
+                            std::chrono::milliseconds(args.exchange_timeout_ms));
+  }
   // One communicator per process group: sequence numbers must line up across ranks.
   auto& comm = rankscope::register_communicator(pg.get(), "world", world, rank);
 
@@ -271,83 +159,178 @@ int main(int argc, char** argv) {
                               torch::nn::Linear(args.hidden, kClasses));
   const double lr = 0.05;
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(lr).momentum(0.9));
-  Loader loader(args.batch, kFeatures, kClasses, 1234 + rank);
+  const example::Dataset dataset(args.dataset, kFeatures, kClasses);
 
   auto& samples_total = rankscope::counter("samples_total", "Samples consumed by this rank");
   auto& loss_gauge = rankscope::gauge("train_loss", "Last training loss");
   std::string ckpt_dir = args.ckpt_dir.empty() ? rankscope::run_dir() + "/checkpoints" : args.ckpt_dir;
   std::filesystem::create_directories(ckpt_dir);
 
-  AbRecorder ab(args.ab_block);
+  // Invariants. The policy: each check's default unless --on-violation says.
+  std::optional<rankscope::OnViolation> policy;
+  if (args.on_violation == "warn") policy = rankscope::OnViolation::kWarn;
+  else if (args.on_violation == "fail") policy = rankscope::OnViolation::kFail;
+  auto on = [&](rankscope::OnViolation def) { return policy.value_or(def); };
+  auto violated = [&](const absl::Status& st) {
+    if (st.ok()) return false;
+    std::fprintf(stderr, "rank %d: stopping: %s\n", rank, std::string(st.message()).c_str());
+    return true;
+  };
+  const std::string config = fmt::format("mlp {} {} {} {} {}", kFeatures, args.hidden, kClasses, lr, args.dataset);
+  const std::uint64_t config_hash = rankscope::fingerprint_bytes(config.data(), config.size());
+  std::int64_t global_batch = args.global_batch > 0 ? args.global_batch : std::int64_t{args.batch} * world;
+  int start_step = 0;
+  if (!args.resume.empty()) {
+    std::string dir = args.resume;
+    if (dir == "latest") {
+      const auto all = example::list_checkpoints(ckpt_dir);
+      // The stale-checkpoint fault: this rank picks the one before the latest.
+      const std::size_t back = rank == args.stale_rank ? 2 : 1;
+      dir = all.size() >= back ? all[all.size() - back] : "";
+    }
+    const auto meta = dir.empty() ? std::nullopt : example::load_checkpoint(dir, model);
+    if (!meta) {
+      std::fprintf(stderr, "rank %d: no checkpoint to resume from in '%s'\n", rank, args.resume.c_str());
+      return 1;
+    }
+    // A real trainer's config travels with its checkpoint: the global batch
+    // comes from there unless given again.
+    if (args.global_batch <= 0) global_batch = meta->global_batch;
+    start_step = static_cast<int>(meta->step);
+    rankscope::CheckpointMeta loaded = *meta;
+    loaded.rng_fingerprint = rankscope::fingerprint_bytes(&meta->step, sizeof(meta->step));
+    if (violated(rankscope::check_resume(loaded, on(rankscope::OnViolation::kFail)))) return 4;
+  }
+  if (violated(rankscope::check_batch_math(
+          {.micro_batch = args.batch, .grad_accum = 1, .data_parallel = world, .global_batch = global_batch},
+          on(rankscope::OnViolation::kFail)))) {
+    return 4;
+  }
+  rankscope::BatchAccounting batches({.dataset_size = args.dataset,
+                                      .micro_batch = args.batch,
+                                      .data_parallel = world,
+                                      .on = on(rankscope::OnViolation::kFail)});
+  const std::int64_t per_epoch = batches.expected_per_epoch();
+
+  example::AbRecorder ab(args.ab_block);
   double last_loss = 0;
   std::string collective_error;
-  for (int step = 0; step < args.steps; ++step) {
-    const bool on = ab.arm_on(step);
-    if (args.ab_block > 0) rankscope::set_enabled(on && !args.ab_control);
-    const auto t0 = std::chrono::steady_clock::now();
-    {
-      rankscope::StepScope s(step);
-      Batch b = loader.next();
-      torch::Tensor loss;
+  bool stop = false;
+  int step = start_step;
+  for (std::int64_t epoch = step / per_epoch; step < args.steps && !stop; ++epoch) {
+    const std::uint64_t seed = rank == args.seed_rank ? args.seed_value : args.seed;
+    const auto indices = example::shard_indices(args.dataset, rank, world, seed, epoch, /*shuffle=*/true);
+    if (!(rank == args.no_check_rank && epoch == args.no_check_epoch) &&
+        violated(rankscope::check_sampler({.seed = seed,
+                                           .epoch = epoch,
+                                           .shuffle = true,
+                                           .fingerprint = rankscope::fingerprint_indices(indices),
+                                           .num_indices = static_cast<std::int64_t>(indices.size())},
+                                          on(rankscope::OnViolation::kWarn)))) {
+      return 4;
+    }
+    const std::int64_t first = epoch == start_step / per_epoch ? start_step % per_epoch : 0;
+    batches.start_epoch(epoch, first);
+    example::Loader loader(dataset, indices, args.batch, first,
+                           rank == args.skip_rank && epoch == args.skip_epoch ? args.skip_batch : -1);
+    const auto in_epoch = static_cast<std::int64_t>((indices.size() + args.batch - 1) / args.batch);
+    std::int64_t next_index = first;
+    while (step < args.steps && next_index < in_epoch) {
+      const bool arm = ab.arm_on(step);
+      if (args.ab_block > 0) rankscope::set_enabled(arm && !args.ab_control);
+      const auto t0 = std::chrono::steady_clock::now();
       {
-        RANKSCOPE_PHASE("forward");
-        if (rank == args.slow_rank && step >= args.slow_from_step) {
-          std::this_thread::sleep_for(std::chrono::milliseconds(args.slow_ms));
+        rankscope::StepScope s(step);
+        std::optional<example::Batch> b;
+        try {
+          b = loader.next();
+        } catch (const example::LoaderError& e) {
+          // The bug this models: a loader error swallowed, the batch skipped.
+          RANKSCOPE_LOG_WARN("skipping a batch: {}", e.what());
+          ++next_index;
+          continue;
         }
-        loss = torch::nn::functional::cross_entropy(model->forward(b.x), b.y);
-      }
-      {
-        RANKSCOPE_PHASE("backward");
-        opt.zero_grad();
-        loss.backward();
-      }
-      double grad_norm = 0;
-      if (rank == args.block_rank && step == args.block_step) {
-        // A rank stuck on I/O before the all-reduce (a hung filesystem, say):
-        // the others will wait in the all-reduce for it forever.
-        RANKSCOPE_PHASE("checkpoint_save");
-        for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
-      }
-      {
-        RANKSCOPE_PHASE("all_reduce");
-        std::vector<torch::Tensor> grads;
-        for (auto& p : model->parameters()) grads.push_back(p.grad().view(-1));
-        std::vector<torch::Tensor> flat{torch::cat(grads)};
-        if (rank == args.mismatch_rank && step == args.mismatch_step) flat[0] = flat[0].narrow(0, 0, flat[0].numel() - 1);
+        if (!b) break;
+        next_index = b->index + 1;
+        if (violated(batches.on_batch(b->index))) {
+          stop = true;
+          break;
+        }
+        torch::Tensor loss;
         {
-          rankscope::CollectiveSpan span(comm, rankscope::CollectiveOp::kAllReduce,
-                                         static_cast<std::uint64_t>(flat[0].numel()), rankscope::DType::kFloat32);
-          try {
-            pg->allreduce(flat)->wait();
-          } catch (const std::exception& e) {
-            span.set_result(rankscope::CollectiveResult::kFailed);
-            collective_error = e.what();
+          RANKSCOPE_PHASE("forward");
+          if (rank == args.slow_rank && step >= args.slow_from_step) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(args.slow_ms));
+          }
+          loss = torch::nn::functional::cross_entropy(model->forward(b->x), b->y);
+        }
+        {
+          RANKSCOPE_PHASE("backward");
+          opt.zero_grad();
+          loss.backward();
+        }
+        double grad_norm = 0;
+        if (rank == args.block_rank && step == args.block_step) {
+          // A rank stuck on I/O before the all-reduce (a hung filesystem, say):
+          // the others will wait in the all-reduce for it forever.
+          RANKSCOPE_PHASE("checkpoint_save");
+          for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+        }
+        {
+          RANKSCOPE_PHASE("all_reduce");
+          std::vector<torch::Tensor> grads;
+          for (auto& p : model->parameters()) grads.push_back(p.grad().view(-1));
+          std::vector<torch::Tensor> flat{torch::cat(grads)};
+          if (rank == args.mismatch_rank && step == args.mismatch_step) {
+            flat[0] = flat[0].narrow(0, 0, flat[0].numel() - 1);
+          }
+          {
+            rankscope::CollectiveSpan span(comm, rankscope::CollectiveOp::kAllReduce,
+                                           static_cast<std::uint64_t>(flat[0].numel()), rankscope::DType::kFloat32);
+            try {
+              pg->allreduce(flat)->wait();
+            } catch (const std::exception& e) {
+              span.set_result(rankscope::CollectiveResult::kFailed);
+              collective_error = e.what();
+            }
+          }
+          if (!collective_error.empty()) break;
+          flat[0].div_(world);
+          grad_norm = flat[0].norm().item<double>();
+          int64_t off = 0;
+          for (auto& p : model->parameters()) {
+            const int64_t n = p.numel();
+            p.grad().view(-1).copy_(flat[0].narrow(0, off, n));
+            off += n;
           }
         }
-        if (!collective_error.empty()) break;
-        flat[0].div_(world);
-        grad_norm = flat[0].norm().item<double>();
-        int64_t off = 0;
-        for (auto& p : model->parameters()) {
-          const int64_t n = p.numel();
-          p.grad().view(-1).copy_(flat[0].narrow(0, off, n));
-          off += n;
+        {
+          RANKSCOPE_PHASE("optimizer");
+          opt.step();
         }
+        const int done = step + 1;
+        if (args.checkpoint_every > 0 && done % args.checkpoint_every == 0) {
+          RANKSCOPE_PHASE("checkpoint_save");
+          const rankscope::CheckpointMeta meta{.id = fmt::format("step-{}", done),
+                                               .step = done,
+                                               .consumed_samples = done * global_batch,
+                                               .world_size = world,
+                                               .global_batch = global_batch,
+                                               .config_hash = config_hash,
+                                               .optimizer_step = done};
+          if (rank == 0) example::save_checkpoint(fmt::format("{}/{}", ckpt_dir, meta.id), model, meta);
+          rankscope::record_checkpoint_save(meta);
+        }
+        last_loss = loss.item<double>();
+        samples_total.add(args.batch);
+        loss_gauge.set(last_loss);
+        s.report({.loss = last_loss, .lr = lr, .grad_norm = grad_norm, .samples = args.batch});
       }
-      {
-        RANKSCOPE_PHASE("optimizer");
-        opt.step();
-      }
-      if (args.checkpoint_every > 0 && (step + 1) % args.checkpoint_every == 0 && rank == 0) {
-        RANKSCOPE_PHASE("checkpoint_save");
-        torch::save(model, ckpt_dir + "/model.pt");
-      }
-      last_loss = loss.item<double>();
-      samples_total.add(args.batch);
-      loss_gauge.set(last_loss);
-      s.report({.loss = last_loss, .lr = lr, .grad_norm = grad_norm, .samples = args.batch});
+      ab.add(step, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      ++step;
     }
-    ab.add(step, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    if (!collective_error.empty()) break;
+    if (next_index >= in_epoch && !stop && violated(batches.end_epoch())) stop = true;
   }
   rankscope::set_enabled(true);
   if (!collective_error.empty()) {
@@ -359,6 +342,10 @@ int main(int argc, char** argv) {
     rankscope::shutdown();
     return 3;
   }
+  if (stop) {
+    rankscope::shutdown();
+    return 4;
+  }
   {
     rankscope::CollectiveSpan span(comm, rankscope::CollectiveOp::kBarrier, 0, rankscope::DType::kUnknown);
     pg->barrier()->wait();
@@ -369,13 +356,13 @@ int main(int argc, char** argv) {
                 rankscope::run_dir().c_str());
     if (args.ab_block > 0) ab.report(args.ab_control);
     rankscope::flush();
-    const double bg_ms = background_cpu_ms();
+    const double bg_ms = example::background_cpu_ms();
     const auto st = rankscope::stats();
     std::printf("cost: rankscope background thread used %.1f ms CPU for %llu records (%.0f ns/record, "
                 "%.1f us per step)\n",
                 bg_ms, static_cast<unsigned long long>(st.events_recorded),
                 st.events_recorded ? bg_ms * 1e6 / static_cast<double>(st.events_recorded) : 0.0,
-                bg_ms * 1e3 / args.steps);
+                bg_ms * 1e3 / std::max(1, args.steps - start_step));
   }
   rankscope::shutdown();
   return 0;

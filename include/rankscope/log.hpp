@@ -98,6 +98,10 @@ struct LogSite {
 
 extern std::atomic<std::uint8_t> g_log_level;
 
+// The compile-time floor; a function so that a floor of 0 draws no
+// "comparison is always true" warning in user code.
+constexpr bool above_log_floor(Level l) noexcept { return static_cast<int>(l) + 0 >= RANKSCOPE_LOG_LEVEL_MIN; }
+
 inline bool log_enabled(Level l) noexcept {
   return static_cast<std::uint8_t>(l) >= g_log_level.load(std::memory_order_relaxed) && gate_open();
 }
@@ -149,7 +153,7 @@ class Throttle {
 /// Logs at `level` with fmt-style formatting (checked at compile time).
 #define RANKSCOPE_LOG(level, ...)                                                                   \
   do {                                                                                              \
-    if (static_cast<int>(level) >= RANKSCOPE_LOG_LEVEL_MIN && ::rankscope::detail::log_enabled(level)) { \
+    if (::rankscope::detail::above_log_floor(level) && ::rankscope::detail::log_enabled(level)) { \
       RANKSCOPE_DETAIL_LOG_SITE;                                                                    \
       ::rankscope::detail::log_format(rankscope_log_site, level, {}, __VA_ARGS__);                  \
     }                                                                                               \
@@ -157,7 +161,7 @@ class Throttle {
 /// Logs with typed key/value fields: RANKSCOPE_LOG_KV(level, {{"k", v}, ...}, "fmt", args...).
 #define RANKSCOPE_LOG_KV(level, fields, ...)                                                        \
   do {                                                                                              \
-    if (static_cast<int>(level) >= RANKSCOPE_LOG_LEVEL_MIN && ::rankscope::detail::log_enabled(level)) { \
+    if (::rankscope::detail::above_log_floor(level) && ::rankscope::detail::log_enabled(level)) { \
       RANKSCOPE_DETAIL_LOG_SITE;                                                                    \
       ::rankscope::detail::log_format(rankscope_log_site, level, std::initializer_list<::rankscope::Field> fields, \
                                       __VA_ARGS__);                                                 \
@@ -166,7 +170,7 @@ class Throttle {
 /// Logs through a named Logger (its own level).
 #define RANKSCOPE_LOG_TO(logger, level, ...)                                                        \
   do {                                                                                              \
-    if (static_cast<int>(level) >= RANKSCOPE_LOG_LEVEL_MIN && (logger).enabled(level) &&            \
+    if (::rankscope::detail::above_log_floor(level) && (logger).enabled(level) &&            \
         ::rankscope::detail::gate_open()) {                                                         \
       RANKSCOPE_DETAIL_LOG_SITE;                                                                    \
       ::rankscope::detail::log_format_to(&(logger), rankscope_log_site, level, {}, __VA_ARGS__);    \
@@ -175,7 +179,7 @@ class Throttle {
 /// At most `n` records per `per_ms` milliseconds from this call site.
 #define RANKSCOPE_LOG_THROTTLED(level, n, per_ms, ...)                                              \
   do {                                                                                              \
-    if (static_cast<int>(level) >= RANKSCOPE_LOG_LEVEL_MIN && ::rankscope::detail::log_enabled(level)) { \
+    if (::rankscope::detail::above_log_floor(level) && ::rankscope::detail::log_enabled(level)) { \
       static ::rankscope::detail::Throttle rankscope_throttle;                                      \
       std::uint64_t rankscope_suppressed = 0;                                                       \
       if (rankscope_throttle.allow(n, per_ms, rankscope_suppressed)) {                              \

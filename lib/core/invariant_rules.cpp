@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -52,41 +53,75 @@ std::string values_json(const std::map<std::string, std::vector<int>>& by_value)
   return fmt::to_string(b);
 }
 
-// Ranks not holding the majority value of `key` (ties: rank order decides, so
-// the lowest rank's value is the reference).
-void agree(std::string_view check, std::string_view key, const std::vector<const RankFact*>& facts,
-           std::string_view scope, std::vector<Finding>& out) {
+// One key's disagreement: who holds which value, and the reference value
+// (the majority; ties go to the lowest rank's value).
+struct Disagreement {
+  std::string key;
   std::map<std::string, std::vector<int>> by_value;
+  std::string ref;
+  std::vector<int> minority;  // every rank not holding ref, sorted
+};
+
+std::optional<Disagreement> disagreement(std::string_view key, const std::vector<const RankFact*>& facts) {
+  Disagreement d;
+  d.key = std::string(key);
   for (const RankFact* f : facts) {
-    const std::string* v = f->find(key);
-    if (v != nullptr) by_value[*v].push_back(f->rank);
+    if (const std::string* v = f->find(key)) d.by_value[*v].push_back(f->rank);
   }
-  if (by_value.size() < 2) return;
-  const std::string* ref = nullptr;
+  if (d.by_value.size() < 2) return std::nullopt;
+  for (auto& [v, ranks] : d.by_value) std::sort(ranks.begin(), ranks.end());
   std::size_t best = 0;
   int best_low = 0;
-  for (const auto& [v, ranks] : by_value) {
+  for (const auto& [v, ranks] : d.by_value) {
     const int low = *std::min_element(ranks.begin(), ranks.end());
     if (ranks.size() > best || (ranks.size() == best && low < best_low)) {
-      ref = &v;
+      d.ref = v;
       best = ranks.size();
       best_low = low;
     }
   }
-  Finding f;
-  f.check = std::string(check);
-  f.what = std::string(key);
-  std::string others;
-  for (const auto& [v, ranks] : by_value) {
-    if (&v == ref) continue;
-    f.ranks.insert(f.ranks.end(), ranks.begin(), ranks.end());
-    others += fmt::format("{}{} has {}", others.empty() ? "" : "; ", format_ranks(ranks), v);
+  for (const auto& [v, ranks] : d.by_value) {
+    if (v != d.ref) d.minority.insert(d.minority.end(), ranks.begin(), ranks.end());
   }
-  std::sort(f.ranks.begin(), f.ranks.end());
-  f.message = fmt::format("{}: {}ranks disagree on {}: {}; {} {} {}", check, scope, key, others,
-                          format_ranks(by_value[*ref]), by_value[*ref].size() == 1 ? "has" : "have", *ref);
-  f.values_json = values_json(by_value);
-  out.push_back(std::move(f));
+  std::sort(d.minority.begin(), d.minority.end());
+  return d;
+}
+
+// Keys on which the same ranks disagree become one finding: one root cause
+// (rank 2 loaded another checkpoint) reads as one verdict, not four.
+void agree(std::string_view check, const std::vector<std::string_view>& keys,
+           const std::vector<const RankFact*>& facts, std::string_view scope, std::vector<Finding>& out) {
+  std::vector<Disagreement> all;
+  for (std::string_view key : keys) {
+    if (auto d = disagreement(key, facts)) all.push_back(std::move(*d));
+  }
+  std::vector<bool> used(all.size(), false);
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    if (used[i]) continue;
+    Finding f;
+    f.check = std::string(check);
+    f.ranks = all[i].minority;
+    std::vector<std::string> whats, parts, values;
+    for (std::size_t j = i; j < all.size(); ++j) {
+      if (used[j] || all[j].minority != f.ranks) continue;
+      used[j] = true;
+      const Disagreement& d = all[j];
+      whats.push_back(d.key);
+      std::string others;
+      for (const auto& [v, ranks] : d.by_value) {
+        if (v != d.ref) others += fmt::format("{}{} has {}", others.empty() ? "" : "; ", format_ranks(ranks), v);
+      }
+      const auto& ref_ranks = d.by_value.at(d.ref);
+      parts.push_back(fmt::format("{} ({}; {} {} {})", d.key, others, format_ranks(ref_ranks),
+                                  ref_ranks.size() == 1 ? "has" : "have", d.ref));
+      values.push_back(fmt::format("\"{}\":{}", d.key, values_json(d.by_value)));
+    }
+    f.what = fmt::format("{}", fmt::join(whats, ","));
+    f.message = fmt::format("{}: {}{} disagree{} on {}", check, scope, format_ranks(f.ranks),
+                            f.ranks.size() == 1 ? "s" : "", fmt::join(parts, ", "));
+    f.values_json = fmt::format("{{{}}}", fmt::join(values, ","));
+    out.push_back(std::move(f));
+  }
 }
 
 }  // namespace
@@ -97,18 +132,19 @@ std::vector<Finding> compare_facts(std::string_view check, const std::vector<Ran
   if (it == rules().end() || facts.size() < 2) return out;
   std::vector<const RankFact*> all;
   for (const RankFact& f : facts) all.push_back(&f);
-  for (std::string_view key : it->agree) agree(check, key, all, "", out);
+  std::sort(all.begin(), all.end(), [](const RankFact* a, const RankFact* b) { return a->rank < b->rank; });
+  agree(check, it->agree, all, "", out);
   if (!it->fingerprint) return out;
   // Within a data group the fingerprints must agree...
   std::map<int, std::vector<const RankFact*>> groups;
-  for (const RankFact& f : facts) groups[group_of(f)].push_back(&f);
+  for (const RankFact* f : all) groups[group_of(*f)].push_back(f);
   for (const auto& [g, members] : groups) {
-    if (members.size() > 1) agree(check, "fingerprint", members, fmt::format("data group {}: ", g), out);
+    if (members.size() > 1) agree(check, {"fingerprint"}, members, fmt::format("data group {}: ", g), out);
   }
   // ...and across groups they must differ: two groups reading the same shard.
   std::map<std::string, std::map<int, std::vector<int>>> by_fp;  // fingerprint -> group -> ranks
-  for (const RankFact& f : facts) {
-    if (const std::string* v = f.find("fingerprint")) by_fp[*v][group_of(f)].push_back(f.rank);
+  for (const RankFact* f : all) {
+    if (const std::string* v = f->find("fingerprint")) by_fp[*v][group_of(*f)].push_back(f->rank);
   }
   for (const auto& [fp, by_group] : by_fp) {
     if (by_group.size() < 2) continue;
@@ -124,7 +160,7 @@ std::vector<Finding> compare_facts(std::string_view check, const std::vector<Ran
     f.message = fmt::format("{}: {} read identical data (fingerprint {}) although they are in {} different data "
                             "groups: data-parallel ranks must read different shards",
                             check, format_ranks(f.ranks), fp, by_group.size());
-    f.values_json = values_json(vals);
+    f.values_json = fmt::format("{{\"fingerprint\":{}}}", values_json(vals));
     out.push_back(std::move(f));
   }
   return out;

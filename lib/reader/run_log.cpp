@@ -61,6 +61,30 @@ bool decode(simdjson::dom::parser& parser, const char* p, std::size_t n, LogEven
     if (auto v = opt<std::string_view>(obj["level"].get_string())) e.level = std::string(*v);
     if (auto v = opt<std::string_view>(obj["msg"].get_string())) e.msg = std::string(*v);
   }
+  if (kind == "fact") {
+    simdjson::dom::object fields;
+    if (obj["fields"].get_object().get(fields) == simdjson::SUCCESS) {
+      for (auto [k, v] : fields) {
+        std::string_view sv;
+        if (v.get_string().get(sv) == simdjson::SUCCESS) e.fields.emplace_back(std::string(k), std::string(sv));
+        else e.fields.emplace_back(std::string(k), simdjson::minify(v));
+      }
+    }
+  } else if (kind == "violation") {
+    if (auto v = opt<std::string_view>(obj["level"].get_string())) e.level = std::string(*v);
+    if (auto v = opt<std::string_view>(obj["msg"].get_string())) e.msg = std::string(*v);
+    if (auto v = opt<std::string_view>(obj["check"].get_string())) e.check = std::string(*v);
+    if (auto v = opt<std::string_view>(obj["what"].get_string())) e.what = std::string(*v);
+    simdjson::dom::element values;
+    if (obj["values"].get(values) == simdjson::SUCCESS) e.values_json = simdjson::minify(values);
+    simdjson::dom::array ranks;
+    if (obj["ranks"].get_array().get(ranks) == simdjson::SUCCESS) {
+      for (auto x : ranks) {
+        std::int64_t rk;
+        if (x.get_int64().get(rk) == simdjson::SUCCESS) e.ranks.push_back(static_cast<int>(rk));
+      }
+    }
+  }
   if (kind == "collective") {
     if (auto v = opt<std::string_view>(obj["op"].get_string())) e.op = std::string(*v);
     if (auto v = opt<std::string_view>(obj["comm"].get_string())) e.comm = std::string(*v);
@@ -223,6 +247,7 @@ absl::StatusOr<RunSummary> summarize_run(const std::string& run_dir) {
     RankSummary r;
     r.rank = rank;
     detail::StepBreakdownBuilder builder;
+    int session = 0, starts = 0;
     std::vector<double> step_ms;
     std::vector<double> kind_ms[kPhaseKindCount];
     auto res = read_run_log(entry.path().string(), [&](const LogEvent& e) {
@@ -261,7 +286,18 @@ absl::StatusOr<RunSummary> summarize_run(const std::string& run_dir) {
       } else if (e.kind == "collective") {
         colls[e.comm][e.seq][rank] =
             CollInfo{e.op, e.dtype, e.fingerprint, e.result == "ok" ? std::string("completed") : e.result, e.count};
+      } else if (e.kind == "fact") {
+        FactRecord f{rank, session, e.name, 0, e.step, -1, e.t, {}};
+        for (const auto& [k, v] : e.fields) {
+          if (k == "seq") f.seq = std::strtoll(v.c_str(), nullptr, 10);
+          else if (k == "data_group") f.data_group = static_cast<int>(std::strtol(v.c_str(), nullptr, 10));
+          else f.values.emplace_back(k, v);
+        }
+        out.facts.push_back(std::move(f));
+      } else if (e.kind == "violation") {
+        out.violations.push_back({rank, e.check, e.what, e.msg, e.level, e.values_json, e.ranks, e.step, e.t});
       } else if (e.kind == "run_start") {
+        if (starts++ > 0) ++session;
         r.host = e.name;
         r.ended_cleanly = false;  // a restart appends a new session
       }

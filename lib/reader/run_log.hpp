@@ -38,7 +38,31 @@ struct LogEvent {
   std::string op, comm, dtype, fingerprint, result;
   std::string inside, grown_phase, level, msg;
   std::uint64_t seq = 0, count = 0;
+  // fact lines: "fields" as key -> canonical text; violation lines
+  std::vector<std::pair<std::string, std::string>> fields;
+  std::string check, what, values_json;
+  std::vector<int> ranks;
   std::string_view raw;
+};
+
+/// An invariant fact as a rank recorded it (invariants.hpp).
+struct FactRecord {
+  int rank = -1;
+  int session = 0;  // run_start lines seen before it (a restart appends a session)
+  std::string name;
+  std::int64_t seq = 0, step = -1;
+  int data_group = -1;
+  std::uint64_t t = 0;
+  std::vector<std::pair<std::string, std::string>> values;
+};
+
+/// A violation a rank recorded (online or local check).
+struct ViolationRecord {
+  int rank = -1;  // who recorded it
+  std::string check, what, msg, level, values_json;
+  std::vector<int> ranks;  // who is at fault
+  std::int64_t step = -1;
+  std::uint64_t t = 0;
 };
 
 struct ReadResult {
@@ -90,6 +114,8 @@ struct RunSummary {
   std::vector<RankSummary> ranks;  // by rank
   std::vector<int> missing_ranks;  // rank < world_size without a log
   std::vector<CommunicatorCheck> communicators;
+  std::vector<FactRecord> facts;            // every rank's, in file order per rank
+  std::vector<ViolationRecord> violations;  // every rank's
 };
 
 /// Summarises every rank-<R>.jsonl under `run_dir`.

@@ -2,10 +2,15 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
+#include <set>
+#include <tuple>
 
 #include <fmt/format.h>
 
 #include "absl/strings/str_join.h"
+#include "invariant_rules.hpp"
+#include "rankscope/exchange.hpp"
 #include "run_log.hpp"
 #include "status.hpp"
 
@@ -29,6 +34,65 @@ std::string json_quote(const std::string& s) {
     o.push_back(c);
   }
   return o + "\"";
+}
+
+// Desync: the violations the ranks recorded, plus the cross-rank rules
+// applied offline to their facts (which catches what no online check saw).
+std::vector<Finding> desync_findings(const RunSummary& sum) {
+  std::vector<Finding> out;
+  // One finding per distinct violation; the same local violation on several
+  // ranks (a batch-math error every rank makes) merges into one naming them all.
+  std::map<std::tuple<std::string, std::string, std::string>, std::size_t> seen;  // check, what, message
+  std::vector<std::pair<std::set<int>, std::set<std::int64_t>>> by;  // per finding: who recorded it, at which steps
+  std::vector<std::string> levels;
+  for (const auto& v : sum.violations) {
+    const auto key = std::make_tuple(v.check, v.what, v.msg);
+    auto it = seen.find(key);
+    if (it == seen.end()) {
+      Finding f{"desync", v.ranks, v.msg, {}, v.t};
+      if (!v.values_json.empty()) f.evidence.push_back(fmt::format("values: {}", v.values_json));
+      it = seen.emplace(key, out.size()).first;
+      out.push_back(std::move(f));
+      by.emplace_back();
+      levels.push_back(v.level);
+    }
+    Finding& f = out[it->second];
+    f.t = std::min(f.t, v.t);
+    for (int rk : v.ranks) {
+      if (std::find(f.ranks.begin(), f.ranks.end(), rk) == f.ranks.end()) f.ranks.push_back(rk);
+    }
+    std::sort(f.ranks.begin(), f.ranks.end());
+    by[it->second].first.insert(v.rank);
+    by[it->second].second.insert(v.step);
+  }
+  for (std::size_t i = 0; i < by.size(); ++i) {
+    out[i].evidence.push_back(fmt::format("recorded ({}) by {} at step(s) {}", levels[i],
+                                          format_ranks(std::vector<int>(by[i].first.begin(), by[i].first.end())),
+                                          fmt::join(by[i].second, ",")));
+  }
+  // Offline: the same rules over each call's facts, matched by session, check and call number.
+  std::map<std::tuple<int, std::string, std::int64_t>, std::vector<const FactRecord*>> calls;
+  for (const auto& f : sum.facts) calls[{f.session, f.name, f.seq}].push_back(&f);
+  for (const auto& [key, facts] : calls) {
+    std::vector<detail::RankFact> rf;
+    std::uint64_t t = facts.front()->t;
+    std::int64_t step = facts.front()->step;
+    for (const FactRecord* f : facts) {
+      rf.push_back({f->rank, f->data_group, f->values});
+      t = std::min(t, f->t);
+    }
+    for (const auto& d : detail::compare_facts(std::get<1>(key), rf)) {
+      if (seen.contains(std::make_tuple(d.check, d.what, d.message))) continue;  // recorded online already
+      seen.emplace(std::make_tuple(d.check, d.what, d.message), out.size());
+      out.push_back({"desync", d.ranks, d.message,
+                     {fmt::format("values: {}", d.values_json),
+                      fmt::format("found offline in the '{}' facts of call {} (step {}); no online check saw it",
+                                  d.check, std::get<2>(key), step)},
+                     t});
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const Finding& a, const Finding& b) { return a.t < b.t; });
+  return out;
 }
 
 }  // namespace
@@ -76,6 +140,21 @@ absl::StatusOr<TriageReport> triage(const std::string& run_dir) {
       if (std::none_of(r.findings.begin(), r.findings.end(), [](const Finding& x) { return x.kind == "hang"; })) {
         r.findings.push_back(std::move(f));
       }
+    }
+  }
+
+  // Desync comes before what it causes: when its first violation is older
+  // than every dated finding so far it leads the report.
+  {
+    auto desync = desync_findings(*sum);
+    if (!desync.empty()) {
+      std::uint64_t first_other = UINT64_MAX;
+      for (const auto& rk : sum->ranks) {
+        if (rk.first_error_t != 0) first_other = std::min(first_other, rk.first_error_t);
+        if (rk.first_stall_t != 0) first_other = std::min(first_other, rk.first_stall_t);
+      }
+      const auto at = desync.front().t < first_other ? r.findings.begin() : r.findings.end();
+      r.findings.insert(at, desync.begin(), desync.end());
     }
   }
 
@@ -153,7 +232,10 @@ std::string format_triage_json(const TriageReport& r) {
     const auto& f = r.findings[i];
     o += fmt::format("{}{{\"kind\":{},\"ranks\":[{}],\"summary\":{},\"evidence\":[", i ? "," : "", json_quote(f.kind),
                      absl::StrJoin(f.ranks, ","), json_quote(f.summary));
-    for (std::size_t j = 0; j < f.evidence.size(); ++j) o += (j ? "," : "") + json_quote(f.evidence[j]);
+    for (std::size_t j = 0; j < f.evidence.size(); ++j) {
+      if (j != 0) o.push_back(',');
+      o += json_quote(f.evidence[j]);
+    }
     o += "]}";
   }
   return o + "]}\n";

@@ -13,10 +13,11 @@
 namespace rankscope::reader {
 
 struct Finding {
-  std::string kind;  // hang, dead_rank, missing_rank, collective_mismatch, straggler, slow_steps, errors
+  std::string kind;  // hang, dead_rank, missing_rank, collective_mismatch, desync, straggler, slow_steps, errors
   std::vector<int> ranks;
   std::string summary;
   std::vector<std::string> evidence;
+  std::uint64_t t = 0;  // wall ns of the first evidence, when one event dates it
 };
 
 struct TriageReport {
