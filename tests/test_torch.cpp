@@ -55,3 +55,28 @@ TEST_CASE("a failing store never reaches the trainer", "[torch][heartbeat]") {
   rankscope::set_heartbeat_publisher(nullptr);
   rankscope::shutdown();
 }
+
+TEST_CASE("the store exchange gathers every rank's payload and names a rank that never arrives",
+          "[torch][invariants]") {
+  rankscope::test::TempDir tmp;
+  const std::string path = tmp.path + "/store";
+  c10::make_intrusive<c10d::FileStore>(path, 2)->set("created", std::vector<uint8_t>{1});
+  std::vector<absl::StatusOr<std::vector<std::string>>> got(2);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      auto ex = rankscope::torch::store_exchange(c10::make_intrusive<c10d::FileStore>(path, 2), "x/", r, 2);
+      got[r] = ex->all_gather("sampler/0", "from " + std::to_string(r), 20s);
+    });
+  }
+  for (auto& t : ranks) t.join();
+  for (int r = 0; r < 2; ++r) {
+    REQUIRE(got[r].ok());
+    CHECK(*got[r] == std::vector<std::string>{"from 0", "from 1"});
+  }
+  // Rank 1 does not call: rank 0 returns after the timeout, naming it.
+  auto ex = rankscope::torch::store_exchange(c10::make_intrusive<c10d::FileStore>(path, 2), "x/", 0, 2);
+  const auto lone = ex->all_gather("sampler/1", "from 0", 300ms);
+  CHECK(lone.status().code() == absl::StatusCode::kDeadlineExceeded);
+  CHECK(rankscope::missing_ranks(lone.status()) == std::vector<int>{1});
+}
