@@ -60,12 +60,16 @@ TEST_CASE("the store exchange gathers every rank's payload and names a rank that
           "[torch][invariants]") {
   rankscope::test::TempDir tmp;
   const std::string path = tmp.path + "/store";
-  c10::make_intrusive<c10d::FileStore>(path, 2)->set("created", std::vector<uint8_t>{1});
+  // One store per rank, alive for the whole test: torch's FileStore deletes
+  // its file when numWorkers instances have been destroyed.
+  std::vector<c10::intrusive_ptr<c10d::FileStore>> stores;
+  for (int r = 0; r < 2; ++r) stores.push_back(c10::make_intrusive<c10d::FileStore>(path, 2));
+  stores[0]->set("created", std::vector<uint8_t>{1});
   std::vector<absl::StatusOr<std::vector<std::string>>> got(2);
   std::vector<std::thread> ranks;
   for (int r = 0; r < 2; ++r) {
     ranks.emplace_back([&, r] {
-      auto ex = rankscope::torch::store_exchange(c10::make_intrusive<c10d::FileStore>(path, 2), "x/", r, 2);
+      auto ex = rankscope::torch::store_exchange(stores[r], "x/", r, 2);
       got[r] = ex->all_gather("sampler/0", "from " + std::to_string(r), 20s);
     });
   }
@@ -75,7 +79,7 @@ TEST_CASE("the store exchange gathers every rank's payload and names a rank that
     CHECK(*got[r] == std::vector<std::string>{"from 0", "from 1"});
   }
   // Rank 1 does not call: rank 0 returns after the timeout, naming it.
-  auto ex = rankscope::torch::store_exchange(c10::make_intrusive<c10d::FileStore>(path, 2), "x/", 0, 2);
+  auto ex = rankscope::torch::store_exchange(stores[0], "x/", 0, 2);
   const auto lone = ex->all_gather("sampler/1", "from 0", 300ms);
   CHECK(lone.status().code() == absl::StatusCode::kDeadlineExceeded);
   CHECK(rankscope::missing_ranks(lone.status()) == std::vector<int>{1});

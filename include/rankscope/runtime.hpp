@@ -39,7 +39,8 @@ struct Config {
   bool write_run_log = true;
   /// Records per thread ring (power of two; 64 bytes each). RANKSCOPE_RING_SIZE.
   std::optional<std::uint32_t> ring_capacity;
-  /// Longest sleep of the background thread between drains (default 20 ms;
+  /// Longest sleep of the background thread between drains (default 200 ms,
+  /// at most half the heartbeat interval;
   /// RANKSCOPE_DRAIN_INTERVAL_MS). Longer = fewer wake-ups (each costs tens of
   /// microseconds of CPU in a VM) but a burst must then fit in the ring:
   /// keep ring_capacity >= peak records/s x interval.

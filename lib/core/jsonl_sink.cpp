@@ -197,13 +197,13 @@ int jsonl_sink_fd(const Sink& s) {
 }
 }  // namespace detail
 
-absl::Status write_file_atomic(const std::string& path, const std::string& content) {
+absl::Status write_file_atomic(const std::string& path, const std::string& content, bool durable) {
   const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
     return absl::PermissionDeniedError(absl::StrCat("cannot create '", tmp, "': ", std::strerror(errno)));
   }
-  const bool ok = write_all(fd, content.data(), content.size()) && ::fsync(fd) == 0;
+  const bool ok = write_all(fd, content.data(), content.size()) && (!durable || ::fsync(fd) == 0);
   const int saved = errno;
   ::close(fd);
   if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {

@@ -104,7 +104,9 @@ absl::Status Runtime::init(const Config& cfg) {
   run_dir_ = set->run_dir;
   ring_capacity_.store(set->ring_capacity, std::memory_order_relaxed);
   metrics_interval_ = cfg.metrics_interval;
-  max_sleep_s_ = std::chrono::duration<double>(set->drain_interval).count();
+  // The watchdog ticks on this thread's wake-ups: wake at least twice per heartbeat.
+  max_sleep_s_ = std::min(std::chrono::duration<double>(set->drain_interval).count(),
+                          static_cast<double>(set->watchdog.interval_ns) * 0.5e-9);
   dump_on_shutdown_ = set->dump_on_shutdown;
   console_policy_ = set->console;
   watchdog_cfg_ = set->watchdog;

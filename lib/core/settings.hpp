@@ -20,7 +20,7 @@ inline constexpr std::uint32_t kDefaultRingCapacity = 65536;
 // the ring: 20 ms at 2M records/s is 40k records, inside the default 64k with
 // room for a sink write that stalls on a busy disk. Each wake-up costs tens of
 // microseconds of CPU in a VM, so this also sets the idle cost.
-inline constexpr std::chrono::milliseconds kDefaultDrainInterval{20};
+inline constexpr std::chrono::milliseconds kDefaultDrainInterval{200};
 
 struct Settings {
   RunContext context;

@@ -242,7 +242,7 @@ void Watchdog::write_heartbeat(std::uint64_t now_mono, const TickClock& clock,
   b.append(inside_json);
   b.append(std::string_view("}\n"));
   const std::string doc(b.data(), b.size());
-  if (!path_.empty()) (void)write_file_atomic(path_, doc);
+  if (!path_.empty()) (void)write_file_atomic(path_, doc, /*durable=*/false);
   std::function<void(std::string_view)> publish;
   {
     std::lock_guard<std::mutex> lk(publisher_mu_);

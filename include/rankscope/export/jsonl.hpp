@@ -19,7 +19,10 @@ namespace rankscope {
 absl::StatusOr<std::shared_ptr<Sink>> make_jsonl_sink(const std::string& path);
 
 /// Writes `content` to `path` atomically (temporary file in the same
-/// directory, then rename). Used for run.json and dumps.
-absl::Status write_file_atomic(const std::string& path, const std::string& content);
+/// directory, then rename): readers see the old file or the new one, never a
+/// mix. `durable` also fsyncs before the rename (run.json, dumps: they must
+/// survive the machine); heartbeats skip it — a heartbeat is only worth its
+/// freshness, and an fsync every second costs ~0.4 ms of CPU in a VM.
+absl::Status write_file_atomic(const std::string& path, const std::string& content, bool durable = true);
 
 }  // namespace rankscope
