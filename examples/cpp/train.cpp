@@ -27,6 +27,10 @@
 #include <string>
 #include <thread>
 
+#if RANKSCOPE_EXAMPLE_PROMETHEUS
+#include <rankscope/export/prometheus.hpp>
+#endif
+
 #include "ab_recorder.hpp"
 #include "checkpoint.hpp"
 #include "data.hpp"
@@ -126,12 +130,21 @@ int main(int argc, char** argv) {
   torch::set_num_threads(1);  // one core per rank on a small machine
   torch::manual_seed(0);      // identical initial weights on every rank
 
-  if (auto st = rankscope::init({.run_config = {{"model", "mlp"},
-                                                {"batch_per_rank", std::to_string(args.batch)},
-                                                {"hidden", std::to_string(args.hidden)},
-                                                {"dataset", std::to_string(args.dataset)},
-                                                {"steps", std::to_string(args.steps)}}});
-      !st.ok()) {
+  rankscope::Config rs_config{.run_config = {{"model", "mlp"},
+                                          {"batch_per_rank", std::to_string(args.batch)},
+                                          {"hidden", std::to_string(args.hidden)},
+                                          {"dataset", std::to_string(args.dataset)},
+                                          {"steps", std::to_string(args.steps)}}};
+#if RANKSCOPE_EXAMPLE_PROMETHEUS
+  // /metrics when RANKSCOPE_PROMETHEUS_PORT (or a textfile directory) is set.
+  auto prom = rankscope::prometheus_sink_from_env();
+  if (!prom.ok()) {
+    std::fprintf(stderr, "rank: %s\n", std::string(prom.status().message()).c_str());
+    return 1;
+  }
+  if (*prom) rs_config.sinks.push_back(*prom);
+#endif
+  if (auto st = rankscope::init(rs_config); !st.ok()) {
     std::fprintf(stderr, "rankscope init failed: %s\n", std::string(st.message()).c_str());
     return 1;
   }

@@ -1,0 +1,389 @@
+// The Prometheus exporter: training signals derived from the event stream on
+// the background thread, rendered by prometheus-cpp's text serializer for the
+// /metrics endpoint (its civetweb threads) and the node_exporter textfile.
+#include "rankscope/export/prometheus.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <prometheus/text_serializer.h>
+
+#include "http_server.hpp"
+
+#include "rankscope/collective.hpp"
+#include "rankscope/context.hpp"
+#include "rankscope/export/jsonl.hpp"
+#include "rankscope/runtime.hpp"
+
+namespace rankscope {
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+
+// Seconds buckets from 1 ms to 2 min: step phases, collectives, checkpoints.
+const std::vector<double> kSecondsBounds = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                                            0.5,   1,      2.5,   5,    10,    30,    60,  120};
+
+double wall_seconds(std::uint64_t wall_ns) { return static_cast<double>(wall_ns) * 1e-9; }
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// Prometheus metric names: [a-zA-Z_:][a-zA-Z0-9_:]*.
+std::string metric_name(std::string_view s) {
+  std::string out;
+  for (char c : s) out.push_back((std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == ':') ? c : '_');
+  if (out.empty() || std::isdigit(static_cast<unsigned char>(out[0]))) out.insert(out.begin(), '_');
+  return out;
+}
+
+struct Hist {
+  std::vector<std::uint64_t> counts = std::vector<std::uint64_t>(kSecondsBounds.size() + 1, 0);
+  std::uint64_t count = 0;
+  double sum = 0;
+  void observe(double v) {
+    std::size_t i = 0;
+    while (i < kSecondsBounds.size() && v > kSecondsBounds[i]) ++i;
+    ++counts[i];
+    ++count;
+    sum += v;
+  }
+};
+
+int process_threads() {
+  std::ifstream f("/proc/self/status");
+  for (std::string line; std::getline(f, line);) {
+    if (line.rfind("Threads:", 0) == 0) return std::atoi(line.c_str() + 8);
+  }
+  return 0;
+}
+
+class PrometheusSink final : public Sink {
+ public:
+  explicit PrometheusSink(PrometheusOptions o) : o_(std::move(o)) {}
+
+  absl::Status bind(int local_rank) {
+    if (o_.base_port <= 0) return absl::OkStatus();
+    const std::string addr = fmt::format("{}:{}", o_.bind, o_.base_port + local_rank);
+    if (o_.bind != "127.0.0.1" && o_.bind != "localhost") {
+      std::fprintf(stderr, "[rankscope] warning: Prometheus /metrics bound to %s, reachable from other hosts\n",
+                   addr.c_str());
+    }
+    auto server = detail::HttpServer::start(o_.bind, o_.base_port + local_rank);
+    if (!server.ok()) {
+      return absl::UnavailableError(fmt::format(
+          "cannot serve Prometheus /metrics on {}: {} (port taken? set RANKSCOPE_PROMETHEUS_PORT to a free base "
+          "port; each local rank uses base + local rank)",
+          addr, std::string(server.status().message())));
+    }
+    server_ = std::move(*server);
+    return absl::OkStatus();
+  }
+  // Serves once the shared_ptr owning us exists (the server holds a weak one).
+  void expose(const std::shared_ptr<PrometheusSink>& self) {
+    if (!server_) return;
+    server_->serve("/metrics", [weak = std::weak_ptr<PrometheusSink>(self)]() -> std::string {
+      auto me = weak.lock();
+      return me ? me->text() : std::string();
+    });
+  }
+
+  void start(const RunInfo& info) noexcept override {
+    std::lock_guard<std::mutex> lk(mu_);
+    labels_ = {{"host", info.context.host},
+               {"local_rank", std::to_string(info.context.local_rank)},
+               {"rank", std::to_string(info.context.rank)},
+               {"run_id", info.context.run_id}};
+    restarts_ = info.context.restart_count;
+    rank_ = info.context.rank;
+    last_update_ = now_seconds();
+  }
+
+  void export_events(std::span<const Event> batch) noexcept override {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      last_update_ = now_seconds();
+      for (const Event& e : batch) observe(e);
+    }
+    maybe_write_textfile(false);
+  }
+
+  void export_metrics(const MetricsSnapshot& snap) noexcept override {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      last_update_ = now_seconds();
+      snapshot_ = snap;
+    }
+    maybe_write_textfile(false);
+  }
+
+  void shutdown(Deadline, const Stats& final_stats) noexcept override {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      snapshot_.stats = final_stats;
+    }
+    maybe_write_textfile(true);
+  }
+
+  std::uint64_t errors() const noexcept override { return errors_; }
+
+  std::vector<MetricFamily> Collect() const {
+    std::lock_guard<std::mutex> lk(mu_);
+    return families();
+  }
+
+  std::string text() const {
+    std::ostringstream out;
+    prometheus::TextSerializer().Serialize(out, Collect());
+    return out.str();
+  }
+
+ private:
+  // Requires mu_ held.
+  void observe(const Event& e) {
+    switch (e.kind) {
+      case EventKind::kStepEnd: {
+        last_step_wall_ = wall_seconds(e.wall_ns + e.dur_ns);
+        step_ = e.step;
+        const StepScalars& s = e.scalars;
+        if (s.loss) loss_ = *s.loss;
+        if (s.lr) lr_ = *s.lr;
+        if (s.grad_norm) grad_norm_ = *s.grad_norm;
+        if (s.skipped) ++skipped_;
+        if (s.samples) {
+          samples_ += static_cast<double>(*s.samples);
+          window_.emplace_back(last_step_wall_, samples_);
+          while (window_.size() > 2 && window_.back().first - window_.front().first > 30) window_.erase(window_.begin());
+        }
+        break;
+      }
+      case EventKind::kPhase:
+        if (e.site == nullptr || e.depth != 0) break;
+        if (e.site->kind == PhaseKind::kLoaderWait) loader_wait_.observe(static_cast<double>(e.dur_ns) * 1e-9);
+        if (e.site->kind == PhaseKind::kCheckpoint) {
+          checkpoint_.observe(static_cast<double>(e.dur_ns) * 1e-9);
+          last_checkpoint_wall_ = wall_seconds(e.wall_ns + e.dur_ns);
+        }
+        break;
+      case EventKind::kCollective: {
+        const std::string op(collective_op_name(e.op));
+        const double secs = static_cast<double>(e.dur_ns) * 1e-9;
+        if (e.result != CollectiveResult::kOk) {
+          failed_[op] += 1;
+          break;
+        }
+        collective_[op].observe(secs);
+        const int n = e.comm != nullptr ? e.comm->size() : 1;
+        if (secs > 0) busbw_[op] = collective_bandwidth(e.op, e.count, e.dtype, n, secs).busbw_gbps * 1e9;
+        break;
+      }
+      default:
+        break;
+    }
+  }
+
+  ClientMetric base(const std::vector<std::pair<std::string, std::string>>& extra = {}) const {
+    ClientMetric m;
+    for (const auto& [k, v] : labels_) m.label.push_back({k, v});
+    for (const auto& [k, v] : extra) m.label.push_back({k, v});
+    return m;
+  }
+  void scalar(std::vector<MetricFamily>& out, const std::string& name, const std::string& help, MetricType type,
+              double v, const std::vector<std::pair<std::string, std::string>>& extra = {}) const {
+    ClientMetric m = base(extra);
+    if (type == MetricType::Counter) m.counter.value = v;
+    else m.gauge.value = v;
+    auto it = std::find_if(out.begin(), out.end(), [&](const MetricFamily& f) { return f.name == name; });
+    if (it == out.end()) {
+      out.push_back({name, help, type, {}});
+      it = out.end() - 1;
+    }
+    it->metric.push_back(std::move(m));
+  }
+  static void fill_histogram(ClientMetric& m, const std::vector<double>& bounds,
+                             const std::vector<std::uint64_t>& counts, std::uint64_t count, double sum) {
+    std::uint64_t cum = 0;
+    for (std::size_t i = 0; i < counts.size(); ++i) {
+      cum += counts[i];
+      m.histogram.bucket.push_back(
+          {cum, i < bounds.size() ? bounds[i] : std::numeric_limits<double>::infinity()});
+    }
+    m.histogram.sample_count = count;
+    m.histogram.sample_sum = sum;
+  }
+  void histogram(std::vector<MetricFamily>& out, const std::string& name, const std::string& help, const Hist& h,
+                 const std::vector<std::pair<std::string, std::string>>& extra = {}) const {
+    ClientMetric m = base(extra);
+    fill_histogram(m, kSecondsBounds, h.counts, h.count, h.sum);
+    auto it = std::find_if(out.begin(), out.end(), [&](const MetricFamily& f) { return f.name == name; });
+    if (it == out.end()) {
+      out.push_back({name, help, MetricType::Histogram, {}});
+      it = out.end() - 1;
+    }
+    it->metric.push_back(std::move(m));
+  }
+
+  // Requires mu_ held.
+  std::vector<MetricFamily> families() const {
+    std::vector<MetricFamily> out;
+    const double now = now_seconds();
+    using T = MetricType;
+    if (step_ >= 0) {
+      scalar(out, "rankscope_last_step_timestamp_seconds", "Wall time the last step ended (stall alerts: time() - this)",
+             T::Gauge, last_step_wall_);
+      scalar(out, "rankscope_global_step", "Last finished step", T::Gauge, static_cast<double>(step_));
+    }
+    if (!std::isnan(loss_)) scalar(out, "rankscope_loss", "Last reported training loss", T::Gauge, loss_);
+    if (!std::isnan(lr_)) scalar(out, "rankscope_learning_rate", "Last reported learning rate", T::Gauge, lr_);
+    if (!std::isnan(grad_norm_)) scalar(out, "rankscope_grad_norm", "Last reported gradient norm", T::Gauge, grad_norm_);
+    scalar(out, "rankscope_skipped_steps_total", "Steps whose optimizer step was skipped", T::Counter,
+           static_cast<double>(skipped_));
+    scalar(out, "rankscope_samples_total", "Samples consumed by this rank (from step reports)", T::Counter, samples_);
+    if (window_.size() >= 2 && window_.back().first > window_.front().first) {
+      scalar(out, "rankscope_samples_per_second", "Samples per second over the last 30 s of steps", T::Gauge,
+             (window_.back().second - window_.front().second) / (window_.back().first - window_.front().first));
+    }
+    histogram(out, "rankscope_loader_wait_seconds", "Time the training thread waited for the data loader",
+              loader_wait_);
+    histogram(out, "rankscope_checkpoint_save_seconds", "Checkpoint phases", checkpoint_);
+    if (last_checkpoint_wall_ > 0) {
+      scalar(out, "rankscope_last_checkpoint_timestamp_seconds", "Wall time the last checkpoint phase ended",
+             T::Gauge, last_checkpoint_wall_);
+      scalar(out, "rankscope_checkpoint_age_seconds", "Seconds since the last checkpoint phase ended", T::Gauge,
+             now - last_checkpoint_wall_);
+    }
+    for (const auto& [op, h] : collective_) {
+      histogram(out, "rankscope_collective_seconds", "Collective duration, issue to completion", h, {{"op", op}});
+    }
+    for (const auto& [op, bw] : busbw_) {
+      scalar(out, "rankscope_collective_bus_bandwidth_bytes_per_second",
+             "Bus bandwidth of the last collective (nccl-tests busbw)", T::Gauge, bw, {{"op", op}});
+    }
+    for (const auto& [op, n] : failed_) {
+      scalar(out, "rankscope_collective_failures_total", "Collectives that failed or timed out", T::Counter,
+             static_cast<double>(n), {{"op", op}});
+    }
+    scalar(out, "rankscope_heartbeat_age_seconds", "Seconds since rankscope's background thread last reported",
+           T::Gauge, now - last_update_);
+    scalar(out, "rankscope_restarts", "Restarts of this job so far (the launcher's restart count)", T::Gauge, restarts_);
+    scalar(out, "rankscope_process_threads", "Threads in this process", T::Gauge, process_threads());
+    const Stats st = stats();  // rankscope's own counters, current (atomics)
+    scalar(out, "rankscope_events_dropped_total", "Events dropped because a ring was full", T::Counter,
+           static_cast<double>(st.events_dropped));
+    scalar(out, "rankscope_events_recorded_total", "Events recorded", T::Counter,
+           static_cast<double>(st.events_recorded));
+    scalar(out, "rankscope_export_errors_total", "Failed sink writes", T::Counter, static_cast<double>(st.export_errors));
+    for (const MetricSample& s : snapshot_.metrics) {
+      const std::string name = metric_name(s.name);
+      switch (s.type) {
+        case MetricSample::Type::kCounter:
+          scalar(out, name, s.help.empty() ? name : s.help, T::Counter, s.value, s.labels);
+          break;
+        case MetricSample::Type::kGauge:
+          scalar(out, name, s.help.empty() ? name : s.help, T::Gauge, s.value, s.labels);
+          break;
+        case MetricSample::Type::kHistogram: {
+          ClientMetric m = base(s.labels);
+          fill_histogram(m, s.histogram.bounds, s.histogram.counts, s.histogram.count, s.histogram.sum);
+          auto it = std::find_if(out.begin(), out.end(), [&](const MetricFamily& f) { return f.name == name; });
+          if (it == out.end()) {
+            out.push_back({name, s.help.empty() ? name : s.help, T::Histogram, {}});
+            it = out.end() - 1;
+          }
+          it->metric.push_back(std::move(m));
+          break;
+        }
+      }
+    }
+    return out;
+  }
+
+  void maybe_write_textfile(bool force) noexcept {
+    if (o_.textfile_dir.empty()) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (!force && now - last_textfile_ < o_.textfile_interval) return;
+    last_textfile_ = now;
+    try {
+      const std::string path = fmt::format("{}/rankscope_rank{}.prom", o_.textfile_dir, rank_);
+      if (!write_file_atomic(path, text(), /*durable=*/false).ok() && errors_++ == 0) {
+        std::fprintf(stderr, "[rankscope] cannot write the Prometheus textfile %s\n", path.c_str());
+      }
+    } catch (...) {
+      ++errors_;
+    }
+  }
+
+  PrometheusOptions o_;
+  std::unique_ptr<detail::HttpServer> server_;
+  mutable std::mutex mu_;
+  // All below: requires mu_ held (the background thread writes, scrapes read).
+  std::vector<std::pair<std::string, std::string>> labels_;
+  int rank_ = 0;
+  double restarts_ = 0;
+  double last_update_ = 0, last_step_wall_ = 0, last_checkpoint_wall_ = 0;
+  std::int64_t step_ = -1;
+  double loss_ = NAN, lr_ = NAN, grad_norm_ = NAN;
+  std::uint64_t skipped_ = 0;
+  double samples_ = 0;
+  std::vector<std::pair<double, double>> window_;  // (wall s, samples so far)
+  Hist loader_wait_, checkpoint_;
+  std::map<std::string, Hist> collective_;
+  std::map<std::string, double> busbw_;
+  std::map<std::string, std::uint64_t> failed_;
+  MetricsSnapshot snapshot_;
+  std::chrono::steady_clock::time_point last_textfile_{};
+  std::uint64_t errors_ = 0;  // background thread only
+};
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<Sink>> make_prometheus_sink(const PrometheusOptions& options) {
+  if (options.base_port < 0 || options.base_port > 65535) {
+    return absl::InvalidArgumentError(fmt::format("Prometheus base port {} is not a TCP port", options.base_port));
+  }
+  int local_rank = options.local_rank;
+  if (local_rank < 0) {
+    auto ctx = resolve_context({});
+    if (!ctx.ok()) return ctx.status();
+    local_rank = ctx->local_rank;
+  }
+  auto sink = std::make_shared<PrometheusSink>(options);
+  if (auto st = sink->bind(local_rank); !st.ok()) return st;
+  sink->expose(sink);
+  return std::shared_ptr<Sink>(sink);
+}
+
+absl::StatusOr<std::shared_ptr<Sink>> prometheus_sink_from_env() {
+  PrometheusOptions o;
+  const char* port = std::getenv("RANKSCOPE_PROMETHEUS_PORT");
+  const char* dir = std::getenv("RANKSCOPE_PROMETHEUS_TEXTFILE_DIR");
+  if ((port == nullptr || *port == '\0') && (dir == nullptr || *dir == '\0')) return std::shared_ptr<Sink>();
+  if (port != nullptr && *port != '\0') {
+    char* end = nullptr;
+    const long p = std::strtol(port, &end, 10);
+    if (*end != '\0' || p <= 0 || p > 65535) {
+      return absl::InvalidArgumentError(
+          fmt::format("RANKSCOPE_PROMETHEUS_PORT='{}' must be a TCP port (the base; each local rank adds its index)",
+                      port));
+    }
+    o.base_port = static_cast<int>(p);
+  }
+  if (const char* b = std::getenv("RANKSCOPE_PROMETHEUS_BIND"); b != nullptr && *b != '\0') o.bind = b;
+  if (dir != nullptr) o.textfile_dir = dir;
+  return make_prometheus_sink(o);
+}
+
+std::string prometheus_text(const Sink& sink) {
+  const auto* p = dynamic_cast<const PrometheusSink*>(&sink);
+  return p != nullptr ? p->text() : std::string();
+}
+
+}  // namespace rankscope

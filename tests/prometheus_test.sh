@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# A real Prometheus server scrapes a running 2-rank example trainer:
+#  - promtool accepts the shipped alert rules and a live /metrics page;
+#  - the server's step series advances while the ranks train;
+#  - after rank 1 blocks (forever, inside checkpoint_save), the stall rule's
+#    expression (threshold shortened to 3 s for the test) becomes true.
+set -euo pipefail
+trainer=$1 work=$2 rules=$3
+rm -rf "$work"; mkdir -p "$work"
+fail() { echo "prometheus test: $*"; tail -20 "$work/train.log" "$work/prometheus.log" 2>/dev/null; exit 1; }
+promtool check rules "$rules" >/dev/null || fail "promtool rejects $rules"
+
+base=$((20000 + ($$ % 2000) * 4)) prom_port=$((base + 2))
+RANKSCOPE_PROMETHEUS_PORT=$base bash "$(dirname "$0")/../examples/cpp/launch.sh" --ranks 2 --steps 100000 \
+  --trainer "$trainer" --dir "$work/runs" -- --slow-rank 0 --slow-ms 25 --block-rank 1 --block-step 400 \
+  --timeout 600 >"$work/train.log" 2>&1 &
+launcher=$!
+prom=""
+cleanup() {
+  [[ -n "$prom" ]] && kill "$prom" 2>/dev/null || true
+  for f in "$work"/runs/*/rank-*.heartbeat.json; do
+    [[ -f $f ]] && kill -9 "$(grep -o '"pid":[0-9]*' "$f" | cut -d: -f2)" 2>/dev/null || true
+  done
+  wait 2>/dev/null || true
+}
+trap cleanup EXIT
+
+for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$base/metrics" >"$work/metrics.txt" && break; sleep 0.1; done
+[[ -s "$work/metrics.txt" ]] || fail "no /metrics on port $base"
+promtool check metrics <"$work/metrics.txt" || fail "promtool rejects the /metrics page"
+grep -q '^rankscope_global_step{host=' "$work/metrics.txt" || fail "no rankscope_global_step"
+
+# The stall rule with a 3 s threshold and no `for`, so the test is short.
+sed -e 's/> 600/> 3/' -e 's/for: 2m/for: 0s/' "$rules" >"$work/rules.yml"
+cat >"$work/prometheus.yml" <<YML
+global: {scrape_interval: 1s, evaluation_interval: 1s}
+rule_files: [rules.yml]
+scrape_configs:
+  - job_name: rankscope
+    static_configs: [{targets: ["127.0.0.1:$base", "127.0.0.1:$((base + 1))"]}]
+YML
+prometheus --config.file="$work/prometheus.yml" --storage.tsdb.path="$work/tsdb" \
+  --web.listen-address="127.0.0.1:$prom_port" >"$work/prometheus.log" 2>&1 &
+prom=$!
+
+query() {  # prints the first sample's value of an instant query, or nothing
+  curl -sf "http://127.0.0.1:$prom_port/api/v1/query" --data-urlencode "query=$1" |
+    grep -o '"value":\[[0-9.]*,"[^"]*"' | head -1 | sed 's/.*,"//; s/"$//'
+}
+first=""
+for _ in $(seq 1 100); do first=$(query 'max(rankscope_global_step)' || true); [[ -n "$first" ]] && break; sleep 0.2; done
+[[ -n "$first" ]] || fail "Prometheus never scraped a step"
+later=""
+for _ in $(seq 1 50); do
+  later=$(query 'max(rankscope_global_step)' || true)
+  [[ -n "$later" ]] && awk "BEGIN{exit !($later > $first)}" && break
+  sleep 0.2
+done
+awk "BEGIN{exit !($later > $first)}" || fail "the step series did not advance ($first -> $later)"
+echo "step series advanced: $first -> $later"
+
+stalled=""
+for _ in $(seq 1 60); do
+  stalled=$(query 'count(ALERTS{alertname="RankscopeJobStalled",alertstate="firing"})' || true)
+  [[ -n "$stalled" ]] && break
+  sleep 1
+done
+[[ -n "$stalled" ]] || fail "the stall rule never fired after rank 1 blocked"
+echo "stall rule firing for $stalled series; at step $(query 'max(rankscope_global_step)')"
+echo "prometheus test: ok"

@@ -1,0 +1,121 @@
+#include <catch2/catch.hpp>
+
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "rankscope/export/prometheus.hpp"
+#include "rankscope/rankscope.hpp"
+#include "temp_dir.hpp"
+
+using namespace rankscope;
+using rankscope::test::slurp;
+using rankscope::test::TempDir;
+
+namespace {
+// GET path from 127.0.0.1:port; the whole response.
+std::string http_get(int port, const std::string& path) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<std::uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    ::close(fd);
+    return "";
+  }
+  const std::string req = "GET " + path + " HTTP/1.0\r\n\r\n";
+  (void)::send(fd, req.data(), req.size(), 0);
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = ::recv(fd, buf, sizeof(buf), 0)) > 0;) out.append(buf, static_cast<std::size_t>(n));
+  ::close(fd);
+  return out;
+}
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+}  // namespace
+
+TEST_CASE("prometheus: training signals, user metrics and labels on /metrics and in the textfile", "[prometheus]") {
+  TempDir tmp;
+  const int port = free_port();
+  auto sink = make_prometheus_sink({.base_port = port, .textfile_dir = tmp.path, .local_rank = 0});
+  REQUIRE(sink.ok());
+  Config cfg;
+  cfg.run_dir = tmp.path + "/run";
+  cfg.context.rank = 3;
+  cfg.context.local_rank = 0;
+  cfg.context.world_size = 4;
+  cfg.context.run_id = "r1";
+  cfg.sinks.push_back(*sink);
+  REQUIRE(init(cfg).ok());
+  auto& comm = register_communicator(&cfg, "world", 4, 3);
+  counter("tokens_total", "Tokens seen").add(5);
+  for (int s = 0; s < 3; ++s) {
+    StepScope step(s);
+    { RANKSCOPE_PHASE("loader_wait"); }
+    { RANKSCOPE_PHASE("checkpoint_save"); }
+    { CollectiveSpan c(comm, CollectiveOp::kAllReduce, 1024, DType::kFloat32); }
+    step.report({.loss = 0.5, .lr = 0.1, .grad_norm = 2.0, .samples = 8, .skipped = s == 1});
+  }
+  {
+    CollectiveSpan c(comm, CollectiveOp::kBroadcast, 16, DType::kFloat32);
+    c.set_result(CollectiveResult::kFailed);
+  }
+  REQUIRE(flush());
+  const std::string text = prometheus_text(**sink);
+  CHECK_THAT(text, Catch::Contains("# TYPE rankscope_last_step_timestamp_seconds gauge"));
+  CHECK_THAT(text, Catch::Contains(R"(rankscope_global_step{host=)") && Catch::Contains(R"(rank="3",run_id="r1"} 2)"));
+  CHECK_THAT(text, Catch::Contains("rankscope_loss{") && Catch::Contains("rankscope_learning_rate{") &&
+                       Catch::Contains("rankscope_grad_norm{"));
+  CHECK_THAT(text, Catch::Contains(R"(rankscope_skipped_steps_total{host=)") && Catch::Contains(R"(run_id="r1"} 1)"));
+  CHECK_THAT(text, Catch::Contains(R"(rankscope_samples_total{)") && Catch::Contains(R"(run_id="r1"} 24)"));
+  CHECK_THAT(text, Catch::Contains(R"(rankscope_loader_wait_seconds_count{)") &&
+                       Catch::Contains(R"(rankscope_checkpoint_save_seconds_bucket{)") &&
+                       Catch::Contains("rankscope_checkpoint_age_seconds{"));
+  CHECK_THAT(text, Catch::Contains(R"(rankscope_collective_seconds_count{)") &&
+                       Catch::Contains(R"(op="all_reduce"} 3)"));
+  CHECK_THAT(text, Catch::Contains(R"(rankscope_collective_failures_total{)") && Catch::Contains(R"(op="broadcast"} 1)"));
+  CHECK_THAT(text, Catch::Contains("rankscope_heartbeat_age_seconds{") && Catch::Contains("rankscope_process_threads{") &&
+                       Catch::Contains("rankscope_events_dropped_total{") && Catch::Contains("rankscope_restarts{"));
+  // Served over HTTP with the exposition content type; unknown paths 404.
+  const std::string resp = http_get(port, "/metrics");
+  CHECK_THAT(resp, Catch::StartsWith("HTTP/1.0 200 OK") && Catch::Contains("text/plain; version=0.0.4") &&
+                       Catch::Contains("rankscope_global_step{"));
+  CHECK_THAT(http_get(port, "/other"), Catch::StartsWith("HTTP/1.0 404"));
+  // A second exporter on the same port is an error that names the fix.
+  auto clash = make_prometheus_sink({.base_port = port, .local_rank = 0});
+  REQUIRE(!clash.ok());
+  CHECK_THAT(std::string(clash.status().message()), Catch::Contains("RANKSCOPE_PROMETHEUS_PORT"));
+  shutdown();
+  // User metrics arrive with the metrics snapshot (at the latest, the final one).
+  const std::string file = slurp(tmp.path + "/rankscope_rank3.prom");
+  CHECK_THAT(file, Catch::Contains("# TYPE tokens_total counter") && Catch::Contains(R"(tokens_total{host=)"));
+  CHECK_THAT(file, Catch::Contains("rankscope_global_step{"));
+  CHECK_FALSE(std::filesystem::exists(tmp.path + "/rankscope_rank3.prom.tmp." + std::to_string(::getpid())));
+}
+
+TEST_CASE("prometheus: environment configuration and its errors", "[prometheus]") {
+  ::unsetenv("RANKSCOPE_PROMETHEUS_PORT");
+  ::unsetenv("RANKSCOPE_PROMETHEUS_TEXTFILE_DIR");
+  auto none = prometheus_sink_from_env();
+  REQUIRE(none.ok());
+  CHECK(*none == nullptr);
+  ::setenv("RANKSCOPE_PROMETHEUS_PORT", "http", 1);
+  auto bad = prometheus_sink_from_env();
+  ::unsetenv("RANKSCOPE_PROMETHEUS_PORT");
+  REQUIRE(!bad.ok());
+  CHECK_THAT(std::string(bad.status().message()), Catch::Contains("RANKSCOPE_PROMETHEUS_PORT='http'"));
+  CHECK(!make_prometheus_sink({.base_port = 70000}).ok());
+}
