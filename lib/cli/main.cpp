@@ -1,5 +1,8 @@
 // `rankscope` — command-line tools over a run directory.
 //   rankscope summary RUN_DIR [--json]
+//   rankscope status RUN_DIR [--json] [--watch]
+//   rankscope triage RUN_DIR [--json]
+//   rankscope timeline RUN_DIR [-o trace.json]
 // Exit codes: 0 healthy, 1 findings (missing ranks, mismatched or unfinished
 // collectives), 2 the run could not be read.
 #include <cstdio>
@@ -10,7 +13,10 @@
 #include "rankscope/config.hpp"
 #include "run_log.hpp"
 #include "status.hpp"
+#include "timeline.hpp"
 #include "triage.hpp"
+
+#include <fstream>
 
 #include <chrono>
 #include <thread>
@@ -44,7 +50,39 @@ int main(int argc, char** argv) {
   triage->add_option("run_dir", triage_dir, "Run directory")->required();
   triage->add_flag("--json", triage_json, "Machine-readable output");
 
+  std::string timeline_dir, timeline_out = "trace.json";
+  auto* timeline = app.add_subcommand("timeline", "Chrome/Perfetto trace JSON of a run: a track per rank and thread");
+  timeline->add_option("run_dir", timeline_dir, "Run directory")->required();
+  timeline->add_option("-o,--output", timeline_out, "Trace file to write ('-' = stdout)")->capture_default_str();
+
   CLI11_PARSE(app, argc, argv);
+
+  if (timeline->parsed()) {
+    rankscope::reader::TimelineStats ts;
+    absl::Status st;
+    if (timeline_out == "-") {
+      st = rankscope::reader::write_timeline(timeline_dir, std::cout, &ts);
+    } else {
+      std::ofstream f(timeline_out + ".tmp");
+      if (!f) {
+        std::cerr << "rankscope timeline: cannot write '" << timeline_out << "'\n";
+        return 2;
+      }
+      st = rankscope::reader::write_timeline(timeline_dir, f, &ts);
+      f.close();
+      if (st.ok() && std::rename((timeline_out + ".tmp").c_str(), timeline_out.c_str()) != 0) {
+        st = absl::InternalError("cannot rename the trace into place");
+      }
+    }
+    if (!st.ok()) {
+      std::cerr << "rankscope timeline: " << st.message() << "\n";
+      return 2;
+    }
+    std::cerr << "rankscope timeline: " << ts.ranks << " ranks, " << ts.slices << " slices, " << ts.instants
+              << " instant events, " << ts.flows << " cross-rank flows -> " << timeline_out
+              << " (open in https://ui.perfetto.dev or chrome://tracing)\n";
+    return 0;
+  }
 
   if (triage->parsed()) {
     auto r = rankscope::reader::triage(triage_dir);
