@@ -9,7 +9,7 @@ PACKAGES=(
   libtorch-dev libgloo-dev python3-torch python3-pytest python3-numpy pybind11-dev
   libopenblas0-pthread
   prometheus-cpp-dev libsimdjson-dev libcli11-dev libspdlog-dev
-  prometheus libcurl4-openssl-dev
+  prometheus libcurl4-openssl-dev zlib1g-dev nodejs
   valgrind
 )
 
@@ -38,5 +38,15 @@ if command -v update-alternatives >/dev/null; then
       ${SUDO:-} update-alternatives --set "$alt" "$target" >/dev/null 2>&1 || true
     fi
   done
+fi
+# npm comes with nodesource's nodejs; Debian's nodejs needs the npm package.
+if ! command -v npm >/dev/null; then
+  ${SUDO:-$( [[ $(id -u) -ne 0 ]] && echo sudo )} apt-get install -y -qq --no-install-recommends npm >/dev/null
+fi
+# The OTLP test receiver: the OpenTelemetry project's generated protobuf code
+# (@opentelemetry/otlp-transformer, pinned by tests/otlp/package-lock.json).
+here=$(cd "$(dirname "$0")/.." && pwd)
+if [[ -f "$here/tests/otlp/package-lock.json" && ! -d "$here/tests/otlp/node_modules/@opentelemetry/otlp-transformer" ]]; then
+  (cd "$here/tests/otlp" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
 fi
 echo "setup: ok" >&2

@@ -45,6 +45,8 @@ endif()
 if(RANKSCOPE_WITH_OTLP)
   find_package(CURL QUIET)
   rankscope_require(CURL_FOUND RANKSCOPE_WITH_OTLP "libcurl (Debian: libcurl4-openssl-dev)")
+  find_package(ZLIB QUIET)
+  rankscope_require(ZLIB_FOUND RANKSCOPE_WITH_OTLP "zlib (Debian: zlib1g-dev)")
 endif()
 
 # The run-log reader (CLI, tests, later triage) parses with simdjson.

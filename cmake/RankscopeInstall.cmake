@@ -9,7 +9,7 @@ install(TARGETS rankscope_core rankscope_cli EXPORT rankscopeTargets
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/rankscope DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 
 # Optional parts: one export set each, loaded by COMPONENTS.
-foreach(_part torch nccl prometheus)
+foreach(_part torch nccl prometheus otlp)
   if(TARGET rankscope_${_part})
     install(TARGETS rankscope_${_part} EXPORT rankscope_${_part}Targets
             LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})

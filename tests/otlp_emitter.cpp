@@ -1,0 +1,106 @@
+// Emits a known set of spans, logs and metrics through the OTLP sink (from
+// OTEL_EXPORTER_OTLP_* in the environment), for tests/otlp_test.sh:
+//   otlp_emitter RUN_DIR                   the content tests/otlp/check.js expects
+//   otlp_emitter RUN_DIR --load STEPS      many steps, then prints counters and RSS
+// Rank 1 of 2, run id "otlp-test".
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "rankscope/export/otlp.hpp"
+#include "rankscope/rankscope.hpp"
+
+namespace {
+long rss_kib() {
+  std::ifstream f("/proc/self/status");
+  for (std::string line; std::getline(f, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  }
+  return 0;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) return 2;
+  const int load_steps = argc >= 4 && std::strcmp(argv[2], "--load") == 0 ? std::atoi(argv[3]) : 0;
+  auto otlp = rankscope::otlp_sink_from_env();
+  if (!otlp.ok()) {
+    std::fprintf(stderr, "otlp: %s\n", std::string(otlp.status().message()).c_str());
+    return 1;
+  }
+  if (!*otlp) {
+    std::fprintf(stderr, "otlp: no OTEL_EXPORTER_OTLP_ENDPOINT\n");
+    return 1;
+  }
+  rankscope::Config cfg;
+  cfg.run_dir = argv[1];
+  cfg.context.rank = 1;
+  cfg.context.local_rank = 1;
+  cfg.context.world_size = 2;
+  cfg.context.run_id = "otlp-test";
+  cfg.metrics_interval = std::chrono::milliseconds(load_steps > 0 ? 200 : 10000);
+  if (load_steps > 0) cfg.ring_capacity = 4096;  // rings wrap early: later RSS growth would be ours
+  cfg.sinks.push_back(*otlp);
+  if (auto st = rankscope::init(cfg); !st.ok()) {
+    std::fprintf(stderr, "init: %s\n", std::string(st.message()).c_str());
+    return 1;
+  }
+  int token = 0;
+  auto& comm = rankscope::register_communicator(&token, "world", 2, 1);
+  auto& samples = rankscope::counter("samples_total", "Samples consumed");
+  auto& loss = rankscope::gauge("train_loss", "Last loss");
+  auto& batch = rankscope::histogram("batch_seconds", {0.1, 1, 10}, "Batch time");
+
+  if (load_steps == 0) {
+    for (int s = 0; s < 3; ++s) {
+      rankscope::StepScope step(s);
+      { RANKSCOPE_PHASE("forward"); }
+      { RANKSCOPE_PHASE("backward"); }
+      { rankscope::CollectiveSpan c(comm, rankscope::CollectiveOp::kAllReduce, 1024, rankscope::DType::kFloat32); }
+      samples.add(32);
+      step.report({.loss = 0.5 - 0.1 * s, .lr = 0.01, .samples = 32});
+    }
+    RANKSCOPE_LOG_KV(rankscope::Level::kWarn, {{"path", "/ckpt/x"}, {"bytes", 4096}, {"ratio", 0.5}, {"ok", false}},
+                     "slow checkpoint write");
+    RANKSCOPE_LOG_INFO("hello {}", 42);
+    loss.set(0.3);
+    for (double v : {0.05, 0.5, 5.0, 50.0}) batch.observe(v);
+    rankscope::shutdown(std::chrono::milliseconds(10000));
+    return 0;
+  }
+
+  // Load: a steady stream of steps while the endpoint is down, slow or failing.
+  long rss0 = rss_kib();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int s = 0; s < load_steps; ++s) {
+    if (s == load_steps / 2) rss0 = rss_kib();  // growth over the second half: the exporter's, not warm-up
+    rankscope::StepScope step(s);
+    { RANKSCOPE_PHASE("forward"); }
+    { RANKSCOPE_PHASE("backward"); }
+    { rankscope::CollectiveSpan c(comm, rankscope::CollectiveOp::kAllReduce, 1024, rankscope::DType::kFloat32); }
+    if (s % 100 == 0) RANKSCOPE_LOG_INFO("step {}", s);
+    step.report({.loss = 0.1, .samples = 32});
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  const double train_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const long rss1 = rss_kib();
+  const auto t1 = std::chrono::steady_clock::now();
+  const bool flushed = rankscope::flush(std::chrono::milliseconds(5000));
+  const double flush_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+  const auto st = rankscope::stats();
+  rankscope::shutdown(std::chrono::milliseconds(2000));
+  const double shutdown_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count() - flush_s;
+  const auto o = rankscope::otlp_stats(**otlp);
+  std::printf("steps=%d train_s=%.3f recorded=%llu dropped_events=%llu otlp_sent=%llu otlp_dropped=%llu "
+              "otlp_retries=%llu rss_growth_kib=%ld flush_s=%.3f flushed=%d shutdown_s=%.3f\n",
+              load_steps, train_s, static_cast<unsigned long long>(st.events_recorded),
+              static_cast<unsigned long long>(st.events_dropped), static_cast<unsigned long long>(o.sent),
+              static_cast<unsigned long long>(o.dropped), static_cast<unsigned long long>(o.retries), rss1 - rss0,
+              flush_s, flushed ? 1 : 0, shutdown_s);
+  return 0;
+}

@@ -1,0 +1,67 @@
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+
+#include "rankscope/export/otlp.hpp"
+#include "temp_dir.hpp"
+
+using namespace rankscope;
+using rankscope::test::ScopedEnv;
+
+TEST_CASE("otlp: endpoints, headers, resource attributes and switches from the OpenTelemetry env", "[otlp]") {
+  ScopedEnv a("OTEL_EXPORTER_OTLP_ENDPOINT", "https://collector:4318/");
+  ScopedEnv b("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT", "http://logs:9999/custom");
+  ScopedEnv c("OTEL_EXPORTER_OTLP_HEADERS", "Authorization=Bearer%20abc, x-tenant = ml");
+  ScopedEnv d("OTEL_RESOURCE_ATTRIBUTES", "team=ml%20infra,service.name=from-attrs");
+  ScopedEnv e("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip");
+  ScopedEnv f("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json");
+  ScopedEnv g("OTEL_EXPORTER_OTLP_TIMEOUT", "2500");
+  auto o = otlp_options_from_env();
+  REQUIRE(o.ok());
+  CHECK(o->traces_url == "https://collector:4318/v1/traces");
+  CHECK(o->metrics_url == "https://collector:4318/v1/metrics");
+  CHECK(o->logs_url == "http://logs:9999/custom");  // per-signal endpoints are used as given
+  CHECK(o->headers == std::vector<std::pair<std::string, std::string>>{{"Authorization", "Bearer abc"},
+                                                                        {"x-tenant", "ml"}});
+  CHECK(o->resource_attributes[0] == std::pair<std::string, std::string>{"team", "ml infra"});
+  CHECK(o->service_name == "from-attrs");  // OTEL_SERVICE_NAME unset: service.name from the attributes
+  CHECK(o->gzip);
+  CHECK(o->json);
+  CHECK(o->timeout == std::chrono::milliseconds(2500));
+  {
+    ScopedEnv s("OTEL_SERVICE_NAME", "trainer");
+    CHECK(otlp_options_from_env()->service_name == "trainer");
+  }
+  auto sink = otlp_sink_from_env();
+  REQUIRE(sink.ok());
+  CHECK(*sink != nullptr);
+  CHECK(otlp_stats(**sink).sent == 0);
+}
+
+TEST_CASE("otlp: no endpoint means no sink; bad values are errors naming the variable", "[otlp]") {
+  ::unsetenv("OTEL_EXPORTER_OTLP_ENDPOINT");
+  auto none = otlp_sink_from_env();
+  REQUIRE(none.ok());
+  CHECK(*none == nullptr);
+  ScopedEnv base("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318");
+  auto message = [] { return std::string(otlp_options_from_env().status().message()); };
+  {
+    ScopedEnv e("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc");
+    CHECK_THAT(message(), Catch::Contains("OTEL_EXPORTER_OTLP_PROTOCOL='grpc' is not supported"));
+  }
+  {
+    ScopedEnv e("OTEL_EXPORTER_OTLP_TIMEOUT", "soon");
+    CHECK_THAT(message(), Catch::Contains("OTEL_EXPORTER_OTLP_TIMEOUT='soon'"));
+  }
+  {
+    ScopedEnv e("OTEL_EXPORTER_OTLP_COMPRESSION", "zstd");
+    CHECK_THAT(message(), Catch::Contains("OTEL_EXPORTER_OTLP_COMPRESSION='zstd' must be gzip or none"));
+  }
+  {
+    ScopedEnv e("OTEL_EXPORTER_OTLP_HEADERS", "novalue");
+    CHECK_THAT(message(), Catch::Contains("OTEL_EXPORTER_OTLP_HEADERS='novalue'"));
+  }
+  CHECK(!make_otlp_sink({}).ok());
+  CHECK_THAT(std::string(make_otlp_sink({.traces_url = "collector:4318"}).status().message()),
+             Catch::Contains("must start with http:// or https://"));
+}
