@@ -25,7 +25,12 @@ cleanup() {
 }
 trap cleanup EXIT
 
-for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$base/metrics" >"$work/metrics.txt" && break; sleep 0.1; done
+# Until the first step has ended (before that there is no step series yet).
+for _ in $(seq 1 200); do
+  curl -sf "http://127.0.0.1:$base/metrics" >"$work/metrics.txt" 2>/dev/null &&
+    grep -q '^rankscope_global_step{' "$work/metrics.txt" && break
+  sleep 0.1
+done
 [[ -s "$work/metrics.txt" ]] || fail "no /metrics on port $base"
 promtool check metrics <"$work/metrics.txt" || fail "promtool rejects the /metrics page"
 grep -q '^rankscope_global_step{host=' "$work/metrics.txt" || fail "no rankscope_global_step"

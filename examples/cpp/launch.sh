@@ -56,6 +56,9 @@ if [[ -n "$cli" ]]; then
   echo
   echo "== rankscope triage $run_dir"
   "$cli" triage "$run_dir" || true
+  echo
+  echo "== rankscope timeline $run_dir -o $run_dir/trace.json"
+  "$cli" timeline "$run_dir" -o "$run_dir/trace.json" || true
 fi
 ((failed == 0)) || exit 1
 

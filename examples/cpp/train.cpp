@@ -30,6 +30,9 @@
 #if RANKSCOPE_EXAMPLE_PROMETHEUS
 #include <rankscope/export/prometheus.hpp>
 #endif
+#if RANKSCOPE_EXAMPLE_OTLP
+#include <rankscope/export/otlp.hpp>
+#endif
 
 #include "ab_recorder.hpp"
 #include "checkpoint.hpp"
@@ -143,6 +146,15 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (*prom) rs_config.sinks.push_back(*prom);
+#endif
+#if RANKSCOPE_EXAMPLE_OTLP
+  // Traces, logs and metrics to a collector when OTEL_EXPORTER_OTLP_ENDPOINT is set.
+  auto otlp = rankscope::otlp_sink_from_env();
+  if (!otlp.ok()) {
+    std::fprintf(stderr, "rank: %s\n", std::string(otlp.status().message()).c_str());
+    return 1;
+  }
+  if (*otlp) rs_config.sinks.push_back(*otlp);
 #endif
   if (auto st = rankscope::init(rs_config); !st.ok()) {
     std::fprintf(stderr, "rankscope init failed: %s\n", std::string(st.message()).c_str());

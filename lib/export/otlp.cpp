@@ -279,6 +279,28 @@ class OtlpSink final : public Sink {
         logs_.push_back(std::move(l));
         break;
       }
+      case EventKind::kStall:
+      case EventKind::kStallEnd:
+      case EventKind::kSlowStep:
+      case EventKind::kCommError: {
+        // The watchdog's and communicators' verdicts, as log records people can alert on.
+        if (o_.logs_url.empty()) return;
+        o::LogRecord l;
+        l.time_ns = l.observed_ns = e.wall_ns;
+        const bool bad = e.kind == EventKind::kStall || e.kind == EventKind::kCommError;
+        l.severity = bad ? 17 : 13;
+        l.severity_text = bad ? "ERROR" : "WARN";
+        const char* what = e.kind == EventKind::kStall      ? "rankscope.stall"
+                           : e.kind == EventKind::kStallEnd ? "rankscope.stall_end"
+                           : e.kind == EventKind::kSlowStep ? "rankscope.slow_step"
+                                                            : "rankscope.comm_error";
+        l.body = fmt::format("{}: {} ms{}{}", what, e.dur_ns / 1000000, e.error != nullptr ? ": " : "",
+                             e.error != nullptr ? e.error : "");
+        l.attrs = {Attr::str("event.name", what), Attr::integer("rankscope.step", e.step),
+                   Attr::integer("rankscope.duration_ns", static_cast<std::int64_t>(e.dur_ns))};
+        logs_.push_back(std::move(l));
+        break;
+      }
       default:
         break;
     }
