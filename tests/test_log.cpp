@@ -229,12 +229,20 @@ TEST_CASE("the environment summary lists GPUs through NVML, or says there is non
   TempDir tmp;
   {
     ScopedEnv e("RANKSCOPE_NVML_LIBRARY", RANKSCOPE_FAKE_NVML);
-    REQUIRE(init(log_config(tmp.path)).ok());
+    Config cfg = log_config(tmp.path);
+    cfg.metrics_interval = std::chrono::milliseconds(20);  // snapshots (and GPU polls) while running
+    REQUIRE(init(cfg).ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
     shutdown();
   }
   CHECK_THAT(slurp(tmp.path + "/run.json"),
              Catch::Contains(R"("gpu_driver":"999.1","gpus":[{"index":0,"name":"Fake GPU 0","uuid":"GPU-fake-0"},)"
                              R"({"index":1,"name":"Fake GPU 1","uuid":"GPU-fake-1"}])"));
+  // GPU memory gauges per device, in the metrics snapshots (and so in every exporter).
+  const std::string log = slurp(tmp.path + "/rank-0.jsonl");
+  CHECK_THAT(log, Catch::Contains(R"("name":"rankscope_gpu_process_memory_bytes","type":"gauge","labels":{"gpu":"1"},"value":128974848)"));
+  CHECK_THAT(log, Catch::Contains(R"("name":"rankscope_gpu_memory_total_bytes","type":"gauge","labels":{"gpu":"0"},"value":85899345920)"));
+  CHECK_THAT(log, Catch::Contains(R"("name":"rankscope_gpu_memory_used_bytes")"));
   TempDir none;
   {
     ScopedEnv e("RANKSCOPE_NVML_LIBRARY", "/nonexistent/libnvidia-ml.so.1");

@@ -197,6 +197,7 @@ std::size_t Runtime::drain_all(std::vector<Event>& batch) {
 }
 
 void Runtime::export_metrics_now() {
+  detail::poll_gpu_memory();
   MetricsSnapshot snap;
   snap.mono_ns = mono_now();
   snap.wall_ns = detail::realtime_ns();

@@ -252,30 +252,29 @@ absl::Status check_sampler(const SamplerState& s, OnViolation on) {
   return run_check(kSampler, s.data_group, v, on, [] { return absl::OkStatus(); });
 }
 
+namespace {
+Values checkpoint_values(const CheckpointMeta& m) {
+  return {str("id", m.id),
+          num("step", m.step),
+          num("consumed_samples", m.consumed_samples),
+          num("world_size", m.world_size),
+          num("global_batch", m.global_batch),
+          hex("config_hash", m.config_hash),
+          num("optimizer_step", m.optimizer_step),
+          hex("rng_fingerprint", m.rng_fingerprint)};
+}
+}  // namespace
+
 void record_checkpoint_save(const CheckpointMeta& m) noexcept {
-  const Values v = {str("id", m.id),
-                    num("step", m.step),
-                    num("consumed_samples", m.consumed_samples),
-                    num("world_size", m.world_size),
-                    num("global_batch", m.global_batch),
-                    hex("config_hash", m.config_hash),
-                    num("optimizer_step", m.optimizer_step),
-                    hex("rng_fingerprint", m.rng_fingerprint)};
   try {
+    const Values v = checkpoint_values(m);
     record_fact(kCheckpointSave, g_calls[kCheckpointSave].fetch_add(1, std::memory_order_relaxed), my_rank(), v);
   } catch (...) {
   }
 }
 
 absl::Status check_resume(const CheckpointMeta& m, OnViolation on) {
-  const Values v = {str("id", m.id),
-                    num("step", m.step),
-                    num("consumed_samples", m.consumed_samples),
-                    num("world_size", m.world_size),
-                    num("global_batch", m.global_batch),
-                    hex("config_hash", m.config_hash),
-                    num("optimizer_step", m.optimizer_step),
-                    hex("rng_fingerprint", m.rng_fingerprint)};
+  const Values v = checkpoint_values(m);
   return run_check(kResume, -1, v, on, [&]() -> absl::Status {
     absl::Status st;
     if (m.optimizer_step != m.step) {

@@ -1,6 +1,8 @@
 // Minimal JSON writing helpers on top of fmt (escaping, non-finite numbers).
 #pragma once
 
+#include <string>
+
 #include <cmath>
 #include <string_view>
 
@@ -29,6 +31,13 @@ inline void json_escape_to(fmt::memory_buffer& out, std::string_view s) {
 
 // JSON has no NaN/Infinity; a NaN loss is exactly what a reader wants to see,
 // so non-finite values are written as the strings "NaN", "Infinity", "-Infinity".
+// `s` as a quoted, escaped JSON string.
+inline std::string json_quoted(std::string_view s) {
+  fmt::memory_buffer b;
+  json_escape_to(b, s);
+  return std::string(b.data(), b.size());
+}
+
 inline void json_number_to(fmt::memory_buffer& out, double v) {
   if (std::isfinite(v)) {
     fmt::format_to(fmt::appender(out), FMT_COMPILE("{}"), v);

@@ -117,6 +117,7 @@ absl::Status Runtime::init(const Config& cfg) {
   if (set->signals) detail::install_signal_handlers();
   sinks_ = std::move(sinks);
   detail::g_runlog_fd.store(cfg.write_run_log ? detail::jsonl_sink_fd(*sinks_.front()) : -1, std::memory_order_release);
+  detail::retry_gpu_memory();
   export_errors_.store(0, std::memory_order_relaxed);
   owner_pid_ = ::getpid();
   want_enabled_ = set->enabled;

@@ -34,6 +34,8 @@ namespace rankscope::detail {
 extern std::atomic<int> g_runlog_fd;
 int jsonl_sink_fd(const Sink& s);
 const char* logger_name(std::uint16_t id);
+void poll_gpu_memory();   // gpu_memory.cpp
+void retry_gpu_memory();
 extern std::atomic<DeferCollective> g_defer;
 extern std::atomic<Poller> g_poller;
 

@@ -8,23 +8,11 @@
 
 #include <fmt/format.h>
 
+#include "json_util.hpp"
 #include "run_log.hpp"
 
 namespace rankscope::reader {
 namespace {
-
-std::string quote(std::string_view s) {
-  std::string o = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') o.push_back('\\');
-    if (static_cast<unsigned char>(c) < 0x20) {
-      o += fmt::format("\\u{:04x}", c);
-      continue;
-    }
-    o.push_back(c);
-  }
-  return o + "\"";
-}
 
 // A flow links rank a's and rank b's slices of one collective: one id per
 // (communicator, sequence number, link), so each id has exactly one start and one end.
@@ -66,7 +54,7 @@ absl::Status write_timeline(const std::string& run_dir, std::ostream& out, Timel
     out << (first ? "\n" : ",\n") << json;
     first = false;
   };
-  out << "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"run_dir\":" << quote(run_dir) << "},\"traceEvents\":[";
+  out << "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"run_dir\":" << detail::json_quoted(run_dir) << "},\"traceEvents\":[";
   for (const auto& [rank, path] : logs) {
     ++st.ranks;
     std::set<std::int32_t> threads;
@@ -77,27 +65,27 @@ absl::Status write_timeline(const std::string& run_dir, std::ostream& out, Timel
       if (e.kind == "run_start") {
         host = e.name;
         emit(fmt::format(R"({{"ph":"M","name":"process_name","pid":{},"args":{{"name":{}}}}})", pid,
-                         quote(fmt::format("rank {} ({})", rank, host))));
+                         detail::json_quoted(fmt::format("rank {} ({})", rank, host))));
         emit(fmt::format(R"({{"ph":"M","name":"process_sort_index","pid":{},"args":{{"sort_index":{}}}}})", pid, rank));
         return;
       }
       if (tid != 0 && threads.insert(tid).second) {
         emit(fmt::format(R"({{"ph":"M","name":"thread_name","pid":{},"tid":{},"args":{{"name":{}}}}})", pid, tid,
-                         quote(fmt::format("thread {}", tid))));
+                         detail::json_quoted(fmt::format("thread {}", tid))));
       }
       if (e.kind == "phase") {
         ++st.slices;
         emit(fmt::format(R"({{"ph":"X","cat":"phase","name":{},"pid":{},"tid":{},"ts":{:.3f},"dur":{:.3f},)"
                          R"("args":{{"step":{},"phase_kind":{}}}}})",
-                         quote(e.name), pid, tid, us(e.t), static_cast<double>(e.dur) / 1000.0, e.step,
-                         quote(e.phase_kind)));
+                         detail::json_quoted(e.name), pid, tid, us(e.t), static_cast<double>(e.dur) / 1000.0, e.step,
+                         detail::json_quoted(e.phase_kind)));
       } else if (e.kind == "collective") {
         ++st.slices;
         const double ts = us(e.t);
         emit(fmt::format(R"({{"ph":"X","cat":"collective","name":{},"pid":{},"tid":{},"ts":{:.3f},"dur":{:.3f},)"
                          R"("args":{{"op":{},"comm":{},"seq":{},"count":{},"dtype":{},"result":{},"step":{}}}}})",
-                         quote(fmt::format("{} #{}", e.op, e.seq)), pid, tid, ts, static_cast<double>(e.dur) / 1000.0,
-                         quote(e.op), quote(e.comm), e.seq, e.count, quote(e.dtype), quote(e.result), e.step));
+                         detail::json_quoted(fmt::format("{} #{}", e.op, e.seq)), pid, tid, ts, static_cast<double>(e.dur) / 1000.0,
+                         detail::json_quoted(e.op), detail::json_quoted(e.comm), e.seq, e.count, detail::json_quoted(e.dtype), detail::json_quoted(e.result), e.step));
         // Flow arrows chain the ranks' slices of this collective in rank order.
         const double mid = ts + static_cast<double>(e.dur) / 2000.0;
         if (rank > first_rank) {
@@ -114,15 +102,15 @@ absl::Status write_timeline(const std::string& run_dir, std::ostream& out, Timel
       } else if (e.kind == "step_end") {
         ++st.instants;
         emit(fmt::format(R"({{"ph":"i","s":"t","cat":"step","name":{},"pid":{},"tid":{},"ts":{:.3f}}})",
-                         quote(fmt::format("step {}", e.step)), pid, tid, us(e.t)));
+                         detail::json_quoted(fmt::format("step {}", e.step)), pid, tid, us(e.t)));
       } else if (e.kind == "stall" || e.kind == "violation" || e.kind == "slow_step" ||
                  (e.kind == "log" && (e.level == "error" || e.level == "fatal"))) {
         ++st.instants;
         const std::string what = e.kind == "stall" ? fmt::format("stall: {}", e.inside)
                                  : e.kind == "slow_step" ? fmt::format("slow step {} ({})", e.step, e.grown_phase)
                                                          : fmt::format("{}: {}", e.kind, e.msg);
-        emit(fmt::format(R"({{"ph":"i","s":"p","cat":{},"name":{},"pid":{},"tid":{},"ts":{:.3f}}})", quote(e.kind),
-                         quote(what), pid, tid, us(e.t)));
+        emit(fmt::format(R"({{"ph":"i","s":"p","cat":{},"name":{},"pid":{},"tid":{},"ts":{:.3f}}})", detail::json_quoted(e.kind),
+                         detail::json_quoted(what), pid, tid, us(e.t)));
       }
     });
     if (!res.ok()) return res.status();

@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "invariant_rules.hpp"
 #include "rankscope/exchange.hpp"
+#include "json_util.hpp"
 #include "run_log.hpp"
 #include "status.hpp"
 
@@ -23,18 +24,7 @@ double median_of(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-std::string json_quote(const std::string& s) {
-  std::string o = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') o.push_back('\\');
-    if (static_cast<unsigned char>(c) < 0x20) {
-      o += fmt::format("\\u{:04x}", c);
-      continue;
-    }
-    o.push_back(c);
-  }
-  return o + "\"";
-}
+std::string json_quote(const std::string& s) { return detail::json_quoted(s); }
 
 // Desync: the violations the ranks recorded, plus the cross-rank rules
 // applied offline to their facts (which catches what no online check saw).

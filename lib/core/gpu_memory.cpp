@@ -1,0 +1,114 @@
+// GPU memory gauges from NVML, polled by the background thread before each
+// metrics snapshot, so they flow to the run log, Prometheus and OTLP alike:
+//   rankscope_gpu_memory_used_bytes{gpu}    device-wide used memory
+//   rankscope_gpu_memory_total_bytes{gpu}   device memory
+//   rankscope_gpu_process_memory_bytes{gpu} this process's memory on the device
+//                                           (the caching allocator's reserved pool plus the context)
+// NVML is loaded at run time and creates no CUDA context; without it (no
+// driver, as on CPU-only machines) nothing is exported and nothing is retried.
+// The allocator's own "allocated" figure is only known to the framework: the
+// Python torch integration reports it as a gauge.
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "rankscope/metrics.hpp"
+
+namespace rankscope::detail {
+
+namespace {
+struct NvmlMemory {
+  unsigned long long total, free, used;
+};
+struct NvmlProcess {  // nvmlProcessInfo_v1_t
+  unsigned pid;
+  unsigned long long used;
+};
+
+class GpuMemory {
+ public:
+  // A new run may bring the library an earlier one lacked (tests switch RANKSCOPE_NVML_LIBRARY).
+  void retry() {
+    if (state_ == State::kUnavailable) state_ = State::kUnloaded;
+  }
+  void poll() {
+    if (state_ == State::kUnavailable) return;
+    if (state_ == State::kUnloaded && !load()) {
+      state_ = State::kUnavailable;
+      return;
+    }
+    for (unsigned i = 0; i < devices_.size(); ++i) {
+      void* dev = devices_[i];
+      NvmlMemory m{};
+      if (memory_(dev, &m) == 0) {
+        used_[i]->set(static_cast<double>(m.used));
+        total_[i]->set(static_cast<double>(m.total));
+      }
+      if (processes_ == nullptr) continue;
+      NvmlProcess procs[64];
+      unsigned n = 64;
+      double mine = 0;
+      if (processes_(dev, &n, procs) == 0) {
+        for (unsigned k = 0; k < n && k < 64; ++k) {
+          if (procs[k].pid == static_cast<unsigned>(::getpid())) mine += static_cast<double>(procs[k].used);
+        }
+        process_[i]->set(mine);
+      }
+    }
+  }
+
+ private:
+  enum class State { kUnloaded, kLoaded, kUnavailable };
+  bool load() {
+    const char* path = std::getenv("RANKSCOPE_NVML_LIBRARY");
+    void* lib = ::dlopen(path != nullptr && *path != '\0' ? path : "libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) return false;
+    auto init = reinterpret_cast<int (*)()>(::dlsym(lib, "nvmlInit_v2"));
+    auto count = reinterpret_cast<int (*)(unsigned*)>(::dlsym(lib, "nvmlDeviceGetCount_v2"));
+    auto handle = reinterpret_cast<int (*)(unsigned, void**)>(::dlsym(lib, "nvmlDeviceGetHandleByIndex_v2"));
+    memory_ = reinterpret_cast<int (*)(void*, NvmlMemory*)>(::dlsym(lib, "nvmlDeviceGetMemoryInfo"));
+    processes_ = reinterpret_cast<int (*)(void*, unsigned*, NvmlProcess*)>(
+        ::dlsym(lib, "nvmlDeviceGetComputeRunningProcesses"));
+    unsigned n = 0;
+    if (init == nullptr || count == nullptr || handle == nullptr || memory_ == nullptr || init() != 0 ||
+        count(&n) != 0) {
+      ::dlclose(lib);
+      return false;
+    }
+    for (unsigned i = 0; i < n; ++i) {
+      void* dev = nullptr;
+      if (handle(i, &dev) != 0) continue;
+      const Labels l = {{"gpu", std::to_string(i)}};
+      devices_.push_back(dev);
+      used_.push_back(&gauge("rankscope_gpu_memory_used_bytes", "GPU memory used on the device (all processes)", l));
+      total_.push_back(&gauge("rankscope_gpu_memory_total_bytes", "GPU memory of the device", l));
+      process_.push_back(&gauge("rankscope_gpu_process_memory_bytes",
+                                "GPU memory held by this process (allocator pool and context)", l));
+    }
+    state_ = State::kLoaded;  // the library stays loaded: one dlopen per process
+    return true;
+  }
+
+  State state_ = State::kUnloaded;
+  int (*memory_)(void*, NvmlMemory*) = nullptr;
+  int (*processes_)(void*, unsigned*, NvmlProcess*) = nullptr;
+  std::vector<void*> devices_;
+  std::vector<Gauge*> used_, total_, process_;
+};
+}  // namespace
+
+namespace {
+GpuMemory& gpu_memory() {
+  static auto* g = new GpuMemory;  // leaked: polled until exit
+  return *g;
+}
+}  // namespace
+
+// Background thread only (init runs before it starts).
+void poll_gpu_memory() { gpu_memory().poll(); }
+void retry_gpu_memory() { gpu_memory().retry(); }
+
+}  // namespace rankscope::detail
