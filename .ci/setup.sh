@@ -9,7 +9,7 @@ PACKAGES=(
   libtorch-dev libgloo-dev python3-torch python3-pytest python3-numpy pybind11-dev
   libopenblas0-pthread
   prometheus-cpp-dev libsimdjson-dev libcli11-dev libspdlog-dev
-  prometheus libcurl4-openssl-dev zlib1g-dev nodejs
+  prometheus libcurl4-openssl-dev zlib1g-dev nodejs python3-prometheus-client
   valgrind
 )
 

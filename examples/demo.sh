@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash .ci/setup.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DRANKSCOPE_WITH_TORCH=ON -DRANKSCOPE_WITH_NVTX=ON -DRANKSCOPE_WITH_NCCL=ON -DRANKSCOPE_WITH_PROMETHEUS=ON -DRANKSCOPE_WITH_OTLP=ON >/dev/null
+  -DRANKSCOPE_WITH_TORCH=ON -DRANKSCOPE_WITH_NVTX=ON -DRANKSCOPE_WITH_NCCL=ON -DRANKSCOPE_WITH_PROMETHEUS=ON -DRANKSCOPE_WITH_OTLP=ON -DRANKSCOPE_WITH_PYTHON=ON >/dev/null
 cmake --build build -j2 --target rankscope_example_train rankscope_cli
 bash examples/cpp/launch.sh --ranks "${RANKS:-4}" --steps "${STEPS:-200}" \
   --trainer build/examples/cpp/rankscope_example_train --cli build/lib/rankscope --dir rankscope-runs

@@ -99,6 +99,43 @@ class PhaseTimer {
   std::uint64_t t0_ = 0;
 };
 
+namespace detail {
+// Open/close pair for callers that cannot hold a PhaseTimer across the span
+// (Python's __enter__/__exit__). The start time lives in the thread's open-
+// phase stack; phase_exit closes the top phase only if it is `site` (so an
+// exit whose enter was skipped — disabled at the time — closes nothing).
+inline void phase_enter(const Site* site) noexcept {
+  if (!gate_open()) return;
+  ThreadState* st = thread_state();
+  if (RANKSCOPE_DETAIL_UNLIKELY(st == nullptr || site == nullptr || st->depth >= kMaxOpenPhases)) return;
+  const int d = st->depth;
+  st->open[d].t0.store(now_ticks(), std::memory_order_relaxed);
+  st->open[d].site.store(site, std::memory_order_release);
+  st->depth = d + 1;
+}
+inline void phase_exit(const Site* site) noexcept {
+  ThreadState* st = t_state;
+  if (st == nullptr || st->depth <= 0 || st->depth > kMaxOpenPhases) return;
+  const int d = st->depth - 1;
+  if (st->open[d].site.load(std::memory_order_relaxed) != site) return;
+  const std::uint64_t t1 = now_ticks();
+  const std::uint64_t t0 = st->open[d].t0.load(std::memory_order_relaxed);
+  st->open[d].site.store(nullptr, std::memory_order_relaxed);
+  st->depth = d;
+  if (!gate_open() || !st->try_reserve(1)) return;
+  Record& r = st->slot(0);
+  r.t0 = t0;
+  r.t1 = t1;
+  r.site = site;
+  r.step = g_step.load(std::memory_order_relaxed);
+  r.kind = RecordKind::kPhase;
+  r.depth = static_cast<std::uint8_t>(d);
+  r.aux = 0;
+  r.v[0].site = d > 0 ? st->open[d - 1].site.load(std::memory_order_relaxed) : nullptr;
+  st->commit(1);
+}
+}  // namespace detail
+
 }  // namespace rankscope
 
 #if RANKSCOPE_ENABLED

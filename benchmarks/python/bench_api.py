@@ -1,0 +1,93 @@
+"""Per-call cost of rankscope's Python API next to same-run baselines.
+
+    PYTHONPATH=build/python /usr/bin/python3 benchmarks/python/bench_api.py [--quick]
+
+Each row: the best of 7 timeit repeats, in ns per call, and its ratio to the
+empty-`with` floor measured in the same run (the machine is shared and noisy).
+"""
+import collections
+import contextlib
+import sys
+import tempfile
+import time
+import timeit
+
+import rankscope
+
+QUICK = "--quick" in sys.argv
+N = 20_000 if QUICK else 200_000
+
+
+class Empty:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+times = collections.defaultdict(list)
+
+
+@contextlib.contextmanager
+def dict_timer(name):
+    t0 = time.perf_counter()
+    yield
+    times[name].append(time.perf_counter() - t0)
+
+
+def ns(stmt, setup="pass", g=None):
+    best = min(timeit.repeat(stmt, setup=setup, number=N, repeat=7, globals=g or globals()))
+    return best / N * 1e9
+
+
+def main():
+    rankscope.init(rank=0, world_size=1, run_dir=tempfile.mkdtemp(prefix="rankscope-bench-"))
+    empty = Empty()
+    fwd = rankscope.phase("forward")
+    c = rankscope.counter("bench_total")
+    g = dict(globals(), empty=empty, fwd=fwd, c=c)
+    rows = []
+    floor = ns("with empty: pass", g=g)
+    rows.append(("empty `with` on a trivial class (floor)", floor))
+    rows.append(("time.perf_counter() pair", ns("a = time.perf_counter(); b = time.perf_counter()", g=g)))
+    rows.append(("@contextmanager timer into a dict of lists", ns("with dict_timer('x'): pass", g=g)))
+    try:
+        import prometheus_client
+        h = prometheus_client.Histogram("bench_seconds", "bench")
+        g["h"] = h
+        rows.append(("prometheus_client Histogram.time()", ns("with h.time(): pass", g=g)))
+    except ImportError:
+        rows.append(("prometheus_client Histogram.time()", None))
+    try:
+        import torch
+        g["rf"] = torch.profiler.record_function
+        rows.append(("torch.profiler.record_function (profiler off)", ns("with rf('x'): pass", g=g)))
+    except ImportError:
+        rows.append(("torch.profiler.record_function", None))
+    on = ns("with fwd: pass", g=g)
+    rows.append(("`with rankscope.phase(\"x\")` handle kept, enabled", on))
+    rows.append(("`with rankscope.phase(\"x\")` looked up per call, enabled",
+                 ns("with rankscope.phase('forward'): pass", g=g)))
+    rankscope.set_enabled(False)
+    off = ns("with fwd: pass", g=g)
+    rows.append(("`with rankscope.phase(\"x\")` runtime-disabled", off))
+    rankscope.set_enabled(True)
+    g["n"] = 0
+    step = ns("rankscope.step(5, loss=0.5, lr=0.1)", g=g)
+    rows.append(("rankscope.step(n, loss=..., lr=...)", step))
+    rows.append(("counter.add(1)", ns("c.add(1)", g=g)))
+    rows.append(("rankscope.debug(...) below the level (suppressed)", ns("rankscope.debug('x', a=1)", g=g)))
+    rankscope.shutdown()
+    print(f"{'call':58} {'ns/call':>9} {'x floor':>8}")
+    for name, v in rows:
+        if v is None:
+            print(f"{name:58} {'n/a':>9}")
+        else:
+            print(f"{name:58} {v:9.1f} {v / floor:8.2f}")
+    print(f"targets: phase enabled <= 2x floor: {on / floor:.2f}x; disabled <= 1.2x: {off / floor:.2f}x; "
+          f"step <= 1000 ns: {step:.0f} ns")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+// The command-line tools as functions, for `python -m rankscope triage|status|timeline|summary`.
+#include <pybind11/pybind11.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "run_log.hpp"
+#include "status.hpp"
+#include "timeline.hpp"
+#include "triage.hpp"
+
+namespace py = pybind11;
+using namespace pybind11::literals;
+
+// Runs `fn` (returning {text, exit code}) without the GIL: reading a large run may take a while.
+template <typename Fn>
+py::tuple run(Fn&& fn) {
+  std::pair<std::string, int> out;
+  {
+    py::gil_scoped_release release;
+    out = fn();
+  }
+  return py::make_tuple(out.first, out.second);
+}
+
+void bind_cli(py::module_& m) {
+  namespace r = rankscope::reader;
+  using Out = std::pair<std::string, int>;
+  auto failed = [](const absl::Status& st) { return Out{std::string(st.message()) + "\n", 2}; };
+  m.def("_triage", [failed](const std::string& dir, bool json) {
+    return run([&]() -> Out {
+      auto t = r::triage(dir);
+      if (!t.ok()) return failed(t.status());
+      return {json ? r::format_triage_json(*t) : r::format_triage(*t), t->exit_code};
+    });
+  }, "run_dir"_a, "json"_a = false);
+  m.def("_status", [failed](const std::string& dir, bool json) {
+    return run([&]() -> Out {
+      auto s = r::read_status(dir);
+      if (!s.ok()) return failed(s.status());
+      return {json ? r::format_status_json(*s) : r::format_status(*s), s->exit_code};
+    });
+  }, "run_dir"_a, "json"_a = false);
+  m.def("_summary", [failed](const std::string& dir, bool json) {
+    return run([&]() -> Out {
+      auto s = r::summarize_run(dir);
+      if (!s.ok()) return failed(s.status());
+      return {json ? r::format_summary_json(*s) : r::format_summary(*s), 0};
+    });
+  }, "run_dir"_a, "json"_a = false);
+  m.def("_timeline", [failed](const std::string& dir, const std::string& out) {
+    return run([&]() -> Out {
+      std::ofstream f(out);
+      if (!f) return {"cannot write '" + out + "'\n", 2};
+      r::TimelineStats ts;
+      const absl::Status st = r::write_timeline(dir, f, &ts);
+      if (!st.ok()) return failed(st);
+      return {std::to_string(ts.ranks) + " ranks, " + std::to_string(ts.slices) + " slices, " +
+                  std::to_string(ts.flows) + " cross-rank flows -> " + out + "\n",
+              0};
+    });
+  }, "run_dir"_a, "output"_a);
+}

@@ -1,0 +1,49 @@
+// The logger: rankscope.info("loss {:.3f}".format(x), step_time=0.2) — the
+// message is formatted by Python; keyword arguments become typed fields.
+#include <pybind11/pybind11.h>
+
+#include <fmt/format.h>
+
+#include "json_util.hpp"
+#include "payload.hpp"
+#include "rankscope/log.hpp"
+
+namespace py = pybind11;
+using namespace pybind11::literals;
+
+namespace {
+// One call site for Python records: the caller's file and line go in fields
+// only when asked (frame inspection costs more than the record).
+constexpr rankscope::detail::LogSite kPythonSite{"<python>", "", 0};
+
+void emit(rankscope::Level level, std::string_view msg, const py::kwargs& fields) {
+  if (!rankscope::detail::log_enabled(level)) return;
+  fmt::memory_buffer b;
+  for (auto [k, v] : fields) {
+    if (b.size() != 0) b.push_back(',');
+    rankscope::detail::json_escape_to(b, py::str(k).cast<std::string>());
+    b.push_back(':');
+    if (py::isinstance<py::bool_>(v)) b.append(std::string_view(v.cast<bool>() ? "true" : "false"));
+    else if (py::isinstance<py::int_>(v)) fmt::format_to(fmt::appender(b), "{}", v.cast<long long>());
+    else if (py::isinstance<py::float_>(v)) rankscope::detail::json_number_to(b, v.cast<double>());
+    else rankscope::detail::json_escape_to(b, py::str(v).cast<std::string>());
+  }
+  rankscope::detail::emit_payload(rankscope::detail::RecordKind::kLog, level, &kPythonSite, 0, msg,
+                                  std::string_view(b.data(), b.size()), level >= rankscope::Level::kError);
+}
+}  // namespace
+
+void bind_log(py::module_& m) {
+  const char* doc =
+      "Logs `msg` with keyword arguments as typed fields, stamped with rank, step and thread.\n"
+      "Every record reaches the run log; the console shows info from rank 0 and warnings/errors\n"
+      "from every rank (RANKSCOPE_CONSOLE). Errors are written before the call returns.";
+  m.def("debug", [](std::string_view msg, py::kwargs f) { emit(rankscope::Level::kDebug, msg, f); }, "msg"_a, doc);
+  m.def("info", [](std::string_view msg, py::kwargs f) { emit(rankscope::Level::kInfo, msg, f); }, "msg"_a, doc);
+  m.def("warning", [](std::string_view msg, py::kwargs f) { emit(rankscope::Level::kWarn, msg, f); }, "msg"_a, doc);
+  m.def("error", [](std::string_view msg, py::kwargs f) { emit(rankscope::Level::kError, msg, f); }, "msg"_a, doc);
+  m.def("fatal", [](std::string_view msg, py::kwargs f) { emit(rankscope::Level::kFatal, msg, f); }, "msg"_a, doc);
+  m.def(
+      "log_enabled", [](int level) { return rankscope::detail::log_enabled(static_cast<rankscope::Level>(level)); },
+      "level"_a, "Would a record at `level` (0 debug .. 4 fatal) be recorded? (skip building costly messages)");
+}

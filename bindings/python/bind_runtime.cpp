@@ -1,0 +1,97 @@
+// init/shutdown/flush, switches, context, stats, steps, progress, flight-recorder dumps.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <optional>
+
+#include "rankscope/flight_recorder.hpp"
+#include "rankscope/heartbeat.hpp"
+#include "rankscope/runtime.hpp"
+#include "rankscope/step.hpp"
+
+namespace py = pybind11;
+using namespace pybind11::literals;
+
+void bind_runtime(py::module_& m) {
+  m.def(
+      "init",
+      [](std::optional<int> rank, std::optional<int> world_size, std::optional<int> local_rank,
+         std::optional<std::string> run_dir, std::optional<std::string> run_id, std::optional<bool> enabled,
+         std::optional<std::map<std::string, std::string>> run_config) {
+        rankscope::Config cfg;
+        cfg.context.rank = rank;
+        cfg.context.world_size = world_size;
+        cfg.context.local_rank = local_rank;
+        if (run_id) cfg.context.run_id = *run_id;
+        cfg.run_dir = run_dir;
+        cfg.enabled = enabled;
+        if (run_config) cfg.run_config.assign(run_config->begin(), run_config->end());
+        absl::Status st;
+        {
+          py::gil_scoped_release release;
+          st = rankscope::init(cfg);
+        }
+        if (!st.ok()) throw py::value_error(std::string(st.message()));
+      },
+      "rank"_a = py::none(), "world_size"_a = py::none(), "local_rank"_a = py::none(), "run_dir"_a = py::none(),
+      "run_id"_a = py::none(), "enabled"_a = py::none(), "run_config"_a = py::none(),
+      "Starts recording. Unset arguments come from the environment (RANK, WORLD_SIZE, LOCAL_RANK,\n"
+      "Slurm, RANKSCOPE_*). Raises ValueError naming the variable and the fix on bad input.\n"
+      "Idempotent; shutdown() also runs at exit.");
+  m.def(
+      "shutdown", [](double timeout_s) { rankscope::shutdown(std::chrono::milliseconds(static_cast<long>(timeout_s * 1e3))); },
+      "timeout_s"_a = 5.0, py::call_guard<py::gil_scoped_release>(),
+      "Drains everything recorded into the sinks and closes them, waiting at most timeout_s.");
+  m.def(
+      "flush", [](double timeout_s) { return rankscope::flush(std::chrono::milliseconds(static_cast<long>(timeout_s * 1e3))); },
+      "timeout_s"_a = 5.0, py::call_guard<py::gil_scoped_release>(),
+      "Drains and flushes what was recorded before the call; False if timeout_s passed first.");
+  m.def("set_enabled", &rankscope::set_enabled, "on"_a, "Runtime switch: disabled, every call is one load and branch.");
+  m.def("enabled", &rankscope::enabled);
+  m.def("initialized", &rankscope::initialized);
+  m.def("run_dir", &rankscope::run_dir, "The run directory in use ('' before init).");
+  m.def(
+      "context",
+      [] {
+        const auto& c = rankscope::context();
+        return py::dict("rank"_a = c.rank, "world_size"_a = c.world_size, "local_rank"_a = c.local_rank,
+                        "local_world_size"_a = c.local_world_size, "node_rank"_a = c.node_rank, "run_id"_a = c.run_id,
+                        "job_id"_a = c.job_id, "host"_a = c.host, "restart_count"_a = c.restart_count);
+      },
+      "The rank context resolved by init().");
+  m.def(
+      "stats",
+      [] {
+        const auto s = rankscope::stats();
+        return py::dict("events_recorded"_a = s.events_recorded, "events_dropped"_a = s.events_dropped,
+                        "export_errors"_a = s.export_errors, "inactive_calls"_a = s.inactive_calls,
+                        "threads"_a = s.threads);
+      },
+      "rankscope's own counters.");
+  m.def("begin_step", &rankscope::begin_step, "step"_a, "Marks the start of step `step` (stamps later events).");
+  m.def("current_step", &rankscope::current_step);
+  m.def(
+      "step",
+      [](std::int64_t n, std::optional<double> loss, std::optional<double> lr, std::optional<double> grad_norm,
+         std::optional<std::int64_t> samples, std::optional<std::int64_t> tokens, bool skipped) {
+        if (rankscope::current_step() != n) rankscope::begin_step(n);
+        rankscope::end_step({loss, lr, grad_norm, samples, tokens, skipped});
+        rankscope::begin_step(n + 1);
+      },
+      "n"_a, py::kw_only(), "loss"_a = py::none(), "lr"_a = py::none(), "grad_norm"_a = py::none(),
+      "samples"_a = py::none(), "tokens"_a = py::none(), "skipped"_a = false,
+      "Ends step n with its scalars and begins step n + 1 (call once at the end of every step).");
+  m.def("progress", &rankscope::progress, "Marks progress without a step (evaluation loops, long setup).");
+  m.def(
+      "dump_flight_recorder",
+      [](const std::string& reason) {
+        absl::StatusOr<std::string> r;
+        {
+          py::gil_scoped_release release;
+          r = rankscope::dump_flight_recorder(reason);
+        }
+        if (!r.ok()) throw std::runtime_error(std::string(r.status().message()));
+        return *r;
+      },
+      "reason"_a = "api", "Writes rank-<R>.flight.json (recent collectives, open phases); returns its path.");
+}

@@ -1,0 +1,96 @@
+"""rankscope: rank-aware observability for distributed training.
+
+    import rankscope
+    rankscope.init()                      # rank, world size, run dir from the environment
+    for n, batch in enumerate(loader):
+        with rankscope.phase("forward"):
+            loss = model(batch)
+        with rankscope.phase("backward"):
+            loss.backward()
+        rankscope.step(n, loss=loss.item(), lr=lr, samples=len(batch))
+    rankscope.shutdown()                  # also runs at exit
+
+Importing does nothing; calls before init() are counted no-ops. The extension
+(_rankscope) is the C++ library; this package adds the decorator form of
+phase() and the command line (python -m rankscope triage|status|timeline|summary).
+"""
+import functools as _functools
+
+from . import _rankscope
+from ._rankscope import (  # noqa: F401  (the public API)
+    BatchAccounting,
+    Counter,
+    Gauge,
+    Histogram,
+    InvariantViolation,
+    Phase,
+    begin_step,
+    check_batch_math,
+    check_resume,
+    check_sampler,
+    clear_exchange,
+    context,
+    counter,
+    current_step,
+    debug,
+    dump_flight_recorder,
+    enabled,
+    error,
+    fatal,
+    fingerprint_bytes,
+    fingerprint_indices,
+    flush,
+    gauge,
+    histogram,
+    info,
+    init,
+    initialized,
+    log_enabled,
+    phase,
+    progress,
+    record_checkpoint_save,
+    run_dir,
+    set_enabled,
+    shutdown,
+    stats,
+    step,
+    use_local_exchange,
+    violation_count,
+    warning,
+)
+
+__version__ = _rankscope.__version__
+
+
+def _decorate(handle, fn):
+    """@rankscope.phase("name") on a function: times every call as that phase."""
+
+    @_functools.wraps(fn)
+    def timed(*args, **kwargs):
+        with handle:
+            return fn(*args, **kwargs)
+
+    return timed
+
+
+_rankscope._set_decorator(_decorate)
+
+
+def triage(run_dir, json=False):
+    """What went wrong in RUN_DIR, on which rank, with the evidence: (text, exit code 0/1/2)."""
+    return _rankscope._triage(str(run_dir), json)
+
+
+def status(run_dir, json=False):
+    """Is every rank alive and progressing? (text, exit code)."""
+    return _rankscope._status(str(run_dir), json)
+
+
+def summary(run_dir, json=False):
+    """Per-rank summary of a run directory: (text, exit code)."""
+    return _rankscope._summary(str(run_dir), json)
+
+
+def timeline(run_dir, output="trace.json"):
+    """Writes the run as Chrome/Perfetto trace JSON: (message, exit code)."""
+    return _rankscope._timeline(str(run_dir), str(output))

@@ -1,0 +1,152 @@
+"""The Python API end to end: each test runs a fresh interpreter and reads the run log back."""
+import json
+import os
+
+import pytest
+
+
+def events(run_dir, rank=0):
+    with open(os.path.join(run_dir, f"rank-{rank}.jsonl")) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def test_import_without_init_is_harmless(run_py):
+    p = run_py("""
+        import rankscope
+        with rankscope.phase("forward"):
+            pass
+        rankscope.step(0, loss=1.0)
+        rankscope.counter("c").add(1)
+        rankscope.info("nothing", x=1)
+        assert not rankscope.initialized()
+        assert rankscope.stats()["inactive_calls"] >= 1
+        print("ok")
+    """)
+    assert p.stdout.strip() == "ok"
+
+
+def test_phases_steps_metrics_and_logs_reach_the_run_log(run_py, tmp_path):
+    run_py("""
+        import os, rankscope
+        rankscope.init(rank=0, world_size=1, run_dir=os.environ["RUN_DIR"], run_config={"model": "mlp"})
+        fwd = rankscope.phase("forward")
+        assert fwd is rankscope.phase("forward")      # interned handles
+        @rankscope.phase("backward")
+        def backward(x):
+            '''doc kept'''
+            return x + 1
+        assert backward.__doc__ == "doc kept"
+        for n in range(3):
+            with fwd:
+                with rankscope.phase("attention"):
+                    pass
+            backward(n)
+            rankscope.step(n, loss=0.5 - n / 10, lr=0.01, grad_norm=2.0, samples=8)
+        rankscope.counter("samples_total", "Samples").add(24)
+        rankscope.gauge("temp", labels={"gpu": "0"}).set(61.5)
+        rankscope.histogram("batch_seconds", [0.1, 1.0]).observe(0.5)
+        rankscope.warning("slow checkpoint", path="/ckpt", bytes=4096, ratio=0.5, ok=False)
+        try:
+            with rankscope.phase("optimizer"):
+                raise KeyError("boom")                # the phase closes, the exception propagates
+        except KeyError:
+            pass
+        rankscope.shutdown()
+    """)
+    ev = events(tmp_path / "run")
+    phases = [e for e in ev if e["kind"] == "phase"]
+    assert [e["name"] for e in phases].count("forward") == 3
+    assert [e["name"] for e in phases].count("backward") == 3
+    att = [e for e in phases if e["name"] == "attention"]
+    assert att and all(e["parent"] == "forward" and e["depth"] == 1 for e in att)
+    assert any(e["name"] == "optimizer" and e["phase_kind"] == "optimizer" for e in phases)
+    ends = [e for e in ev if e["kind"] == "step_end"]
+    assert [e["step"] for e in ends] == [0, 1, 2]
+    assert ends[1]["loss"] == pytest.approx(0.4) and ends[1]["samples"] == 8 and ends[1]["grad_norm"] == 2.0
+    assert all(e["step"] == 1 for e in phases if e["name"] == "backward" and e["t"] > ends[0]["t"] and e["t"] < ends[1]["t"])
+    log = next(e for e in ev if e["kind"] == "log")
+    assert log["level"] == "warn" and log["fields"] == {"path": "/ckpt", "bytes": 4096, "ratio": 0.5, "ok": False}
+    metrics = {e["name"]: e for e in ev if e["kind"] == "metric"}
+    assert metrics["samples_total"]["value"] == 24
+    assert metrics["temp"]["labels"] == {"gpu": "0"} and metrics["temp"]["value"] == 61.5
+    assert metrics["batch_seconds"]["counts"] == [0, 1, 0]
+
+
+def test_disabled_at_runtime_records_no_phases(run_py, tmp_path):
+    run_py("""
+        import os, rankscope
+        rankscope.init(rank=0, world_size=1, run_dir=os.environ["RUN_DIR"])
+        rankscope.set_enabled(False)
+        with rankscope.phase("forward"):
+            rankscope.set_enabled(True)               # exit without a matching enter: nothing closes
+        with rankscope.phase("forward"):
+            pass
+        rankscope.shutdown()
+    """)
+    assert sum(1 for e in events(tmp_path / "run") if e["kind"] == "phase") == 1
+
+
+def test_bad_init_raises_value_error_naming_the_variable(run_py):
+    p = run_py("""
+        import rankscope
+        try:
+            rankscope.init()
+        except ValueError as e:
+            print(e)
+    """, env={"RANK": "abc", "WORLD_SIZE": "2"})
+    assert "RANK='abc'" in p.stdout
+
+
+def test_invariants_raise_or_record_by_policy(run_py, tmp_path):
+    p = run_py("""
+        import os, rankscope
+        rankscope.init(rank=0, world_size=1, run_dir=os.environ["RUN_DIR"])
+        try:
+            rankscope.check_batch_math(micro_batch=8, grad_accum=2, data_parallel=2, global_batch=64)
+        except rankscope.InvariantViolation as e:
+            print("raised:", e)
+        rankscope.check_batch_math(micro_batch=8, grad_accum=2, data_parallel=2, global_batch=64, fail=False)
+        acc = rankscope.BatchAccounting(dataset_size=1000, micro_batch=64, data_parallel=4)
+        print("expected", acc.expected_per_epoch)
+        acc.start_epoch(0)
+        acc.on_batch(0)
+        try:
+            acc.on_batch(2)
+        except rankscope.InvariantViolation as e:
+            print("raised:", e)
+        fp = rankscope.fingerprint_indices([5, 1, 9])
+        rankscope.check_sampler(seed=1, epoch=0, fingerprint=fp, num_indices=3)
+        rankscope.shutdown()
+        print("violations", rankscope.violation_count())
+    """)
+    assert "raised: batch_math: micro-batch 8 x grad-accum 2 x data-parallel 2 = 32" in p.stdout
+    assert "expected 4" in p.stdout
+    assert "raised: epoch_batches: rank 0 skipped batch 1 of epoch 0 (got batch 2)" in p.stdout
+    assert "violations 3" in p.stdout
+    facts = [e for e in events(tmp_path / "run") if e["kind"] == "fact"]
+    assert {f["name"] for f in facts} >= {"batch_math", "sampler"}
+
+
+def test_cli_from_python(run_py, tmp_path):
+    run_py("""
+        import os, rankscope
+        rankscope.init(rank=0, world_size=1, run_dir=os.environ["RUN_DIR"])
+        for n in range(3):
+            with rankscope.phase("forward"):
+                pass
+            rankscope.step(n)
+        rankscope.shutdown()
+    """)
+    import subprocess, sys
+    env = dict(os.environ, PYTHONPATH=os.path.abspath(os.environ.get("RANKSCOPE_PYTHONPATH", "build/python")))
+    run = str(tmp_path / "run")
+    tri = subprocess.run([sys.executable, "-m", "rankscope", "triage", run, "--json"], env=env, capture_output=True,
+                         text=True)
+    assert tri.returncode == 0, tri.stderr
+    assert json.loads(tri.stdout)["exit_code"] == 0
+    tl = subprocess.run([sys.executable, "-m", "rankscope", "timeline", run, "-o", str(tmp_path / "t.json")], env=env,
+                        capture_output=True, text=True)
+    assert tl.returncode == 0 and json.load(open(tmp_path / "t.json"))["traceEvents"]
+    bad = subprocess.run([sys.executable, "-m", "rankscope", "triage", str(tmp_path / "nope")], env=env,
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "not a run directory" in bad.stderr
