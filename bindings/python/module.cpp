@@ -11,6 +11,7 @@ void bind_metrics(py::module_& m);
 void bind_log(py::module_& m);
 void bind_invariants(py::module_& m);
 void bind_cli(py::module_& m);
+void bind_collective(py::module_& m);
 
 PYBIND11_MODULE(_rankscope, m) {
   m.doc() = "rankscope's extension module; import `rankscope`, not this.";
@@ -21,4 +22,5 @@ PYBIND11_MODULE(_rankscope, m) {
   bind_log(m);
   bind_invariants(m);
   bind_cli(m);
+  bind_collective(m);
 }

@@ -19,7 +19,10 @@ import functools as _functools
 from . import _rankscope
 from ._rankscope import (  # noqa: F401  (the public API)
     BatchAccounting,
+    CollectiveSpan,
+    Communicator,
     Counter,
+    Exchange,
     Gauge,
     Histogram,
     InvariantViolation,
@@ -29,6 +32,8 @@ from ._rankscope import (  # noqa: F401  (the public API)
     check_resume,
     check_sampler,
     clear_exchange,
+    collective,
+    communicator,
     context,
     counter,
     current_step,
@@ -51,6 +56,7 @@ from ._rankscope import (  # noqa: F401  (the public API)
     record_checkpoint_save,
     run_dir,
     set_enabled,
+    set_exchange,
     shutdown,
     stats,
     step,

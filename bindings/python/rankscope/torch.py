@@ -1,0 +1,289 @@
+"""rankscope.torch: PyTorch integration on top of the rankscope module.
+
+    import rankscope, rankscope.torch as rst
+    rankscope.init()
+    rst.instrument()                          # torch.distributed collectives become collective spans
+    ddp = DDP(model); rst.instrument_ddp(ddp) # DDP's gradient all-reduces too (a comm hook)
+    rst.use_torch_exchange()                  # invariant checks compare ranks online over the job's store
+    for batch in rst.timed_loader(loader, accounting=acc):   # time blocked in next() = loader_wait
+        ...
+        skipped = amp.update()                # rst.AmpSkips(scaler): a skipped optimizer step, counted
+        rst.record_cuda_memory()              # allocated / reserved gauges when CUDA exists
+    rst.uninstrument()
+
+Only public torch APIs that exist from 1.13 through 2.x are used; nothing in
+torch is changed except the torch.distributed functions instrument() wraps
+(restored by uninstrument()).
+"""
+import functools
+import time
+
+import torch
+import torch.distributed as dist
+
+import rankscope
+from . import _rankscope as _rs
+
+# torch.distributed function -> (rankscope op, how to find its tensors)
+_OPS = {
+    "all_reduce": "all_reduce",
+    "broadcast": "broadcast",
+    "reduce": "reduce",
+    "all_gather": "all_gather",
+    "all_gather_into_tensor": "all_gather",
+    "_all_gather_base": "all_gather",
+    "reduce_scatter": "reduce_scatter",
+    "reduce_scatter_tensor": "reduce_scatter",
+    "_reduce_scatter_base": "reduce_scatter",
+    "all_to_all": "all_to_all",
+    "all_to_all_single": "all_to_all",
+    "barrier": "barrier",
+    "send": "send",
+    "recv": "recv",
+    "isend": "send",
+    "irecv": "recv",
+    "broadcast_object_list": "broadcast",
+    "all_gather_object": "all_gather",
+    "gather_object": "other",
+    "scatter_object_list": "other",
+}
+_PEER_ARG = {"broadcast": 1, "reduce": 1, "send": 1, "recv": 1, "isend": 1, "irecv": 1}
+
+_originals = {}
+_comms = {}
+
+
+def _communicator(group):
+    """One rankscope communicator per process group: sequence numbers line up across its ranks."""
+    key = id(group) if group is not None else 0
+    c = _comms.get(key)
+    if c is None:
+        world = group is None or group is dist.group.WORLD
+        name = "world" if world else f"pg{len(_comms)}"
+        c = _rs.communicator(name, dist.get_world_size(group), dist.get_rank(group))
+        _comms[key] = c
+    return c
+
+
+def _describe(fn_name, args, kwargs):
+    """(count, dtype, peer) of a call: the elements this rank contributes."""
+    if fn_name == "barrier" or fn_name.endswith("_object") or fn_name.endswith("_object_list"):
+        return 0, "unknown", -1
+    first = args[0] if args else next(iter(kwargs.values()), None)
+    tensors = []
+    if fn_name in ("all_gather",):  # (tensor_list, tensor)
+        first = args[1] if len(args) > 1 else kwargs.get("tensor")
+    if fn_name == "reduce_scatter":  # (output, input_list)
+        tensors = [args[0] if args else kwargs.get("output")]
+    elif fn_name == "all_to_all":  # (output_list, input_list)
+        tensors = list(args[1] if len(args) > 1 else kwargs.get("input_tensor_list", []))
+    elif fn_name in ("all_gather_into_tensor", "_all_gather_base", "reduce_scatter_tensor", "_reduce_scatter_base",
+                     "all_to_all_single"):
+        tensors = [args[1] if len(args) > 1 else kwargs.get("input_tensor", kwargs.get("input"))]
+    else:
+        tensors = [first]
+    tensors = [t for t in tensors if isinstance(t, torch.Tensor)]
+    count = sum(t.numel() for t in tensors)
+    dtype = str(tensors[0].dtype) if tensors else "unknown"
+    peer = -1
+    if fn_name in _PEER_ARG:
+        i = _PEER_ARG[fn_name]
+        p = args[i] if len(args) > i else kwargs.get("src", kwargs.get("dst"))
+        if isinstance(p, int):
+            peer = p
+    return count, dtype, peer
+
+
+class _TimedWork:
+    """An async work handle whose wait() ends the collective span."""
+
+    def __init__(self, work, span):
+        self._work, self._span = work, span
+
+    def wait(self, *args, **kwargs):
+        try:
+            r = self._work.wait(*args, **kwargs)
+        except Exception:
+            self._span.end(False)
+            raise
+        self._span.end(True)
+        return r
+
+    def get_future(self):
+        fut = self._work.get_future()
+        fut.then(lambda f: self._span.end(True))  # completion through the future ends the span too
+        return fut
+
+    def __getattr__(self, name):
+        return getattr(self._work, name)
+
+
+def _wrap(fn_name, fn):
+    op = _OPS[fn_name]
+
+    @functools.wraps(fn)
+    def traced(*args, **kwargs):
+        if not rankscope.enabled() or not dist.is_initialized():
+            return fn(*args, **kwargs)
+        group = kwargs.get("group")
+        count, dtype, peer = _describe(fn_name, args, kwargs)
+        span = _rs.collective(_communicator(group), op, count, dtype, peer)
+        try:
+            work = fn(*args, **kwargs)
+        except Exception:
+            span.end(False)
+            raise
+        if work is not None and hasattr(work, "wait") and (kwargs.get("async_op") or fn_name in ("isend", "irecv")):
+            return _TimedWork(work, span)
+        span.end(True)
+        return work
+
+    return traced
+
+
+def instrument():
+    """Wraps torch.distributed's collectives with rankscope collective spans (idempotent)."""
+    for name in _OPS:
+        if name in _originals or not hasattr(dist, name):
+            continue
+        _originals[name] = getattr(dist, name)
+        setattr(dist, name, _wrap(name, _originals[name]))
+
+
+def uninstrument():
+    """Restores every function instrument() wrapped."""
+    for name, fn in _originals.items():
+        setattr(dist, name, fn)
+    _originals.clear()
+
+
+def instrument_ddp(ddp_model):
+    """DDP all-reduces gradients in C++, not through torch.distributed's Python
+    functions: a comm hook makes each bucket's all-reduce a collective span,
+    completed when its future is."""
+    comm = _communicator(None)
+    world = dist.get_world_size()
+
+    def hook(state, bucket):
+        # What DDP's default allreduce_hook does, through the un-instrumented
+        # all_reduce so the bucket is one span, ended when its future completes.
+        buf = bucket.buffer()
+        span = _rs.collective(comm, "all_reduce", buf.numel(), str(buf.dtype))
+        buf.div_(world)
+        all_reduce = _originals.get("all_reduce", dist.all_reduce)
+        fut = all_reduce(buf, async_op=True).get_future()
+
+        def done(f):
+            span.end(not f.value() is None)
+            return f.value()[0]
+
+        return fut.then(done)
+
+    ddp_model.register_comm_hook(None, hook)
+
+
+class TorchStoreExchange(_rs.Exchange):
+    """The invariant checks' exchange over the job's c10d store: set this rank's
+    payload, then bump its arrival counter; poll the others' counters with
+    add(key, 0), which never blocks (torch 1.13's Python stores have no
+    check(), and get() would wait for a missing rank), and report the ranks
+    that did not arrive when the timeout passes."""
+
+    def __init__(self, store=None, prefix="rankscope/x/"):
+        super().__init__(dist.get_rank(), dist.get_world_size())
+        self._store = store if store is not None else dist.distributed_c10d._get_default_store()
+        self._prefix = prefix
+        self._rank, self._size = dist.get_rank(), dist.get_world_size()
+
+    def gather(self, key, payload, timeout_s):
+        base = f"{self._prefix}{key}/"
+        self._store.set(base + str(self._rank), payload)
+        self._store.add(base + "arrived/" + str(self._rank), 1)
+        out = [None] * self._size
+        deadline = time.monotonic() + timeout_s
+        pause = 0.001
+        while True:
+            for r in range(self._size):
+                if out[r] is None and self._store.add(base + "arrived/" + str(r), 0) > 0:
+                    out[r] = bytes(self._store.get(base + str(r)))
+            missing = [r for r in range(self._size) if out[r] is None]
+            if not missing:
+                return out
+            if time.monotonic() >= deadline:
+                e = TimeoutError(f"ranks {missing} did not arrive")
+                e.missing = missing
+                raise e
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
+
+
+_exchange = None
+
+
+def use_torch_exchange(timeout_s=60.0, store=None):
+    """Makes rankscope's invariant checks compare ranks online over torch.distributed's store."""
+    global _exchange
+    _exchange = TorchStoreExchange(store)  # kept alive here: the C++ side holds it too
+    _rs.set_exchange(_exchange, timeout_s)
+
+
+def timed_loader(iterable, accounting=None):
+    """Yields from `iterable`, timing each blocking next() as the loader_wait phase;
+    with a BatchAccounting, every batch is counted (index = position in the epoch)."""
+    wait = rankscope.phase("loader_wait")
+    it = iter(iterable)
+    i = 0
+    while True:
+        with wait:
+            try:
+                batch = next(it)
+            except StopIteration:
+                return
+        if accounting is not None:
+            accounting.on_batch(i)
+        i += 1
+        yield batch
+
+
+class AmpSkips:
+    """Detects optimizer steps GradScaler skipped (inf/nan gradients): the scale
+    decreases after update(). Call update() instead of scaler.update()."""
+
+    def __init__(self, scaler):
+        self._scaler = scaler
+        self._counter = rankscope.counter("rankscope_amp_skipped_steps_total", "Optimizer steps skipped by GradScaler")
+
+    def update(self, new_scale=None):
+        before = self._scaler.get_scale() if self._scaler.is_enabled() else None
+        self._scaler.update(new_scale)
+        if before is None:
+            return False
+        skipped = self._scaler.get_scale() < before
+        if skipped:
+            self._counter.add(1)
+        return skipped
+
+
+def record_cuda_memory(device=None):
+    """Sets rankscope_cuda_memory_allocated_bytes / _reserved_bytes for this
+    rank's device; does nothing (and raises nothing) without CUDA."""
+    if not torch.cuda.is_available():
+        return False
+    d = torch.cuda.current_device() if device is None else device
+    labels = {"gpu": str(d)}
+    rankscope.gauge("rankscope_cuda_memory_allocated_bytes", "torch.cuda.memory_allocated", labels).set(
+        float(torch.cuda.memory_allocated(d)))
+    rankscope.gauge("rankscope_cuda_memory_reserved_bytes", "torch.cuda.memory_reserved", labels).set(
+        float(torch.cuda.memory_reserved(d)))
+    return True
+
+
+def check_distributed_sampler(sampler, epoch=None, first_k=1024, fail=False):
+    """Sampler invariants from a DistributedSampler: seed, epoch, shuffle, and a
+    fingerprint of this rank's first indices of the epoch."""
+    if epoch is not None:
+        sampler.set_epoch(epoch)
+    indices = list(iter(sampler))
+    rankscope.check_sampler(seed=int(sampler.seed), epoch=int(sampler.epoch), shuffle=bool(sampler.shuffle),
+                            fingerprint=rankscope.fingerprint_indices(indices[:first_k], first_k),
+                            num_indices=len(indices), fail=fail)

@@ -1,0 +1,100 @@
+"""A real multi-rank CPU training run (gloo, DDP) with every rankscope integration on.
+
+    PYTHONPATH=build/python /usr/bin/python3 examples/python/train_ddp.py --ranks 2 --epochs 2 --dir rankscope-runs
+
+Starts --ranks processes with torch.multiprocessing (torchrun is broken with
+Debian's torch 1.13 on Python 3.11), each with the environment torchrun would
+set; every rank writes to one run directory, which `rankscope triage` reads.
+"""
+import argparse
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+import rankscope
+import rankscope.torch as rst
+
+
+def train(rank, args, run_dir, port):
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(args.ranks), LOCAL_RANK=str(rank),
+                      LOCAL_WORLD_SIZE=str(args.ranks), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    rankscope.init(run_dir=run_dir, run_config={"model": "mlp", "batch": str(args.batch)})
+    dist.init_process_group("gloo", rank=rank, world_size=args.ranks)
+    rst.instrument()             # torch.distributed calls -> collective spans
+    rst.use_torch_exchange(30)   # invariant checks compare ranks online over the job's store
+
+    torch.manual_seed(0)
+    x = torch.randn(args.samples, 32)
+    y = x[:, :4].argmax(1)
+    data = TensorDataset(x, y)
+    sampler = DistributedSampler(data, num_replicas=args.ranks, rank=rank, shuffle=True, seed=args.seed)
+    loader = DataLoader(data, batch_size=args.batch, sampler=sampler)
+    model = DDP(torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4)))
+    rst.instrument_ddp(model)    # DDP's bucket all-reduces -> collective spans
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.cuda.amp.GradScaler(enabled=torch.cuda.is_available())
+    amp = rst.AmpSkips(scaler)
+    rankscope.check_batch_math(micro_batch=args.batch, data_parallel=args.ranks, global_batch=args.batch * args.ranks)
+    acc = rankscope.BatchAccounting(dataset_size=args.samples, micro_batch=args.batch, data_parallel=args.ranks)
+    step = 0
+    for epoch in range(args.epochs):
+        rst.check_distributed_sampler(sampler, epoch)
+        acc.start_epoch(epoch)
+        for xb, yb in rst.timed_loader(loader, accounting=acc):
+            with rankscope.phase("forward"):
+                loss = torch.nn.functional.cross_entropy(model(xb), yb)
+            with rankscope.phase("backward"):
+                opt.zero_grad()
+                scaler.scale(loss).backward()
+            with rankscope.phase("optimizer"):
+                scaler.step(opt)
+                amp.update()
+            rst.record_cuda_memory()
+            rankscope.step(step, loss=loss.item(), lr=0.1, samples=len(xb))
+            step += 1
+        acc.end_epoch()
+        with rankscope.phase("eval_sync"):
+            t = torch.tensor([loss.item()])
+            dist.all_reduce(t)                      # an explicit collective: a span too
+            work = dist.all_reduce(t, async_op=True)
+            work.wait()                             # measured to completion
+        if rank == 0:
+            rankscope.info("epoch done", epoch=epoch, mean_loss=t.item() / args.ranks / 2)
+        rankscope.record_checkpoint_save(id=f"epoch-{epoch}", step=step, consumed_samples=step * args.batch * args.ranks,
+                                         world_size=args.ranks, global_batch=args.batch * args.ranks,
+                                         optimizer_step=step)
+    dist.barrier()
+    rst.uninstrument()
+    dist.destroy_process_group()
+    rankscope.shutdown()
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--ranks", type=int, default=2)
+    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--samples", type=int, default=1024)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--dir", default="rankscope-runs")
+    p.add_argument("--port", type=int, default=0)
+    args = p.parse_args()
+    run_dir = os.path.join(args.dir, time.strftime("python-%Y%m%d-%H%M%S-") + str(os.getpid()))
+    os.makedirs(run_dir, exist_ok=True)
+    port = args.port or 29600 + os.getpid() % 1000
+    mp.start_processes(train, args=(args, run_dir, port), nprocs=args.ranks, start_method="spawn")
+    print(run_dir)
+    text, code = rankscope.triage(run_dir)
+    sys.stderr.write(text)
+    return 0 if code in (0, 1) else code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

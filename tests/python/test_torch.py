@@ -1,0 +1,100 @@
+"""rankscope.torch on real multi-process gloo runs."""
+import collections
+import glob
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+
+
+def _env():
+    return dict(os.environ, PYTHONPATH=os.path.abspath(os.environ.get("RANKSCOPE_PYTHONPATH", "build/python")))
+
+
+def _events(run_dir, kind):
+    out = []
+    for path in sorted(glob.glob(os.path.join(run_dir, "rank-*.jsonl"))):
+        with open(path) as f:
+            out += [e for e in map(json.loads, f) if e["kind"] == kind]
+    return out
+
+
+def test_ddp_example_spans_every_collective_with_bytes_and_matching_sequence_numbers(tmp_path):
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "python", "train_ddp.py"), "--ranks", "2",
+                        "--epochs", "2", "--dir", str(tmp_path)], env=_env(), capture_output=True, text=True,
+                       timeout=240)
+    assert p.returncode == 0, p.stderr[-3000:]
+    run_dir = p.stdout.strip().splitlines()[-1]
+    assert "no findings" in p.stderr
+    colls = _events(run_dir, "collective")
+    kinds = collections.Counter((e["rank"], e["op"], e["count"], e["dtype"], e["bytes"]) for e in colls)
+    # 1024 samples / 2 ranks / batch 32 = 16 steps per epoch, one DDP bucket (2372 float32 parameters) each.
+    assert kinds[(0, "all_reduce", 2372, "float32", 9488)] == 32
+    assert kinds[(1, "all_reduce", 2372, "float32", 9488)] == 32
+    assert kinds[(0, "all_reduce", 1, "float32", 4)] == 4  # explicit, sync and async (measured via wait())
+    assert kinds[(1, "barrier", 0, "unknown", 0)] == 1
+    by_seq = collections.defaultdict(dict)
+    for e in colls:
+        by_seq[(e["comm"], e["seq"])][e["rank"]] = e["fingerprint"]
+    assert len(by_seq) == 37
+    assert all(len(v) == 2 and len(set(v.values())) == 1 for v in by_seq.values())
+    assert sorted(s for c, s in by_seq) == list(range(1, 38))
+    phases = collections.Counter(e["name"] for e in _events(run_dir, "phase") if e["rank"] == 0)
+    assert phases["loader_wait"] >= 32 and phases["forward"] == 32 and phases["eval_sync"] == 2
+    facts = collections.Counter(e["name"] for e in _events(run_dir, "fact") if e["rank"] == 1)
+    assert facts["sampler"] == 2 and facts["epoch_batches"] == 2 and facts["batch_math"] == 1
+    assert not _events(run_dir, "violation")
+
+
+CHECK = r"""
+import os, sys, torch.distributed as dist, torch.multiprocessing as mp
+import rankscope, rankscope.torch as rst
+
+def run(rank, world, run_dir, port, mode):
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))
+    rankscope.init(run_dir=run_dir)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    rst.use_torch_exchange(timeout_s=2)
+    if mode == "seed":
+        rankscope.check_sampler(seed=99 if rank == 1 else 7, epoch=0, fingerprint=rank + 1, num_indices=10)
+    elif mode == "absent" and rank != 2:
+        try:
+            rankscope.check_sampler(seed=7, epoch=0, fingerprint=rank + 1, num_indices=10, fail=True)
+        except rankscope.InvariantViolation as e:
+            print("rank", rank, "raised:", e, flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+    rankscope.shutdown()
+
+if __name__ == "__main__":
+    mp.start_processes(run, args=(3, sys.argv[1], int(sys.argv[2]), sys.argv[3]), nprocs=3, start_method="spawn")
+"""
+
+
+def _run_check(tmp_path, mode, port):
+    script = tmp_path / "check.py"
+    script.write_text(CHECK)
+    run_dir = tmp_path / mode
+    p = subprocess.run([sys.executable, str(script), str(run_dir), str(port), mode], env=_env(), capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return p, str(run_dir)
+
+
+def test_torch_exchange_names_the_rank_with_another_seed(tmp_path):
+    _, run_dir = _run_check(tmp_path, "seed", 29711)
+    v = _events(run_dir, "violation")
+    assert v and all(x["check"] == "sampler" and x["ranks"] == [1] for x in v)
+    assert v[0]["values"]["seed"] == {"7": [0, 2], "99": [1]}
+    assert {x["rank"] for x in v} == {0, 1, 2}  # every rank saw it
+
+
+def test_torch_exchange_reports_a_rank_that_never_arrives_instead_of_hanging(tmp_path):
+    p, run_dir = _run_check(tmp_path, "absent", 29712)
+    assert "rank 0 raised: exchange 'sampler/0' timed out after 2000 ms: rank 2 did not arrive" in p.stdout
+    assert "rank 1 raised:" in p.stdout
+    v = _events(run_dir, "violation")
+    assert {x["what"] for x in v} == {"exchange_timeout"} and all(x["ranks"] == [2] for x in v)
