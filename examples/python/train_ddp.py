@@ -7,6 +7,7 @@ Debian's torch 1.13 on Python 3.11), each with the environment torchrun would
 set; every rank writes to one run directory, which `rankscope triage` reads.
 """
 import argparse
+import collections
 import os
 import sys
 import time
@@ -44,10 +45,17 @@ def train(rank, args, run_dir, port):
     rankscope.check_batch_math(micro_batch=args.batch, data_parallel=args.ranks, global_batch=args.batch * args.ranks)
     acc = rankscope.BatchAccounting(dataset_size=args.samples, micro_batch=args.batch, data_parallel=args.ranks)
     step = 0
+    ab = {True: [], False: []}  # --ab-block: step times with instrumentation on / runtime-disabled
     for epoch in range(args.epochs):
         rst.check_distributed_sampler(sampler, epoch)
         acc.start_epoch(epoch)
         for xb, yb in rst.timed_loader(loader, accounting=acc):
+            if args.ab_block:
+                # Pairs of blocks, the order inside a pair pseudo-random but the same on every rank.
+                b = step // args.ab_block
+                on = (b % 2 == 0) == bool(((b // 2) * 2654435761 >> 16) & 1)
+                rankscope.set_enabled(on)
+                t0 = time.perf_counter()
             with rankscope.phase("forward"):
                 loss = torch.nn.functional.cross_entropy(model(xb), yb)
             with rankscope.phase("backward"):
@@ -58,6 +66,8 @@ def train(rank, args, run_dir, port):
                 amp.update()
             rst.record_cuda_memory()
             rankscope.step(step, loss=loss.item(), lr=0.1, samples=len(xb))
+            if args.ab_block:
+                ab[on].append((step // args.ab_block // 2, time.perf_counter() - t0))
             step += 1
         acc.end_epoch()
         with rankscope.phase("eval_sync"):
@@ -70,10 +80,28 @@ def train(rank, args, run_dir, port):
         rankscope.record_checkpoint_save(id=f"epoch-{epoch}", step=step, consumed_samples=step * args.batch * args.ranks,
                                          world_size=args.ranks, global_batch=args.batch * args.ranks,
                                          optimizer_step=step)
+    rankscope.set_enabled(True)
+    if args.ab_block and rank == 0:
+        report_ab(ab)
     dist.barrier()
     rst.uninstrument()
     dist.destroy_process_group()
     rankscope.shutdown()
+
+
+def report_ab(ab):
+    """Median over pairs of (median step on) / (median step off)."""
+    import statistics
+    pairs = collections.defaultdict(lambda: {True: [], False: []})
+    for arm in (True, False):
+        for pair, dt in ab[arm]:
+            pairs[pair][arm].append(dt)
+    ratios = [statistics.median(p[True]) / statistics.median(p[False]) for p in pairs.values() if p[True] and p[False]]
+    on = statistics.median(dt for _, dt in ab[True]) * 1e3
+    off = statistics.median(dt for _, dt in ab[False]) * 1e3
+    r = statistics.median(ratios)
+    print(f"A/B: {len(ratios)} pairs, {len(ab[True]) + len(ab[False])} steps; median step {on:.4f} ms on vs "
+          f"{off:.4f} ms off; median paired ratio {r:.5f} ({(r - 1) * 100:+.3f} %)", flush=True)
 
 
 def main():
@@ -85,6 +113,7 @@ def main():
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--dir", default="rankscope-runs")
     p.add_argument("--port", type=int, default=0)
+    p.add_argument("--ab-block", type=int, default=0, help="A/B: alternate blocks of K steps on/off")
     args = p.parse_args()
     run_dir = os.path.join(args.dir, time.strftime("python-%Y%m%d-%H%M%S-") + str(os.getpid()))
     os.makedirs(run_dir, exist_ok=True)
