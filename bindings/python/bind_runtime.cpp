@@ -5,6 +5,12 @@
 #include <optional>
 
 #include "rankscope/flight_recorder.hpp"
+#if RANKSCOPE_PY_OTLP
+#include "rankscope/export/otlp.hpp"
+#endif
+#if RANKSCOPE_PY_PROMETHEUS
+#include "rankscope/export/prometheus.hpp"
+#endif
 #include "rankscope/heartbeat.hpp"
 #include "rankscope/runtime.hpp"
 #include "rankscope/step.hpp"
@@ -26,6 +32,22 @@ void bind_runtime(py::module_& m) {
         cfg.run_dir = run_dir;
         cfg.enabled = enabled;
         if (run_config) cfg.run_config.assign(run_config->begin(), run_config->end());
+        // Exporters from the environment, as a C++ trainer would add them:
+        // RANKSCOPE_PROMETHEUS_PORT / _BIND / _TEXTFILE_DIR and OTEL_EXPORTER_OTLP_*.
+#if RANKSCOPE_PY_PROMETHEUS
+        if (!rankscope::initialized()) {
+          auto prom = rankscope::prometheus_sink_from_env();
+          if (!prom.ok()) throw py::value_error(std::string(prom.status().message()));
+          if (*prom) cfg.sinks.push_back(*prom);
+        }
+#endif
+#if RANKSCOPE_PY_OTLP
+        if (!rankscope::initialized()) {
+          auto otlp = rankscope::otlp_sink_from_env();
+          if (!otlp.ok()) throw py::value_error(std::string(otlp.status().message()));
+          if (*otlp) cfg.sinks.push_back(*otlp);
+        }
+#endif
         absl::Status st;
         {
           py::gil_scoped_release release;
@@ -36,7 +58,9 @@ void bind_runtime(py::module_& m) {
       "rank"_a = py::none(), "world_size"_a = py::none(), "local_rank"_a = py::none(), "run_dir"_a = py::none(),
       "run_id"_a = py::none(), "enabled"_a = py::none(), "run_config"_a = py::none(),
       "Starts recording. Unset arguments come from the environment (RANK, WORLD_SIZE, LOCAL_RANK,\n"
-      "Slurm, RANKSCOPE_*). Raises ValueError naming the variable and the fix on bad input.\n"
+      "Slurm, RANKSCOPE_*). Exporters too: RANKSCOPE_PROMETHEUS_PORT (/metrics on 127.0.0.1:port +\n"
+      "local rank), RANKSCOPE_PROMETHEUS_TEXTFILE_DIR, OTEL_EXPORTER_OTLP_ENDPOINT and the other\n"
+      "OTEL_* variables. Raises ValueError naming the variable and the fix on bad input.\n"
       "Idempotent; shutdown() also runs at exit.");
   m.def(
       "shutdown", [](double timeout_s) { rankscope::shutdown(std::chrono::milliseconds(static_cast<long>(timeout_s * 1e3))); },

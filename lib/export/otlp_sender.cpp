@@ -71,14 +71,16 @@ std::size_t Sender::queued() const {
   return queue_.size() + (busy_ ? 1 : 0);
 }
 
-bool Sender::flush(std::chrono::steady_clock::time_point deadline) {
+bool Sender::flush(std::chrono::steady_clock::time_point deadline, bool give_up_when_failing) {
   std::unique_lock<std::mutex> lk(mu_);
-  return cv_.wait_until(lk, deadline, [&] { return queue_.empty() && !busy_; });
+  return cv_.wait_until(lk, deadline, [&] {
+    return (queue_.empty() && !busy_) || (give_up_when_failing && failing_.load());
+  }) && !(give_up_when_failing && failing_.load());
 }
 
 void Sender::stop(std::chrono::steady_clock::time_point deadline) {
   if (!thread_.joinable()) return;
-  flush(deadline);
+  flush(deadline, /*give_up_when_failing=*/false);  // retries may still deliver before the deadline
   {
     std::lock_guard<std::mutex> lk(mu_);
     stopping_ = true;
@@ -140,7 +142,11 @@ void Sender::run() {
     for (int attempt = 0; attempt < o_.max_attempts && !abort_.load(); ++attempt) {
       long retry_after = -1;
       const long status = curl_ != nullptr ? post(r, retry_after) : 0;
-      failing_.store(!(status >= 200 && status < 300));
+      const bool was_failing = failing_.exchange(!(status >= 200 && status < 300));
+      if (!was_failing && failing_.load()) {
+        std::lock_guard<std::mutex> lk(mu_);  // a flush() waiting on delivery gives up now
+        cv_.notify_all();
+      }
       if (status >= 200 && status < 300) {
         delivered = true;
         break;

@@ -38,8 +38,10 @@ class Sender {
   ~Sender();
   /// Queues a request; false (and counted as dropped) when the queue is full.
   bool enqueue(Request r);
-  /// Waits until every queued request was delivered or dropped, or `deadline`.
-  bool flush(std::chrono::steady_clock::time_point deadline);
+  /// Waits until every queued request was delivered or dropped, or `deadline`;
+  /// with `give_up_when_failing`, also stops at the first failed attempt (a
+  /// trainer's flush() does not wait for a dead or stalled collector).
+  bool flush(std::chrono::steady_clock::time_point deadline, bool give_up_when_failing = true);
   /// flush(deadline), then aborts what is left (counted as dropped) and joins.
   void stop(std::chrono::steady_clock::time_point deadline);
 

@@ -150,3 +150,26 @@ def test_cli_from_python(run_py, tmp_path):
     bad = subprocess.run([sys.executable, "-m", "rankscope", "triage", str(tmp_path / "nope")], env=env,
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "not a run directory" in bad.stderr
+
+
+def test_exporters_from_the_environment(run_py):
+    p = run_py("""
+        import os, socket, urllib.request, rankscope
+        s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+        os.environ["RANKSCOPE_PROMETHEUS_PORT"] = str(port)
+        rankscope.init(rank=0, world_size=1, local_rank=0, run_dir=os.environ["RUN_DIR"])
+        rankscope.step(0, loss=0.25)
+        rankscope.flush()
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        print([l for l in text.splitlines() if l.startswith("rankscope_loss{")][0])
+        rankscope.shutdown()
+    """)
+    assert p.stdout.strip().endswith("} 0.25")
+    bad = run_py("""
+        import rankscope
+        try:
+            rankscope.init(rank=0, world_size=1)
+        except ValueError as e:
+            print(e)
+    """, env={"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"})
+    assert "OTEL_EXPORTER_OTLP_PROTOCOL='grpc' is not supported" in bad.stdout
