@@ -12,7 +12,7 @@
 // Bodies are OTLP/JSON-shaped whichever wire encoding was used, but OTLP/JSON
 // allows int64 values as numbers or strings (and receiver.js emits strings),
 // so every integer is read through toBigInt() and every double through
-// toDouble().
+// asNumber().
 
 'use strict';
 
@@ -71,7 +71,7 @@ function toBigInt(v, what) {
 }
 
 // ProtoJSON writes non-finite doubles as "NaN"/"Infinity"/"-Infinity".
-function toDouble(v) {
+function asNumber(v) {
   if (typeof v === 'number') return v;
   if (typeof v === 'string' && /^(NaN|-?Infinity|-?\d+(\.\d+)?([eE][-+]?\d+)?)$/.test(v)) return Number(v);
   return null;
@@ -135,7 +135,7 @@ function expectIntAttr(attrs, key, expected, where) {
 function expectDoubleAttr(attrs, key, check, where) {
   const v = typedAttr(attrs, key, 'doubleValue', where);
   if (v === undefined) return;
-  const d = toDouble(v);
+  const d = asNumber(v);
   if (!expect(d !== null, `${where}: ${key} doubleValue is not a number: ${describe(v)}`)) return;
   check(d);
 }
@@ -332,7 +332,7 @@ function checkLogs(records) {
 const METRIC_KINDS = ['sum', 'gauge', 'histogram', 'exponentialHistogram', 'summary'];
 
 function pointValue(p) {
-  if (p.asDouble !== undefined) return toDouble(p.asDouble);
+  if (p.asDouble !== undefined) return asNumber(p.asDouble);
   if (p.asInt !== undefined) {
     const n = toBigInt(p.asInt, 'asInt');
     return n === null ? null : Number(n);
@@ -391,7 +391,7 @@ function checkMetrics(metrics) {
     const p = hist.point;
     expect(toBigInt(hist.data.aggregationTemporality, 'aggregationTemporality') === 2n,
       `${where}: aggregationTemporality ${describe(hist.data.aggregationTemporality)}, expected 2 (CUMULATIVE)`);
-    const bounds = (p.explicitBounds || []).map(toDouble);
+    const bounds = (p.explicitBounds || []).map(asNumber);
     expect(describe(bounds) === describe([0.1, 1, 10]), `${where}: explicitBounds ${describe(p.explicitBounds)}, expected [0.1,1,10]`);
     const counts = (p.bucketCounts || []).map((c) => {
       const n = toBigInt(c, 'bucketCounts');
@@ -399,7 +399,7 @@ function checkMetrics(metrics) {
     });
     expect(describe(counts) === describe([1, 1, 1, 1]), `${where}: bucketCounts ${describe(p.bucketCounts)}, expected [1,1,1,1]`);
     expect(timeOrZero(p.count, 'count') === 4n, `${where}: count ${describe(p.count)}, expected 4`);
-    const sum = p.sum === undefined ? null : toDouble(p.sum);
+    const sum = p.sum === undefined ? null : asNumber(p.sum);
     expect(sum !== null && Math.abs(sum - 55.55) <= 1e-9, `${where}: sum ${describe(p.sum)}, expected 55.55`);
   }
 
