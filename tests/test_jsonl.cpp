@@ -7,7 +7,7 @@
 #include "capture_sink.hpp"
 #include "rankscope/export/jsonl.hpp"
 #include "rankscope/rankscope.hpp"
-#include "run_log.hpp"
+#include "summary.hpp"
 #include "temp_dir.hpp"
 
 using namespace rankscope;
@@ -206,7 +206,7 @@ TEST_CASE("summaries of a run directory per rank", "[reader]") {
   CHECK(s->ranks[1].ended_cleanly);
   REQUIRE(s->missing_ranks.size() == 1);
   CHECK(s->missing_ranks[0] == 2);
-  CHECK_THAT(reader::format_summary(*s), Catch::Contains("rank 2: NO LOG"));
+  CHECK_THAT(reader::format_summary(*s), Catch::Contains("rank 2: no run log"));
 }
 
 #include "triage.hpp"

@@ -4,7 +4,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "run_log.hpp"
+#include "summary.hpp"
 #include "status.hpp"
 #include "timeline.hpp"
 #include "triage.hpp"

@@ -57,6 +57,8 @@ struct Args {
   int slow_from_step = 0;  // --slow-rank sleeps from this step on
   int block_rank = -1;     // inject a hang: this rank blocks forever inside
   int block_step = -1;     // "checkpoint_save" at this step, before the all-reduce
+  int block_ms = 0;        // ... for this long instead of forever (a stall that recovers)
+  std::string block_phase = "checkpoint_save";
   // Data, epochs, checkpoints and the invariant checks.
   std::int64_t dataset = 4096;     // samples; an epoch = dataset / (batch x world) steps
   std::uint64_t seed = 1234;       // sampler seed
@@ -102,6 +104,8 @@ Args parse(int argc, char** argv) {
     else if (k == "--slow-from-step") a.slow_from_step = std::stoi(next());
     else if (k == "--block-rank") a.block_rank = std::stoi(next());
     else if (k == "--block-step") a.block_step = std::stoi(next());
+    else if (k == "--block-ms") a.block_ms = std::stoi(next());
+    else if (k == "--block-phase") a.block_phase = next();
     else if (k == "--dataset") a.dataset = std::stoll(next());
     else if (k == "--seed") a.seed = std::stoull(next());
     else if (k == "--global-batch") a.global_batch = std::stoll(next());
@@ -297,9 +301,10 @@ int main(int argc, char** argv) {
         double grad_norm = 0;
         if (rank == args.block_rank && step == args.block_step) {
           // A rank stuck on I/O before the all-reduce (a hung filesystem, say):
-          // the others will wait in the all-reduce for it forever.
-          RANKSCOPE_PHASE("checkpoint_save");
-          for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+          // the others wait in the all-reduce for it, forever or --block-ms.
+          rankscope::PhaseTimer blocked(rankscope::DynamicName{args.block_phase});
+          if (args.block_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(args.block_ms));
+          else for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
         }
         {
           RANKSCOPE_PHASE("all_reduce");

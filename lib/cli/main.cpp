@@ -1,7 +1,7 @@
 // `rankscope` — command-line tools over a run directory.
 //   rankscope summary RUN_DIR [--json]
 //   rankscope status RUN_DIR [--json] [--watch]
-//   rankscope triage RUN_DIR [--json]
+//   rankscope triage RUN_DIR [--json] [--since T] [--until T] [--threads N]
 //   rankscope timeline RUN_DIR [-o trace.json]
 // Exit codes: 0 healthy, 1 findings (missing ranks, mismatched or unfinished
 // collectives), 2 the run could not be read.
@@ -11,7 +11,7 @@
 #include <CLI/CLI.hpp>
 
 #include "rankscope/config.hpp"
-#include "run_log.hpp"
+#include "summary.hpp"
 #include "status.hpp"
 #include "timeline.hpp"
 #include "triage.hpp"
@@ -44,11 +44,15 @@ int main(int argc, char** argv) {
   status->add_option("--interval", watch_interval, "Seconds between refreshes with --watch")->capture_default_str();
   status->add_option("--iterations", watch_iterations, "Stop --watch after N refreshes (0 = never)");
 
-  std::string triage_dir;
+  std::string triage_dir, since, until;
   bool triage_json = false;
+  int threads = 0;
   auto* triage = app.add_subcommand("triage", "What went wrong, on which rank, with the evidence (exit 0 healthy, 1 findings)");
   triage->add_option("run_dir", triage_dir, "Run directory")->required();
-  triage->add_flag("--json", triage_json, "Machine-readable output");
+  triage->add_flag("--json", triage_json, "Machine-readable output (schema: docs/triage-schema.md)");
+  triage->add_option("--since", since, "Ignore events before T: ns or s since the epoch, 2026-11-22T05:30:00Z, or +15m after the run's start");
+  triage->add_option("--until", until, "Ignore events after T (same forms as --since)");
+  triage->add_option("--threads", threads, "Files read in parallel (0 = one per core)")->capture_default_str();
 
   std::string timeline_dir, timeline_out = "trace.json";
   auto* timeline = app.add_subcommand("timeline", "Chrome/Perfetto trace JSON of a run: a track per rank and thread");
@@ -85,7 +89,31 @@ int main(int argc, char** argv) {
   }
 
   if (triage->parsed()) {
-    auto r = rankscope::reader::triage(triage_dir);
+    namespace rr = rankscope::reader;
+    rr::TriageOptions opts;
+    opts.read.threads = threads;
+    for (auto [arg, out] : {std::pair{&since, &opts.read.since_ns}, std::pair{&until, &opts.read.until_ns}}) {
+      if (arg->empty()) continue;
+      auto t = rr::parse_time_arg(*arg, rr::run_start_time(triage_dir));
+      if (!t.ok()) {
+        std::cerr << "rankscope triage: " << t.status().message() << "\n";
+        return 2;
+      }
+      *out = *t;
+    }
+    // Progress on a terminal only (never into a pipe or a log), once reading takes a while.
+    const auto started = std::chrono::steady_clock::now();
+    bool shown = false;
+    if (isatty(2)) {
+      opts.read.progress = [&](const rr::SummaryOptions::Progress& p) {
+        if (std::chrono::steady_clock::now() - started < std::chrono::milliseconds(500)) return;
+        shown = true;
+        std::fprintf(stderr, "\rrankscope triage: read %zu/%zu files, %.1f/%.1f MB", p.files_done, p.files_total,
+                     static_cast<double>(p.bytes_done) / 1e6, static_cast<double>(p.bytes_total) / 1e6);
+      };
+    }
+    auto r = rr::triage(triage_dir, opts);
+    if (shown) std::fputs("\n", stderr);
     if (!r.ok()) {
       std::cerr << "rankscope triage: " << r.status().message() << "\n";
       return 2;

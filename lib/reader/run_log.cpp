@@ -7,15 +7,11 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <map>
-#include <sstream>
 
 #include <fmt/format.h>
 #include <simdjson.h>
 
 #include "absl/strings/str_cat.h"
-#include "step_breakdown.hpp"
 
 namespace rankscope::reader {
 namespace {
@@ -27,145 +23,130 @@ std::optional<T> opt(simdjson::simdjson_result<T> r) {
   return std::nullopt;
 }
 
+// One pass over the object's keys (a line has ~10-20 of them; looking each
+// wanted key up separately would rescan the object per key).
 bool decode(simdjson::dom::parser& parser, const char* p, std::size_t n, LogEvent& e) {
+  using simdjson::SUCCESS;
   simdjson::dom::element doc;
-  if (parser.parse(p, n, /*realloc_if_needed=*/false).get(doc) != simdjson::SUCCESS) return false;
+  if (parser.parse(p, n, /*realloc_if_needed=*/false).get(doc) != SUCCESS) return false;
   simdjson::dom::object obj;
-  if (doc.get_object().get(obj) != simdjson::SUCCESS) return false;
+  if (doc.get_object().get(obj) != SUCCESS) return false;
   std::string_view kind;
-  if (obj["kind"].get_string().get(kind) != simdjson::SUCCESS) return false;
-  e = LogEvent{};
-  e.kind = std::string(kind);
+  if (obj["kind"].get_string().get(kind) != SUCCESS) return false;
+  e.clear();
+  e.kind.assign(kind);
   e.raw = std::string_view(p, n);
-  if (auto v = opt<std::int64_t>(obj["rank"].get_int64())) e.rank = static_cast<int>(*v);
-  if (auto v = opt<std::int64_t>(obj["step"].get_int64())) e.step = *v;
-  if (auto v = opt<std::uint64_t>(obj["t"].get_uint64())) e.t = *v;
-  if (auto v = opt<std::uint64_t>(obj["mono"].get_uint64())) e.mono = *v;
-  if (auto v = opt<std::uint64_t>(obj["dur"].get_uint64())) e.dur = *v;
-  if (auto v = opt<std::int64_t>(obj["tid"].get_int64())) e.tid = static_cast<std::int32_t>(*v);
-  if (auto v = opt<std::int64_t>(obj["depth"].get_int64())) e.depth = static_cast<int>(*v);
-  if (auto v = opt<std::string_view>(obj["name"].get_string())) e.name = std::string(*v);
-  if (auto v = opt<std::string_view>(obj["phase_kind"].get_string())) e.phase_kind = std::string(*v);
-  if (auto v = opt<std::string_view>(obj["host"].get_string())) e.name = std::string(*v);
-  if (auto v = opt<double>(obj["loss"].get_double())) e.loss = *v;
-  if (auto v = opt<std::string_view>(obj["loss"].get_string())) e.loss = *v == "NaN" ? NAN : (*v == "-Infinity" ? -INFINITY : INFINITY);
-  if (auto v = opt<double>(obj["value"].get_double())) e.value = *v;
-  if (auto v = opt<std::int64_t>(obj["samples"].get_int64())) e.samples = *v;
-  if (auto v = opt<std::uint64_t>(obj["events_dropped"].get_uint64())) e.events_dropped = *v;
-  if (auto v = opt<std::uint64_t>(obj["events_recorded"].get_uint64())) e.events_recorded = *v;
-  if (kind == "stall") {
-    if (auto v = opt<std::string_view>(obj["inside"].get_string())) e.inside = std::string(*v);
-  } else if (kind == "slow_step") {
-    if (auto v = opt<std::string_view>(obj["grown_phase"].get_string())) e.grown_phase = std::string(*v);
-  } else if (kind == "log") {
-    if (auto v = opt<std::string_view>(obj["level"].get_string())) e.level = std::string(*v);
-    if (auto v = opt<std::string_view>(obj["msg"].get_string())) e.msg = std::string(*v);
-  }
-  if (kind == "fact") {
-    simdjson::dom::object fields;
-    if (obj["fields"].get_object().get(fields) == simdjson::SUCCESS) {
-      for (auto [k, v] : fields) {
-        std::string_view sv;
-        if (v.get_string().get(sv) == simdjson::SUCCESS) e.fields.emplace_back(std::string(k), std::string(sv));
-        else e.fields.emplace_back(std::string(k), simdjson::minify(v));
-      }
+  const bool fact = kind == "fact", violation = kind == "violation", stall = kind == "stall";
+  for (auto field : obj) {
+    const std::string_view k = field.key;
+    const simdjson::dom::element v = field.value;
+    std::string_view sv;
+    std::int64_t i64;
+    std::uint64_t u64;
+    double d;
+    auto str = [&](std::string& out) {
+      if (v.get_string().get(sv) == SUCCESS) out.assign(sv);
+    };
+    switch (k.empty() ? '\0' : k[0]) {
+      case 'c':
+        if (k == "comm") str(e.comm);
+        else if (k == "count" && v.get_uint64().get(u64) == SUCCESS) e.count = u64;
+        else if (k == "check") str(e.check);
+        else if (k == "communicators" && v.get_int64().get(i64) == SUCCESS) e.communicators = i64;
+        break;
+      case 'd':
+        if (k == "dur" && v.get_uint64().get(u64) == SUCCESS) e.dur = u64;
+        else if (k == "depth" && v.get_int64().get(i64) == SUCCESS) e.depth = static_cast<int>(i64);
+        else if (k == "dtype") str(e.dtype);
+        break;
+      case 'e':
+        if (k == "events_dropped" && v.get_uint64().get(u64) == SUCCESS) e.events_dropped = u64;
+        else if (k == "events_recorded" && v.get_uint64().get(u64) == SUCCESS) e.events_recorded = u64;
+        break;
+      case 'f':
+        if (k == "fingerprint") str(e.fingerprint);
+        else if (k == "fields" && fact) {
+          simdjson::dom::object fields;
+          if (v.get_object().get(fields) != SUCCESS) break;
+          for (auto [fk, fv] : fields) {
+            if (fv.get_string().get(sv) == SUCCESS) e.fields.emplace_back(std::string(fk), std::string(sv));
+            else e.fields.emplace_back(std::string(fk), simdjson::minify(fv));
+          }
+        }
+        break;
+      case 'g':
+        if (k == "grown_phase") str(e.grown_phase);
+        break;
+      case 'h':
+        if (k == "host") str(e.name);  // run_start
+        break;
+      case 'i':
+        if (k == "inside") str(e.inside);
+        else if (k == "in_flight" && stall) {
+          simdjson::dom::array arr;
+          if (v.get_array().get(arr) != SUCCESS || arr.size() == 0) break;
+          const simdjson::dom::element c = arr.at(0).value_unsafe();
+          if (c["op"].get_string().get(sv) == SUCCESS) e.op.assign(sv);
+          if (c["comm"].get_string().get(sv) == SUCCESS) e.comm.assign(sv);
+          if (c["seq"].get_uint64().get(u64) == SUCCESS) e.seq = u64;
+          if (c["count"].get_uint64().get(u64) == SUCCESS) e.count = u64;
+        }
+        break;
+      case 'l':
+        if (k == "level") str(e.level);
+        else if (k == "loss") {
+          if (v.get_double().get(d) == SUCCESS) e.loss = d;
+          else if (v.get_string().get(sv) == SUCCESS) e.loss = sv == "NaN" ? NAN : (sv == "-Infinity" ? -INFINITY : INFINITY);
+        }
+        break;
+      case 'm':
+        if (k == "mono" && v.get_uint64().get(u64) == SUCCESS) e.mono = u64;
+        else if (k == "msg") str(e.msg);
+        break;
+      case 'n':
+        if (k == "name") str(e.name);
+        break;
+      case 'o':
+        if (k == "op") str(e.op);
+        else if (k == "os_threads" && v.get_int64().get(i64) == SUCCESS) e.os_threads = i64;
+        break;
+      case 'p':
+        if (k == "phase_kind") str(e.phase_kind);
+        break;
+      case 'r':
+        if (k == "rank" && v.get_int64().get(i64) == SUCCESS) e.rank = static_cast<int>(i64);
+        else if (k == "result") str(e.result);
+        else if (k == "ranks" && violation) {
+          simdjson::dom::array ranks;
+          if (v.get_array().get(ranks) != SUCCESS) break;
+          for (auto x : ranks) {
+            if (x.get_int64().get(i64) == SUCCESS) e.ranks.push_back(static_cast<int>(i64));
+          }
+        }
+        break;
+      case 's':
+        if (k == "step" && v.get_int64().get(i64) == SUCCESS) e.step = i64;
+        else if (k == "seq" && v.get_uint64().get(u64) == SUCCESS) e.seq = u64;
+        else if (k == "samples" && v.get_int64().get(i64) == SUCCESS) e.samples = i64;
+        else if (k == "schema" && v.get_int64().get(i64) == SUCCESS) e.schema = static_cast<int>(i64);
+        break;
+      case 't':
+        if (k == "t" && v.get_uint64().get(u64) == SUCCESS) e.t = u64;
+        else if (k == "tid" && v.get_int64().get(i64) == SUCCESS) e.tid = static_cast<std::int32_t>(i64);
+        else if (k == "timing") e.device_timing = v.get_string().get(sv) == SUCCESS && sv == "device";
+        break;
+      case 'v':
+        if (k == "value" && v.get_double().get(d) == SUCCESS) e.value = d;
+        else if (k == "values" && violation) e.values_json = simdjson::minify(v);
+        break;
+      case 'w':
+        if (k == "what") str(e.what);
+        break;
+      default:
+        break;
     }
-  } else if (kind == "violation") {
-    if (auto v = opt<std::string_view>(obj["level"].get_string())) e.level = std::string(*v);
-    if (auto v = opt<std::string_view>(obj["msg"].get_string())) e.msg = std::string(*v);
-    if (auto v = opt<std::string_view>(obj["check"].get_string())) e.check = std::string(*v);
-    if (auto v = opt<std::string_view>(obj["what"].get_string())) e.what = std::string(*v);
-    simdjson::dom::element values;
-    if (obj["values"].get(values) == simdjson::SUCCESS) e.values_json = simdjson::minify(values);
-    simdjson::dom::array ranks;
-    if (obj["ranks"].get_array().get(ranks) == simdjson::SUCCESS) {
-      for (auto x : ranks) {
-        std::int64_t rk;
-        if (x.get_int64().get(rk) == simdjson::SUCCESS) e.ranks.push_back(static_cast<int>(rk));
-      }
-    }
-  }
-  if (kind == "collective") {
-    if (auto v = opt<std::string_view>(obj["op"].get_string())) e.op = std::string(*v);
-    if (auto v = opt<std::string_view>(obj["comm"].get_string())) e.comm = std::string(*v);
-    if (auto v = opt<std::string_view>(obj["dtype"].get_string())) e.dtype = std::string(*v);
-    if (auto v = opt<std::string_view>(obj["fingerprint"].get_string())) e.fingerprint = std::string(*v);
-    if (auto v = opt<std::string_view>(obj["result"].get_string())) e.result = std::string(*v);
-    if (auto v = opt<std::uint64_t>(obj["seq"].get_uint64())) e.seq = *v;
-    if (auto v = opt<std::uint64_t>(obj["count"].get_uint64())) e.count = *v;
   }
   return true;
-}
-
-PhaseKind kind_from_name(std::string_view s) {
-  for (int k = 0; k < kPhaseKindCount; ++k) {
-    if (phase_kind_name(static_cast<PhaseKind>(k)) == s) return static_cast<PhaseKind>(k);
-  }
-  return PhaseKind::kOther;
-}
-
-double median(std::vector<double>& v) {
-  if (v.empty()) return 0;
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-  return v[v.size() / 2];
-}
-
-struct CollInfo {
-  std::string op, dtype, fingerprint, state;
-  std::uint64_t count = 0;
-};
-
-// comm -> seq -> rank -> what that rank issued.
-using CollTable = std::map<std::string, std::map<std::uint64_t, std::map<int, CollInfo>>>;
-
-void add_flight_dump(const std::string& path, int rank, CollTable& table) {
-  simdjson::dom::parser p;
-  simdjson::dom::element doc;
-  if (p.load(path).get(doc) != simdjson::SUCCESS) return;
-  simdjson::dom::array arr;
-  if (doc["collectives"].get_array().get(arr) != simdjson::SUCCESS) return;
-  for (auto c : arr) {
-    std::string_view state, comm, op, dtype, fp;
-    std::uint64_t seq = 0, count = 0;
-    if (c["state"].get_string().get(state) || c["comm"].get_string().get(comm) || c["op"].get_string().get(op) ||
-        c["dtype"].get_string().get(dtype) || c["fingerprint"].get_string().get(fp) ||
-        c["seq"].get_uint64().get(seq) || c["count"].get_uint64().get(count)) {
-      continue;
-    }
-    auto& slot = table[std::string(comm)][seq];
-    if (slot.contains(rank)) continue;  // the run log already has it
-    slot[rank] = CollInfo{std::string(op), std::string(dtype), std::string(fp),
-                          state == "issued" ? "in flight" : std::string(state), count};
-  }
-}
-
-std::vector<CommunicatorCheck> check_collectives(const CollTable& table) {
-  std::vector<CommunicatorCheck> out;
-  for (const auto& [comm, seqs] : table) {
-    CommunicatorCheck c;
-    c.comm = comm;
-    std::map<int, std::uint64_t> last;
-    for (const auto& [seq, by_rank] : seqs) {
-      c.max_seq = std::max(c.max_seq, seq);
-      for (const auto& [rank, info] : by_rank) last[rank] = std::max(last[rank], seq);
-      if (c.mismatch_seq != 0 || by_rank.size() < 2) continue;
-      const std::string& fp0 = by_rank.begin()->second.fingerprint;
-      bool differ = false;
-      for (const auto& [rank, info] : by_rank) differ |= info.fingerprint != fp0;
-      if (!differ) continue;
-      c.mismatch_seq = seq;
-      for (const auto& [rank, info] : by_rank) {
-        c.mismatch_detail.push_back(fmt::format("rank {}: {} count={} {} ({})", rank, info.op, info.count, info.dtype,
-                                                info.state));
-      }
-    }
-    for (const auto& [rank, seq] : last) {
-      c.ranks.push_back(rank);
-      if (seq < c.max_seq) c.behind.emplace_back(rank, seq);
-    }
-    out.push_back(std::move(c));
-  }
-  return out;
 }
 
 }  // namespace
@@ -179,6 +160,7 @@ absl::StatusOr<ReadResult> read_run_log(const std::string& path, const std::func
   // Buffer = carried-over partial line + new chunk + simdjson's padding.
   std::vector<char> buf(chunk_bytes + simdjson::SIMDJSON_PADDING);
   std::size_t have = 0;
+  std::uint64_t line_no = 0;
   LogEvent e;
   for (;;) {
     if (have == chunk_bytes) {  // one line longer than the buffer: grow
@@ -200,12 +182,16 @@ absl::StatusOr<ReadResult> read_run_log(const std::string& path, const std::func
       if (nl == nullptr) break;
       const std::size_t len = static_cast<std::size_t>(nl - (buf.data() + start));
       if (len > 0) {
+        ++line_no;
         if (decode(parser, buf.data() + start, len, e)) {
           ++res.lines;
+          e.line_no = line_no;
           fn(e);
         } else {
           ++res.bad_lines;
         }
+      } else {
+        ++line_no;
       }
       start += len + 1;
     }
@@ -218,176 +204,6 @@ absl::StatusOr<ReadResult> read_run_log(const std::string& path, const std::func
   }
   ::close(fd);
   return res;
-}
-
-absl::StatusOr<RunSummary> summarize_run(const std::string& run_dir) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (!fs::is_directory(run_dir, ec)) {
-    return absl::NotFoundError(absl::StrCat("'", run_dir, "' is not a run directory"));
-  }
-  RunSummary out;
-  out.run_dir = run_dir;
-  {
-    std::ifstream f(run_dir + "/run.json");
-    std::stringstream ss;
-    ss << f.rdbuf();
-    simdjson::dom::parser p;
-    simdjson::dom::element doc;
-    const std::string s = ss.str();
-    if (!s.empty() && p.parse(s).get(doc) == simdjson::SUCCESS) {
-      if (auto w = opt<std::int64_t>(doc["world_size"].get_int64())) out.world_size = static_cast<int>(*w);
-    }
-  }
-  CollTable colls;
-  for (const auto& entry : fs::directory_iterator(run_dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    int rank = -1;
-    if (std::sscanf(name.c_str(), "rank-%d.jsonl", &rank) != 1 || name != fmt::format("rank-{}.jsonl", rank)) continue;
-    RankSummary r;
-    r.rank = rank;
-    detail::StepBreakdownBuilder builder;
-    int session = 0, starts = 0;
-    std::vector<double> step_ms;
-    std::vector<double> kind_ms[kPhaseKindCount];
-    auto res = read_run_log(entry.path().string(), [&](const LogEvent& e) {
-      if (e.kind == "phase") {
-        ++r.phases;
-        builder.on_phase(e.tid, e.depth, kind_from_name(e.phase_kind), e.mono, e.dur);
-      } else if (e.kind == "step_begin") {
-        builder.on_step_begin(e.tid, e.step, e.mono);
-      } else if (e.kind == "step_end") {
-        ++r.steps;
-        if (r.first_step < 0) r.first_step = e.step;
-        r.last_step = e.step;
-        if (e.loss) r.last_loss = e.loss;
-        if (e.samples) r.samples += *e.samples;
-        if (auto b = builder.on_step_end(e.tid, e.mono)) {
-          step_ms.push_back(static_cast<double>(b->total_ns) / 1e6);
-          for (int k = 0; k < kPhaseKindCount; ++k) kind_ms[k].push_back(static_cast<double>(b->by_kind_ns[k]) / 1e6);
-        }
-      } else if (e.kind == "stats" || e.kind == "run_end") {
-        if (e.events_recorded) r.events_recorded = *e.events_recorded;
-        if (e.events_dropped) r.events_dropped = *e.events_dropped;
-        if (e.kind == "run_end") r.ended_cleanly = true;
-      } else if (e.kind == "stall") {
-        if (r.stalls++ == 0) {
-          r.first_stall_t = e.t;
-          r.first_stall_inside = e.inside;
-        }
-      } else if (e.kind == "slow_step") {
-        ++r.slow_steps;
-        r.last_slow_phase = e.grown_phase;
-      } else if (e.kind == "log" && (e.level == "error" || e.level == "fatal")) {
-        if (r.errors++ == 0) {
-          r.first_error_t = e.t;
-          r.first_error = e.msg;
-        }
-      } else if (e.kind == "collective") {
-        colls[e.comm][e.seq][rank] =
-            CollInfo{e.op, e.dtype, e.fingerprint, e.result == "ok" ? std::string("completed") : e.result, e.count};
-      } else if (e.kind == "fact") {
-        FactRecord f{rank, session, e.name, 0, e.step, -1, e.t, {}};
-        for (const auto& [k, v] : e.fields) {
-          if (k == "seq") f.seq = std::strtoll(v.c_str(), nullptr, 10);
-          else if (k == "data_group") f.data_group = static_cast<int>(std::strtol(v.c_str(), nullptr, 10));
-          else f.values.emplace_back(k, v);
-        }
-        out.facts.push_back(std::move(f));
-      } else if (e.kind == "violation") {
-        out.violations.push_back({rank, e.check, e.what, e.msg, e.level, e.values_json, e.ranks, e.step, e.t});
-      } else if (e.kind == "run_start") {
-        if (starts++ > 0) ++session;
-        r.host = e.name;
-        r.ended_cleanly = false;  // a restart appends a new session
-      }
-    });
-    if (!res.ok()) return res.status();
-    const std::string dump = fmt::format("{}/rank-{}.flight.json", run_dir, rank);
-    if (fs::exists(dump, ec)) add_flight_dump(dump, rank, colls);
-    r.lines = res->lines;
-    r.bad_lines = res->bad_lines;
-    r.torn_tail = res->torn_tail;
-    r.median_step_ms = median(step_ms);
-    for (int k = 0; k < kPhaseKindCount; ++k) r.median_kind_ms[k] = median(kind_ms[k]);
-    r.median_collective_ms = r.median_kind_ms[static_cast<int>(PhaseKind::kCollective)];
-    out.ranks.push_back(std::move(r));
-  }
-  std::sort(out.ranks.begin(), out.ranks.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
-  for (int rk = 0; rk < out.world_size; ++rk) {
-    if (std::none_of(out.ranks.begin(), out.ranks.end(), [&](const auto& r) { return r.rank == rk; })) {
-      out.missing_ranks.push_back(rk);
-    }
-  }
-  out.communicators = check_collectives(colls);
-  if (out.ranks.empty()) return absl::NotFoundError(absl::StrCat("no rank-<R>.jsonl files in '", run_dir, "'"));
-  return out;
-}
-
-std::string format_summary(const RunSummary& s) {
-  std::string o = fmt::format("run {}  world_size={}  ranks with logs={}\n", s.run_dir, s.world_size, s.ranks.size());
-  o += fmt::format("{:>4} {:>6} {:>11} {:>9} | {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} | {:>9} {:>8} {:>7}\n", "rank",
-                   "steps", "step range", "step ms", "loader", "forward", "backward", "optim", "ckpt", "coll", "other",
-                   "last loss", "events", "dropped");
-  for (const auto& r : s.ranks) {
-    const auto& k = r.median_kind_ms;
-    o += fmt::format("{:>4} {:>6} {:>11} {:>9.2f} | {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f} | {:>9} {:>8} {:>7}{}\n",
-                     r.rank, r.steps, fmt::format("{}..{}", r.first_step, r.last_step), r.median_step_ms,
-                     k[static_cast<int>(PhaseKind::kLoaderWait)], k[static_cast<int>(PhaseKind::kForward)],
-                     k[static_cast<int>(PhaseKind::kBackward)], k[static_cast<int>(PhaseKind::kOptimizer)],
-                     k[static_cast<int>(PhaseKind::kCheckpoint)], k[static_cast<int>(PhaseKind::kCollective)],
-                     k[static_cast<int>(PhaseKind::kOther)],
-                     r.last_loss ? fmt::format("{:.4f}", *r.last_loss) : std::string("-"), r.events_recorded,
-                     r.events_dropped,
-                     std::string(r.ended_cleanly ? "" : "  (no run_end: still running or died)") +
-                         (r.torn_tail ? "  (torn last line)" : "") +
-                         (r.bad_lines ? fmt::format("  ({} corrupt lines skipped)", r.bad_lines) : ""));
-  }
-  o += "(step ms and phase columns are per-step medians; phases by kind: loader wait, forward, backward, optimizer,\n"
-       " checkpoint, collectives, other = step time outside those)\n";
-  for (int m : s.missing_ranks) o += fmt::format("rank {}: NO LOG (expected from world_size)\n", m);
-  for (const auto& c : s.communicators) {
-    if (c.mismatch_seq != 0) {
-      o += fmt::format("collectives on '{}': MISMATCH at seq {}: ranks issued different collectives\n", c.comm,
-                       c.mismatch_seq);
-      for (const auto& d : c.mismatch_detail) o += "  " + d + "\n";
-    } else {
-      o += fmt::format("collectives on '{}': {} per rank, sequence numbers and fingerprints agree on {} ranks\n",
-                       c.comm, c.max_seq, c.ranks.size());
-    }
-    for (const auto& [rank, seq] : c.behind) {
-      o += fmt::format("  rank {} stopped at seq {} of {} on '{}'\n", rank, seq, c.max_seq, c.comm);
-    }
-  }
-  return o;
-}
-
-std::string format_summary_json(const RunSummary& s) {
-  std::string o = fmt::format("{{\"world_size\":{},\"missing_ranks\":[{}],\"ranks\":[", s.world_size,
-                              fmt::join(s.missing_ranks, ","));
-  for (std::size_t i = 0; i < s.ranks.size(); ++i) {
-    const auto& r = s.ranks[i];
-    o += fmt::format("{}{{\"rank\":{},\"steps\":{},\"first_step\":{},\"last_step\":{},\"median_step_ms\":{:.3f},"
-                     "\"events_recorded\":{},\"events_dropped\":{},\"ended_cleanly\":{},\"torn_tail\":{},"
-                     "\"bad_lines\":{},\"median_phase_ms\":{{",
-                     i ? "," : "", r.rank, r.steps, r.first_step, r.last_step, r.median_step_ms, r.events_recorded,
-                     r.events_dropped, r.ended_cleanly, r.torn_tail, r.bad_lines);
-    for (int k = 0; k < kPhaseKindCount; ++k) {
-      o += fmt::format("{}\"{}\":{:.3f}", k ? "," : "", phase_kind_name(static_cast<PhaseKind>(k)), r.median_kind_ms[k]);
-    }
-    o += "}}";
-  }
-  o += "],\"communicators\":[";
-  for (std::size_t i = 0; i < s.communicators.size(); ++i) {
-    const auto& c = s.communicators[i];
-    o += fmt::format("{}{{\"comm\":\"{}\",\"max_seq\":{},\"ranks\":[{}],\"mismatch_seq\":{},\"behind\":[", i ? "," : "",
-                     c.comm, c.max_seq, fmt::join(c.ranks, ","), c.mismatch_seq);
-    for (std::size_t j = 0; j < c.behind.size(); ++j) {
-      o += fmt::format("{}{{\"rank\":{},\"seq\":{}}}", j ? "," : "", c.behind[j].first, c.behind[j].second);
-    }
-    o += "]}";
-  }
-  return o + "]}\n";
 }
 
 }  // namespace rankscope::reader

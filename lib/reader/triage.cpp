@@ -1,19 +1,23 @@
 #include "triage.hpp"
 
+#include <time.h>
+
 #include <algorithm>
-#include <filesystem>
+#include <cmath>
 #include <map>
 #include <set>
 #include <tuple>
 
 #include <fmt/format.h>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "invariant_rules.hpp"
-#include "rankscope/exchange.hpp"
 #include "json_util.hpp"
-#include "run_log.hpp"
+#include "rankscope/exchange.hpp"
 #include "status.hpp"
+#include "step_breakdown.hpp"
 
 namespace rankscope::reader {
 namespace {
@@ -24,7 +28,23 @@ double median_of(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-std::string json_quote(const std::string& s) { return detail::json_quoted(s); }
+std::string q(const std::string& s) { return detail::json_quoted(s); }
+
+std::string fmt_time(std::uint64_t ns) {
+  if (ns == 0) return "?";
+  const time_t secs = static_cast<time_t>(ns / 1000000000ull);
+  tm utc{};
+  gmtime_r(&secs, &utc);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%H:%M:%S", &utc);
+  return fmt::format("{}.{:03d}Z", buf, static_cast<int>(ns / 1000000ull % 1000));
+}
+
+// Times on the reference rank's clock, so ranks on skewed hosts order correctly.
+std::uint64_t aligned(const RankSummary& r, std::uint64_t t) {
+  if (t == 0 || !r.clock_offset_ms) return t;
+  return t - static_cast<std::uint64_t>(static_cast<std::int64_t>(std::llround(*r.clock_offset_ms * 1e6)));
+}
 
 // Desync: the violations the ranks recorded, plus the cross-rank rules
 // applied offline to their facts (which catches what no online check saw).
@@ -39,7 +59,7 @@ std::vector<Finding> desync_findings(const RunSummary& sum) {
     const auto key = std::make_tuple(v.check, v.what, v.msg);
     auto it = seen.find(key);
     if (it == seen.end()) {
-      Finding f{"desync", v.ranks, v.msg, {}, v.t};
+      Finding f{"desync", v.ranks, v.msg, {}, v.t, v.step, {v.line}};
       if (!v.values_json.empty()) f.evidence.push_back(fmt::format("values: {}", v.values_json));
       it = seen.emplace(key, out.size()).first;
       out.push_back(std::move(f));
@@ -78,157 +98,481 @@ std::vector<Finding> desync_findings(const RunSummary& sum) {
                      {fmt::format("values: {}", d.values_json),
                       fmt::format("found offline in the '{}' facts of call {} (step {}); no online check saw it",
                                   d.check, std::get<2>(key), step)},
-                     t});
+                     t, step, {}});
     }
   }
-  std::sort(out.begin(), out.end(), [](const Finding& a, const Finding& b) { return a.t < b.t; });
   return out;
+}
+
+// Hangs and stalls from the ranks' own watchdog events (works post mortem,
+// when every process is gone) and from the collective sequence numbers.
+// The culprit is the rank stalled outside any collective, or behind on the
+// sequence the others wait in; everyone else is a consequence.
+void stall_findings(const RunSummary& sum, const StatusReport* live, std::vector<Finding>& out) {
+  std::vector<const RankSummary*> blocked, waiting;
+  bool hang = false;
+  // The stall that matters: one still open (a hang), else the first one.
+  auto stall_of = [](const RankSummary& r) -> const StallRecord& {
+    return !r.last_stall->ended && !r.ended_cleanly ? *r.last_stall : *r.first_stall;
+  };
+  for (const auto& r : sum.ranks) {
+    if (!r.last_stall) continue;
+    hang |= !r.last_stall->ended && !r.ended_cleanly;
+    (stall_of(r).comm.empty() ? blocked : waiting).push_back(&r);
+  }
+  // Ranks behind on a communicator where others are in flight or went further.
+  std::vector<std::pair<int, std::uint64_t>> behind;
+  const CommunicatorCheck* where = nullptr;
+  for (const auto& c : sum.communicators) {
+    if (c.mismatch_seq != 0 || c.behind.empty()) continue;
+    if (where == nullptr) where = &c;
+    for (const auto& b : c.behind) {
+      if (std::none_of(behind.begin(), behind.end(), [&](const auto& x) { return x.first == b.first; })) behind.push_back(b);
+    }
+  }
+  auto rank_of = [&](int rk) -> const RankSummary* {
+    for (const auto& r : sum.ranks) {
+      if (r.rank == rk) return &r;
+    }
+    return nullptr;
+  };
+  auto alive = [&](int rk) {
+    if (live == nullptr) return true;
+    for (const auto& h : live->ranks) {
+      if (h.rank == rk) return h.alive || h.state == "exited";
+    }
+    return true;
+  };
+  if (blocked.empty() && waiting.empty() && behind.empty()) return;
+  const bool unfinished = std::any_of(sum.ranks.begin(), sum.ranks.end(), [](const auto& r) { return !r.ended_cleanly; });
+  if (blocked.empty() && waiting.empty() && !unfinished) return;  // all finished, seqs differ for another reason
+
+  // Culprits: stalled outside a collective, else behind on the sequence.
+  std::vector<const RankSummary*> culprits = blocked;
+  if (culprits.empty()) {
+    for (const auto& [rk, seq] : behind) {
+      if (const auto* r = rank_of(rk)) culprits.push_back(r);
+    }
+  }
+  std::vector<int> culprit_ranks, waiting_ranks;
+  for (const auto* r : culprits) culprit_ranks.push_back(r->rank);
+  for (const auto* r : waiting) {
+    if (std::find(culprit_ranks.begin(), culprit_ranks.end(), r->rank) == culprit_ranks.end()) {
+      waiting_ranks.push_back(r->rank);
+    }
+  }
+  Finding f;
+  const RankSummary* w0 = waiting.empty() ? nullptr : waiting.front();
+  const StallRecord* ws = w0 ? &stall_of(*w0) : nullptr;
+  const std::string in_what =
+      ws ? fmt::format("{} seq {} on '{}'", ws->op, ws->seq, ws->comm)
+         : (where ? fmt::format("seq {} on '{}'", where->max_seq, where->comm) : std::string("the next collective"));
+  if (culprits.empty()) {
+    // Everyone entered the same collective and none finished.
+    f = {"hang", {}, fmt::format("communication-level hang: every rank is inside {} and none finishes (network, "
+                                 "NCCL/gloo transport, a dead peer outside the job)", in_what), {}, 0, -1, {}};
+    f.ranks = waiting_ranks;
+  } else {
+    const RankSummary& c = *culprits.front();
+    const bool dead = !c.last_stall && !c.ended_cleanly && !alive(c.rank);
+    const bool no_trace = !c.last_stall && !c.ended_cleanly;
+    const StallRecord* cs = c.last_stall ? &stall_of(c) : nullptr;
+    std::string doing;
+    if (cs != nullptr) {
+      doing = fmt::format("it {} blocked in {} at step {}{}", cs->ended ? "was" : "is", cs->inside.empty() ? "no open phase" : cs->inside, cs->step,
+                          cs->ended ? fmt::format(" (recovered after {:.1f} s)", cs->stalled_ns / 1e9) : "");
+    } else {
+      doing = fmt::format("its log ends at step {} after '{}'{}", c.last_step, c.last_phase,
+                          c.torn_tail ? " in a torn line (killed mid-write)" : "");
+    }
+    const std::string kind = !hang && !no_trace ? "stall" : (dead || (no_trace && c.torn_tail) ? "dead_rank" : "hang");
+    f.kind = kind;
+    f.ranks = culprit_ranks;
+    f.summary = fmt::format("{} {} {}{}: {}", format_ranks(culprit_ranks), kind == "stall" ? "held up" : "did not reach", in_what,
+                            waiting_ranks.empty() ? ""
+                                                  : fmt::format(" while {} wait{} in it", format_ranks(waiting_ranks),
+                                                                waiting_ranks.size() > 1 || kind == "stall" ? "" : "s"),
+                            doing);
+    if (kind == "dead_rank") f.summary = "rank died: " + f.summary;
+    if (kind == "stall") {
+      f.summary = "stall: " + f.summary;
+      absl::StrReplaceAll({{" wait in it", " waited in it"}}, &f.summary);
+    }
+    if (kind == "hang") f.summary = "HANG: " + f.summary;
+    f.step = cs ? cs->step : c.last_step;
+    f.t = aligned(c, cs ? cs->since : c.last_t);
+    if (cs) f.lines.push_back(cs->line);
+    if (kind != "stall" && c.last_line && (!cs || cs->line.line != c.last_line.line)) f.lines.push_back(c.last_line);
+    f.evidence.push_back(fmt::format("rank {}: last event {} at step {}, last phase '{}', last collective seq {} on '{}'",
+                                     c.rank, fmt_time(c.last_t), c.last_step, c.last_phase, c.last_seq, c.last_comm));
+  }
+  if (ws != nullptr) {
+    f.lines.push_back(ws->line);
+    f.evidence.push_back(fmt::format("{} stopped progressing at {} inside {}", format_ranks(waiting_ranks),
+                                     fmt_time(ws->since), in_what));
+    if (f.t == 0) f.t = aligned(*w0, ws->since);
+  }
+  for (const auto& [rk, seq] : behind) {
+    if (where) f.evidence.push_back(fmt::format("rank {} reached seq {} of {} on '{}'", rk, seq, where->max_seq, where->comm));
+  }
+  if (live != nullptr) {
+    for (const auto& line : live->findings) f.evidence.push_back("heartbeat: " + line);
+  }
+  out.push_back(std::move(f));
+}
+
+// The step where a straggler's phase grew, re-read from that rank's file only
+// (bounded memory: the summary keeps medians, not per-step series).
+void straggler_onset(const std::string& run_dir, const RankSummary& r, PhaseKind kind, double threshold_ms,
+                     const SummaryOptions& opts, Finding& f) {
+  detail::StepBreakdownBuilder builder;
+  EvidenceLine last_phase_line;
+  bool found = false;
+  (void)read_run_log(fmt::format("{}/rank-{}.jsonl", run_dir, r.rank), [&](const LogEvent& e) {
+    if (found || e.t < opts.since_ns || e.t > opts.until_ns) return;
+    if (e.kind == "phase") {
+      builder.on_phase(e.tid, e.depth, e.phase_kind == phase_kind_name(kind) ? kind : PhaseKind::kOther, e.mono, e.dur);
+      if (e.phase_kind == phase_kind_name(kind)) last_phase_line = {r.rank, e.line_no, std::string(e.raw.substr(0, 400))};
+    } else if (e.kind == "step_begin") {
+      builder.on_step_begin(e.tid, e.step, e.mono);
+    } else if (e.kind == "step_end") {
+      auto b = builder.on_step_end(e.tid, e.mono);
+      if (b && static_cast<double>(b->by_kind_ns[static_cast<int>(kind)]) / 1e6 > threshold_ms) {
+        found = true;
+        f.step = e.step;
+        f.t = aligned(r, e.t);
+        if (last_phase_line) f.lines.push_back(last_phase_line);
+      }
+    }
+  });
+}
+
+void straggler_findings(const RunSummary& sum, const SummaryOptions& opts, std::vector<Finding>& out) {
+  const PhaseKind kinds[] = {PhaseKind::kLoaderWait, PhaseKind::kForward, PhaseKind::kBackward, PhaseKind::kOptimizer,
+                             PhaseKind::kCheckpoint};
+  if (sum.ranks.size() < 2) return;
+  int reread = 0;
+  for (PhaseKind kind : kinds) {
+    const int k = static_cast<int>(kind);
+    for (const auto& rk : sum.ranks) {
+      const double mine = rk.median_kind_ms[k];
+      std::vector<double> others;
+      for (const auto& o : sum.ranks) {
+        if (o.rank != rk.rank) others.push_back(o.median_kind_ms[k]);
+      }
+      const double typical = median_of(std::move(others));
+      if (!(mine > 2.0 * typical && mine - typical > 5.0)) continue;
+      std::vector<double> others_coll;
+      for (const auto& o : sum.ranks) {
+        if (o.rank != rk.rank) others_coll.push_back(o.median_collective_ms);
+      }
+      Finding f{"straggler", {rk.rank},
+                fmt::format("rank {} is a straggler in {}: {:.1f} ms per step vs {:.1f} ms on the other ranks", rk.rank,
+                            phase_kind_name(kind), mine, typical),
+                {fmt::format("it waits {:.1f} ms per step in collectives, the others {:.1f} ms (they wait for it)",
+                             rk.median_collective_ms, median_of(others_coll))},
+                0, -1, {}};
+      if (reread++ < 8) straggler_onset(sum.run_dir, rk, kind, (mine + typical) / 2, opts, f);
+      if (f.step >= 0) {
+        f.summary += fmt::format(", from step {}", f.step);
+        f.evidence.push_back(fmt::format("its {} time first exceeded {:.1f} ms at step {} ({})", phase_kind_name(kind),
+                                         (mine + typical) / 2, f.step, fmt_time(f.t)));
+      }
+      out.push_back(std::move(f));
+    }
+  }
+}
+
+// Threads and communicators that grow with each in-process restore: the
+// process groups of the previous attempt were never destroyed.
+void growth_findings(const RunSummary& sum, std::vector<Finding>& out) {
+  std::map<std::string, std::vector<int>> by_pattern;
+  for (const auto& r : sum.ranks) {
+    std::vector<const RestoreSample*> s;
+    for (const auto& x : r.restores) {
+      if (x.os_threads >= 0) s.push_back(&x);
+    }
+    if (s.size() < 2) continue;
+    bool threads_grow = true, comms_grow = s.front()->communicators >= 0;
+    for (std::size_t i = 1; i < s.size(); ++i) {
+      threads_grow &= s[i]->os_threads > s[i - 1]->os_threads;
+      comms_grow &= s[i]->communicators > s[i - 1]->communicators;
+    }
+    if (!threads_grow && !comms_grow) continue;
+    std::vector<std::string> t, c;
+    for (const auto* x : s) {
+      t.push_back(std::to_string(x->os_threads));
+      c.push_back(std::to_string(x->communicators));
+    }
+    by_pattern[fmt::format("threads {}{}", absl::StrJoin(t, " -> "),
+                           comms_grow ? fmt::format(", live communicators {}", absl::StrJoin(c, " -> ")) : "")]
+        .push_back(r.rank);
+  }
+  for (const auto& [pattern, ranks] : by_pattern) {
+    out.push_back({"resource_growth", ranks,
+                   fmt::format("{} grow with every restore ({}): the previous attempt's communicators/process groups "
+                               "are leaked; destroy them before re-creating",
+                               format_ranks(ranks), pattern),
+                   {"samples: before the first restore, then after each one (stats lines)"}, 0, -1, {}});
+  }
+}
+
+std::vector<RankRow> rank_rows(const RunSummary& sum, const StatusReport* live) {
+  std::vector<double> steps;
+  for (const auto& r : sum.ranks) {
+    if (r.median_step_ms > 0) steps.push_back(r.median_step_ms);
+  }
+  const double typical = median_of(steps);
+  std::vector<RankRow> rows;
+  for (const auto& r : sum.ranks) {
+    RankRow row{r.rank, r.host, r.ended_cleanly ? "finished" : "no run_end", r.last_step, r.last_phase, r.last_comm,
+                r.last_seq, r.median_step_ms, typical > 0 ? r.median_step_ms / typical : 0, r.clock_offset_ms};
+    if (r.last_stall && !r.last_stall->ended && !r.ended_cleanly) {
+      row.state = "stalled";
+      row.phase = r.last_stall->inside;
+    }
+    if (live != nullptr && !r.ended_cleanly) {
+      for (const auto& h : live->ranks) {
+        if (h.rank != r.rank || !h.present) continue;
+        if (!h.alive && h.state != "exited") row.state = "dead";
+        else if (h.stalled()) row.state = "stalled";
+        else if (h.alive && row.state != "stalled") row.state = "running";
+      }
+    }
+    rows.push_back(std::move(row));
+  }
+  return rows;
 }
 
 }  // namespace
 
-absl::StatusOr<TriageReport> triage(const std::string& run_dir) {
-  auto sum = summarize_run(run_dir);
+absl::StatusOr<TriageReport> triage(const std::string& run_dir, const TriageOptions& opts) {
+  auto sum = summarize_run(run_dir, opts.read);
   if (!sum.ok()) return sum.status();
   TriageReport r;
   r.run_dir = run_dir;
   r.world_size = sum->world_size;
+  r.reference_rank = sum->reference_rank;
+  r.clock_skew = sum->skew;
+  r.warnings = sum->warnings;
+  r.since_ns = opts.read.since_ns;
+  r.until_ns = opts.read.until_ns;
+  auto st = read_status(run_dir, opts.now_ns);
+  const StatusReport* live = st.ok() ? &*st : nullptr;
 
-  // 1. Liveness and progress, from the heartbeat files (hang, dead rank).
-  auto st = read_status(run_dir);
-  if (st.ok() && st->exit_code != 0) {
-    Finding f;
-    const bool hang = st->verdict.rfind("HANG", 0) == 0;
-    f.kind = hang ? "hang" : (st->verdict.find("not alive") != std::string::npos ? "dead_rank" : "liveness");
-    for (const auto& h : st->ranks) {
-      if (hang ? h.stalled() : (!h.alive && h.state != "exited")) f.ranks.push_back(h.rank);
-    }
-    f.summary = st->verdict;
-    f.evidence = st->findings;
-    if (st->verdict.rfind("SLOW", 0) != 0) r.findings.push_back(std::move(f));
-  }
-  for (int m : sum->missing_ranks) {
-    r.findings.push_back({"missing_rank", {m}, fmt::format("rank {} wrote no run log", m), {}});
-  }
-
-  // 2. Collectives: different collectives at one sequence number, ranks behind.
+  std::vector<Finding> f;
   for (const auto& c : sum->communicators) {
-    if (c.mismatch_seq != 0) {
-      Finding f{"collective_mismatch", {},
-                fmt::format("ranks issued different collectives at seq {} on '{}' (the classic cause of a hang or "
-                            "silent corruption)",
-                            c.mismatch_seq, c.comm),
-                c.mismatch_detail};
-      f.ranks = c.ranks;
-      r.findings.push_back(std::move(f));
-    } else if (!c.behind.empty()) {
-      Finding f{"hang", {}, fmt::format("ranks stopped at different points on '{}' (max seq {})", c.comm, c.max_seq), {}};
-      for (const auto& [rank, seq] : c.behind) {
-        f.ranks.push_back(rank);
-        f.evidence.push_back(fmt::format("rank {} stopped at seq {} of {}", rank, seq, c.max_seq));
-      }
-      if (std::none_of(r.findings.begin(), r.findings.end(), [](const Finding& x) { return x.kind == "hang"; })) {
-        r.findings.push_back(std::move(f));
-      }
-    }
-  }
-
-  // Desync comes before what it causes: when its first violation is older
-  // than every dated finding so far it leads the report.
-  {
-    auto desync = desync_findings(*sum);
-    if (!desync.empty()) {
-      std::uint64_t first_other = UINT64_MAX;
-      for (const auto& rk : sum->ranks) {
-        if (rk.first_error_t != 0) first_other = std::min(first_other, rk.first_error_t);
-        if (rk.first_stall_t != 0) first_other = std::min(first_other, rk.first_stall_t);
-      }
-      const auto at = desync.front().t < first_other ? r.findings.begin() : r.findings.end();
-      r.findings.insert(at, desync.begin(), desync.end());
-    }
-  }
-
-  // 3. Stragglers: a rank that computes much longer than the others in a
-  // phase kind (and so waits less in collectives while they wait more).
-  const int kinds[] = {static_cast<int>(PhaseKind::kLoaderWait), static_cast<int>(PhaseKind::kForward),
-                       static_cast<int>(PhaseKind::kBackward), static_cast<int>(PhaseKind::kOptimizer),
-                       static_cast<int>(PhaseKind::kCheckpoint)};
-  if (sum->ranks.size() >= 2) {
+    if (c.mismatch_seq == 0) continue;
+    f.push_back({"collective_mismatch", c.mismatch_minority,
+                 fmt::format("ranks issued different collectives at seq {} on '{}' (the classic cause of a hang or "
+                             "silent corruption); the odd one out: {}",
+                             c.mismatch_seq, c.comm, format_ranks(c.mismatch_minority)),
+                 c.mismatch_detail, c.mismatch_t, -1, {}});
     for (const auto& rk : sum->ranks) {
-      for (int k : kinds) {
-        std::vector<double> others, others_coll;
-        for (const auto& o : sum->ranks) {
-          if (o.rank == rk.rank) continue;
-          others.push_back(o.median_kind_ms[k]);
-          others_coll.push_back(o.median_collective_ms);
-        }
-        const double mine = rk.median_kind_ms[k], theirs = median_of(others);
-        if (mine > 2.0 * theirs && mine - theirs > 5.0) {
-          r.findings.push_back(
-              {"straggler",
-               {rk.rank},
-               fmt::format("rank {} is a straggler in {}: {:.1f} ms per step vs {:.1f} ms on the other ranks", rk.rank,
-                           phase_kind_name(static_cast<PhaseKind>(k)), mine, theirs),
-               {fmt::format("it waits {:.1f} ms per step in collectives, the others {:.1f} ms", rk.median_collective_ms,
-                            median_of(others_coll))}});
-        }
-      }
+      if (!c.mismatch_minority.empty() && rk.rank == c.mismatch_minority.front()) f.back().t = aligned(rk, c.mismatch_t);
     }
   }
-
-  // 4. What the ranks said about themselves: stalls, slow steps, errors.
-  for (const auto& rk : sum->ranks) {
-    if (rk.stalls != 0 &&
-        std::none_of(r.findings.begin(), r.findings.end(), [](const Finding& x) { return x.kind == "hang"; })) {
-      r.findings.push_back({"stall", {rk.rank},
-                            fmt::format("rank {} stalled {} time(s); first inside: {}", rk.rank, rk.stalls,
-                                        rk.first_stall_inside),
-                            {}});
+  stall_findings(*sum, live, f);
+  for (int m : sum->missing_ranks) f.push_back({"missing_rank", {m}, fmt::format("rank {} wrote no run log", m), {}, 0, -1, {}});
+  for (auto& d : desync_findings(*sum)) {
+    for (const auto& rk : sum->ranks) {
+      if (!d.lines.empty() && d.lines.front().rank == rk.rank) d.t = aligned(rk, d.t);
     }
-    if (rk.slow_steps != 0) {
-      r.findings.push_back({"slow_steps", {rk.rank},
-                            fmt::format("rank {} had {} slow step(s); the phase that grew: {}", rk.rank, rk.slow_steps,
-                                        rk.last_slow_phase),
-                            {}});
+    f.push_back(std::move(d));
+  }
+  straggler_findings(*sum, opts.read, f);
+  // With a cause named (straggler, stall, hang, dead rank), the ranks'
+  // slow-step events are its evidence, not findings of their own.
+  const auto cause = std::find_if(f.begin(), f.end(), [](const Finding& x) {
+    return x.kind == "straggler" || x.kind == "stall" || x.kind == "hang" || x.kind == "dead_rank";
+  });
+  const bool straggler = cause != f.end();
+  if (straggler) {
+    std::vector<std::string> slow;
+    for (const auto& rk : sum->ranks) {
+      if (rk.slow_steps) slow.push_back(fmt::format("rank {} ({}, {} grew)", rk.rank, rk.slow_steps, rk.last_slow_phase));
+    }
+    if (!slow.empty()) cause->evidence.push_back("slow_step events: " + absl::StrJoin(slow, ", "));
+  }
+  const bool stall_reported = std::any_of(f.begin(), f.end(), [](const Finding& x) {
+    return x.kind == "hang" || x.kind == "stall" || x.kind == "dead_rank";
+  });
+  for (const auto& rk : sum->ranks) {
+    if (rk.stalls != 0 && !stall_reported) {
+      f.push_back({"stall", {rk.rank},
+                   fmt::format("rank {} stalled {} time(s); first inside: {}", rk.rank, rk.stalls, rk.first_stall->inside),
+                   {}, aligned(rk, rk.first_stall->since), rk.first_stall->step, {rk.first_stall->line}});
+    }
+    if (rk.slow_steps != 0 && !straggler) {
+      f.push_back({"slow_steps", {rk.rank},
+                   fmt::format("rank {} had {} slow step(s); the phase that grew: {}", rk.rank, rk.slow_steps,
+                               rk.last_slow_phase),
+                   {}, 0, -1, {}});
     }
     if (rk.errors != 0) {
-      r.findings.push_back(
-          {"errors", {rk.rank}, fmt::format("rank {} logged {} error(s); first: {}", rk.rank, rk.errors, rk.first_error), {}});
+      f.push_back({"errors", {rk.rank}, fmt::format("rank {} logged {} error(s); first: {}", rk.rank, rk.errors, rk.first_error),
+                   {}, aligned(rk, rk.first_error_t), -1, {rk.first_error_line}});
+    }
+    if (rk.sessions > 1) {
+      f.push_back({"restart", {rk.rank}, fmt::format("rank {} restarted {} time(s) (sessions in its log)", rk.rank,
+                                                     rk.sessions - 1), {}, 0, -1, {}});
     }
   }
+  growth_findings(*sum, f);
+  // Restarts of every rank together are one finding.
+  std::vector<int> restarted;
+  for (const auto& x : f) {
+    if (x.kind == "restart") restarted.push_back(x.ranks.front());
+  }
+  if (restarted.size() > 1) {
+    std::erase_if(f, [](const Finding& x) { return x.kind == "restart"; });
+    f.push_back({"restart", restarted, fmt::format("{} restarted (a new session in their logs)", format_ranks(restarted)),
+                 {}, 0, -1, {}});
+  }
+  // The earliest anomaly first; undated findings keep their order after dated ones.
+  std::stable_sort(f.begin(), f.end(), [](const Finding& a, const Finding& b) {
+    return (a.t != 0 && b.t == 0) || (a.t != 0 && b.t != 0 && a.t < b.t);
+  });
+  r.findings = std::move(f);
+  r.ranks = rank_rows(*sum, live);
   r.exit_code = r.findings.empty() ? 0 : 1;
+  r.headline = r.findings.empty()
+                   ? fmt::format("healthy, no findings: {} rank(s), every rank finished its steps, collectives agree, no straggler, "
+                                 "no stall, no error",
+                                 sum->ranks.size())
+                   : r.findings.front().summary;
+  if (r.findings.empty() && std::any_of(sum->ranks.begin(), sum->ranks.end(), [](const auto& x) { return !x.ended_cleanly; })) {
+    r.headline = fmt::format("no findings so far: {} rank(s) still running (no run_end yet), collectives agree",
+                             sum->ranks.size());
+  }
   return r;
 }
 
 std::string format_triage(const TriageReport& r) {
-  if (r.findings.empty()) {
-    return fmt::format("rankscope triage {}: no findings: {} ranks, every rank finished its steps, collectives agree, no "
-                       "straggler, no stall, no error\n",
-                       r.run_dir, r.world_size);
+  std::string o = fmt::format("rankscope triage {}: {}\n", r.run_dir, r.headline);
+  o += fmt::format("\n{:>5}  {:<10}  {:<10}  {:>6}  {:<24}  {:>8}  {:>7}  {:>6}\n", "rank", "host", "state", "step",
+                   "phase", "coll seq", "step ms", "ratio");
+  // Large runs: the ranks the findings name and the unfinished ones first, up to 32 rows.
+  std::set<int> named;
+  for (const auto& f : r.findings) named.insert(f.ranks.begin(), f.ranks.end());
+  std::vector<const RankRow*> rows;
+  for (const auto& row : r.ranks) rows.push_back(&row);
+  constexpr std::size_t kRows = 32;
+  if (rows.size() > 2 * kRows) {
+    std::stable_sort(rows.begin(), rows.end(), [&](const RankRow* a, const RankRow* b) {
+      auto score = [&](const RankRow* x) { return named.contains(x->rank) ? 0 : (x->state != "finished" ? 1 : 2); };
+      return score(a) < score(b);
+    });
+    rows.resize(kRows);
+    std::sort(rows.begin(), rows.end(), [](const RankRow* a, const RankRow* b) { return a->rank < b->rank; });
   }
-  std::string o = fmt::format("rankscope triage {}: {} finding(s), most severe first\n", r.run_dir, r.findings.size());
-  for (std::size_t i = 0; i < r.findings.size(); ++i) {
-    const auto& f = r.findings[i];
-    o += fmt::format("{}. [{}] {}\n", i + 1, f.kind, f.summary);
-    for (const auto& e : f.evidence) o += "     - " + e + "\n";
+  for (const RankRow* row : rows) {
+    o += fmt::format("{:>5}  {:<10}  {:<10}  {:>6}  {:<24}  {:>8}  {:>7.1f}  {:>5.2f}x\n", row->rank,
+                     row->host.substr(0, 10), row->state, row->last_step, row->phase.substr(0, 24), row->last_seq,
+                     row->step_ms, row->step_ratio);
   }
+  if (rows.size() < r.ranks.size()) {
+    o += fmt::format("  ({} of {} ranks shown: those named below and unfinished ones first; all in --json)\n",
+                     rows.size(), r.ranks.size());
+  }
+  if (!r.findings.empty()) {
+    o += fmt::format("\n{} finding(s), the earliest anomaly first:\n", r.findings.size());
+    for (std::size_t i = 0; i < r.findings.size(); ++i) {
+      const auto& f = r.findings[i];
+      o += fmt::format("{}. [{}] {}\n", i + 1, f.kind, f.summary);
+      if (f.t != 0) o += fmt::format("     - at {}{}\n", fmt_time(f.t), f.step >= 0 ? fmt::format(", step {}", f.step) : "");
+      for (const auto& e : f.evidence) o += "     - " + e + "\n";
+      for (const auto& l : f.lines) {
+        if (l) o += "     > " + format_evidence(l) + "\n";
+      }
+    }
+  }
+  for (const auto& k : r.clock_skew) {
+    o += fmt::format("clock: host {} is {:+.1f} ms off rank {}'s clock ({} rank(s); estimated from collective ends; "
+                     "times above are on rank {}'s clock)\n",
+                     k.host, k.offset_ms, r.reference_rank, k.ranks, r.reference_rank);
+  }
+  for (const auto& w : r.warnings) o += "warning: " + w + "\n";
   return o;
 }
 
 std::string format_triage_json(const TriageReport& r) {
-  std::string o = fmt::format("{{\"run_dir\":{},\"world_size\":{},\"exit_code\":{},\"findings\":[", json_quote(r.run_dir),
-                              r.world_size, r.exit_code);
+  std::string o = fmt::format("{{\"schema\":{},\"run_dir\":{},\"world_size\":{},\"exit_code\":{},\"healthy\":{},"
+                              "\"headline\":{},\"findings\":[",
+                              q(TriageReport::kSchema), q(r.run_dir), r.world_size, r.exit_code, r.exit_code == 0,
+                              q(r.headline));
   for (std::size_t i = 0; i < r.findings.size(); ++i) {
     const auto& f = r.findings[i];
-    o += fmt::format("{}{{\"kind\":{},\"ranks\":[{}],\"summary\":{},\"evidence\":[", i ? "," : "", json_quote(f.kind),
-                     absl::StrJoin(f.ranks, ","), json_quote(f.summary));
-    for (std::size_t j = 0; j < f.evidence.size(); ++j) {
-      if (j != 0) o.push_back(',');
-      o += json_quote(f.evidence[j]);
+    o += fmt::format("{}{{\"kind\":{},\"ranks\":[{}],\"summary\":{},\"t_ns\":{},\"step\":{},\"evidence\":[", i ? "," : "",
+                     q(f.kind), absl::StrJoin(f.ranks, ","), q(f.summary), f.t, f.step);
+    for (std::size_t j = 0; j < f.evidence.size(); ++j) o += (j ? "," : "") + q(f.evidence[j]);
+    o += "],\"lines\":[";
+    bool first = true;
+    for (const auto& l : f.lines) {
+      if (!l) continue;
+      o += fmt::format("{}{{\"rank\":{},\"line\":{},\"text\":{}}}", first ? "" : ",", l.rank, l.line, q(l.text));
+      first = false;
     }
     o += "]}";
   }
-  return o + "]}\n";
+  o += "],\"ranks\":[";
+  for (std::size_t i = 0; i < r.ranks.size(); ++i) {
+    const auto& w = r.ranks[i];
+    o += fmt::format("{}{{\"rank\":{},\"host\":{},\"state\":{},\"last_step\":{},\"phase\":{},\"comm\":{},\"last_seq\":{},"
+                     "\"step_ms\":{:.3f},\"step_ratio\":{:.3f},\"clock_offset_ms\":{}}}",
+                     i ? "," : "", w.rank, q(w.host), q(w.state), w.last_step, q(w.phase), q(w.comm), w.last_seq,
+                     w.step_ms, w.step_ratio, w.clock_offset_ms ? fmt::format("{:.3f}", *w.clock_offset_ms) : "null");
+  }
+  o += fmt::format("],\"reference_rank\":{},\"clock_skew\":[", r.reference_rank);
+  for (std::size_t i = 0; i < r.clock_skew.size(); ++i) {
+    const auto& k = r.clock_skew[i];
+    o += fmt::format("{}{{\"host\":{},\"offset_ms\":{:.3f},\"ranks\":{}}}", i ? "," : "", q(k.host), k.offset_ms, k.ranks);
+  }
+  o += "],\"warnings\":[";
+  for (std::size_t i = 0; i < r.warnings.size(); ++i) o += (i ? "," : "") + q(r.warnings[i]);
+  o += fmt::format("],\"window\":{{\"since_ns\":{},\"until_ns\":{}}}}}\n", r.since_ns,
+                   r.until_ns == UINT64_MAX ? std::string("null") : std::to_string(r.until_ns));
+  return o;
+}
+
+absl::StatusOr<std::uint64_t> parse_time_arg(const std::string& v, std::uint64_t run_start_ns) {
+  auto bad = [&] {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad time '", v, "': use ns or s since the epoch, 2026-11-22T05:30:00Z, or +DURATION after the "
+                                      "run's start (+90s, +15m, +2h, +500ms)"));
+  };
+  if (v.empty()) return bad();
+  if (v[0] == '+') {
+    if (run_start_ns == 0) return absl::FailedPreconditionError("relative time needs run.json's start_time_ns");
+    char* end = nullptr;
+    const double n = std::strtod(v.c_str() + 1, &end);
+    const std::string unit(end);
+    double scale = 0;
+    if (unit == "ms") scale = 1e6;
+    else if (unit == "s" || unit.empty()) scale = 1e9;
+    else if (unit == "m") scale = 60e9;
+    else if (unit == "h") scale = 3600e9;
+    if (scale == 0 || end == v.c_str() + 1 || n < 0) return bad();
+    return run_start_ns + static_cast<std::uint64_t>(n * scale);
+  }
+  if (v.find('T') != std::string::npos) {
+    tm t{};
+    const char* rest = strptime(v.c_str(), "%Y-%m-%dT%H:%M:%S", &t);
+    if (rest == nullptr) return bad();
+    std::uint64_t frac_ns = 0;
+    if (*rest == '.') {
+      char* end = nullptr;
+      frac_ns = static_cast<std::uint64_t>(std::strtod(rest, &end) * 1e9);
+      rest = end;
+    }
+    if (*rest == 'Z') ++rest;
+    if (*rest != '\0') return bad();
+    return static_cast<std::uint64_t>(timegm(&t)) * 1000000000ull + frac_ns;
+  }
+  char* end = nullptr;
+  const double n = std::strtod(v.c_str(), &end);
+  if (*end != '\0' || n < 0) return bad();
+  return n < 1e11 ? static_cast<std::uint64_t>(n * 1e9) : static_cast<std::uint64_t>(n);
 }
 
 }  // namespace rankscope::reader

@@ -1,7 +1,10 @@
 // `rankscope triage`: from a run directory to findings — hang, dead rank,
-// collective mismatch, straggler, slow steps, errors — each naming the ranks
-// and the evidence. First version: reads whole logs (not yet the bounded-memory
-// streaming merge with clock-skew estimation of the full design).
+// collective mismatch, desync, straggler, stalls, slow steps, errors,
+// resource growth after restores — each naming the ranks, the time and step,
+// and the event lines it rests on; the earliest anomaly first, then its
+// consequences. Built on the streaming summary (summary.hpp): bounded memory,
+// files read in parallel, clocks cross-checked on collective ends.
+// JSON schema: docs/triage-schema.md ("rankscope.triage/1").
 #pragma once
 
 #include <cstdint>
@@ -9,26 +12,60 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "summary.hpp"
 
 namespace rankscope::reader {
 
 struct Finding {
-  std::string kind;  // hang, dead_rank, missing_rank, collective_mismatch, desync, straggler, slow_steps, errors
-  std::vector<int> ranks;
+  // hang, dead_rank, missing_rank, collective_mismatch, desync, straggler,
+  // stall, slow_steps, errors, resource_growth, restart
+  std::string kind;
+  std::vector<int> ranks;  // at fault (the culprits, not the ranks waiting for them)
   std::string summary;
   std::vector<std::string> evidence;
-  std::uint64_t t = 0;  // wall ns of the first evidence, when one event dates it
+  std::uint64_t t = 0;     // wall ns (reference rank's clock) when it began; 0 = undated
+  std::int64_t step = -1;  // the step it began at, when known
+  std::vector<EvidenceLine> lines;  // the run-log lines it rests on
+};
+
+/// One row of the per-rank table.
+struct RankRow {
+  int rank = -1;
+  std::string host, state;  // state: finished / running / stalled / dead / no run_end
+  std::int64_t last_step = -1;
+  std::string phase;        // what it was doing last
+  std::string comm;
+  std::uint64_t last_seq = 0;
+  double step_ms = 0, step_ratio = 0;  // median step and its ratio to the median rank
+  std::optional<double> clock_offset_ms;
+};
+
+struct TriageOptions {
+  SummaryOptions read;       // time window, reader threads, progress
+  std::uint64_t now_ns = 0;  // for heartbeat ages; 0 = now
 };
 
 struct TriageReport {
+  static constexpr const char* kSchema = "rankscope.triage/1";
   std::string run_dir;
   int world_size = 0;
-  std::vector<Finding> findings;  // most severe first
-  int exit_code = 0;              // 0 healthy, 1 findings
+  std::string headline;
+  std::vector<Finding> findings;  // the earliest anomaly first
+  std::vector<RankRow> ranks;
+  int reference_rank = -1;
+  std::vector<HostSkew> clock_skew;
+  std::vector<std::string> warnings;  // where data is missing or suspect
+  std::uint64_t since_ns = 0, until_ns = UINT64_MAX;
+  int exit_code = 0;  // 0 healthy, 1 findings
 };
 
-absl::StatusOr<TriageReport> triage(const std::string& run_dir);
+absl::StatusOr<TriageReport> triage(const std::string& run_dir, const TriageOptions& opts = {});
 std::string format_triage(const TriageReport& r);
 std::string format_triage_json(const TriageReport& r);
+
+/// Parses a --since/--until value: ns or s since the epoch, an ISO-8601 UTC
+/// time ("2026-11-22T05:30:00[.123][Z]"), or "+DURATION" after the run's
+/// start ("+90s", "+15m", "+2h", "+500ms").
+absl::StatusOr<std::uint64_t> parse_time_arg(const std::string& value, std::uint64_t run_start_ns);
 
 }  // namespace rankscope::reader

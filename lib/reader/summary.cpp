@@ -1,0 +1,534 @@
+#include "summary.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include <fmt/format.h>
+#include <simdjson.h>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "rankscope/exchange.hpp"
+#include "step_breakdown.hpp"
+
+namespace rankscope::reader {
+namespace {
+
+constexpr std::size_t kEvidenceChars = 400;
+
+PhaseKind kind_from_name(std::string_view s) {
+  for (int k = 0; k < kPhaseKindCount; ++k) {
+    if (phase_kind_name(static_cast<PhaseKind>(k)) == s) return static_cast<PhaseKind>(k);
+  }
+  return PhaseKind::kOther;
+}
+
+template <typename T>
+T median(std::vector<T>& v) {
+  if (v.empty()) return T{};
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
+bool known_kind(std::string_view k) {
+  static const std::set<std::string_view> kinds = {
+      "run_start", "phase", "step_begin", "step_end", "collective", "comm_error", "log",  "progress",
+      "stall",     "stall_end", "slow_step", "metric", "stats",      "run_end",    "fact", "violation"};
+  return kinds.contains(k);
+}
+
+EvidenceLine evidence(int rank, const LogEvent& e) {
+  return {rank, e.line_no, std::string(e.raw.substr(0, kEvidenceChars)) + (e.raw.size() > kEvidenceChars ? "..." : "")};
+}
+
+// One collective as one rank saw it. fp == 0: known only from a stall's
+// in-flight list (no fingerprint), used for progress, not for comparison.
+struct CollRec {
+  std::uint64_t seq = 0, fp = 0, count = 0, t = 0, end_t = 0;
+  std::string op, dtype, state;
+};
+
+struct RankDigest {
+  RankSummary sum;
+  std::map<std::string, std::vector<CollRec>> colls;  // communicator -> what this rank issued
+  std::vector<FactRecord> facts;
+  std::vector<ViolationRecord> violations;
+  absl::Status status;
+};
+
+std::uint64_t parse_fp(const std::string& hex) { return hex.empty() ? 0 : std::strtoull(hex.c_str(), nullptr, 16); }
+
+// Collectives still in flight (or failed) at a flight-recorder dump.
+void add_flight_dump(const std::string& path, const SummaryOptions& opts, RankDigest& d) {
+  simdjson::dom::parser p;
+  simdjson::dom::element doc;
+  if (p.load(path).get(doc) != simdjson::SUCCESS) return;
+  simdjson::dom::array arr;
+  if (doc["collectives"].get_array().get(arr) != simdjson::SUCCESS) return;
+  std::map<std::string, absl::flat_hash_set<std::uint64_t>> known;
+  for (const auto& [comm, recs] : d.colls) {
+    for (const auto& r : recs) known[comm].insert(r.seq);
+  }
+  for (auto c : arr) {
+    std::string_view state, comm, op, dtype, fp;
+    std::uint64_t seq = 0, count = 0, t = 0;
+    if (c["state"].get_string().get(state) || c["comm"].get_string().get(comm) || c["op"].get_string().get(op) ||
+        c["dtype"].get_string().get(dtype) || c["fingerprint"].get_string().get(fp) ||
+        c["seq"].get_uint64().get(seq) || c["count"].get_uint64().get(count)) {
+      continue;
+    }
+    if (c["t"].get_uint64().get(t) == simdjson::SUCCESS && (t < opts.since_ns || t > opts.until_ns)) continue;
+    if (!known[std::string(comm)].insert(seq).second) continue;  // the run log already has it
+    d.colls[std::string(comm)].push_back({seq, parse_fp(std::string(fp)), count, t, 0, std::string(op), std::string(dtype),
+                                          state == "issued" ? "in flight" : std::string(state)});
+  }
+}
+
+RankDigest digest_rank(const std::string& path, const std::string& dump, int rank, const SummaryOptions& opts) {
+  RankDigest d;
+  RankSummary& r = d.sum;
+  r.rank = rank;
+  detail::StepBreakdownBuilder builder;
+  std::vector<double> step_ms, kind_ms[kPhaseKindCount];
+  std::uint64_t last_phase_end = 0;
+  std::optional<std::int64_t> threads_now, comms_now;
+  bool restore_pending = false;
+  auto comm_key = [&](const std::string& comm) {
+    return r.sessions > 1 ? fmt::format("{} (session {})", comm, r.sessions) : comm;
+  };
+  auto res = read_run_log(path, [&](const LogEvent& e) {
+    if (e.kind == "run_start") {  // always read: sessions and host frame the rest
+      ++r.sessions;
+      r.host = e.name;
+      r.schema = std::max(r.schema, e.schema);
+      r.ended_cleanly = false;
+      r.restores.clear();
+      restore_pending = false;
+      threads_now.reset();
+      comms_now.reset();
+      return;
+    }
+    if (e.t < opts.since_ns || e.t > opts.until_ns) return;
+    if (r.first_t == 0) r.first_t = e.t;
+    r.last_t = std::max(r.last_t, e.t);
+    r.last_line = evidence(rank, e);
+    if (e.kind == "phase") {
+      ++r.phases;
+      builder.on_phase(e.tid, e.depth, kind_from_name(e.phase_kind), e.mono, e.dur);
+      if (e.t + e.dur >= last_phase_end) {
+        last_phase_end = e.t + e.dur;
+        r.last_phase = e.name;
+      }
+    } else if (e.kind == "step_begin") {
+      builder.on_step_begin(e.tid, e.step, e.mono);
+    } else if (e.kind == "step_end") {
+      ++r.steps;
+      if (r.first_step < 0) r.first_step = e.step;
+      r.last_step = e.step;
+      if (e.loss) r.last_loss = e.loss;
+      if (e.samples) r.samples += *e.samples;
+      if (auto b = builder.on_step_end(e.tid, e.mono)) {
+        step_ms.push_back(static_cast<double>(b->total_ns) / 1e6);
+        for (int k = 0; k < kPhaseKindCount; ++k) kind_ms[k].push_back(static_cast<double>(b->by_kind_ns[k]) / 1e6);
+      }
+    } else if (e.kind == "collective") {
+      const bool ok = e.result == "ok";
+      d.colls[comm_key(e.comm)].push_back({e.seq, parse_fp(e.fingerprint), e.count, e.t,
+                                           ok && !e.device_timing ? e.t + e.dur : 0, e.op, e.dtype,
+                                           ok ? std::string("completed") : e.result});
+    } else if (e.kind == "stats" || e.kind == "run_end") {
+      if (e.events_recorded) r.events_recorded = *e.events_recorded;
+      if (e.events_dropped) r.events_dropped = *e.events_dropped;
+      if (e.kind == "run_end") r.ended_cleanly = true;
+      if (e.os_threads) threads_now = e.os_threads;
+      if (e.communicators) comms_now = e.communicators;
+      if (restore_pending && e.os_threads) {
+        r.restores.back().os_threads = e.os_threads.value_or(-1);
+        r.restores.back().communicators = e.communicators.value_or(-1);
+        restore_pending = false;
+      }
+    } else if (e.kind == "stall") {
+      StallRecord s{e.t, e.t > e.dur ? e.t - e.dur : e.t, e.step, e.inside, e.op, e.comm, e.seq, false, 0,
+                    evidence(rank, e)};
+      if (r.stalls++ == 0) r.first_stall = s;
+      r.last_stall = s;
+      if (!e.comm.empty() && e.seq != 0) {  // entered and never left: progress evidence
+        d.colls[comm_key(e.comm)].push_back({e.seq, 0, e.count, e.t, 0, e.op, "", "in flight"});
+      }
+    } else if (e.kind == "stall_end") {
+      for (auto* s : {&r.first_stall, &r.last_stall}) {
+        if (*s && !(*s)->ended) {
+          (*s)->ended = true;
+          (*s)->stalled_ns = e.dur;
+        }
+      }
+    } else if (e.kind == "slow_step") {
+      ++r.slow_steps;
+      r.last_slow_phase = e.grown_phase;
+    } else if (e.kind == "log") {
+      if ((e.level == "error" || e.level == "fatal") && r.errors++ == 0) {
+        r.first_error_t = e.t;
+        r.first_error = e.msg;
+        r.first_error_line = evidence(rank, e);
+      }
+    } else if (e.kind == "fact") {
+      FactRecord f{rank, std::max(r.sessions - 1, 0), e.name, 0, e.step, -1, e.t, {}};
+      for (const auto& [k, v] : e.fields) {
+        if (k == "seq") f.seq = std::strtoll(v.c_str(), nullptr, 10);
+        else if (k == "data_group") f.data_group = static_cast<int>(std::strtol(v.c_str(), nullptr, 10));
+        else f.values.emplace_back(k, v);
+      }
+      if (e.name == "resume") {
+        if (r.restores.empty() && threads_now) r.restores.push_back({-1, *threads_now, comms_now.value_or(-1)});
+        r.restores.push_back({e.step, -1, -1});
+        restore_pending = true;
+      }
+      d.facts.push_back(std::move(f));
+    } else if (e.kind == "violation") {
+      d.violations.push_back({rank, e.check, e.what, e.msg, e.level, e.values_json, e.ranks, e.step, e.t,
+                              evidence(rank, e)});
+    } else if (!known_kind(e.kind)) {
+      ++r.unknown_kinds;
+    }
+  });
+  if (!res.ok()) {
+    d.status = res.status();
+    return d;
+  }
+  std::error_code ec;
+  if (std::filesystem::exists(dump, ec)) add_flight_dump(dump, opts, d);
+  r.lines = res->lines;
+  r.bad_lines = res->bad_lines;
+  r.torn_tail = res->torn_tail;
+  r.bytes = res->bytes;
+  r.median_step_ms = median(step_ms);
+  for (int k = 0; k < kPhaseKindCount; ++k) r.median_kind_ms[k] = median(kind_ms[k]);
+  r.median_collective_ms = r.median_kind_ms[static_cast<int>(PhaseKind::kCollective)];
+  for (const auto& [comm, recs] : d.colls) {
+    for (const auto& c : recs) {
+      if (c.seq > r.last_seq || (c.seq == r.last_seq && comm < r.last_comm)) {
+        r.last_seq = c.seq;
+        r.last_comm = comm;
+      }
+    }
+  }
+  return d;
+}
+
+// The cross-rank collective table, merged one rank at a time: per sequence
+// number only the first fingerprint seen, so memory is O(sequence numbers)
+// per communicator, whatever the rank count.
+class CollectiveMerger {
+ public:
+  explicit CollectiveMerger(int reference_rank) : ref_(reference_rank) {}
+
+  // Folds in one rank; returns its clock offset against the reference (ms).
+  std::optional<double> merge(int rank, const std::map<std::string, std::vector<CollRec>>& colls) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<std::int64_t> diffs;
+    for (const auto& [name, recs] : colls) {
+      Comm& c = comms_[name];
+      std::uint64_t last = 0;
+      bool deviated = false;
+      for (const CollRec& rec : recs) {
+        last = std::max(last, rec.seq);
+        auto [it, inserted] = c.seqs.try_emplace(rec.seq, Ref{rec, rank});
+        if (inserted) continue;
+        Ref& ref = it->second;
+        if (ref.rec.fp == 0 && rec.fp != 0) {  // first real fingerprint for this seq
+          ref = Ref{rec, rank};
+          continue;
+        }
+        if (rank != ref_ && ref.rank == ref_ && rec.end_t != 0 && ref.rec.end_t != 0) {
+          diffs.push_back(static_cast<std::int64_t>(rec.end_t - ref.rec.end_t));
+        }
+        if (deviated || rec.fp == 0 || ref.rec.fp == 0 || rec.fp == ref.rec.fp) continue;
+        deviated = true;  // only its first deviation matters
+        if (c.mismatch_seq == 0 || rec.seq < c.mismatch_seq) {
+          c.mismatch_seq = rec.seq;
+          c.deviants.clear();
+        }
+        if (rec.seq == c.mismatch_seq) {
+          auto& g = c.deviants[rec.fp];
+          g.first = rec;
+          g.second.push_back(rank);
+        }
+      }
+      c.last.emplace_back(rank, last);
+    }
+    if (diffs.empty()) return std::nullopt;
+    return static_cast<double>(median(diffs)) / 1e6;
+  }
+
+  std::vector<CommunicatorCheck> checks() {
+    std::vector<CommunicatorCheck> out;
+    for (auto& [name, c] : comms_) {
+      CommunicatorCheck k;
+      k.comm = name;
+      std::sort(c.last.begin(), c.last.end());
+      for (const auto& [rank, seq] : c.last) k.max_seq = std::max(k.max_seq, seq);
+      for (const auto& [rank, seq] : c.last) {
+        k.ranks.push_back(rank);
+        if (seq < k.max_seq) k.behind.emplace_back(rank, seq);
+      }
+      if (c.mismatch_seq != 0) {
+        k.mismatch_seq = c.mismatch_seq;
+        const Ref& ref = c.seqs.at(c.mismatch_seq);
+        std::set<int> deviant;
+        std::vector<std::pair<std::vector<int>, const CollRec*>> groups;
+        for (auto& [fp, g] : c.deviants) {
+          std::sort(g.second.begin(), g.second.end());
+          deviant.insert(g.second.begin(), g.second.end());
+          groups.emplace_back(g.second, &g.first);
+        }
+        std::vector<int> agree;  // reached the seq and matched the first fingerprint seen
+        for (const auto& [rank, seq] : c.last) {
+          if (seq >= c.mismatch_seq && !deviant.contains(rank)) agree.push_back(rank);
+        }
+        groups.emplace_back(agree, &ref.rec);
+        std::sort(groups.begin(), groups.end(), [](const auto& a, const auto& b) { return a.first.size() < b.first.size(); });
+        for (const auto& [ranks, rec] : groups) {
+          if (ranks.empty()) continue;
+          k.mismatch_detail.push_back(
+              fmt::format("{}: {} count={} {} ({})", format_ranks(ranks), rec->op, rec->count, rec->dtype, rec->state));
+        }
+        if (!groups.empty()) {
+          k.mismatch_minority = groups.front().first;
+          k.mismatch_t = groups.front().second->t;
+        }
+      }
+      out.push_back(std::move(k));
+    }
+    return out;
+  }
+
+ private:
+  struct Ref {
+    CollRec rec;
+    int rank;
+  };
+  struct Comm {
+    absl::flat_hash_map<std::uint64_t, Ref> seqs;
+    std::vector<std::pair<int, std::uint64_t>> last;  // rank -> highest seq reached
+    std::uint64_t mismatch_seq = 0;
+    std::map<std::uint64_t, std::pair<CollRec, std::vector<int>>> deviants;  // at mismatch_seq, by fingerprint
+  };
+
+  std::mutex mu_;
+  int ref_;
+  std::map<std::string, Comm> comms_;
+};
+
+void add_warnings(RunSummary& s) {
+  for (const auto& r : s.ranks) {
+    if (r.bad_lines) s.warnings.push_back(fmt::format("rank {}: {} corrupt line(s) skipped", r.rank, r.bad_lines));
+    if (r.torn_tail) s.warnings.push_back(fmt::format("rank {}: the log ends inside a line (killed mid-write?)", r.rank));
+    if (r.unknown_kinds) {
+      s.warnings.push_back(fmt::format("rank {}: {} line(s) of unknown kinds ignored", r.rank, r.unknown_kinds));
+    }
+    if (r.schema > 1) {
+      s.warnings.push_back(fmt::format("rank {}: run-log schema {} (this reader knows 1): newer fields are ignored",
+                                       r.rank, r.schema));
+    }
+    if (r.events_dropped) {
+      s.warnings.push_back(fmt::format("rank {}: {} event(s) dropped by the recorder (ring full): its phase and step "
+                                       "numbers undercount",
+                                       r.rank, r.events_dropped));
+    }
+  }
+  for (int m : s.missing_ranks) s.warnings.push_back(fmt::format("rank {}: no run log (expected from world_size)", m));
+}
+
+}  // namespace
+
+std::string format_evidence(const EvidenceLine& e) {
+  return e ? absl::StrCat("rank-", e.rank, ".jsonl:", e.line, ": ", e.text) : std::string();
+}
+
+std::uint64_t run_start_time(const std::string& run_dir) {
+  simdjson::dom::parser p;
+  simdjson::dom::element doc;
+  std::uint64_t t = 0;
+  if (p.load(run_dir + "/run.json").get(doc) == simdjson::SUCCESS &&
+      doc["start_time_ns"].get_uint64().get(t) != simdjson::SUCCESS) {
+    t = 0;
+  }
+  return t;
+}
+
+absl::StatusOr<RunSummary> summarize_run(const std::string& run_dir, const SummaryOptions& opts) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(run_dir, ec)) {
+    return absl::NotFoundError(absl::StrCat("'", run_dir, "' is not a run directory"));
+  }
+  RunSummary out;
+  out.run_dir = run_dir;
+  {
+    simdjson::dom::parser p;
+    simdjson::dom::element doc;
+    std::int64_t w = 0;
+    if (p.load(run_dir + "/run.json").get(doc) == simdjson::SUCCESS) {
+      if (doc["world_size"].get_int64().get(w) == simdjson::SUCCESS) out.world_size = static_cast<int>(w);
+      if (doc["start_time_ns"].get_uint64().get(out.start_time_ns) != simdjson::SUCCESS) out.start_time_ns = 0;
+    } else if (fs::exists(run_dir + "/run.json", ec)) {
+      out.warnings.push_back("run.json is unreadable: world size unknown, missing ranks cannot be named");
+    }
+  }
+  struct File {
+    int rank;
+    std::string path;
+    std::uint64_t bytes;
+  };
+  std::vector<File> files;
+  for (const auto& entry : fs::directory_iterator(run_dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    int rank = -1;
+    if (std::sscanf(name.c_str(), "rank-%d.jsonl", &rank) != 1 || name != fmt::format("rank-{}.jsonl", rank)) continue;
+    files.push_back({rank, entry.path().string(), static_cast<std::uint64_t>(entry.file_size(ec))});
+  }
+  if (files.empty()) return absl::NotFoundError(absl::StrCat("no rank-<R>.jsonl files in '", run_dir, "'"));
+  std::sort(files.begin(), files.end(), [](const File& a, const File& b) { return a.rank < b.rank; });
+
+  SummaryOptions::Progress progress{0, files.size(), 0, 0};
+  for (const auto& f : files) progress.bytes_total += f.bytes;
+  std::mutex progress_mu;
+  CollectiveMerger merger(files.front().rank);
+  out.reference_rank = files.front().rank;
+  std::vector<RankDigest> digests(files.size());
+  auto work = [&](std::size_t i) {
+    digests[i] = digest_rank(files[i].path, fmt::format("{}/rank-{}.flight.json", run_dir, files[i].rank),
+                             files[i].rank, opts);
+    RankDigest& d = digests[i];
+    if (d.status.ok()) d.sum.clock_offset_ms = merger.merge(files[i].rank, d.colls);
+    d.colls.clear();
+    if (opts.progress) {
+      std::lock_guard<std::mutex> lock(progress_mu);
+      ++progress.files_done;
+      progress.bytes_done += files[i].bytes;
+      opts.progress(progress);
+    }
+  };
+  work(0);  // the reference rank first: every other rank's clock is compared with it
+  if (digests[0].status.ok()) digests[0].sum.clock_offset_ms = 0.0;
+  std::atomic<std::size_t> next{1};
+  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+  const std::size_t n_threads = std::min<std::size_t>(opts.threads > 0 ? opts.threads : hw, files.size() - 1);
+  std::vector<std::thread> pool;
+  for (std::size_t t = 0; t < n_threads; ++t) {
+    pool.emplace_back([&] {
+      for (std::size_t i; (i = next.fetch_add(1)) < files.size();) work(i);
+    });
+  }
+  for (auto& t : pool) t.join();
+
+  for (auto& d : digests) {
+    if (!d.status.ok()) {  // unreadable file: say so, keep the other ranks
+      out.warnings.push_back(fmt::format("rank {}: {}", d.sum.rank, std::string(d.status.message())));
+      continue;
+    }
+    out.facts.insert(out.facts.end(), std::make_move_iterator(d.facts.begin()), std::make_move_iterator(d.facts.end()));
+    out.violations.insert(out.violations.end(), std::make_move_iterator(d.violations.begin()),
+                          std::make_move_iterator(d.violations.end()));
+    out.ranks.push_back(std::move(d.sum));
+  }
+  if (out.ranks.empty()) return absl::DataLossError(absl::StrCat("no readable rank log in '", run_dir, "'"));
+  for (int rk = 0; rk < out.world_size; ++rk) {
+    if (std::none_of(out.ranks.begin(), out.ranks.end(), [&](const auto& r) { return r.rank == rk; })) {
+      out.missing_ranks.push_back(rk);
+    }
+  }
+  out.communicators = merger.checks();
+
+  // Clock skew per host (median of its ranks' offsets against the reference).
+  std::map<std::string, std::vector<double>> by_host;
+  for (const auto& r : out.ranks) {
+    if (r.clock_offset_ms) by_host[r.host].push_back(*r.clock_offset_ms);
+  }
+  for (auto& [host, offs] : by_host) {
+    const int n = static_cast<int>(offs.size());
+    const double m = median(offs);
+    if (std::fabs(m) > RunSummary::kSkewReportMs) out.skew.push_back({host, m, n});
+  }
+  add_warnings(out);
+  return out;
+}
+
+std::string format_summary(const RunSummary& s) {
+  std::string o = fmt::format("run {}  world_size={}  ranks with logs={}\n", s.run_dir, s.world_size, s.ranks.size());
+  o += fmt::format("{:>4} {:>6} {:>11} {:>9} | {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} | {:>9} {:>8} {:>7}\n", "rank",
+                   "steps", "step range", "step ms", "loader", "forward", "backward", "optim", "ckpt", "coll", "other",
+                   "last loss", "events", "dropped");
+  for (const auto& r : s.ranks) {
+    const auto& k = r.median_kind_ms;
+    o += fmt::format("{:>4} {:>6} {:>11} {:>9.2f} | {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f} | {:>9} {:>8} {:>7}{}\n",
+                     r.rank, r.steps, fmt::format("{}..{}", r.first_step, r.last_step), r.median_step_ms,
+                     k[static_cast<int>(PhaseKind::kLoaderWait)], k[static_cast<int>(PhaseKind::kForward)],
+                     k[static_cast<int>(PhaseKind::kBackward)], k[static_cast<int>(PhaseKind::kOptimizer)],
+                     k[static_cast<int>(PhaseKind::kCheckpoint)], k[static_cast<int>(PhaseKind::kCollective)],
+                     k[static_cast<int>(PhaseKind::kOther)],
+                     r.last_loss ? fmt::format("{:.4f}", *r.last_loss) : std::string("-"), r.events_recorded,
+                     r.events_dropped,
+                     std::string(r.ended_cleanly ? "" : "  (no run_end: still running or died)") +
+                         (r.torn_tail ? "  (torn last line)" : "") +
+                         (r.bad_lines ? fmt::format("  ({} corrupt lines skipped)", r.bad_lines) : ""));
+  }
+  o += "(step ms and phase columns are per-step medians; phases by kind: loader wait, forward, backward, optimizer,\n"
+       " checkpoint, collectives, other = step time outside those)\n";
+  for (const auto& c : s.communicators) {
+    if (c.mismatch_seq != 0) {
+      o += fmt::format("collectives on '{}': MISMATCH at seq {}: ranks issued different collectives\n", c.comm,
+                       c.mismatch_seq);
+      for (const auto& d : c.mismatch_detail) o += "  " + d + "\n";
+    } else {
+      o += fmt::format("collectives on '{}': {} per rank, sequence numbers and fingerprints agree on {} ranks\n",
+                       c.comm, c.max_seq, c.ranks.size());
+    }
+    for (const auto& [rank, seq] : c.behind) {
+      o += fmt::format("  rank {} stopped at seq {} of {} on '{}'\n", rank, seq, c.max_seq, c.comm);
+    }
+  }
+  for (const auto& k : s.skew) {
+    o += fmt::format("clock: host {} is {:+.1f} ms off rank {}'s clock ({} rank(s), from collective ends)\n", k.host,
+                     k.offset_ms, s.reference_rank, k.ranks);
+  }
+  for (const auto& w : s.warnings) o += "warning: " + w + "\n";
+  return o;
+}
+
+std::string format_summary_json(const RunSummary& s) {
+  std::string o = fmt::format("{{\"world_size\":{},\"missing_ranks\":[{}],\"ranks\":[", s.world_size,
+                              fmt::join(s.missing_ranks, ","));
+  for (std::size_t i = 0; i < s.ranks.size(); ++i) {
+    const auto& r = s.ranks[i];
+    o += fmt::format("{}{{\"rank\":{},\"steps\":{},\"first_step\":{},\"last_step\":{},\"median_step_ms\":{:.3f},"
+                     "\"events_recorded\":{},\"events_dropped\":{},\"ended_cleanly\":{},\"torn_tail\":{},"
+                     "\"bad_lines\":{},\"median_phase_ms\":{{",
+                     i ? "," : "", r.rank, r.steps, r.first_step, r.last_step, r.median_step_ms, r.events_recorded,
+                     r.events_dropped, r.ended_cleanly, r.torn_tail, r.bad_lines);
+    for (int k = 0; k < kPhaseKindCount; ++k) {
+      o += fmt::format("{}\"{}\":{:.3f}", k ? "," : "", phase_kind_name(static_cast<PhaseKind>(k)), r.median_kind_ms[k]);
+    }
+    o += "}}";
+  }
+  o += "],\"communicators\":[";
+  for (std::size_t i = 0; i < s.communicators.size(); ++i) {
+    const auto& c = s.communicators[i];
+    o += fmt::format("{}{{\"comm\":\"{}\",\"max_seq\":{},\"ranks\":[{}],\"mismatch_seq\":{},\"behind\":[", i ? "," : "",
+                     c.comm, c.max_seq, fmt::join(c.ranks, ","), c.mismatch_seq);
+    for (std::size_t j = 0; j < c.behind.size(); ++j) {
+      o += fmt::format("{}{{\"rank\":{},\"seq\":{}}}", j ? "," : "", c.behind[j].first, c.behind[j].second);
+    }
+    o += "]}";
+  }
+  return o + "]}\n";
+}
+
+}  // namespace rankscope::reader

@@ -1,0 +1,159 @@
+// A run directory reduced to per-rank digests and cross-rank checks, in one
+// streaming pass: each rank's log is read once (files in parallel), folded
+// into a digest of bounded size, and merged; no rank's events are kept after
+// its file is read. Memory grows with ranks and with distinct collective
+// sequence numbers, not with events.
+// Thread-safety: summarize_run is reentrant; results are plain values.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "rankscope/runtime.hpp"
+#include "run_log.hpp"
+
+namespace rankscope::reader {
+
+/// The event line a verdict rests on, quoted from its file.
+struct EvidenceLine {
+  int rank = -1;
+  std::uint64_t line = 0;  // 1-based; 0 = none
+  std::string text;        // the line, cut at 400 characters
+  explicit operator bool() const { return line != 0; }
+};
+/// "rank-2.jsonl:1234: {...}"
+std::string format_evidence(const EvidenceLine& e);
+
+/// An invariant fact as a rank recorded it (invariants.hpp).
+struct FactRecord {
+  int rank = -1;
+  int session = 0;  // run_start lines seen before it (a restart appends a session)
+  std::string name;
+  std::int64_t seq = 0, step = -1;
+  int data_group = -1;
+  std::uint64_t t = 0;
+  std::vector<std::pair<std::string, std::string>> values;
+};
+
+/// A violation a rank recorded (online or local check).
+struct ViolationRecord {
+  int rank = -1;  // who recorded it
+  std::string check, what, msg, level, values_json;
+  std::vector<int> ranks;  // who is at fault
+  std::int64_t step = -1;
+  std::uint64_t t = 0;
+  EvidenceLine line;
+};
+
+/// A watchdog stall as the rank recorded it.
+struct StallRecord {
+  std::uint64_t t = 0;            // when the watchdog fired
+  std::uint64_t since = 0;        // when progress stopped
+  std::int64_t step = -1;
+  std::string inside;             // open phase(s) at the time
+  std::string op, comm;           // the collective it waited in, if any
+  std::uint64_t seq = 0;
+  bool ended = false;             // a stall_end followed (it recovered)
+  std::uint64_t stalled_ns = 0;   // how long, when it ended
+  EvidenceLine line;
+};
+
+/// Process threads and live communicators right after a restore (a `resume`
+/// fact), from the next `stats` line: growth across restores is the
+/// leaked-communicator signature.
+struct RestoreSample {
+  std::int64_t step = -1;
+  std::int64_t os_threads = -1, communicators = -1;
+};
+
+struct RankSummary {
+  int rank = -1;
+  std::uint64_t lines = 0, bad_lines = 0, unknown_kinds = 0, bytes = 0;
+  bool torn_tail = false;
+  int schema = 1;  // the run_start's schema (newest seen)
+  std::uint64_t phases = 0, steps = 0;
+  std::int64_t first_step = -1, last_step = -1;
+  std::uint64_t first_t = 0, last_t = 0;  // wall ns of the first and last event in range
+  double median_step_ms = 0;
+  double median_kind_ms[kPhaseKindCount] = {};
+  double median_collective_ms = 0;  // time waiting in collectives per step (median)
+  std::optional<double> last_loss;
+  std::int64_t samples = 0;
+  std::uint64_t events_recorded = 0, events_dropped = 0;
+  bool ended_cleanly = false;  // run_end seen
+  int sessions = 0;            // run_start lines (a restart appends one)
+  std::string host, last_phase;
+  std::string last_comm;       // where its highest collective sequence number is
+  std::uint64_t last_seq = 0;
+  std::optional<double> clock_offset_ms;  // its wall clock minus the reference rank's
+  // Watchdog and log facts.
+  std::uint64_t stalls = 0, slow_steps = 0, errors = 0;
+  std::optional<StallRecord> first_stall, last_stall;
+  std::string last_slow_phase, first_error;
+  std::uint64_t first_error_t = 0;
+  EvidenceLine first_error_line, last_line;
+  std::vector<RestoreSample> restores;
+};
+
+/// Cross-rank check of one communicator's collectives, from the run logs
+/// (completed ones), stall events and flight-recorder dumps (ones in flight).
+struct CommunicatorCheck {
+  std::string comm;
+  std::uint64_t max_seq = 0;  // highest sequence number any rank reached
+  std::vector<int> ranks;     // ranks that used it
+  // First sequence number where ranks issued different collectives (0 = none).
+  std::uint64_t mismatch_seq = 0;
+  std::vector<std::string> mismatch_detail;  // "rank 1: all_reduce count=101385 float32 (in flight)"
+  std::vector<int> mismatch_minority;        // the smallest group at mismatch_seq
+  std::uint64_t mismatch_t = 0;              // when the minority issued it (its clock)
+  // Ranks that stopped before max_seq: rank -> last sequence number it reached.
+  std::vector<std::pair<int, std::uint64_t>> behind;
+};
+
+/// Estimated wall-clock offset of one host against the reference rank's host,
+/// from the ends of completed collectives (a synchronisation point: every
+/// rank leaves an all-reduce within a link latency of the others).
+struct HostSkew {
+  std::string host;
+  double offset_ms = 0;  // median over its ranks
+  int ranks = 0;
+};
+
+struct SummaryOptions {
+  std::uint64_t since_ns = 0, until_ns = UINT64_MAX;  // keep events with since <= t <= until
+  int threads = 0;                                    // file readers; 0 = one per core
+  struct Progress {
+    std::size_t files_done = 0, files_total = 0;
+    std::uint64_t bytes_done = 0, bytes_total = 0;
+  };
+  std::function<void(const Progress&)> progress;  // called after each file, from reader threads (serialised)
+};
+
+struct RunSummary {
+  std::string run_dir;
+  int world_size = 0;              // from run.json (0 if missing)
+  std::uint64_t start_time_ns = 0;  // from run.json
+  std::vector<RankSummary> ranks;  // by rank
+  std::vector<int> missing_ranks;  // rank < world_size without a log
+  std::vector<CommunicatorCheck> communicators;
+  std::vector<FactRecord> facts;            // every rank's, in file order per rank
+  std::vector<ViolationRecord> violations;  // every rank's
+  int reference_rank = -1;                  // clock offsets are against this rank
+  std::vector<HostSkew> skew;               // hosts more than kSkewReportMs off
+  std::vector<std::string> warnings;        // where data is missing or suspect
+  static constexpr double kSkewReportMs = 5.0;
+};
+
+/// Summarises every rank-<R>.jsonl (and flight dump) under `run_dir`.
+absl::StatusOr<RunSummary> summarize_run(const std::string& run_dir, const SummaryOptions& opts = {});
+std::string format_summary(const RunSummary& s);
+std::string format_summary_json(const RunSummary& s);
+
+/// Reads `run_dir`/run.json's start_time_ns (0 if absent).
+std::uint64_t run_start_time(const std::string& run_dir);
+
+}  // namespace rankscope::reader

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Triage scenarios: the example trainer on 4 real gloo ranks with one injected
+# fault each; `rankscope triage --json` must name the right rank and cause as
+# its first finding. (One rank with another sampler seed, and one that skips a
+# batch, are the same kind of 4-rank scenario in invariants_test.sh.)
+#   clean                      -> healthy, exit 0, no findings
+#   stops before a collective  -> hang, the blocked rank, the phase it is in
+#   killed (SIGKILL)           -> dead_rank, the killed rank
+#   straggler in forward       -> straggler, the slow rank, from the step it began
+#   mismatched collective      -> collective_mismatch, the odd rank
+#   stall in checkpoint save   -> stall (recovered), the rank in checkpoint_save
+set -euo pipefail
+trainer=$1 cli=$2 work=$3
+launch="$(dirname "$0")/../examples/cpp/launch.sh"
+py=/usr/bin/python3
+rm -rf "$work"; mkdir -p "$work"
+export RANKSCOPE_HEARTBEAT_INTERVAL=0.25 RANKSCOPE_STALL_TIMEOUT=1.5
+pids_of() { for f in "$1"/rank-*.heartbeat.json; do grep -o '"pid":[0-9]*' "$f" | cut -d: -f2; done; }
+fail() { echo "triage scenario $name: $*"; [[ -n ${tri:-} ]] && echo "$tri"; tail -20 "$work/$name.log" || true; exit 1; }
+
+# start NAME STEPS -- trainer args: launches 4 ranks in the background.
+start() {
+  name=$1 steps=$2; shift 3
+  mkdir -p "$work/$name"
+  bash "$launch" --ranks 4 --steps "$steps" --trainer "$trainer" --dir "$work/$name" -- --timeout 20 "$@" \
+    >"$work/$name.log" 2>&1 &
+  launcher=$!
+  run=""
+  for _ in $(seq 1 200); do
+    run=$(ls -d "$work/$name"/*/ 2>/dev/null | head -1 || true)
+    [[ -n $run && $(ls "$run" | grep -c 'heartbeat.json$') == 4 ]] && return 0
+    sleep 0.1
+  done
+  fail "the ranks did not start"
+}
+finish() { wait "$launcher" 2>/dev/null || true; }
+# expect KIND RANKS [TEXT]: the first finding's kind, ranks and a summary substring.
+check_py='
+import json, sys
+kind, ranks, text, rc = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+r = json.load(sys.stdin)
+assert r["schema"] == "rankscope.triage/1", r["schema"]
+if kind == "healthy":
+    assert rc == 0 and r["healthy"] and not r["findings"], r["findings"]
+    sys.exit(0)
+assert rc == 1, rc
+f = r["findings"][0]
+want = [int(x) for x in ranks.split(",")]
+assert f["kind"] == kind and f["ranks"] == want and text in f["summary"], f
+assert f["lines"] or f["evidence"], f
+'
+expect() {
+  tri=$("$cli" triage --json "$run") && rc=0 || rc=$?
+  "$py" -c "$check_py" "$1" "$2" "${3:-}" "$rc" <<<"$tri" ||
+    fail "expected first finding $1 on ranks [$2] ${3:+saying '$3'}"
+  echo "  $name: $(grep -o '"headline":"[^"]*"' <<<"$tri" | cut -c13-)"
+}
+
+start clean 20 --
+finish
+expect healthy ""
+
+# Rank 1 blocks in 'preprocess' before step 6's all-reduce; the others wait in it.
+start stop 100000 -- --block-rank 1 --block-step 6 --block-phase preprocess
+for _ in $(seq 1 100); do
+  out=$("$cli" status --json "$run" 2>/dev/null || true)  # exit 1 = findings
+  grep -q '"verdict":"HANG' <<<"$out" && break
+  sleep 0.2
+done
+sleep 0.3  # the stall events are written on the same watchdog tick
+expect hang 1 "did not reach all_reduce seq 7 on 'world'"
+grep -q preprocess <<<"$tri" || fail "the hang does not say where rank 1 is blocked"
+kill -9 $(pids_of "$run") 2>/dev/null || true
+finish
+
+# Rank 2 is killed mid-run; the others' all-reduce fails.
+start killed 100000 --
+for _ in $(seq 1 100); do
+  grep -q '"step":[1-9][0-9]' "$run/rank-2.heartbeat.json" 2>/dev/null && break
+  sleep 0.1
+done
+kill -9 "$(grep -o '"pid":[0-9]*' "$run/rank-2.heartbeat.json" | cut -d: -f2)"
+finish
+sleep 1  # heartbeat older than 3 intervals
+expect dead_rank 2 "rank died"
+
+start straggler 40 -- --slow-rank 3 --slow-from-step 10 --slow-ms 40
+finish
+expect straggler 3 "straggler in forward"
+
+# Rank 1 all-reduces one element fewer at step 5 (gloo aborts or times out).
+start mismatch 100000 -- --mismatch-rank 1 --mismatch-step 5 --timeout 5
+finish
+expect collective_mismatch 1 "different collectives at seq 6"
+
+# Rank 2's checkpoint save takes 3 s at step 8: a stall that recovers.
+start ckpt 20 -- --block-rank 2 --block-step 8 --block-ms 3000 --block-phase checkpoint_save
+finish
+expect stall 2 "checkpoint_save"
+grep -q 'recovered after' <<<"$tri" || fail "the stall does not say it recovered"
+echo "triage scenarios: ok"
