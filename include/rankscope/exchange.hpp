@@ -59,7 +59,7 @@ absl::Status exchange_timeout_error(std::string_view key, std::chrono::milliseco
                                     const std::vector<int>& missing);
 std::vector<int> missing_ranks(const absl::Status& status);
 
-/// "ranks 1,3" / "rank 2": how every message names ranks.
+/// "ranks 1,3" / "rank 2" / "ranks 0-49,51-63": how every message names ranks.
 std::string format_ranks(const std::vector<int>& ranks);
 
 }  // namespace rankscope

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <fstream>
 #include <mutex>
 #include <thread>
 
@@ -193,6 +194,14 @@ std::string environment_console(const RunContext& c) {
                        c.rank + c.local_world_size - 1, cpus, mem_gib);
   }
   return {};
+}
+
+int process_threads() {
+  std::ifstream f("/proc/self/status");
+  for (std::string line; std::getline(f, line);) {
+    if (line.rfind("Threads:", 0) == 0) return std::atoi(line.c_str() + 8);
+  }
+  return 0;
 }
 
 }  // namespace rankscope::detail

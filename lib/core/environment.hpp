@@ -23,6 +23,10 @@ bool looks_secret(const std::string& name);
 // OMP_NUM_THREADS, RANKSCOPE_*, OTEL_* (values of secrets replaced by "<redacted>").
 std::vector<std::pair<std::string, std::string>> environment_knobs();
 
+// Threads in this process now (/proc/self/status; 0 when unknown). Background
+// threads only: it reads a file.
+int process_threads();
+
 // The summary as a JSON object.
 std::string environment_json(const RunContext& ctx);
 // One or two lines for the console (empty when this rank does not print it).

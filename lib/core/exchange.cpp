@@ -3,6 +3,7 @@
 #include "rankscope/exchange.hpp"
 
 #include <condition_variable>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -49,7 +50,21 @@ std::chrono::milliseconds exchange_timeout() {
 }
 
 std::string format_ranks(const std::vector<int>& ranks) {
-  return fmt::format("{} {}", ranks.size() == 1 ? "rank" : "ranks", fmt::join(ranks, ","));
+  // Runs of three or more consecutive ranks read as a range: "ranks 0-49,51-63".
+  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
+  for (std::size_t i = 0; i < ranks.size();) {
+    std::size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (i != 0) out.push_back(',');
+    if (j - i >= 2) {
+      fmt::format_to(std::back_inserter(out), "{}-{}", ranks[i], ranks[j]);
+      i = j + 1;
+    } else {
+      fmt::format_to(std::back_inserter(out), "{}", ranks[i]);
+      ++i;
+    }
+  }
+  return out;
 }
 
 absl::Status exchange_timeout_error(std::string_view key, std::chrono::milliseconds timeout,

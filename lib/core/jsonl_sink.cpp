@@ -12,7 +12,9 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "environment.hpp"
 #include "event_format.hpp"
+#include "rankscope/collective.hpp"
 #include "fd_io.hpp"
 #include "json_util.hpp"
 #include "rankscope/config.hpp"
@@ -154,8 +156,9 @@ class JsonlSink final : public Sink {
   void stats_fields(const Stats& st) {
     fmt::format_to(fmt::appender(buf_),
                    ",\"events_recorded\":{},\"events_dropped\":{},\"export_errors\":{},\"inactive_calls\":{},"
-                   "\"threads\":{}",
-                   st.events_recorded, st.events_dropped, st.export_errors + errors_, st.inactive_calls, st.threads);
+                   "\"threads\":{},\"os_threads\":{},\"communicators\":{}",
+                   st.events_recorded, st.events_dropped, st.export_errors + errors_, st.inactive_calls, st.threads,
+                   detail::process_threads(), live_communicators());
   }
   void format_event(const Event& e) {
     if (e.written_inline) return;  // an error the calling thread already wrote

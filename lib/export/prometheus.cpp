@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 #include <prometheus/text_serializer.h>
 
+#include "environment.hpp"
 #include "http_server.hpp"
 
 #include "rankscope/collective.hpp"
@@ -57,14 +58,6 @@ struct Hist {
     sum += v;
   }
 };
-
-int process_threads() {
-  std::ifstream f("/proc/self/status");
-  for (std::string line; std::getline(f, line);) {
-    if (line.rfind("Threads:", 0) == 0) return std::atoi(line.c_str() + 8);
-  }
-  return 0;
-}
 
 class PrometheusSink final : public Sink {
  public:
@@ -274,7 +267,7 @@ class PrometheusSink final : public Sink {
     scalar(out, "rankscope_heartbeat_age_seconds", "Seconds since rankscope's background thread last reported",
            T::Gauge, now - last_update_);
     scalar(out, "rankscope_restarts", "Restarts of this job so far (the launcher's restart count)", T::Gauge, restarts_);
-    scalar(out, "rankscope_process_threads", "Threads in this process", T::Gauge, process_threads());
+    scalar(out, "rankscope_process_threads", "Threads in this process", T::Gauge, detail::process_threads());
     const Stats st = stats();  // rankscope's own counters, current (atomics)
     scalar(out, "rankscope_events_dropped_total", "Events dropped because a ring was full", T::Counter,
            static_cast<double>(st.events_dropped));

@@ -22,6 +22,7 @@ std::uint64_t wall_now() {
   return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
 }
 double secs(std::uint64_t ns) { return static_cast<double>(ns) / 1e9; }
+constexpr std::int64_t kMaxWorldSize = 1 << 20;
 
 template <typename T>
 T get(simdjson::dom::element e, const char* key, T fallback) {
@@ -186,7 +187,8 @@ absl::StatusOr<StatusReport> read_status(const std::string& run_dir, std::uint64
     simdjson::dom::parser p;
     simdjson::dom::element doc;
     if (p.load(run_dir + "/run.json").get(doc) == simdjson::SUCCESS) {
-      r.world_size = static_cast<int>(get<std::int64_t>(doc, "world_size", 0));
+      const std::int64_t w = get<std::int64_t>(doc, "world_size", 0);
+      r.world_size = w > 0 && w <= kMaxWorldSize ? static_cast<int>(w) : 0;  // else: not a world size
     }
   }
   std::map<int, RankHeartbeat> found;
@@ -207,7 +209,10 @@ absl::StatusOr<StatusReport> read_status(const std::string& run_dir, std::uint64
   for (int k = 0; k < world; ++k) {
     RankHeartbeat hb;
     hb.rank = k;
-    if (auto it = found.find(k); it != found.end()) hb = it->second;
+    if (auto it = found.find(k); it != found.end()) {
+      hb = it->second;
+      hb.rank = k;  // the file name says which rank it is, whatever its content claims
+    }
     r.ranks.push_back(hb);
   }
   classify(r);

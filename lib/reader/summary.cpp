@@ -329,7 +329,7 @@ class CollectiveMerger {
 void add_warnings(RunSummary& s) {
   for (const auto& r : s.ranks) {
     if (r.bad_lines) s.warnings.push_back(fmt::format("rank {}: {} corrupt line(s) skipped", r.rank, r.bad_lines));
-    if (r.torn_tail) s.warnings.push_back(fmt::format("rank {}: the log ends inside a line (killed mid-write?)", r.rank));
+    if (r.torn_tail) s.warnings.push_back(fmt::format("rank {}: torn last line: the log ends inside a line (killed mid-write?)", r.rank));
     if (r.unknown_kinds) {
       s.warnings.push_back(fmt::format("rank {}: {} line(s) of unknown kinds ignored", r.rank, r.unknown_kinds));
     }
@@ -343,7 +343,10 @@ void add_warnings(RunSummary& s) {
                                        r.rank, r.events_dropped));
     }
   }
-  for (int m : s.missing_ranks) s.warnings.push_back(fmt::format("rank {}: no run log (expected from world_size)", m));
+  if (!s.missing_ranks.empty()) {
+    s.warnings.push_back(fmt::format("{}: no run log (expected from world_size {})", format_ranks(s.missing_ranks),
+                                     s.world_size));
+  }
 }
 
 }  // namespace
@@ -376,7 +379,10 @@ absl::StatusOr<RunSummary> summarize_run(const std::string& run_dir, const Summa
     simdjson::dom::element doc;
     std::int64_t w = 0;
     if (p.load(run_dir + "/run.json").get(doc) == simdjson::SUCCESS) {
-      if (doc["world_size"].get_int64().get(w) == simdjson::SUCCESS) out.world_size = static_cast<int>(w);
+      if (doc["world_size"].get_int64().get(w) == simdjson::SUCCESS) {
+        if (w > 0 && w <= (1 << 20)) out.world_size = static_cast<int>(w);
+        else out.warnings.push_back(fmt::format("run.json: world_size {} is not a world size; ignored", w));
+      }
       if (doc["start_time_ns"].get_uint64().get(out.start_time_ns) != simdjson::SUCCESS) out.start_time_ns = 0;
     } else if (fs::exists(run_dir + "/run.json", ec)) {
       out.warnings.push_back("run.json is unreadable: world size unknown, missing ranks cannot be named");

@@ -55,7 +55,8 @@ absl::Status write_timeline(const std::string& run_dir, std::ostream& out, Timel
     first = false;
   };
   out << "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"run_dir\":" << detail::json_quoted(run_dir) << "},\"traceEvents\":[";
-  for (const auto& [rank, path] : logs) {
+  for (const auto& [rank_of_file, path] : logs) {
+    const int rank = rank_of_file;  // a plain variable: lambdas cannot capture structured bindings (clang < 16)
     ++st.ranks;
     std::set<std::int32_t> threads;
     std::string host;

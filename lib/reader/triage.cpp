@@ -216,7 +216,20 @@ void stall_findings(const RunSummary& sum, const StatusReport* live, std::vector
     if (where) f.evidence.push_back(fmt::format("rank {} reached seq {} of {} on '{}'", rk, seq, where->max_seq, where->comm));
   }
   if (live != nullptr) {
-    for (const auto& line : live->findings) f.evidence.push_back("heartbeat: " + line);
+    // Heartbeats speak about now: useful while the job runs, noise once it is gone.
+    const auto alive_now = std::count_if(live->ranks.begin(), live->ranks.end(), [](const auto& h) { return h.alive; });
+    if (alive_now == 0) {
+      f.evidence.push_back("heartbeat: no rank is alive now (the job is gone); this verdict comes from the run logs");
+    } else {
+      std::size_t shown = 0;
+      for (const auto& line : live->findings) {
+        if (shown++ == 6) {
+          f.evidence.push_back(fmt::format("heartbeat: ... {} more (rankscope status)", live->findings.size() - 6));
+          break;
+        }
+        f.evidence.push_back("heartbeat: " + line);
+      }
+    }
   }
   out.push_back(std::move(f));
 }
@@ -373,7 +386,12 @@ absl::StatusOr<TriageReport> triage(const std::string& run_dir, const TriageOpti
     }
   }
   stall_findings(*sum, live, f);
-  for (int m : sum->missing_ranks) f.push_back({"missing_rank", {m}, fmt::format("rank {} wrote no run log", m), {}, 0, -1, {}});
+  if (!sum->missing_ranks.empty()) {
+    f.push_back({"missing_rank", sum->missing_ranks,
+                 fmt::format("{} wrote no run log (never started, or a different run directory)",
+                             format_ranks(sum->missing_ranks)),
+                 {}, 0, -1, {}});
+  }
   for (auto& d : desync_findings(*sum)) {
     for (const auto& rk : sum->ranks) {
       if (!d.lines.empty() && d.lines.front().rank == rk.rank) d.t = aligned(rk, d.t);
