@@ -9,6 +9,7 @@
 #   straggler in forward       -> straggler, the slow rank, from the step it began
 #   mismatched collective      -> collective_mismatch, the odd rank
 #   stall in checkpoint save   -> stall (recovered), the rank in checkpoint_save
+#   restores that leak the old process group -> resource_growth, every rank
 set -euo pipefail
 trainer=$1 cli=$2 work=$3
 launch="$(dirname "$0")/../examples/cpp/launch.sh"
@@ -98,4 +99,9 @@ start ckpt 20 -- --block-rank 2 --block-step 8 --block-ms 3000 --block-phase che
 finish
 expect stall 2 "checkpoint_save"
 grep -q 'recovered after' <<<"$tri" || fail "the stall does not say it recovered"
+# An in-process restore every 15 steps that keeps the old process group alive:
+# threads and live communicators grow with each restore (stats every 20 ms).
+RANKSCOPE_METRICS_INTERVAL=0.02 start leak 60 -- --restore-every 15 --leak-pg
+finish
+expect resource_growth 0,1,2,3 "grow with every in-process restore"
 echo "triage scenarios: ok"

@@ -13,6 +13,7 @@
 // between instrumentation enabled and runtime-disabled; rank 0 prints the
 // median step time of each and their ratio.
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/torch.h>
 
@@ -47,6 +48,8 @@ struct Args {
   int batch = 64;
   int hidden = 256;
   int checkpoint_every = 25;
+  int restore_every = 0;   // an in-process restore (new process group + resume check) every N steps
+  bool leak_pg = false;    // ... that keeps the old process group alive (the leak triage names)
   int ab_block = 0;
   bool ab_control = false;  // A/A: both arms disabled, to measure the noise floor
   int slow_rank = -1;     // inject a straggler: this rank sleeps in forward
@@ -105,6 +108,8 @@ Args parse(int argc, char** argv) {
     else if (k == "--block-rank") a.block_rank = std::stoi(next());
     else if (k == "--block-step") a.block_step = std::stoi(next());
     else if (k == "--block-ms") a.block_ms = std::stoi(next());
+    else if (k == "--restore-every") a.restore_every = std::stoi(next());
+    else if (k == "--leak-pg") a.leak_pg = true;
     else if (k == "--block-phase") a.block_phase = next();
     else if (k == "--dataset") a.dataset = std::stoll(next());
     else if (k == "--seed") a.seed = std::stoull(next());
@@ -180,7 +185,9 @@ int main(int argc, char** argv) {
                             std::chrono::milliseconds(args.exchange_timeout_ms));
   }
   // One communicator per process group: sequence numbers must line up across ranks.
-  auto& comm = rankscope::register_communicator(pg.get(), "world", world, rank);
+  rankscope::Communicator* comm = &rankscope::register_communicator(pg.get(), "world", world, rank);
+  std::vector<c10::intrusive_ptr<c10d::ProcessGroupGloo>> leaked;  // --leak-pg
+  int attempt = 0;
 
   constexpr int kFeatures = 128, kClasses = 10;
   torch::nn::Sequential model(torch::nn::Linear(kFeatures, args.hidden), torch::nn::ReLU(),
@@ -315,7 +322,7 @@ int main(int argc, char** argv) {
             flat[0] = flat[0].narrow(0, 0, flat[0].numel() - 1);
           }
           {
-            rankscope::CollectiveSpan span(comm, rankscope::CollectiveOp::kAllReduce,
+            rankscope::CollectiveSpan span(*comm, rankscope::CollectiveOp::kAllReduce,
                                            static_cast<std::uint64_t>(flat[0].numel()), rankscope::DType::kFloat32);
             try {
               pg->allreduce(flat)->wait();
@@ -351,6 +358,29 @@ int main(int argc, char** argv) {
           if (rank == 0) example::save_checkpoint(fmt::format("{}/{}", ckpt_dir, meta.id), model, meta);
           rankscope::record_checkpoint_save(meta);
         }
+        if (args.restore_every > 0 && done % args.restore_every == 0 && done < args.steps) {
+          // An in-process restore, as elastic trainers do after a peer failure: a
+          // new process group and the resume check. --leak-pg keeps the old group
+          // alive, so its threads and communicator leak with every restore.
+          RANKSCOPE_PHASE("restore");
+          auto fresh = c10::make_intrusive<c10d::ProcessGroupGloo>(
+              c10::make_intrusive<c10d::PrefixStore>(fmt::format("attempt-{}", ++attempt), store), rank, world, opts);
+          if (args.leak_pg) leaked.push_back(pg);
+          else rankscope::release_communicator(pg.get());
+          pg = fresh;
+          comm = &rankscope::register_communicator(pg.get(), fmt::format("world.{}", attempt), world, rank);
+          rankscope::CheckpointMeta resumed{.id = fmt::format("step-{}", done),
+                                            .step = done,
+                                            .consumed_samples = done * global_batch,
+                                            .world_size = world,
+                                            .global_batch = global_batch,
+                                            .config_hash = config_hash,
+                                            .optimizer_step = done};
+          if (violated(rankscope::check_resume(resumed, on(rankscope::OnViolation::kWarn)))) {
+            stop = true;
+            break;
+          }
+        }
         last_loss = loss.item<double>();
         samples_total.add(args.batch);
         loss_gauge.set(last_loss);
@@ -377,7 +407,7 @@ int main(int argc, char** argv) {
     return 4;
   }
   {
-    rankscope::CollectiveSpan span(comm, rankscope::CollectiveOp::kBarrier, 0, rankscope::DType::kUnknown);
+    rankscope::CollectiveSpan span(*comm, rankscope::CollectiveOp::kBarrier, 0, rankscope::DType::kUnknown);
     pg->barrier()->wait();
   }
 

@@ -103,7 +103,7 @@ absl::Status Runtime::init(const Config& cfg) {
   context_ = set->context;
   run_dir_ = set->run_dir;
   ring_capacity_.store(set->ring_capacity, std::memory_order_relaxed);
-  metrics_interval_ = cfg.metrics_interval;
+  metrics_interval_ = set->metrics_interval;
   // The watchdog ticks on this thread's wake-ups: wake at least twice per heartbeat.
   max_sleep_s_ = std::min(std::chrono::duration<double>(set->drain_interval).count(),
                           static_cast<double>(set->watchdog.interval_ns) * 0.5e-9);

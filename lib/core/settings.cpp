@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <cmath>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -155,6 +156,12 @@ absl::StatusOr<Settings> resolve_settings(const Config& cfg) {
   if (cfg.metrics_interval.count() <= 0) {
     return absl::InvalidArgumentError("Config::metrics_interval must be positive");
   }
+  // The environment sets it when the code left the default.
+  auto metrics_s = env_seconds("RANKSCOPE_METRICS_INTERVAL", static_cast<double>(cfg.metrics_interval.count()) / 1e3);
+  if (!metrics_s.ok()) return metrics_s.status();
+  const auto metrics_interval = cfg.metrics_interval != Config{}.metrics_interval
+                                    ? cfg.metrics_interval
+                                    : std::chrono::milliseconds(std::max<std::int64_t>(1, std::llround(*metrics_s * 1e3)));
 
   for (const auto& s : cfg.sinks) {
     if (!s) return absl::InvalidArgumentError("Config::sinks contains a null sink");
@@ -173,6 +180,7 @@ absl::StatusOr<Settings> resolve_settings(const Config& cfg) {
   out.signals = signals;
   out.console = *console;
   out.watchdog = wd;
+  out.metrics_interval = metrics_interval;
   return out;
 }
 

@@ -32,6 +32,7 @@ struct Settings {
   bool signals = true;
   ConsolePolicy console = ConsolePolicy::kRank0;
   WatchdogConfig watchdog;
+  std::chrono::milliseconds metrics_interval{10000};  // metric snapshots and stats lines
   std::string run_dir;  // empty without a run log; created (and checked writable) when set
 };
 

@@ -299,7 +299,9 @@ void straggler_findings(const RunSummary& sum, const SummaryOptions& opts, std::
 // Threads and communicators that grow with each in-process restore: the
 // process groups of the previous attempt were never destroyed.
 void growth_findings(const RunSummary& sum, std::vector<Finding>& out) {
-  std::map<std::string, std::vector<int>> by_pattern;
+  std::vector<int> ranks;
+  std::vector<std::string> evidence;
+  bool comms = false;
   for (const auto& r : sum.ranks) {
     std::vector<const RestoreSample*> s;
     for (const auto& x : r.restores) {
@@ -312,22 +314,25 @@ void growth_findings(const RunSummary& sum, std::vector<Finding>& out) {
       comms_grow &= s[i]->communicators > s[i - 1]->communicators;
     }
     if (!threads_grow && !comms_grow) continue;
+    comms |= comms_grow;
     std::vector<std::string> t, c;
     for (const auto* x : s) {
       t.push_back(std::to_string(x->os_threads));
       c.push_back(std::to_string(x->communicators));
     }
-    by_pattern[fmt::format("threads {}{}", absl::StrJoin(t, " -> "),
-                           comms_grow ? fmt::format(", live communicators {}", absl::StrJoin(c, " -> ")) : "")]
-        .push_back(r.rank);
+    ranks.push_back(r.rank);
+    if (evidence.size() < 8) {
+      evidence.push_back(fmt::format("rank {}: threads {}; live communicators {} (before the first restore, then after "
+                                     "each, from its stats lines)",
+                                     r.rank, absl::StrJoin(t, " -> "), absl::StrJoin(c, " -> ")));
+    }
   }
-  for (const auto& [pattern, ranks] : by_pattern) {
-    out.push_back({"resource_growth", ranks,
-                   fmt::format("{} grow with every restore ({}): the previous attempt's communicators/process groups "
-                               "are leaked; destroy them before re-creating",
-                               format_ranks(ranks), pattern),
-                   {"samples: before the first restore, then after each one (stats lines)"}, 0, -1, {}});
-  }
+  if (ranks.empty()) return;
+  out.push_back({"resource_growth", ranks,
+                 fmt::format("{}: process threads{} grow with every in-process restore: the previous attempt's process "
+                             "groups/communicators are leaked (destroy them before creating new ones)",
+                             format_ranks(ranks), comms ? " and live communicators" : ""),
+                 evidence, 0, -1, {}});
 }
 
 std::vector<RankRow> rank_rows(const RunSummary& sum, const StatusReport* live) {
@@ -399,6 +404,7 @@ absl::StatusOr<TriageReport> triage(const std::string& run_dir, const TriageOpti
     f.push_back(std::move(d));
   }
   straggler_findings(*sum, opts.read, f);
+  growth_findings(*sum, f);
   // With a cause named (straggler, stall, hang, dead rank), the ranks'
   // slow-step events are its evidence, not findings of their own.
   const auto cause = std::find_if(f.begin(), f.end(), [](const Finding& x) {
@@ -436,7 +442,6 @@ absl::StatusOr<TriageReport> triage(const std::string& run_dir, const TriageOpti
                                                      rk.sessions - 1), {}, 0, -1, {}});
     }
   }
-  growth_findings(*sum, f);
   // Restarts of every rank together are one finding.
   std::vector<int> restarted;
   for (const auto& x : f) {
