@@ -10,7 +10,7 @@ PACKAGES=(
   libopenblas0-pthread
   prometheus-cpp-dev libsimdjson-dev libcli11-dev libspdlog-dev
   prometheus libcurl4-openssl-dev zlib1g-dev nodejs python3-prometheus-client
-  valgrind clang libclang-rt-14-dev
+  valgrind clang libclang-rt-14-dev time
 )
 
 missing=()

@@ -109,6 +109,11 @@ bool decode(simdjson::dom::parser& parser, const char* p, std::size_t n, LogEven
       case 'o':
         if (k == "op") str(e.op);
         else if (k == "os_threads" && v.get_int64().get(i64) == SUCCESS) e.os_threads = i64;
+        else if (k == "open_phases" && stall) {  // the innermost open phase, as the stall's name
+          simdjson::dom::array arr;
+          if (v.get_array().get(arr) != SUCCESS || arr.size() == 0) break;
+          if (arr.at(arr.size() - 1)["name"].get_string().get(sv) == SUCCESS) e.name.assign(sv);
+        }
         break;
       case 'p':
         if (k == "phase_kind") str(e.phase_kind);

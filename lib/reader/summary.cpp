@@ -155,7 +155,7 @@ RankDigest digest_rank(const std::string& path, const std::string& dump, int ran
         restore_pending = false;
       }
     } else if (e.kind == "stall") {
-      StallRecord s{e.t, e.t > e.dur ? e.t - e.dur : e.t, e.step, e.inside, e.op, e.comm, e.seq, false, 0,
+      StallRecord s{e.t, e.t > e.dur ? e.t - e.dur : e.t, e.step, e.inside, e.name, e.op, e.comm, e.seq, false, 0,
                     evidence(rank, e)};
       if (r.stalls++ == 0) r.first_stall = s;
       r.last_stall = s;

@@ -54,7 +54,8 @@ struct StallRecord {
   std::uint64_t t = 0;            // when the watchdog fired
   std::uint64_t since = 0;        // when progress stopped
   std::int64_t step = -1;
-  std::string inside;             // open phase(s) at the time
+  std::string inside;             // open phase(s) at the time, as the watchdog wrote them
+  std::string phase;              // the innermost open phase's name
   std::string op, comm;           // the collective it waited in, if any
   std::uint64_t seq = 0;
   bool ended = false;             // a stall_end followed (it recovered)

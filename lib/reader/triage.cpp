@@ -179,7 +179,8 @@ void stall_findings(const RunSummary& sum, const StatusReport* live, std::vector
     const StallRecord* cs = c.last_stall ? &stall_of(c) : nullptr;
     std::string doing;
     if (cs != nullptr) {
-      doing = fmt::format("it {} blocked in {} at step {}{}", cs->ended ? "was" : "is", cs->inside.empty() ? "no open phase" : cs->inside, cs->step,
+      doing = fmt::format("it {} blocked in {} at step {}{}", cs->ended ? "was" : "is",
+                          !cs->phase.empty() ? cs->phase : (cs->inside.empty() ? "no open phase" : cs->inside), cs->step,
                           cs->ended ? fmt::format(" (recovered after {:.1f} s)", cs->stalled_ns / 1e9) : "");
     } else {
       doing = fmt::format("its log ends at step {} after '{}'{}", c.last_step, c.last_phase,
@@ -203,6 +204,10 @@ void stall_findings(const RunSummary& sum, const StatusReport* live, std::vector
     f.t = aligned(c, cs ? cs->since : c.last_t);
     if (cs) f.lines.push_back(cs->line);
     if (kind != "stall" && c.last_line && (!cs || cs->line.line != c.last_line.line)) f.lines.push_back(c.last_line);
+    if (cs != nullptr) {
+      f.evidence.push_back(fmt::format("rank {}'s watchdog at {}: no progress for {:.1f} s, inside: {}", c.rank,
+                                       fmt_time(cs->t), (cs->t - cs->since) / 1e9, cs->inside));
+    }
     f.evidence.push_back(fmt::format("rank {}: last event {} at step {}, last phase '{}', last collective seq {} on '{}'",
                                      c.rank, fmt_time(c.last_t), c.last_step, c.last_phase, c.last_seq, c.last_comm));
   }
@@ -347,7 +352,7 @@ std::vector<RankRow> rank_rows(const RunSummary& sum, const StatusReport* live) 
                 r.last_seq, r.median_step_ms, typical > 0 ? r.median_step_ms / typical : 0, r.clock_offset_ms};
     if (r.last_stall && !r.last_stall->ended && !r.ended_cleanly) {
       row.state = "stalled";
-      row.phase = r.last_stall->inside;
+      row.phase = r.last_stall->phase.empty() ? r.last_stall->inside : r.last_stall->phase;
     }
     if (live != nullptr && !r.ended_cleanly) {
       for (const auto& h : live->ranks) {
