@@ -27,13 +27,20 @@ void bind_cli(py::module_& m) {
   namespace r = rankscope::reader;
   using Out = std::pair<std::string, int>;
   auto failed = [](const absl::Status& st) { return Out{std::string(st.message()) + "\n", 2}; };
-  m.def("_triage", [failed](const std::string& dir, bool json) {
+  m.def("_triage", [failed](const std::string& dir, bool json, const std::string& since, const std::string& until) {
     return run([&]() -> Out {
-      auto t = r::triage(dir);
+      r::TriageOptions opts;
+      for (auto [arg, out] : {std::pair{&since, &opts.read.since_ns}, std::pair{&until, &opts.read.until_ns}}) {
+        if (arg->empty()) continue;
+        auto t = r::parse_time_arg(*arg, r::run_start_time(dir));
+        if (!t.ok()) return failed(t.status());
+        *out = *t;
+      }
+      auto t = r::triage(dir, opts);
       if (!t.ok()) return failed(t.status());
       return {json ? r::format_triage_json(*t) : r::format_triage(*t), t->exit_code};
     });
-  }, "run_dir"_a, "json"_a = false);
+  }, "run_dir"_a, "json"_a = false, "since"_a = "", "until"_a = "");
   m.def("_status", [failed](const std::string& dir, bool json) {
     return run([&]() -> Out {
       auto s = r::read_status(dir);

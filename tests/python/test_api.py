@@ -143,7 +143,14 @@ def test_cli_from_python(run_py, tmp_path):
     tri = subprocess.run([sys.executable, "-m", "rankscope", "triage", run, "--json"], env=env, capture_output=True,
                          text=True)
     assert tri.returncode == 0, tri.stderr
-    assert json.loads(tri.stdout)["exit_code"] == 0
+    report = json.loads(tri.stdout)
+    assert report["exit_code"] == 0 and report["schema"] == "rankscope.triage/1"
+    win = subprocess.run([sys.executable, "-m", "rankscope", "triage", run, "--json", "--since", "+1h"], env=env,
+                         capture_output=True, text=True)
+    assert win.returncode == 0 and json.loads(win.stdout)["window"]["since_ns"] > 0, win.stderr
+    bad_time = subprocess.run([sys.executable, "-m", "rankscope", "triage", run, "--until", "soon"], env=env,
+                              capture_output=True, text=True)
+    assert bad_time.returncode == 2 and "bad time 'soon'" in bad_time.stderr
     tl = subprocess.run([sys.executable, "-m", "rankscope", "timeline", run, "-o", str(tmp_path / "t.json")], env=env,
                         capture_output=True, text=True)
     assert tl.returncode == 0 and json.load(open(tmp_path / "t.json"))["traceEvents"]

@@ -64,7 +64,7 @@ def run(rank, world, run_dir, port, mode):
         try:
             rankscope.check_sampler(seed=7, epoch=0, fingerprint=rank + 1, num_indices=10, fail=True)
         except rankscope.InvariantViolation as e:
-            print("rank", rank, "raised:", e, flush=True)
+            os.write(1, f"rank {rank} raised: {e}\n".encode())  # one write: ranks share the pipe
     dist.barrier()
     dist.destroy_process_group()
     rankscope.shutdown()

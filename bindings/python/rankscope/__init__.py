@@ -82,9 +82,14 @@ def _decorate(handle, fn):
 _rankscope._set_decorator(_decorate)
 
 
-def triage(run_dir, json=False):
-    """What went wrong in RUN_DIR, on which rank, with the evidence: (text, exit code 0/1/2)."""
-    return _rankscope._triage(str(run_dir), json)
+def triage(run_dir, json=False, since="", until=""):
+    """What went wrong in RUN_DIR, on which rank, with the evidence: (text, exit code 0/1/2).
+
+    json: the versioned JSON report (docs/triage-schema.md) instead of text.
+    since/until: keep events in a window: epoch seconds or ns, ISO-8601 UTC
+    ("2026-11-22T05:30:00Z"), or "+15m" after the run's start.
+    """
+    return _rankscope._triage(str(run_dir), json, since, until)
 
 
 def status(run_dir, json=False):

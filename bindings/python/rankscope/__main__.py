@@ -1,4 +1,4 @@
-"""python -m rankscope triage|status|summary|timeline RUN_DIR [--json] [-o trace.json]"""
+"""python -m rankscope triage|status|summary|timeline RUN_DIR [--json] [--since T] [--until T] [-o trace.json]"""
 import argparse
 import sys
 
@@ -14,6 +14,8 @@ def main(argv=None):
         s = sub.add_parser(name, help=help_)
         s.add_argument("run_dir")
         s.add_argument("--json", action="store_true", help="machine-readable output")
+    for opt in ("--since", "--until"):
+        sub.choices["triage"].add_argument(opt, default="", help="time window: epoch s/ns, ISO-8601 UTC, or +15m after the start")
     t = sub.add_parser("timeline", help="Chrome/Perfetto trace JSON of the run")
     t.add_argument("run_dir")
     t.add_argument("-o", "--output", default="trace.json")
@@ -22,7 +24,10 @@ def main(argv=None):
         text, code = rankscope.timeline(a.run_dir, a.output)
         sys.stderr.write(text)
         return code
-    text, code = getattr(rankscope, a.command)(a.run_dir, a.json)
+    if a.command == "triage":
+        text, code = rankscope.triage(a.run_dir, a.json, a.since, a.until)
+    else:
+        text, code = getattr(rankscope, a.command)(a.run_dir, a.json)
     (sys.stdout if code != 2 else sys.stderr).write(text)
     return code
 
