@@ -12,7 +12,7 @@
 namespace reader = rankscope::reader;
 using rankscope::test::TempDir;
 
-TEST_CASE("--since/--until accept epoch, ISO-8601 and offsets from the run's start", "[triage]") {
+TEST_CASE("time arguments (--since, --until) accept epoch, ISO-8601 and offsets from the run start", "[triage]") {
   const std::uint64_t start = 1'790'000'000'000'000'000ull;
   CHECK(*reader::parse_time_arg("1790000000", start) == 1'790'000'000'000'000'000ull);
   CHECK(*reader::parse_time_arg("1790000000123456789", start) / 1000 == 1'790'000'000'123'456ull);

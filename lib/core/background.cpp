@@ -101,7 +101,7 @@ void Runtime::decode(ThreadState* st, const Record& r, const Record* next, std::
   }
   watchdog_.on_event(e);
   remember(e);
-  batch.push_back(e);
+  batch.push_back(std::move(e));
 }
 
 // A log record: the header, then its payload bytes in the following records.
@@ -139,9 +139,7 @@ std::uint64_t Runtime::decode_log(ThreadState* st, std::uint64_t at, std::vector
 
 void Runtime::remember(const Event& e) {
   if (recent_per_thread_ == 0) return;
-  std::deque<Event>& q = recent_[e.tid];
-  if (q.size() >= recent_per_thread_) q.pop_front();
-  q.push_back(e);
+  recent_[e.tid].push(e, recent_per_thread_);
 }
 
 void Runtime::deliver(std::vector<Event>& batch) {

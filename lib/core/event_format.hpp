@@ -5,10 +5,10 @@
 
 #include <string>
 #include <string_view>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
-#include "absl/container/flat_hash_map.h"
 #include "rankscope/export/sink.hpp"
 
 namespace rankscope::detail {
@@ -27,7 +27,7 @@ class EventFormatter {
 
  private:
   int rank_;
-  absl::flat_hash_map<const Site*, std::string> names_;
+  std::unordered_map<const Site*, std::string> names_;  // node-based: references stay valid across inserts
 };
 
 }  // namespace rankscope::detail

@@ -70,6 +70,29 @@ class FlightRing {
 void install_flight_ring(std::uint32_t entries);
 const FlightRing* flight_ring();
 
+// The last events of one thread, oldest first, in a fixed ring: no
+// allocation per event (a deque of these ~250-byte events allocated a chunk
+// every second push).
+class RecentEvents {
+ public:
+  void push(const Event& e, std::size_t capacity) {
+    if (slots_.size() < capacity) {
+      slots_.push_back(e);
+      return;
+    }
+    slots_[next_] = e;
+    next_ = (next_ + 1) % slots_.size();
+  }
+  template <typename F>
+  void for_each(F&& f) const {
+    for (std::size_t i = 0; i < slots_.size(); ++i) f(slots_[(next_ + i) % slots_.size()]);
+  }
+
+ private:
+  std::vector<Event> slots_;
+  std::size_t next_ = 0;
+};
+
 struct DumpInput {
   std::string_view reason;
   const RunContext* context = nullptr;
@@ -77,7 +100,7 @@ struct DumpInput {
   Stats stats;
   std::int64_t step = 0;
   std::vector<ThreadState*> threads;
-  const absl::flat_hash_map<std::int32_t, std::deque<Event>>* recent = nullptr;
+  const absl::flat_hash_map<std::int32_t, RecentEvents>* recent = nullptr;
 };
 
 // The dump's JSON document (README: "Flight recorder dump").

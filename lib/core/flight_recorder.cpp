@@ -212,11 +212,11 @@ std::string build_flight_dump(const DumpInput& in, EventFormatter& fmt) {
     for (const auto& [tid, q] : *in.recent) tids.push_back(tid);
     std::sort(tids.begin(), tids.end());
     for (std::int32_t tid : tids) {
-      for (const Event& e : in.recent->at(tid)) {
+      in.recent->at(tid).for_each([&](const Event& e) {
         b.append(std::string_view(first ? "\n " : ",\n "));
         first = false;
         fmt.format(e, b);
-      }
+      });
     }
   }
   b.append(std::string_view("]\n}\n"));

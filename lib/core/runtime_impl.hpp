@@ -17,6 +17,7 @@
 #include "clock.hpp"
 #include "console.hpp"
 #include "event_format.hpp"
+#include "flight.hpp"
 #include "metrics_registry.hpp"
 #include "rankscope/detail/clock.hpp"
 #include "rankscope/detail/extension.hpp"
@@ -126,7 +127,7 @@ class Runtime {
   std::vector<std::shared_ptr<Sink>> sinks_;
   detail::TickClock clock_;
   detail::StepBreakdownBuilder breakdown_;
-  absl::flat_hash_map<std::int32_t, std::deque<Event>> recent_;  // last events per thread, for dumps
+  absl::flat_hash_map<std::int32_t, RecentEvents> recent_;  // last events per thread, for dumps
   detail::EventFormatter dump_fmt_;
   detail::Watchdog watchdog_;
   detail::WatchdogConfig watchdog_cfg_;

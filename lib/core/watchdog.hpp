@@ -59,6 +59,9 @@ class Watchdog {
   bool last_step_slow_ = false;
   std::uint64_t last_step_ns_ = 0;
   std::deque<StepBreakdown> history_;  // recent steps, for "usual"
+  std::uint64_t usual_ns_ = 0;         // median step of history_, refreshed every 8 steps
+  int steps_since_usual_ = 0;
+  std::vector<std::uint64_t> scratch_;
   std::mutex publisher_mu_;
   std::function<void(std::string_view)> publisher_;  // Requires publisher_mu_ held.
   std::uint64_t publish_errors_ = 0;
