@@ -2,6 +2,9 @@
 // message is formatted by Python; keyword arguments become typed fields.
 #include <pybind11/pybind11.h>
 
+#include <string>
+#include <unordered_map>
+
 #include <fmt/format.h>
 
 #include "json_util.hpp"
@@ -12,9 +15,33 @@ namespace py = pybind11;
 using namespace pybind11::literals;
 
 namespace {
-// One call site for Python records: the caller's file and line go in fields
-// only when asked (frame inspection costs more than the record).
 constexpr rankscope::detail::LogSite kPythonSite{"<python>", "", 0};
+
+// The calling Python line as a LogSite (file, function, line), interned once
+// per distinct site: records point at their site until the background thread
+// formats them, so sites live as long as the process. Runs only for records
+// that pass the level check, with the GIL held (which guards the map).
+const rankscope::detail::LogSite* caller_site() {
+  static auto* sites = new std::unordered_map<std::string, const rankscope::detail::LogSite*>();
+  PyFrameObject* frame = PyEval_GetFrame();  // borrowed: the Python frame that called us
+  if (frame == nullptr) return &kPythonSite;
+  PyCodeObject* code = PyFrame_GetCode(frame);  // new reference
+  const char* file = PyUnicode_AsUTF8(code->co_filename);
+  const char* func = PyUnicode_AsUTF8(code->co_name);
+  const int line = PyFrame_GetLineNumber(frame);
+  Py_DECREF(code);
+  if (file == nullptr || func == nullptr) {
+    PyErr_Clear();
+    return &kPythonSite;
+  }
+  std::string key = fmt::format("{}:{}:{}", file, line, func);
+  if (auto it = sites->find(key); it != sites->end()) return it->second;
+  if (sites->size() >= 4096) return &kPythonSite;  // generated code: do not grow without bound
+  auto* strings = new std::string[2]{file, func};
+  auto* site = new rankscope::detail::LogSite{strings[0].c_str(), strings[1].c_str(), static_cast<std::uint32_t>(line)};
+  sites->emplace(std::move(key), site);
+  return site;
+}
 
 void emit(rankscope::Level level, std::string_view msg, const py::kwargs& fields) {
   if (!rankscope::detail::log_enabled(level)) return;
@@ -28,7 +55,7 @@ void emit(rankscope::Level level, std::string_view msg, const py::kwargs& fields
     else if (py::isinstance<py::float_>(v)) rankscope::detail::json_number_to(b, v.cast<double>());
     else rankscope::detail::json_escape_to(b, py::str(v).cast<std::string>());
   }
-  rankscope::detail::emit_payload(rankscope::detail::RecordKind::kLog, level, &kPythonSite, 0, msg,
+  rankscope::detail::emit_payload(rankscope::detail::RecordKind::kLog, level, caller_site(), 0, msg,
                                   std::string_view(b.data(), b.size()), level >= rankscope::Level::kError);
 }
 }  // namespace

@@ -66,6 +66,7 @@ def test_phases_steps_metrics_and_logs_reach_the_run_log(run_py, tmp_path):
     assert all(e["step"] == 1 for e in phases if e["name"] == "backward" and e["t"] > ends[0]["t"] and e["t"] < ends[1]["t"])
     log = next(e for e in ev if e["kind"] == "log")
     assert log["level"] == "warn" and log["fields"] == {"path": "/ckpt", "bytes": 4096, "ratio": 0.5, "ok": False}
+    assert log["file"] == "<string>" and log["function"] == "<module>" and log["line"] == 20  # the Python caller
     metrics = {e["name"]: e for e in ev if e["kind"] == "metric"}
     assert metrics["samples_total"]["value"] == 24
     assert metrics["temp"]["labels"] == {"gpu": "0"} and metrics["temp"]["value"] == 61.5
@@ -180,3 +181,23 @@ def test_exporters_from_the_environment(run_py):
             print(e)
     """, env={"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"})
     assert "OTEL_EXPORTER_OTLP_PROTOCOL='grpc' is not supported" in bad.stdout
+
+
+def test_type_stubs_cover_the_public_api():
+    """Every public function and class of rankscope and rankscope.torch has a stub (IDEs
+    complete from the .pyi files), and the stubs parse."""
+    import ast
+    import inspect
+    import rankscope
+    import rankscope.torch as rst
+    for module, stub in [(rankscope, "__init__.pyi"), (rst, "torch.pyi")]:
+        path = os.path.join(os.path.dirname(module.__file__), stub)
+        tree = ast.parse(open(path).read())
+        stubbed = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+        stubbed |= {t.id for n in ast.walk(tree) if isinstance(n, (ast.Assign, ast.AnnAssign))
+                    for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) if isinstance(t, ast.Name)}
+        public = {name for name, obj in vars(module).items()
+                  if not name.startswith("_") and (inspect.isfunction(obj) or inspect.isclass(obj)
+                                                   or inspect.isbuiltin(obj))
+                  and getattr(obj, "__module__", "").startswith("rankscope")}
+        assert public <= stubbed, f"{stub} lacks {sorted(public - stubbed)}"

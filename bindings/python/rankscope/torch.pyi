@@ -1,0 +1,55 @@
+# Type stubs for rankscope.torch: the PyTorch integration (pure Python over the
+# rankscope module). torch objects are typed loosely (Any) so the stubs do not
+# pin a torch version; the supported range is torch 1.13 .. 2.x.
+from typing import Any, Iterable, Iterator, List, Optional, TypeVar
+
+from . import BatchAccounting
+
+_T = TypeVar("_T")
+
+def instrument() -> None:
+    """Wraps torch.distributed's collectives (all_reduce, broadcast, reduce, all_gather,
+    all_gather_into_tensor, reduce_scatter, all_to_all, barrier, send/recv and the *_object
+    variants) with rankscope collective spans; async work is measured to completion via wait().
+    Idempotent."""
+    ...
+
+def uninstrument() -> None:
+    """Restores every function instrument() wrapped."""
+    ...
+
+def instrument_ddp(ddp_model: Any) -> Any:
+    """Registers a DDP communication hook that records each gradient bucket's all-reduce as a
+    collective span (DDP all-reduces in C++, not through torch.distributed's Python API)."""
+    ...
+
+class TorchStoreExchange:
+    """The invariant checks' exchange over the job's c10d store; never blocks past its timeout
+    and names the ranks that did not arrive."""
+    def __init__(self, store: Any = None, prefix: str = "rankscope/x/") -> None: ...
+    def gather(self, key: str, payload: bytes, timeout_s: float) -> List[bytes]: ...
+
+def use_torch_exchange(timeout_s: float = 60.0, store: Any = None) -> None:
+    """Makes the invariant checks compare ranks online over torch.distributed's store."""
+    ...
+
+def timed_loader(iterable: Iterable[_T], accounting: Optional[BatchAccounting] = None) -> Iterator[_T]:
+    """Yields from `iterable`, timing each blocking next() as the loader_wait phase; with a
+    BatchAccounting, every batch is counted."""
+    ...
+
+class AmpSkips:
+    """Counts optimizer steps GradScaler skipped (the scale decreases after update())."""
+    def __init__(self, scaler: Any) -> None: ...
+    def update(self, new_scale: Any = None) -> bool:
+        """scaler.update(new_scale); True when this step was skipped."""
+        ...
+
+def record_cuda_memory(device: Optional[int] = None) -> bool:
+    """Sets the rankscope_cuda_memory_{allocated,reserved}_bytes gauges; False without CUDA."""
+    ...
+
+def check_distributed_sampler(sampler: Any, epoch: Optional[int] = None, first_k: int = 1024,
+                              fail: bool = False) -> None:
+    """Sampler invariants from a DistributedSampler: seed, epoch, shuffle, index fingerprint."""
+    ...
