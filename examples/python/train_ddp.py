@@ -37,7 +37,7 @@ def train(rank, args, run_dir, port):
     data = TensorDataset(x, y)
     sampler = DistributedSampler(data, num_replicas=args.ranks, rank=rank, shuffle=True, seed=args.seed)
     loader = DataLoader(data, batch_size=args.batch, sampler=sampler)
-    model = DDP(torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4)))
+    model = DDP(torch.nn.Sequential(torch.nn.Linear(32, args.hidden), torch.nn.ReLU(), torch.nn.Linear(args.hidden, 4)))
     rst.instrument_ddp(model)    # DDP's bucket all-reduces -> collective spans
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     scaler = torch.cuda.amp.GradScaler(enabled=torch.cuda.is_available())
@@ -55,7 +55,7 @@ def train(rank, args, run_dir, port):
                 b = step // args.ab_block
                 on = (b % 2 == 0) == bool(((b // 2) * 2654435761 >> 16) & 1)
                 rankscope.set_enabled(on)
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
             with rankscope.phase("forward"):
                 loss = torch.nn.functional.cross_entropy(model(xb), yb)
             with rankscope.phase("backward"):
@@ -67,7 +67,7 @@ def train(rank, args, run_dir, port):
             rst.record_cuda_memory()
             rankscope.step(step, loss=loss.item(), lr=0.1, samples=len(xb))
             if args.ab_block:
-                ab[on].append((step // args.ab_block // 2, time.perf_counter() - t0))
+                ab[on].append((step // args.ab_block // 2, time.perf_counter() - t0, time.process_time() - c0))
             step += 1
         acc.end_epoch()
         with rankscope.phase("eval_sync"):
@@ -90,18 +90,23 @@ def train(rank, args, run_dir, port):
 
 
 def report_ab(ab):
-    """Median over pairs of (median step on) / (median step off)."""
+    """Median over pairs of (median step on) / (median step off), for wall time and for
+    this process's CPU time (all its threads: rankscope's background thread included)."""
     import statistics
-    pairs = collections.defaultdict(lambda: {True: [], False: []})
-    for arm in (True, False):
-        for pair, dt in ab[arm]:
-            pairs[pair][arm].append(dt)
-    ratios = [statistics.median(p[True]) / statistics.median(p[False]) for p in pairs.values() if p[True] and p[False]]
-    on = statistics.median(dt for _, dt in ab[True]) * 1e3
-    off = statistics.median(dt for _, dt in ab[False]) * 1e3
-    r = statistics.median(ratios)
-    print(f"A/B: {len(ratios)} pairs, {len(ab[True]) + len(ab[False])} steps; median step {on:.4f} ms on vs "
-          f"{off:.4f} ms off; median paired ratio {r:.5f} ({(r - 1) * 100:+.3f} %)", flush=True)
+    for what, i in (("wall", 1), ("process CPU", 2)):
+        pairs = collections.defaultdict(lambda: {True: [], False: []})
+        for arm in (True, False):
+            for entry in ab[arm]:
+                pairs[entry[0]][arm].append(entry[i])
+        ratios = [statistics.median(p[True]) / statistics.median(p[False])
+                  for p in pairs.values() if p[True] and p[False] and statistics.median(p[False]) > 0]
+        on = statistics.median(e[i] for e in ab[True]) * 1e3
+        off = statistics.median(e[i] for e in ab[False]) * 1e3
+        r = statistics.median(ratios)
+        q = statistics.quantiles(ratios, n=4) if len(ratios) >= 4 else [r, r, r]
+        print(f"A/B {what}: {len(ratios)} pairs, {len(ab[True]) + len(ab[False])} steps; median step {on:.4f} ms on vs "
+              f"{off:.4f} ms off; median paired ratio {r:.5f} ({(r - 1) * 100:+.3f} %), quartiles {q[0]:.4f} .. {q[2]:.4f}",
+              flush=True)
 
 
 def main():
@@ -110,6 +115,7 @@ def main():
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--samples", type=int, default=1024)
     p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--hidden", type=int, default=64, help="hidden width of the MLP (larger = longer steps)")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--dir", default="rankscope-runs")
     p.add_argument("--port", type=int, default=0)
