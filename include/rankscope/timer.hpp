@@ -30,6 +30,25 @@
 
 namespace rankscope {
 
+namespace detail {
+// Writes one finished phase into the thread's ring (drop-and-count when full).
+// Shared by PhaseTimer and phase_exit so both produce the same record.
+inline void write_phase_record(ThreadState* st, const Site* site, const Site* parent, std::uint64_t t0,
+                               std::uint64_t t1, int depth) noexcept {
+  if (!st->try_reserve(1)) return;
+  Record& r = st->slot(0);
+  r.t0 = t0;
+  r.t1 = t1;
+  r.site = site;
+  r.step = g_step.load(std::memory_order_relaxed);
+  r.kind = RecordKind::kPhase;
+  r.depth = static_cast<std::uint8_t>(depth);
+  r.aux = 0;
+  r.v[0].site = parent;
+  st->commit(1);
+}
+}  // namespace detail
+
 /// RAII phase scope. Prefer the RANKSCOPE_PHASE macro, which supplies a static
 /// site; use the DynamicName overload for names built at run time.
 ///   rankscope::PhaseTimer t(rankscope::DynamicName{layer_name});
@@ -81,17 +100,7 @@ class PhaseTimer {
       st->open[d].site.store(nullptr, std::memory_order_relaxed);
       if (d > 0) parent = st->open[d - 1].site.load(std::memory_order_relaxed);
     }
-    if (!st->try_reserve(1)) return;
-    detail::Record& r = st->slot(0);
-    r.t0 = t0_;
-    r.t1 = t1;
-    r.site = site_;
-    r.step = detail::g_step.load(std::memory_order_relaxed);
-    r.kind = detail::RecordKind::kPhase;
-    r.depth = static_cast<std::uint8_t>(d);
-    r.aux = 0;
-    r.v[0].site = parent;
-    st->commit(1);
+    detail::write_phase_record(st, site_, parent, t0_, t1, d);
   }
 
   detail::ThreadState* state_ = nullptr;
@@ -122,17 +131,8 @@ inline void phase_exit(const Site* site) noexcept {
   const std::uint64_t t0 = st->open[d].t0.load(std::memory_order_relaxed);
   st->open[d].site.store(nullptr, std::memory_order_relaxed);
   st->depth = d;
-  if (!gate_open() || !st->try_reserve(1)) return;
-  Record& r = st->slot(0);
-  r.t0 = t0;
-  r.t1 = t1;
-  r.site = site;
-  r.step = g_step.load(std::memory_order_relaxed);
-  r.kind = RecordKind::kPhase;
-  r.depth = static_cast<std::uint8_t>(d);
-  r.aux = 0;
-  r.v[0].site = d > 0 ? st->open[d - 1].site.load(std::memory_order_relaxed) : nullptr;
-  st->commit(1);
+  if (!gate_open()) return;
+  write_phase_record(st, site, d > 0 ? st->open[d - 1].site.load(std::memory_order_relaxed) : nullptr, t0, t1, d);
 }
 }  // namespace detail
 
