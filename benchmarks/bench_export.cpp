@@ -2,7 +2,6 @@
 #include <unistd.h>
 
 #include <filesystem>
-#include <fstream>
 #include <thread>
 
 #include "bench_common.hpp"
@@ -93,36 +92,18 @@ static void BM_Export_JsonlDrainRate(benchmark::State& state) {
 }
 BENCHMARK(BM_Export_JsonlDrainRate)->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
-namespace {
-// CPU time of the background thread (named "rankscope"), from /proc: noise-free
-// where wall clock on a shared VM is not.
-double background_cpu_ns() {
-  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
-    std::ifstream comm(e.path() / "comm");
-    std::string name;
-    std::getline(comm, name);
-    if (name != "rankscope") continue;
-    std::ifstream sched(e.path() / "schedstat");
-    double ns = 0;
-    sched >> ns;
-    return ns;
-  }
-  return 0;
-}
-}  // namespace
-
 // What one training-loop record costs the background thread, end to end:
 // drain, decode, step breakdown, watchdog, flight-recorder history, JSONL
 // formatting and the write(2). A step-shaped mix (step begin/end with loss and
 // lr, 6 phases, one nested) in bursts the ring absorbs; the background thread's
-// own CPU time (schedstat) divided by the records it wrote.
+// own CPU time (Stats::background_cpu_ns) divided by the records it wrote.
 static void BM_Export_BackgroundCpuPerRecord(benchmark::State& state) {
   const std::string dir = bench_dir();
   double cpu_ns = 0, records = 0, dropped = 0;
   for (auto _ : state) {
     start_jsonl(dir);
     const auto s0 = stats();
-    const double c0 = background_cpu_ns();
+    const double c0 = static_cast<double>(stats().background_cpu_ns);
     for (int step = 0; step < 40000; ++step) {
       StepScope s(step);
       { RANKSCOPE_PHASE("loader_wait"); }
@@ -136,8 +117,8 @@ static void BM_Export_BackgroundCpuPerRecord(benchmark::State& state) {
       s.report({.loss = 1.0 / (step + 1), .lr = 0.1});
       if (step % 512 == 511) std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
-    const double c1 = background_cpu_ns();  // before shutdown: the final flush and fsync are not per-record
-    const auto s1 = stats();
+    const auto s1 = stats();  // before shutdown: the final flush and fsync are not per-record
+    const double c1 = static_cast<double>(s1.background_cpu_ns);
     shutdown();
     cpu_ns += c1 - c0;
     records += static_cast<double>(s1.events_recorded - s0.events_recorded);

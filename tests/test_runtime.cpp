@@ -62,6 +62,22 @@ TEST_CASE("shutdown flushes what was recorded", "[runtime]") {
   CHECK(sink->final_stats.events_dropped == dropped_before);
 }
 
+TEST_CASE("the background thread's own CPU time is in the stats, and kept after shutdown", "[runtime]") {
+  std::uint64_t running = 0;
+  {
+    test::ScopedRuntime rt;
+    for (int i = 0; i < 20000; ++i) {
+      RANKSCOPE_PHASE("work");
+    }
+    REQUIRE(flush());
+    running = stats().background_cpu_ns;
+    CHECK(running > 0);
+  }
+  const std::uint64_t after = stats().background_cpu_ns;  // the thread is gone: its final reading
+  CHECK(after >= running);
+  CHECK(stats().background_cpu_ns == after);
+}
+
 TEST_CASE("bad environment values are clear init errors", "[runtime]") {
   shutdown();
   SECTION("RANKSCOPE_ENABLED") {
@@ -81,6 +97,12 @@ TEST_CASE("bad environment values are clear init errors", "[runtime]") {
     auto st = init({.write_run_log = false});
     REQUIRE_FALSE(st.ok());
     CHECK_THAT(std::string(st.message()), Catch::Contains("1..1000"));
+  }
+  SECTION("RANKSCOPE_METRICS_INTERVAL") {
+    ScopedEnv e("RANKSCOPE_METRICS_INTERVAL", "-2");
+    auto st = init({.write_run_log = false});
+    REQUIRE_FALSE(st.ok());
+    CHECK_THAT(std::string(st.message()), Catch::Contains("RANKSCOPE_METRICS_INTERVAL='-2' is not a positive number"));
   }
   SECTION("RANK") {
     ScopedEnv r("RANK", "x1");

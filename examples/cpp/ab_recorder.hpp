@@ -6,8 +6,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
@@ -91,20 +89,5 @@ class AbRecorder {
   std::vector<double> cur_;
   std::map<int, Pair> pairs_;
 };
-
-// CPU time of rankscope's background thread (named "rankscope"), from /proc.
-inline double background_cpu_ms() {
-  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
-    std::ifstream comm(e.path() / "comm");
-    std::string name;
-    std::getline(comm, name);
-    if (name != "rankscope") continue;
-    std::ifstream sched(e.path() / "schedstat");
-    double ns = 0;
-    sched >> ns;
-    return ns / 1e6;
-  }
-  return 0;
-}
 
 }  // namespace example

@@ -242,6 +242,16 @@ int main(int argc, char** argv) {
           on(rankscope::OnViolation::kFail)))) {
     return 4;
   }
+  // What a checkpoint taken after `done` steps says about itself.
+  auto checkpoint_at = [&](int done) {
+    return rankscope::CheckpointMeta{.id = fmt::format("step-{}", done),
+                                     .step = done,
+                                     .consumed_samples = done * global_batch,
+                                     .world_size = world,
+                                     .global_batch = global_batch,
+                                     .config_hash = config_hash,
+                                     .optimizer_step = done};
+  };
   rankscope::BatchAccounting batches({.dataset_size = args.dataset,
                                       .micro_batch = args.batch,
                                       .data_parallel = world,
@@ -348,13 +358,7 @@ int main(int argc, char** argv) {
         const int done = step + 1;
         if (args.checkpoint_every > 0 && done % args.checkpoint_every == 0) {
           RANKSCOPE_PHASE("checkpoint_save");
-          const rankscope::CheckpointMeta meta{.id = fmt::format("step-{}", done),
-                                               .step = done,
-                                               .consumed_samples = done * global_batch,
-                                               .world_size = world,
-                                               .global_batch = global_batch,
-                                               .config_hash = config_hash,
-                                               .optimizer_step = done};
+          const rankscope::CheckpointMeta meta = checkpoint_at(done);
           if (rank == 0) example::save_checkpoint(fmt::format("{}/{}", ckpt_dir, meta.id), model, meta);
           rankscope::record_checkpoint_save(meta);
         }
@@ -369,14 +373,7 @@ int main(int argc, char** argv) {
           else rankscope::release_communicator(pg.get());
           pg = fresh;
           comm = &rankscope::register_communicator(pg.get(), fmt::format("world.{}", attempt), world, rank);
-          rankscope::CheckpointMeta resumed{.id = fmt::format("step-{}", done),
-                                            .step = done,
-                                            .consumed_samples = done * global_batch,
-                                            .world_size = world,
-                                            .global_batch = global_batch,
-                                            .config_hash = config_hash,
-                                            .optimizer_step = done};
-          if (violated(rankscope::check_resume(resumed, on(rankscope::OnViolation::kWarn)))) {
+          if (violated(rankscope::check_resume(checkpoint_at(done), on(rankscope::OnViolation::kWarn)))) {
             stop = true;
             break;
           }
@@ -416,8 +413,8 @@ int main(int argc, char** argv) {
                 rankscope::run_dir().c_str());
     if (args.ab_block > 0) ab.report(args.ab_control);
     rankscope::flush();
-    const double bg_ms = example::background_cpu_ms();
     const auto st = rankscope::stats();
+    const double bg_ms = static_cast<double>(st.background_cpu_ns) / 1e6;
     std::printf("cost: rankscope background thread used %.1f ms CPU for %llu records (%.0f ns/record, "
                 "%.1f us per step)\n",
                 bg_ms, static_cast<unsigned long long>(st.events_recorded),

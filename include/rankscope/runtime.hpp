@@ -97,6 +97,7 @@ struct Stats {
   std::uint64_t export_errors = 0;    // sink write failures
   std::uint64_t inactive_calls = 0;   // calls before init / after shutdown
   std::uint64_t threads = 0;          // threads that ever recorded
+  std::uint64_t background_cpu_ns = 0;  // CPU time rankscope's background thread used (this session)
 };
 Stats stats() noexcept;
 

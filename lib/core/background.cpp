@@ -1,6 +1,7 @@
 // The background thread: drains every ring, decodes records into events,
 // feeds the step breakdown and the watchdog, hands batches to the sinks, and
 // does the work signal handlers and dump requests ask for.
+#include <pthread.h>
 #include <signal.h>
 
 #include <algorithm>
@@ -271,6 +272,12 @@ absl::StatusOr<std::string> Runtime::dump(std::string_view reason, std::chrono::
 
 void Runtime::run_background() {
   pthread_setname_np(pthread_self(), "rankscope");
+  clockid_t cpu_clock;
+  if (pthread_getcpuclockid(pthread_self(), &cpu_clock) == 0) {
+    bg_cpu_final_ns_.store(0, std::memory_order_relaxed);
+    bg_clock_.store(cpu_clock, std::memory_order_relaxed);
+    bg_clock_valid_.store(true, std::memory_order_release);
+  }
   // Derived metrics are observed here even after the gate closes at shutdown.
   if (detail::t_state == nullptr) detail::register_thread(/*force=*/true);
   detail::set_background_thread_self();
@@ -334,8 +341,11 @@ void Runtime::run_background() {
       if (dump_on_shutdown_) (void)dump_now("shutdown");
       watchdog_.finish(clock_, threads_);
       export_metrics_now();
-      const Stats final_stats = stats();
+      Stats final_stats = stats();
       for (auto& s : sinks_) s->shutdown(deadline, final_stats);
+      final_stats = stats();  // the sinks' final writes included
+      bg_cpu_final_ns_.store(final_stats.background_cpu_ns, std::memory_order_release);
+      bg_clock_valid_.store(false, std::memory_order_release);
       std::lock_guard<std::mutex> lk(mu_);
       sinks_.clear();
       bg_done_ = true;

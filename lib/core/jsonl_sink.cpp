@@ -156,9 +156,9 @@ class JsonlSink final : public Sink {
   void stats_fields(const Stats& st) {
     fmt::format_to(fmt::appender(buf_),
                    ",\"events_recorded\":{},\"events_dropped\":{},\"export_errors\":{},\"inactive_calls\":{},"
-                   "\"threads\":{},\"os_threads\":{},\"communicators\":{}",
+                   "\"threads\":{},\"os_threads\":{},\"communicators\":{},\"background_cpu_ns\":{}",
                    st.events_recorded, st.events_dropped, st.export_errors + errors_, st.inactive_calls, st.threads,
-                   detail::process_threads(), live_communicators());
+                   detail::process_threads(), live_communicators(), st.background_cpu_ns);
   }
   void format_event(const Event& e) {
     if (e.written_inline) return;  // an error the calling thread already wrote

@@ -207,6 +207,15 @@ Stats Runtime::stats() noexcept {
   s.inactive_calls = g_inactive_calls.load(std::memory_order_relaxed);
   s.threads = detail::registry().threads_ever();
   s.export_errors = export_errors_.load(std::memory_order_relaxed);
+  s.background_cpu_ns = bg_cpu_final_ns_.load(std::memory_order_acquire);
+  if (bg_clock_valid_.load(std::memory_order_acquire)) {
+    timespec ts;
+    if (clock_gettime(bg_clock_.load(std::memory_order_relaxed), &ts) == 0) {
+      s.background_cpu_ns = static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
+    } else {
+      s.background_cpu_ns = bg_cpu_final_ns_.load(std::memory_order_acquire);  // it exited meanwhile
+    }
+  }
   return s;
 }
 

@@ -4,6 +4,8 @@
 // Thread-safety: members note which thread owns them; mu_ guards control state.
 #pragma once
 
+#include <time.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -133,6 +135,10 @@ class Runtime {
   detail::WatchdogConfig watchdog_cfg_;
   std::vector<Event> extra_;  // events derived while decoding (slow steps), delivered with the batch
   std::atomic<std::uint64_t> recorded_{0};
+  // The background thread's CPU clock while it runs; its final reading after.
+  std::atomic<bool> bg_clock_valid_{false};
+  std::atomic<clockid_t> bg_clock_{0};
+  std::atomic<std::uint64_t> bg_cpu_final_ns_{0};
   std::atomic<std::uint64_t> export_errors_{0};  // sum over sinks, updated by the drain
   std::uint64_t last_metrics_mono_ = 0;
   std::uint64_t max_drained_ = 0;
