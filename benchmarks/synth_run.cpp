@@ -6,7 +6,7 @@
 //
 //   rankscope_synth_run --dir D --ranks 1024 --steps 1000 [--straggler R:STEP]
 //     [--hang R:STEP] [--dead R:STEP] [--mismatch R:STEP] [--seed-rank R]
-//     [--skew NODE:MS] [--corrupt R] [--ranks-per-node 8]
+//     [--skew NODE:MS] [--comm-hang STEP] [--corrupt R] [--ranks-per-node 8]
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -35,6 +35,7 @@ struct Options {
   int ranks = 4, ranks_per_node = 8, seed_rank = -1, corrupt = -1;
   long steps = 100;
   Fault straggler, hang, dead, mismatch, skew;  // skew: rank = node, step = milliseconds
+  long comm_hang = -1;                          // every rank enters this step's all-reduce; none leaves
 };
 
 class RankWriter {
@@ -88,7 +89,7 @@ class RankWriter {
       const long seq = s + 1;
       const bool bad = rank_ == o_.mismatch.rank && s == o_.mismatch.step;
       const std::uint64_t count = bad ? 1000 : 1001;
-      if ((o_.hang.rank >= 0 && s == o_.hang.step) || (o_.dead.rank >= 0 && s == o_.dead.step)) {
+      if ((o_.hang.rank >= 0 && s == o_.hang.step) || (o_.dead.rank >= 0 && s == o_.dead.step) || s == o_.comm_hang) {
         stall(s, "all_reduce", fmt::format(",\"in_flight\":[{{\"op\":\"all_reduce\",\"comm\":\"world\",\"seq\":{},"
                                            "\"count\":{},\"age_ns\":30000000000}}]", seq, count));
         return;
@@ -115,7 +116,7 @@ class RankWriter {
                                           "\"inactive_calls\":0,\"threads\":4", o_.steps * 10));
   }
 
-  bool finished() const { return rank_ != o_.dead.rank && rank_ != o_.hang.rank && o_.hang.rank < 0 && o_.dead.rank < 0; }
+  bool finished() const { return o_.hang.rank < 0 && o_.dead.rank < 0 && o_.comm_hang < 0; }
   std::uint64_t wall_now() const { return wall0_ + now_; }
 
  private:
@@ -162,6 +163,7 @@ int main(int argc, char** argv) {
   app.add_option("--dead", dead, "RANK:STEP  rank dies (torn last line) at STEP");
   app.add_option("--mismatch", mismatch, "RANK:STEP  rank all-reduces a different count at STEP");
   app.add_option("--skew", skew, "NODE:MS  node's wall clock is MS milliseconds ahead");
+  app.add_option("--comm-hang", o.comm_hang, "STEP  every rank enters STEP's all-reduce and none leaves it");
   app.add_option("--seed-rank", o.seed_rank, "rank whose sampler seed differs");
   app.add_option("--corrupt", o.corrupt, "rank whose log has corrupt lines");
   CLI11_PARSE(app, argc, argv);

@@ -29,6 +29,8 @@ case_ hang 'assert f["kind"] == "hang" and f["ranks"] == [12] and "checkpoint_sa
   -- --hang 12:30
 case_ dead 'assert f["kind"] == "dead_rank" and f["ranks"] == [50], f; assert any("torn" in w for w in r["warnings"])' \
   -- --dead 50:25
+case_ comm_hang 'assert f["kind"] == "hang" and len(f["ranks"]) == 64 and "communication-level hang" in f["summary"] and "seq 16" in f["summary"], f' \
+  -- --comm-hang 15
 case_ mismatch 'assert f["kind"] == "collective_mismatch" and f["ranks"] == [5] and "seq 41" in f["summary"], f' \
   -- --mismatch 5:40
 case_ seed 'assert f["kind"] == "desync" and f["ranks"] == [9] and "seed" in f["summary"], f' -- --seed-rank 9

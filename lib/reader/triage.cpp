@@ -172,6 +172,7 @@ void stall_findings(const RunSummary& sum, const StatusReport* live, std::vector
     f = {"hang", {}, fmt::format("communication-level hang: every rank is inside {} and none finishes (network, "
                                  "NCCL/gloo transport, a dead peer outside the job)", in_what), {}, 0, -1, {}};
     f.ranks = waiting_ranks;
+    f.step = ws != nullptr ? ws->step : -1;
   } else {
     const RankSummary& c = *culprits.front();
     const bool dead = !c.last_stall && !c.ended_cleanly && !alive(c.rank);
