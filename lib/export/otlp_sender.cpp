@@ -82,16 +82,19 @@ void Sender::stop(std::chrono::steady_clock::time_point deadline) {
   if (!thread_.joinable()) return;
   flush(deadline, /*give_up_when_failing=*/false);  // retries may still deliver before the deadline
   {
+    // Count what is lost now, before the join: a request stuck in a transfer
+    // notices the abort only at curl's next progress callback (up to a second),
+    // and whoever reads the stats after shutdown() must see the loss.
     std::lock_guard<std::mutex> lk(mu_);
     stopping_ = true;
+    dropped_.fetch_add(queue_.size() + (busy_ ? 1 : 0));
+    inflight_counted_ = busy_;
+    queue_.clear();
+    queued_bytes_ = 0;
   }
   abort_.store(true);  // a request in flight or in backoff gives up now
   cv_.notify_all();
   thread_.join();
-  std::lock_guard<std::mutex> lk(mu_);
-  dropped_.fetch_add(queue_.size());
-  queue_.clear();
-  queued_bytes_ = 0;
 }
 
 long Sender::post(const Request& r, long& retry_after_s) {
@@ -163,9 +166,15 @@ void Sender::run() {
       std::unique_lock<std::mutex> lk(mu_);
       cv_.wait_for(lk, wait, [&] { return abort_.load(); });
     }
-    (delivered ? sent_ : dropped_).fetch_add(1);
     {
       std::lock_guard<std::mutex> lk(mu_);
+      if (delivered) sent_.fetch_add(1);
+      if (inflight_counted_) {  // stop() counted it as lost already
+        if (delivered) dropped_.fetch_sub(1);
+        inflight_counted_ = false;
+      } else if (!delivered) {
+        dropped_.fetch_add(1);
+      }
       busy_ = false;
     }
     cv_.notify_all();

@@ -63,6 +63,7 @@ class Sender {
   std::deque<Request> queue_;  // Requires mu_ held.
   std::size_t queued_bytes_ = 0;  // Requires mu_ held.
   bool busy_ = false;          // a request is being sent; Requires mu_ held.
+  bool inflight_counted_ = false;  // Requires mu_ held. stop() counted the request in flight as dropped.
   bool stopping_ = false;      // Requires mu_ held.
   std::atomic<bool> abort_{false};
   std::atomic<bool> failing_{false};
