@@ -103,10 +103,15 @@ int main(int argc, char** argv) {
     }
     // Progress on a terminal only (never into a pipe or a log), once reading takes a while.
     const auto started = std::chrono::steady_clock::now();
+    auto last_shown = started;
     bool shown = false;
     if (isatty(2)) {
       opts.read.progress = [&](const rr::SummaryOptions::Progress& p) {
-        if (std::chrono::steady_clock::now() - started < std::chrono::milliseconds(500)) return;
+        const auto now = std::chrono::steady_clock::now();
+        if (now - started < std::chrono::milliseconds(500)) return;
+        // At most ten updates a second, and always the last one.
+        if (shown && now - last_shown < std::chrono::milliseconds(100) && p.files_done != p.files_total) return;
+        last_shown = now;
         shown = true;
         std::fprintf(stderr, "\rrankscope triage: read %zu/%zu files, %.1f/%.1f MB", p.files_done, p.files_total,
                      static_cast<double>(p.bytes_done) / 1e6, static_cast<double>(p.bytes_total) / 1e6);
