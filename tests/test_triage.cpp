@@ -3,6 +3,8 @@
 #include <catch2/catch.hpp>
 
 #include <fstream>
+
+#include <fmt/format.h>
 #include <string>
 
 #include "rankscope/exchange.hpp"
@@ -77,4 +79,64 @@ TEST_CASE("the time window drops events outside it and says so in the JSON", "[t
   auto none = reader::triage(tmp.path, opts);
   REQUIRE(none.ok());
   CHECK(none->findings.empty());
+}
+
+namespace {
+void write(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+std::string coll(int rank, int seq, int count, const char* fp) {
+  return fmt::format(R"({{"kind":"collective","t":{},"mono":1,"rank":{},"op":"all_reduce","comm":"world","seq":{},)"
+                     R"("count":{},"dtype":"float32","dur":1000,"result":"ok","fingerprint":"{}"}})"
+                     "\n",
+                     1000000 * seq, rank, seq, count, fp);
+}
+}  // namespace
+
+TEST_CASE("a live job whose logs lag by a flush is not a hang", "[triage]") {
+  TempDir tmp;
+  const std::uint64_t now = 1'800'000'000'000'000'000ull;
+  for (int rank = 0; rank < 2; ++rank) {
+    std::string log = fmt::format(R"({{"kind":"run_start","t":1,"mono":1,"rank":{},"host":"h"}})" "\n", rank);
+    for (int seq = 1; seq <= (rank == 0 ? 5 : 3); ++seq) log += coll(rank, seq, 10, "00000000000000aa");
+    write(fmt::format("{}/rank-{}.jsonl", tmp.path, rank), log);
+    write(fmt::format("{}/rank-{}.heartbeat.json", tmp.path, rank),
+          fmt::format(R"({{"rank":{},"state":"running","interval_ns":1000000000,"liveness_wall_ns":{},)"
+                      R"("progress_wall_ns":{}}})",
+                      rank, now, now));
+  }
+  auto r = reader::triage(tmp.path, {{}, now});
+  REQUIRE(r.ok());
+  CHECK(r->findings.empty());
+  CHECK_THAT(r->headline, Catch::Contains("still running"));
+}
+
+TEST_CASE("a mismatch behind a hang is named first, from the flight dumps' fingerprints", "[triage]") {
+  TempDir tmp;
+  for (int rank = 0; rank < 3; ++rank) {
+    std::string log = fmt::format(R"({{"kind":"run_start","t":1,"mono":1,"rank":{},"host":"h"}})" "\n", rank);
+    for (int seq = 1; seq <= 2; ++seq) log += coll(rank, seq, 10, "00000000000000aa");
+    // Every rank's watchdog: stuck in seq 3 (a mismatched all-reduce hangs; it does not fail).
+    log += fmt::format(R"({{"kind":"stall","t":9000000000,"mono":2,"rank":{},"step":2,"dur":5000000000,)"
+                       R"("inside":"all_reduce","open_phases":[],"in_flight":[{{"op":"all_reduce","comm":"world","seq":3}}]}})"
+                       "\n",
+                       rank);
+    write(fmt::format("{}/rank-{}.jsonl", tmp.path, rank), log);
+    write(fmt::format("{}/rank-{}.flight.json", tmp.path, rank),
+          fmt::format(R"({{"collectives":[{{"state":"issued","op":"all_reduce","comm":"world","seq":3,"count":{},)"
+                      R"("dtype":"float32","fingerprint":"{}","t":3000000}}]}})",
+                      rank == 1 ? 9 : 10, rank == 1 ? "00000000000000bb" : "00000000000000aa"));
+  }
+  auto r = reader::triage(tmp.path);
+  REQUIRE(r.ok());
+  REQUIRE(r->findings.size() >= 2);
+  CHECK(r->findings[0].kind == "collective_mismatch");
+  CHECK(r->findings[0].ranks == std::vector<int>{1});
+  CHECK_THAT(r->findings[0].summary, Catch::Contains("seq 3"));
+  CHECK(r->findings[1].kind == "hang");
+}
+
+TEST_CASE("time arguments out of range are errors, not undefined casts", "[triage]") {
+  for (const char* bad : {"+1e300h", "nan", "inf", "1e30", "+nanm", "2026-01-01T00:00:00.5e30Z"}) {
+    INFO(bad);
+    CHECK_FALSE(reader::parse_time_arg(bad, 1).ok());
+  }
 }

@@ -210,7 +210,10 @@ Stats Runtime::stats() noexcept {
   s.background_cpu_ns = bg_cpu_final_ns_.load(std::memory_order_acquire);
   if (bg_clock_valid_.load(std::memory_order_acquire)) {
     timespec ts;
-    if (clock_gettime(bg_clock_.load(std::memory_order_relaxed), &ts) == 0) {
+    const bool read = clock_gettime(bg_clock_.load(std::memory_order_relaxed), &ts) == 0;
+    // Valid still after the read: the thread did not exit in between (its
+    // clock id could then name another thread that reused its id).
+    if (read && bg_clock_valid_.load(std::memory_order_acquire)) {
       s.background_cpu_ns = static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
     } else {
       s.background_cpu_ns = bg_cpu_final_ns_.load(std::memory_order_acquire);  // it exited meanwhile

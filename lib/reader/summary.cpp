@@ -66,15 +66,18 @@ struct RankDigest {
 std::uint64_t parse_fp(const std::string& hex) { return hex.empty() ? 0 : std::strtoull(hex.c_str(), nullptr, 16); }
 
 // Collectives still in flight (or failed) at a flight-recorder dump.
-void add_flight_dump(const std::string& path, const SummaryOptions& opts, RankDigest& d) {
+// Collectives still in flight (or failed) at a flight-recorder dump. A stall
+// line knows only (comm, seq) of what a rank waits in; the dump has its
+// fingerprint, which is what shows a mismatch behind a hang.
+void add_flight_dump(const std::string& path, const SummaryOptions& opts, int sessions, RankDigest& d) {
   simdjson::dom::parser p;
   simdjson::dom::element doc;
   if (p.load(path).get(doc) != simdjson::SUCCESS) return;
   simdjson::dom::array arr;
   if (doc["collectives"].get_array().get(arr) != simdjson::SUCCESS) return;
-  std::map<std::string, absl::flat_hash_set<std::uint64_t>> known;
+  std::map<std::string, absl::flat_hash_map<std::uint64_t, std::size_t>> known;  // comm -> seq -> index
   for (const auto& [comm, recs] : d.colls) {
-    for (const auto& r : recs) known[comm].insert(r.seq);
+    for (std::size_t i = 0; i < recs.size(); ++i) known[comm].emplace(recs[i].seq, i);
   }
   for (auto c : arr) {
     std::string_view state, comm, op, dtype, fp;
@@ -85,9 +88,17 @@ void add_flight_dump(const std::string& path, const SummaryOptions& opts, RankDi
       continue;
     }
     if (c["t"].get_uint64().get(t) == simdjson::SUCCESS && (t < opts.since_ns || t > opts.until_ns)) continue;
-    if (!known[std::string(comm)].insert(seq).second) continue;  // the run log already has it
-    d.colls[std::string(comm)].push_back({seq, parse_fp(std::string(fp)), count, t, 0, std::string(op), std::string(dtype),
-                                          state == "issued" ? "in flight" : std::string(state)});
+    // The dump belongs to the rank's latest session, as the stall lines do.
+    const std::string key = sessions > 1 ? fmt::format("{} (session {})", comm, sessions) : std::string(comm);
+    CollRec rec{seq, parse_fp(std::string(fp)), count, t, 0, std::string(op), std::string(dtype),
+                state == "issued" ? "in flight" : std::string(state)};
+    std::vector<CollRec>& recs = d.colls[key];
+    auto [it, fresh] = known[key].emplace(seq, recs.size());
+    if (fresh) {
+      recs.push_back(std::move(rec));
+    } else if (recs[it->second].fp == 0) {
+      recs[it->second] = std::move(rec);  // the stall's record, now with its fingerprint
+    }  // else the run log already has it, completed
   }
 }
 
@@ -203,7 +214,7 @@ RankDigest digest_rank(const std::string& path, const std::string& dump, int ran
     return d;
   }
   std::error_code ec;
-  if (std::filesystem::exists(dump, ec)) add_flight_dump(dump, opts, d);
+  if (std::filesystem::exists(dump, ec)) add_flight_dump(dump, opts, r.sessions, d);
   r.lines = res->lines;
   r.bad_lines = res->bad_lines;
   r.torn_tail = res->torn_tail;

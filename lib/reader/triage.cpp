@@ -120,16 +120,6 @@ void stall_findings(const RunSummary& sum, const StatusReport* live, std::vector
     hang |= !r.last_stall->ended && !r.ended_cleanly;
     (stall_of(r).comm.empty() ? blocked : waiting).push_back(&r);
   }
-  // Ranks behind on a communicator where others are in flight or went further.
-  std::vector<std::pair<int, std::uint64_t>> behind;
-  const CommunicatorCheck* where = nullptr;
-  for (const auto& c : sum.communicators) {
-    if (c.mismatch_seq != 0 || c.behind.empty()) continue;
-    if (where == nullptr) where = &c;
-    for (const auto& b : c.behind) {
-      if (std::none_of(behind.begin(), behind.end(), [&](const auto& x) { return x.first == b.first; })) behind.push_back(b);
-    }
-  }
   auto rank_of = [&](int rk) -> const RankSummary* {
     for (const auto& r : sum.ranks) {
       if (r.rank == rk) return &r;
@@ -143,9 +133,31 @@ void stall_findings(const RunSummary& sum, const StatusReport* live, std::vector
     }
     return true;
   };
+  // Ranks behind on a communicator where others are in flight or went further.
+  std::vector<std::pair<int, std::uint64_t>> behind;
+  const CommunicatorCheck* where = nullptr;
+  for (const auto& c : sum.communicators) {
+    if (c.mismatch_seq != 0 || c.behind.empty()) continue;
+    if (where == nullptr) where = &c;
+    for (const auto& b : c.behind) {
+      if (std::none_of(behind.begin(), behind.end(), [&](const auto& x) { return x.first == b.first; })) behind.push_back(b);
+    }
+  }
   if (blocked.empty() && waiting.empty() && behind.empty()) return;
-  const bool unfinished = std::any_of(sum.ranks.begin(), sum.ranks.end(), [](const auto& r) { return !r.ended_cleanly; });
-  if (blocked.empty() && waiting.empty() && !unfinished) return;  // all finished, seqs differ for another reason
+  if (blocked.empty() && waiting.empty()) {
+    // No watchdog saw a stall: a rank behind on sequence numbers is a finding
+    // only if it is gone (not a live job whose logs lag by a flush interval):
+    // its heartbeat is stale, or without heartbeats every other rank finished.
+    const bool others_done = std::all_of(sum.ranks.begin(), sum.ranks.end(), [&](const auto& r) {
+      return r.ended_cleanly || std::any_of(behind.begin(), behind.end(), [&](const auto& b) { return b.first == r.rank; });
+    });
+    std::erase_if(behind, [&](const auto& b) {
+      const RankSummary* r = rank_of(b.first);
+      if (r == nullptr || r->ended_cleanly) return true;
+      return live != nullptr ? alive(b.first) : !others_done;
+    });
+    if (behind.empty()) return;
+  }
 
   // Culprits: stalled outside a collective, else behind on the sequence.
   std::vector<const RankSummary*> culprits = blocked;
@@ -462,6 +474,9 @@ absl::StatusOr<TriageReport> triage(const std::string& run_dir, const TriageOpti
   std::stable_sort(f.begin(), f.end(), [](const Finding& a, const Finding& b) {
     return (a.t != 0 && b.t == 0) || (a.t != 0 && b.t != 0 && a.t < b.t);
   });
+  // A collective mismatch is a cause, never a consequence: the hang it produces
+  // may be dated earlier (the waiters' last progress precedes the odd call).
+  std::stable_partition(f.begin(), f.end(), [](const Finding& x) { return x.kind == "collective_mismatch"; });
   r.findings = std::move(f);
   r.ranks = rank_rows(*sum, live);
   r.exit_code = r.findings.empty() ? 0 : 1;
@@ -581,7 +596,7 @@ absl::StatusOr<std::uint64_t> parse_time_arg(const std::string& v, std::uint64_t
     else if (unit == "s" || unit.empty()) scale = 1e9;
     else if (unit == "m") scale = 60e9;
     else if (unit == "h") scale = 3600e9;
-    if (scale == 0 || end == v.c_str() + 1 || n < 0) return bad();
+    if (scale == 0 || end == v.c_str() + 1 || !std::isfinite(n) || n < 0 || n * scale > 1e19) return bad();
     return run_start_ns + static_cast<std::uint64_t>(n * scale);
   }
   if (v.find('T') != std::string::npos) {
@@ -591,7 +606,9 @@ absl::StatusOr<std::uint64_t> parse_time_arg(const std::string& v, std::uint64_t
     std::uint64_t frac_ns = 0;
     if (*rest == '.') {
       char* end = nullptr;
-      frac_ns = static_cast<std::uint64_t>(std::strtod(rest, &end) * 1e9);
+      const double frac = std::strtod(rest, &end);
+      if (!std::isfinite(frac) || frac < 0 || frac >= 1) return bad();
+      frac_ns = static_cast<std::uint64_t>(frac * 1e9);
       rest = end;
     }
     if (*rest == 'Z') ++rest;
@@ -600,8 +617,8 @@ absl::StatusOr<std::uint64_t> parse_time_arg(const std::string& v, std::uint64_t
   }
   char* end = nullptr;
   const double n = std::strtod(v.c_str(), &end);
-  if (*end != '\0' || n < 0) return bad();
-  return n < 1e11 ? static_cast<std::uint64_t>(n * 1e9) : static_cast<std::uint64_t>(n);
+  if (end == v.c_str() || *end != '\0' || !std::isfinite(n) || n < 0 || n > 1.8e19) return bad();
+  return n < 1e10 ? static_cast<std::uint64_t>(n * 1e9) : static_cast<std::uint64_t>(n);
 }
 
 }  // namespace rankscope::reader
