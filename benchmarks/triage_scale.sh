@@ -8,7 +8,7 @@
 #   benchmarks/triage_scale.sh [RANKS] [STEPS] [BUILD_DIR]
 set -euo pipefail
 ranks=${1:-1024} steps=${2:-1000} build=${3:-build}
-dir=$(mktemp -d "${TMPDIR:-/tmp}/rankscope-scale-XXXXXX")
+dir=$(mktemp -d)  # under $TMPDIR or /tmp
 trap 'rm -rf "$dir"' EXIT
 echo "generating $ranks ranks x $steps steps into $dir ..."
 t0=$(date +%s.%N)

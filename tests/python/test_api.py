@@ -183,21 +183,21 @@ def test_exporters_from_the_environment(run_py):
     assert "OTEL_EXPORTER_OTLP_PROTOCOL='grpc' is not supported" in bad.stdout
 
 
-def test_type_stubs_cover_the_public_api():
-    """Every public function and class of rankscope and rankscope.torch has a stub (IDEs
-    complete from the .pyi files), and the stubs parse."""
+def test_pyi_files_cover_the_public_api():
+    """Every public function and class of rankscope and rankscope.torch is declared in its .pyi
+    file (IDEs complete from those), and the .pyi files parse."""
     import ast
     import inspect
     import rankscope
     import rankscope.torch as rst
-    for module, stub in [(rankscope, "__init__.pyi"), (rst, "torch.pyi")]:
-        path = os.path.join(os.path.dirname(module.__file__), stub)
+    for module, pyi in [(rankscope, "__init__.pyi"), (rst, "torch.pyi")]:
+        path = os.path.join(os.path.dirname(module.__file__), pyi)
         tree = ast.parse(open(path).read())
-        stubbed = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
-        stubbed |= {t.id for n in ast.walk(tree) if isinstance(n, (ast.Assign, ast.AnnAssign))
-                    for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) if isinstance(t, ast.Name)}
+        declared = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+        declared |= {t.id for n in ast.walk(tree) if isinstance(n, (ast.Assign, ast.AnnAssign))
+                     for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) if isinstance(t, ast.Name)}
         public = {name for name, obj in vars(module).items()
                   if not name.startswith("_") and (inspect.isfunction(obj) or inspect.isclass(obj)
                                                    or inspect.isbuiltin(obj))
                   and getattr(obj, "__module__", "").startswith("rankscope")}
-        assert public <= stubbed, f"{stub} lacks {sorted(public - stubbed)}"
+        assert public <= declared, f"{pyi} lacks {sorted(public - declared)}"
