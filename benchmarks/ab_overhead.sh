@@ -2,13 +2,15 @@
 # End-to-end overhead on real training: the example trainer on 2 ranks, steps
 # alternating in blocks between instrumentation enabled and runtime-disabled
 # in the same processes (interleaved A/B, so machine noise hits both alike).
-#   benchmarks/ab_overhead.sh BUILD_DIR [STEPS] [BLOCK] [--ab-control]
+#   benchmarks/ab_overhead.sh BUILD_DIR [STEPS=20000] [BLOCK=500] [--ab-control]
+# Blocks span several of the background thread's drain intervals, so each
+# arm carries the cost of its own records.
 # --ab-control runs the same schedule with both arms disabled (A/A): the
 # ratio it prints is the noise floor of this machine for this measurement.
 set -euo pipefail
 build=${1:?usage: ab_overhead.sh BUILD_DIR [STEPS] [BLOCK]}
-steps=${2:-4000}
-block=${3:-20}
+steps=${2:-20000}
+block=${3:-500}
 here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

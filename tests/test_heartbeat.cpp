@@ -4,8 +4,11 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <thread>
+
+#include <unistd.h>
 
 #include "capture_sink.hpp"
 #include "rankscope/export/jsonl.hpp"
@@ -74,6 +77,9 @@ TEST_CASE("a stall is reported once, names what the rank is inside, dumps, and r
   CHECK(age >= 200'000'000);
   CHECK_THAT(slurp(tmp.path + "/rank-0.flight.json"), Catch::Contains(R"("reason":"stall")"));
   CHECK_THAT(slurp(tmp.path + "/rank-0.heartbeat.json"), Catch::Contains(R"("state":"exited")"));
+  for (const auto& f : std::filesystem::directory_iterator(tmp.path)) {  // the heartbeat's spare is gone
+    CHECK_THAT(f.path().filename().string(), !Catch::Contains(".tmp."));
+  }
 }
 
 TEST_CASE("an in-flight collective is what a stalled rank is inside", "[heartbeat]") {
@@ -160,6 +166,28 @@ TEST_CASE("heartbeat files are never seen half-written by a concurrent reader", 
   writer.join();
   CHECK(failed == 0);
   CHECK(parsed == 3000);
+}
+
+TEST_CASE("files rewritten every second swap with a spare and leave nothing behind", "[heartbeat]") {
+  TempDir tmp;
+  const std::string path = tmp.path + "/rank-0.heartbeat.json";
+  const std::string spare = path + ".tmp." + std::to_string(::getpid());
+  auto read = [](const std::string& p) {
+    std::ifstream f(p);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  REQUIRE(write_file_atomic(path, "first, and the longest of them all", /*durable=*/false).ok());
+  CHECK(read(path) == "first, and the longest of them all");
+  CHECK_FALSE(std::filesystem::exists(spare));  // nothing to exchange with yet: a plain rename
+  REQUIRE(write_file_atomic(path, "second", /*durable=*/false).ok());
+  CHECK(read(path) == "second");
+  CHECK(read(spare) == "first, and the longest of them all");  // the previous version, kept for reuse
+  REQUIRE(write_file_atomic(path, "third", /*durable=*/false).ok());
+  CHECK(read(path) == "third");  // written over the longer spare: truncated to its own length
+  CHECK(read(spare) == "second");
+  remove_spare_file(path);
+  CHECK_FALSE(std::filesystem::exists(spare));
+  CHECK(read(path) == "third");
 }
 
 namespace {

@@ -89,9 +89,10 @@ void bind_runtime(py::module_& m) {
         const auto s = rankscope::stats();
         return py::dict("events_recorded"_a = s.events_recorded, "events_dropped"_a = s.events_dropped,
                         "export_errors"_a = s.export_errors, "inactive_calls"_a = s.inactive_calls,
-                        "threads"_a = s.threads);
+                        "threads"_a = s.threads, "background_cpu_ns"_a = s.background_cpu_ns);
       },
-      "rankscope's own counters.");
+      "rankscope's own counters: events recorded and dropped, export errors, calls before init or after\n"
+      "shutdown, threads that recorded, and the CPU time (ns) its background thread used.");
   m.def("begin_step", &rankscope::begin_step, "step"_a, "Marks the start of step `step` (stamps later events).");
   m.def("current_step", &rankscope::current_step);
   m.def(

@@ -4,10 +4,13 @@
 
 #include <time.h>
 
+#include <rankscope/runtime.hpp>
+
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <map>
-#include <string>
+#include <random>
 #include <vector>
 
 namespace example {
@@ -15,9 +18,15 @@ namespace example {
 // Interleaved A/B over pairs of blocks of steps. Within each pair the order of
 // the two arms is pseudo-random (the same on every rank), so slow drift and
 // "first block of the pair" effects cancel; the estimate is the median over
-// pairs of (median step time on) / (median step time off). Process CPU time
-// per step is recorded too: on a machine where every core trains, CPU spent by
-// rankscope's background thread is CPU taken from a rank.
+// pairs of (median step time on) / (median step time off), with a bootstrap
+// 95 % interval over pairs. Blocks should span several drain intervals of the
+// background thread (200 ms by default), or the work it does for one arm's
+// records lands in the other arm's block.
+//
+// Per block it also takes process CPU time and rankscope's background-thread
+// CPU (Stats::background_cpu_ns): on a machine where every core trains, CPU
+// the background thread uses is CPU taken from a rank, and that number is
+// exact where wall time is noisy.
 class AbRecorder {
  public:
   explicit AbRecorder(int block) : block_(block) {}
@@ -31,6 +40,7 @@ class AbRecorder {
       cur_on_ = on;
       cur_pair_ = pair;
       cpu0_ = cpu_ms();
+      bg0_ = bg_ms();
     }
     return on;
   }
@@ -39,22 +49,29 @@ class AbRecorder {
   }
   void report(bool control) {
     close_block();
-    std::vector<double> ratios, all[2], cpu[2];
+    std::vector<double> ratios, all[2], cpu[2], bg[2];
     for (auto& [pair, p] : pairs_) {
       if (p.med[0] > 0 && p.med[1] > 0) ratios.push_back(p.med[1] / p.med[0]);
       for (int a = 0; a < 2; ++a) {
         all[a].insert(all[a].end(), p.steps[a].begin(), p.steps[a].end());
         if (p.cpu[a] > 0) cpu[a].push_back(p.cpu[a]);
+        if (p.med[a] > 0) bg[a].push_back(p.bg[a]);
       }
     }
     const double r = median(ratios);
+    const auto [lo, hi] = bootstrap_ci(ratios);
     std::printf("A/B%s: %zu pairs of %d-step blocks, order randomized per pair\n", control ? " (A/A control)" : "",
                 ratios.size(), block_);
     std::printf("A/B: median step %.4f ms on vs %.4f ms off; median paired ratio %.5f (%+.3f %%), "
-                "quartiles %.5f..%.5f\n",
-                median(all[1]), median(all[0]), r, (r - 1) * 100, quantile(ratios, 0.25), quantile(ratios, 0.75));
+                "95%% CI %.5f..%.5f, quartiles %.5f..%.5f\n",
+                median(all[1]), median(all[0]), r, (r - 1) * 100, lo, hi, quantile(ratios, 0.25),
+                quantile(ratios, 0.75));
     std::printf("A/B: process CPU per step %.4f ms on vs %.4f ms off (median over blocks)\n", median(cpu[1]),
                 median(cpu[0]));
+    const double bg_on = mean(bg[1]) * 1e3, bg_off = mean(bg[0]) * 1e3;  // us per step
+    std::printf("A/B: rankscope background CPU per step %.2f us on vs %.2f us off (mean over blocks): "
+                "%.3f %% of a core at %.4f ms steps\n",
+                bg_on, bg_off, (bg_on - bg_off) / (median(all[1]) * 1e3) * 100, median(all[1]));
   }
 
  private:
@@ -62,30 +79,51 @@ class AbRecorder {
     std::vector<double> steps[2];
     double med[2] = {0, 0};
     double cpu[2] = {0, 0};
+    double bg[2] = {0, 0};  // ms per step
   };
   static double cpu_ms() {
     timespec ts;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
   }
+  static double bg_ms() { return static_cast<double>(rankscope::stats().background_cpu_ns) / 1e6; }
   static double quantile(std::vector<double> v, double q) {
     if (v.empty()) return 0;
     std::sort(v.begin(), v.end());
     return v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1))];
   }
   static double median(const std::vector<double>& v) { return quantile(v, 0.5); }
+  static double mean(const std::vector<double>& v) {
+    double s = 0;
+    for (double x : v) s += x;
+    return v.empty() ? 0 : s / static_cast<double>(v.size());
+  }
+  // Percentile bootstrap of the median over pairs (fixed seed: reproducible).
+  static std::pair<double, double> bootstrap_ci(const std::vector<double>& v) {
+    if (v.size() < 2) return {0, 0};
+    std::mt19937_64 rng(12345);
+    std::uniform_int_distribution<std::size_t> pick(0, v.size() - 1);
+    std::vector<double> meds, s(v.size());
+    for (int b = 0; b < 2000; ++b) {
+      for (double& x : s) x = v[pick(rng)];
+      meds.push_back(median(s));
+    }
+    return {quantile(meds, 0.025), quantile(meds, 0.975)};
+  }
   void close_block() {
     if (cur_.empty()) return;
     Pair& p = pairs_[cur_pair_];
+    const auto n = static_cast<double>(cur_.size());
     p.med[cur_on_] = median(cur_);
-    p.cpu[cur_on_] = (cpu_ms() - cpu0_) / static_cast<double>(cur_.size());
+    p.cpu[cur_on_] = (cpu_ms() - cpu0_) / n;
+    p.bg[cur_on_] = (bg_ms() - bg0_) / n;
     p.steps[cur_on_] = cur_;
     cur_.clear();
   }
   int block_;
   bool cur_on_ = true;
   int cur_pair_ = 0;
-  double cpu0_ = 0;
+  double cpu0_ = 0, bg0_ = 0;
   std::vector<double> cur_;
   std::map<int, Pair> pairs_;
 };

@@ -17,7 +17,18 @@
 namespace rankscope::detail {
 
 void Runtime::decode(ThreadState* st, const Record& r, const Record* next, std::vector<Event>& batch) {
-  Event e;
+  switch (r.kind) {
+    case RecordKind::kCollectiveExtra:  // folded into the preceding kCollective
+    case RecordKind::kStepCounts:       // folded into the preceding kStepEnd
+    case RecordKind::kLog:              // variable length: decode_log()
+    case RecordKind::kFact:
+    case RecordKind::kViolation:
+      return;
+    default:
+      break;
+  }
+  // Built in place: an Event is a few hundred bytes, and most records become one.
+  Event& e = batch.emplace_back();
   e.tid = st->tid;
   e.step = r.step;
   e.depth = r.depth;
@@ -84,25 +95,20 @@ void Runtime::decode(ThreadState* st, const Record& r, const Record* next, std::
         if (next->v[0].ptr != nullptr) {
           e.enqueue_ns = e.dur_ns;
           auto defer = g_defer.load(std::memory_order_acquire);
-          if (defer != nullptr && defer(e, next->v[0].ptr)) return;  // emitted when the device finishes
+          if (defer != nullptr && defer(e, next->v[0].ptr)) {  // emitted when the device finishes
+            batch.pop_back();
+            return;
+          }
         }
       }
       break;
-    case RecordKind::kCollectiveExtra:
-      return;  // folded into the preceding kCollective
-    case RecordKind::kLog:
-    case RecordKind::kFact:
-    case RecordKind::kViolation:
-      return;  // variable length: decode_log()
     case RecordKind::kProgress:
       e.kind = EventKind::kProgress;
       break;
-    case RecordKind::kStepCounts:
-      return;  // folded into the preceding kStepEnd
+    default:
+      break;  // excluded above
   }
   watchdog_.on_event(e);
-  remember(e);
-  batch.push_back(std::move(e));
 }
 
 // A log record: the header, then its payload bytes in the following records.
@@ -119,7 +125,7 @@ std::uint64_t Runtime::decode_log(ThreadState* st, std::uint64_t at, std::vector
     std::memcpy(payload.data() + off, static_cast<const void*>(&st->slots[(at + i) & st->mask]),
                 std::min(sizeof(Record), total - off));
   }
-  Event e;
+  Event& e = batch.emplace_back();
   e.kind = h.kind == RecordKind::kFact ? EventKind::kFact
            : h.kind == RecordKind::kViolation ? EventKind::kViolation : EventKind::kLog;
   e.tid = st->tid;
@@ -131,16 +137,23 @@ std::uint64_t Runtime::decode_log(ThreadState* st, std::uint64_t at, std::vector
   e.written_inline = (h.aux & 0x100) != 0;
   e.log_site = h.v[0].ptr;
   e.logger = detail::logger_name(static_cast<std::uint16_t>(h.pad));
-  e.text = payload.substr(0, msg_n);
-  e.fields = payload.substr(msg_n);
-  remember(e);
-  batch.push_back(std::move(e));
+  e.text.assign(payload, 0, msg_n);
+  e.fields.assign(payload, msg_n);
   return nrec;
 }
 
 void Runtime::remember(const Event& e) {
   if (recent_per_thread_ == 0) return;
   recent_[e.tid].push(e, recent_per_thread_);
+}
+
+// Only the last few events of a thread can survive in its history, so only
+// those are copied (once per drain, not once per event).
+void Runtime::remember_tail(const std::vector<Event>& batch, std::size_t from, std::int32_t tid) {
+  if (recent_per_thread_ == 0 || batch.size() <= from) return;
+  RecentEvents& h = recent_[tid];
+  const std::size_t first = std::max(from, batch.size() - std::min<std::size_t>(batch.size() - from, recent_per_thread_));
+  for (std::size_t i = first; i < batch.size(); ++i) h.push(batch[i], recent_per_thread_);
 }
 
 void Runtime::deliver(std::vector<Event>& batch) {
@@ -162,6 +175,7 @@ std::size_t Runtime::drain_all(std::vector<Event>& batch) {
     const std::uint64_t head = st->published.load(std::memory_order_acquire);
     std::uint64_t tail = st->tail.load(std::memory_order_relaxed);
     max_drained_ = std::max(max_drained_, head - tail);
+    std::size_t seg = batch.size();  // this thread's events start here
     while (tail != head) {
       const Record& r = st->slots[tail & st->mask];
       if (r.kind == RecordKind::kLog || r.kind == RecordKind::kFact || r.kind == RecordKind::kViolation) {
@@ -175,10 +189,13 @@ std::size_t Runtime::drain_all(std::vector<Event>& batch) {
       ++n;
       if (batch.size() >= kBatch) {
         st->tail.store(tail, std::memory_order_release);
+        remember_tail(batch, seg, st->tid);
         deliver(batch);
+        seg = 0;
       }
     }
     st->tail.store(tail, std::memory_order_release);
+    remember_tail(batch, seg, st->tid);
   }
   for (Event& x : extra_) {
     remember(x);

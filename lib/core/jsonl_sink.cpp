@@ -202,13 +202,27 @@ int jsonl_sink_fd(const Sink& s) {
 
 absl::Status write_file_atomic(const std::string& path, const std::string& content, bool durable) {
   const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // Durable files are written once: a fresh file, fsynced, renamed over.
+  // Files rewritten every second (heartbeats, Prometheus textfiles) swap two
+  // inodes instead: the spare is overwritten in place and exchanged with the
+  // live file, so no inode is ever freed. A plain rename frees the replaced
+  // file's blocks each time, which on a filesystem mounted with `discard` is
+  // a synchronous discard request (~0.3 ms of CPU per write in this VM).
+  const int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (durable ? O_TRUNC : 0);
+  const int fd = ::open(tmp.c_str(), flags, 0644);
   if (fd < 0) {
     return absl::PermissionDeniedError(absl::StrCat("cannot create '", tmp, "': ", std::strerror(errno)));
   }
-  const bool ok = write_all(fd, content.data(), content.size()) && (!durable || ::fsync(fd) == 0);
+  bool ok = write_all(fd, content.data(), content.size());
+  if (ok && !durable) ok = ::ftruncate(fd, static_cast<off_t>(content.size())) == 0;
+  if (ok && durable) ok = ::fsync(fd) == 0;
   const int saved = errno;
   ::close(fd);
+  if (ok && !durable && ::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, path.c_str(), RENAME_EXCHANGE) == 0) {
+    return absl::OkStatus();  // the previous version is now the spare
+  }
+  // First write (nothing to exchange with), or a filesystem without
+  // RENAME_EXCHANGE: an ordinary atomic rename.
   if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
     const int err = ok ? errno : saved;
     ::unlink(tmp.c_str());
@@ -216,5 +230,7 @@ absl::Status write_file_atomic(const std::string& path, const std::string& conte
   }
   return absl::OkStatus();
 }
+
+void remove_spare_file(const std::string& path) { ::unlink(absl::StrCat(path, ".tmp.", ::getpid()).c_str()); }
 
 }  // namespace rankscope

@@ -97,6 +97,7 @@ class Runtime {
   std::size_t drain_all(std::vector<Event>& batch);
   void deliver(std::vector<Event>& batch);
   void remember(const Event& e);  // keeps the last events per thread for dumps
+  void remember_tail(const std::vector<Event>& batch, std::size_t from, std::int32_t tid);
   std::uint64_t decode_log(ThreadState* st, std::uint64_t at, std::vector<Event>& batch);
   void export_metrics_now();
   void decode(ThreadState* st, const Record& r, const Record* next, std::vector<Event>& batch);

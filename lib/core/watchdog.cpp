@@ -223,6 +223,7 @@ bool Watchdog::tick(std::uint64_t now_mono, const TickClock& clock, const std::v
 
 void Watchdog::finish(const TickClock& clock, const std::vector<ThreadState*>& threads) {
   write_heartbeat(monotonic_ns(), clock, threads, "exited");
+  if (!path_.empty()) remove_spare_file(path_);
 }
 
 void Watchdog::write_heartbeat(std::uint64_t now_mono, const TickClock& clock,

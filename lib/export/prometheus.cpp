@@ -124,6 +124,10 @@ class PrometheusSink final : public Sink {
       snapshot_.stats = final_stats;
     }
     maybe_write_textfile(true);
+    try {
+      if (!o_.textfile_dir.empty()) remove_spare_file(textfile_path());
+    } catch (...) {
+    }
   }
 
   std::uint64_t errors() const noexcept override { return errors_; }
@@ -299,13 +303,15 @@ class PrometheusSink final : public Sink {
     return out;
   }
 
+  std::string textfile_path() const { return fmt::format("{}/rankscope_rank{}.prom", o_.textfile_dir, rank_); }
+
   void maybe_write_textfile(bool force) noexcept {
     if (o_.textfile_dir.empty()) return;
     const auto now = std::chrono::steady_clock::now();
     if (!force && now - last_textfile_ < o_.textfile_interval) return;
     last_textfile_ = now;
     try {
-      const std::string path = fmt::format("{}/rankscope_rank{}.prom", o_.textfile_dir, rank_);
+      const std::string path = textfile_path();
       if (!write_file_atomic(path, text(), /*durable=*/false).ok() && errors_++ == 0) {
         std::fprintf(stderr, "[rankscope] cannot write the Prometheus textfile %s\n", path.c_str());
       }

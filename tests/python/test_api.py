@@ -51,6 +51,10 @@ def test_phases_steps_metrics_and_logs_reach_the_run_log(run_py, tmp_path):
                 raise KeyError("boom")                # the phase closes, the exception propagates
         except KeyError:
             pass
+        rankscope.flush()
+        st = rankscope.stats()
+        assert st["events_recorded"] > 0 and st["events_dropped"] == 0
+        assert st["background_cpu_ns"] > 0               # the background thread's own CPU time
         rankscope.shutdown()
     """)
     ev = events(tmp_path / "run")

@@ -22,7 +22,10 @@ absl::StatusOr<std::shared_ptr<Sink>> make_jsonl_sink(const std::string& path);
 /// directory, then rename): readers see the old file or the new one, never a
 /// mix. `durable` also fsyncs before the rename (run.json, dumps: they must
 /// survive the machine); heartbeats skip it — a heartbeat is only worth its
-/// freshness, and an fsync every second costs ~0.4 ms of CPU in a VM.
+/// freshness, and an fsync every second costs ~0.4 ms of CPU in a VM. Without
+/// `durable`, the previous version is kept as a spare (`<path>.tmp.<pid>`)
+/// that the next write reuses; remove_spare_file() deletes it when done.
 absl::Status write_file_atomic(const std::string& path, const std::string& content, bool durable = true);
+void remove_spare_file(const std::string& path);
 
 }  // namespace rankscope
