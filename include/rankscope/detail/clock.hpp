@@ -4,7 +4,7 @@
 // wall-clock nanoseconds. Ticks are the invariant TSC when the kernel itself
 // trusts it as its clocksource (constant, synchronised across cores), otherwise
 // CLOCK_MONOTONIC nanoseconds. See lib/core/clock.cpp for the calibration.
-// Thread-safety: any thread. Cost: one rdtsc (~8-15 ns in a VM) or one vDSO call.
+// Thread-safety: any thread. Cost: lfence + rdtsc (~10-15 ns in a VM) or one vDSO call.
 #pragma once
 
 #include <cstdint>
@@ -30,9 +30,16 @@ inline std::uint64_t monotonic_ns() noexcept {
   return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
 }
 
+// Ordered like the kernel's own TSC reads (rdtsc_ordered): a plain rdtsc may
+// execute before earlier loads complete, so a thread that has just seen
+// another thread's store could stamp a time before that thread's. The fence
+// makes "B saw A's write, then read the clock" imply "B's time >= A's".
 inline std::uint64_t now_ticks() noexcept {
 #if RANKSCOPE_DETAIL_HAS_TSC
-  if (RANKSCOPE_DETAIL_LIKELY(g_clock_is_tsc)) return __rdtsc();
+  if (RANKSCOPE_DETAIL_LIKELY(g_clock_is_tsc)) {
+    _mm_lfence();
+    return __rdtsc();
+  }
 #endif
   return monotonic_ns();
 }
