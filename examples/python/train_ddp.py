@@ -38,7 +38,7 @@ def train(rank, args, run_dir, port):
     sampler = DistributedSampler(data, num_replicas=args.ranks, rank=rank, shuffle=True, seed=args.seed)
     loader = DataLoader(data, batch_size=args.batch, sampler=sampler)
     model = DDP(torch.nn.Sequential(torch.nn.Linear(32, args.hidden), torch.nn.ReLU(), torch.nn.Linear(args.hidden, 4)))
-    rst.instrument_ddp(model)    # DDP's bucket all-reduces -> collective spans
+    rst.instrument_ddp(model)    # DDP's gradient all-reduce -> one collective span per backward
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     scaler = torch.cuda.amp.GradScaler(enabled=torch.cuda.is_available())
     amp = rst.AmpSkips(scaler)

@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 
 
@@ -98,3 +100,62 @@ def test_torch_exchange_reports_a_rank_that_never_arrives_instead_of_hanging(tmp
     assert "rank 1 raised:" in p.stdout
     v = _events(run_dir, "violation")
     assert {x["what"] for x in v} == {"exchange_timeout"} and all(x["ranks"] == [2] for x in v)
+
+
+DDP_MODES = r"""
+import json, os, sys, torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+import rankscope, rankscope.torch as rst
+
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[2])
+rankscope.init(rank=0, world_size=1, run_dir=sys.argv[1])
+dist.init_process_group("gloo", rank=0, world_size=1)
+torch.manual_seed(0)
+# ~4 MB of float32 gradients in 1 MB buckets: several buckets per backward.
+model = DDP(torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 256)),
+            bucket_cap_mb=1)
+if sys.argv[3] == "python":
+    rst._torch_hooks = None                 # the fallback used when the C++ extension is not built
+rst.instrument_ddp(model)                   # one span per backward, ended after DDP's sync
+rst.instrument_ddp(model, per_bucket=True)  # and one per bucket, from a comm hook
+x = torch.randn(8, 256)
+for step in range(3):
+    model(x).sum().backward()
+    rankscope.step(step)
+with model.no_sync():                       # no gradient sync: no span
+    model(x).sum().backward()
+rankscope.set_enabled(False)                # disabled: no span either
+model(x).sum().backward()
+rankscope.set_enabled(True)
+with torch.no_grad():
+    model(x)
+print(sum(p.numel() for p in model.parameters()), "torch hooks" if rst._torch_hooks else "python hooks")
+rankscope.shutdown()
+"""
+
+
+@pytest.mark.parametrize("hooks,port", [("torch", 29611), ("python", 29612)])
+def test_ddp_sync_span_covers_every_bucket_and_skips_no_sync(tmp_path, hooks, port):
+    script = tmp_path / "ddp_modes.py"
+    script.write_text(DDP_MODES)
+    run_dir = tmp_path / "run"
+    p = subprocess.run([sys.executable, str(script), str(run_dir), str(port), hooks], env=_env(),
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    total, how = p.stdout.split()[0], p.stdout.split(maxsplit=1)[1].strip()
+    assert how == f"{hooks} hooks"  # the C++ extension is built here
+    colls = _events(str(run_dir), "collective")
+    assert all(e["op"] == "all_reduce" and e["dtype"] == "float32" and e["comm"] == "world" for e in colls)
+    assert sorted(e["seq"] for e in colls) == list(range(1, len(colls) + 1))
+    by_step = collections.defaultdict(list)
+    for e in colls:
+        by_step[e["step"]].append(e)
+    assert sorted(by_step) == [0, 1, 2]  # none under no_sync(), disabled or no_grad (those ran in step 3)
+    for step, spans in by_step.items():
+        spans.sort(key=lambda e: e["seq"])
+        whole, buckets = spans[0], spans[1:]  # opened when backward starts, before any bucket
+        assert whole["count"] == int(total)
+        assert buckets and sum(b["count"] for b in buckets) == int(total)
+        # it ends after every bucket of its backward has completed
+        assert all(whole["mono"] <= b["mono"] and b["mono"] + b["dur"] <= whole["mono"] + whole["dur"]
+                   for b in buckets)

@@ -18,9 +18,11 @@ def uninstrument() -> None:
     """Restores every function instrument() wrapped."""
     ...
 
-def instrument_ddp(ddp_model: Any) -> Any:
-    """Registers a DDP communication hook that records each gradient bucket's all-reduce as a
-    collective span (DDP all-reduces in C++, not through torch.distributed's Python API)."""
+def instrument_ddp(ddp_model: Any, per_bucket: bool = False) -> None:
+    """Makes DDP's gradient all-reduce a collective span: by default one per backward pass
+    (opened when backward reaches the output, ended when DDP has finished all-reducing; DDP
+    keeps its C++ path), or with per_bucket=True one per bucket through a DDP comm hook
+    (exact, but a Python comm hook costs DDP ~60 us per step)."""
     ...
 
 class TorchStoreExchange:
