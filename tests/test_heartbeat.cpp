@@ -128,6 +128,20 @@ TEST_CASE("a much slower step is reported as slow with the phase that grew, not 
   CHECK(count(log, R"("kind":"stall")") == 0);
 }
 
+TEST_CASE("a microsecond step that takes a millisecond is a hiccup, not a slow step", "[heartbeat]") {
+  TempDir tmp;
+  REQUIRE(init(watchdog_config(tmp.path, 10000ms)).ok());
+  for (int s = 0; s < 12; ++s) {
+    StepScope step(s);
+    RANKSCOPE_PHASE("forward");
+    if (s == 11) std::this_thread::sleep_for(2ms);  // far over 10x the usual, but < 10 ms longer
+  }
+  REQUIRE(flush());
+  CHECK(heartbeat_status().slow_steps == 0);
+  shutdown();
+  CHECK(count(slurp(tmp.path + "/rank-0.jsonl"), R"("kind":"slow_step")") == 0);
+}
+
 TEST_CASE("bad watchdog settings are init errors", "[heartbeat]") {
   shutdown();
   {

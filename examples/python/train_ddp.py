@@ -45,17 +45,13 @@ def train(rank, args, run_dir, port):
     rankscope.check_batch_math(micro_batch=args.batch, data_parallel=args.ranks, global_batch=args.batch * args.ranks)
     acc = rankscope.BatchAccounting(dataset_size=args.samples, micro_batch=args.batch, data_parallel=args.ranks)
     step = 0
-    ab = {True: [], False: []}  # --ab-block: step times with instrumentation on / runtime-disabled
+    ab = ABRecorder(args.ab_block, args.ab_control) if args.ab_block else None
     for epoch in range(args.epochs):
         rst.check_distributed_sampler(sampler, epoch)
         acc.start_epoch(epoch)
+        if ab:
+            ab.start(step)
         for xb, yb in rst.timed_loader(loader, accounting=acc):
-            if args.ab_block:
-                # Pairs of blocks, the order inside a pair pseudo-random but the same on every rank.
-                b = step // args.ab_block
-                on = (b % 2 == 0) == bool(((b // 2) * 2654435761 >> 16) & 1)
-                rankscope.set_enabled(on)
-                t0, c0 = time.perf_counter(), time.process_time()
             with rankscope.phase("forward"):
                 loss = torch.nn.functional.cross_entropy(model(xb), yb)
             with rankscope.phase("backward"):
@@ -66,9 +62,9 @@ def train(rank, args, run_dir, port):
                 amp.update()
             rst.record_cuda_memory()
             rankscope.step(step, loss=loss.item(), lr=0.1, samples=len(xb))
-            if args.ab_block:
-                ab[on].append((step // args.ab_block // 2, time.perf_counter() - t0, time.process_time() - c0))
             step += 1
+            if ab:
+                ab.step_done(step)  # this step's time, loader wait included; then the next step's arm
         acc.end_epoch()
         with rankscope.phase("eval_sync"):
             t = torch.tensor([loss.item()])
@@ -81,32 +77,64 @@ def train(rank, args, run_dir, port):
                                          world_size=args.ranks, global_batch=args.batch * args.ranks,
                                          optimizer_step=step)
     rankscope.set_enabled(True)
-    if args.ab_block and rank == 0:
-        report_ab(ab)
+    if ab and rank == 0:
+        ab.report()
     dist.barrier()
     rst.uninstrument()
     dist.destroy_process_group()
     rankscope.shutdown()
 
 
-def report_ab(ab):
-    """Median over pairs of (median step on) / (median step off), for wall time and for
-    this process's CPU time (all its threads: rankscope's background thread included)."""
-    import statistics
-    for what, i in (("wall", 1), ("process CPU", 2)):
-        pairs = collections.defaultdict(lambda: {True: [], False: []})
-        for arm in (True, False):
-            for entry in ab[arm]:
-                pairs[entry[0]][arm].append(entry[i])
-        ratios = [statistics.median(p[True]) / statistics.median(p[False])
-                  for p in pairs.values() if p[True] and p[False] and statistics.median(p[False]) > 0]
-        on = statistics.median(e[i] for e in ab[True]) * 1e3
-        off = statistics.median(e[i] for e in ab[False]) * 1e3
-        r = statistics.median(ratios)
-        q = statistics.quantiles(ratios, n=4) if len(ratios) >= 4 else [r, r, r]
-        print(f"A/B {what}: {len(ratios)} pairs, {len(ab[True]) + len(ab[False])} steps; median step {on:.4f} ms on vs "
-              f"{off:.4f} ms off; median paired ratio {r:.5f} ({(r - 1) * 100:+.3f} %), quartiles {q[0]:.4f} .. {q[2]:.4f}",
-              flush=True)
+class ABRecorder:
+    """Interleaved A/B: blocks of K steps alternate between every integration on and
+    rankscope.set_enabled(False), the order inside each pair of blocks pseudo-random but
+    the same on every rank. A step's time runs from the end of the previous step (the
+    loader's next() included). Reports the median over pairs of (median step on) /
+    (median step off) with a bootstrap 95 % interval, for wall time and for this
+    process's CPU time, and rankscope's background-thread CPU per step in each arm."""
+
+    def __init__(self, block, control=False):
+        self.block, self.control = block, control  # control: both arms disabled (A/A, the noise floor)
+        self.steps = collections.defaultdict(lambda: {True: [], False: []})  # pair -> arm -> [(wall, cpu)]
+        self.bg = {True: [0, 0], False: [0, 0]}  # arm -> [background ns, steps]
+
+    def arm(self, step):
+        b = step // self.block
+        return (b % 2 == 0) == bool(((b // 2) * 2654435761 >> 16) & 1)
+
+    def _mark(self):
+        self.t, self.c, self.g = time.perf_counter(), time.process_time(), rankscope.stats()["background_cpu_ns"]
+
+    def start(self, step):
+        rankscope.set_enabled(self.arm(step) and not self.control)
+        self._mark()
+
+    def step_done(self, next_step):
+        t, c, g = time.perf_counter(), time.process_time(), rankscope.stats()["background_cpu_ns"]
+        on = self.arm(next_step - 1)
+        self.steps[(next_step - 1) // self.block // 2][on].append((t - self.t, c - self.c))
+        self.bg[on][0] += g - self.g
+        self.bg[on][1] += 1
+        rankscope.set_enabled(self.arm(next_step) and not self.control)
+        self._mark()
+
+    def report(self):
+        import random
+        import statistics
+        med = statistics.median
+        for what, i in (("wall", 0), ("process CPU", 1)):
+            ratios = [med(x[i] for x in p[True]) / med(x[i] for x in p[False])
+                      for p in self.steps.values() if p[True] and p[False]]
+            on = med(x[i] for p in self.steps.values() for x in p[True]) * 1e3
+            off = med(x[i] for p in self.steps.values() for x in p[False]) * 1e3
+            r = med(ratios)
+            rng = random.Random(12345)
+            boot = sorted(med(rng.choices(ratios, k=len(ratios))) for _ in range(2000))
+            print(f"A/B{' (A/A control)' if self.control else ''} {what}: {len(ratios)} pairs of {self.block}-step blocks; median step {on:.4f} ms on vs "
+                  f"{off:.4f} ms off; median paired ratio {r:.5f} ({(r - 1) * 100:+.3f} %), "
+                  f"95 % CI {boot[50]:.5f} .. {boot[1949]:.5f}", flush=True)
+        bg = {arm: ns / max(n, 1) / 1e3 for arm, (ns, n) in self.bg.items()}
+        print(f"A/B rankscope background CPU per step: {bg[True]:.2f} us on vs {bg[False]:.2f} us off", flush=True)
 
 
 def main():
@@ -120,6 +148,7 @@ def main():
     p.add_argument("--dir", default="rankscope-runs")
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--ab-block", type=int, default=0, help="A/B: alternate blocks of K steps on/off")
+    p.add_argument("--ab-control", action="store_true", help="A/B schedule with both arms off (noise floor)")
     args = p.parse_args()
     run_dir = os.path.join(args.dir, time.strftime("python-%Y%m%d-%H%M%S-") + str(os.getpid()))
     os.makedirs(run_dir, exist_ok=True)

@@ -162,9 +162,9 @@ void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
         out.append(std::string_view(",\"inside\":"));
         json_escape_to(out, e.error);
       }
-      if (e.fields_json != nullptr) {
+      if (!e.fields.empty()) {
         out.push_back(',');
-        out.append(std::string_view(e.fields_json));
+        out.append(std::string_view(e.fields));
       }
       break;
     case EventKind::kLog: {

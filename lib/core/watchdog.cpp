@@ -33,6 +33,9 @@ void Watchdog::start(const WatchdogConfig& cfg, const RunContext& ctx, std::stri
   history_.clear();
   usual_ns_ = 0;
   steps_since_usual_ = 0;
+  stalls_ = slow_steps_ = 0;  // counts are per session, like the run log they describe
+  last_step_slow_ = false;
+  slow_printed_mono_ = slow_unprinted_ = 0;
   std::lock_guard<std::mutex> lk(status_mu_);
   status_ = HeartbeatStatus{};
 }
@@ -81,7 +84,10 @@ void Watchdog::on_step(const StepBreakdown& b, std::int32_t, std::uint64_t mono_
   }
   if (history_.size() >= 5) {
     const std::uint64_t usual = usual_ns_;
-    if (usual > 0 && static_cast<double>(b.total_ns) > cfg_.slow_factor * static_cast<double>(usual)) {
+    // Slow: slow_factor times the usual step and at least kMinSlowExcessNs
+    // longer; a 40 us step that took 0.5 ms is a scheduler hiccup, not news.
+    if (usual > 0 && static_cast<double>(b.total_ns) > cfg_.slow_factor * static_cast<double>(usual) &&
+        b.total_ns >= usual + kMinSlowExcessNs) {
       // Which phase grew the most against its own usual time?
       int grown = 0;
       double grown_by = -1;
@@ -99,13 +105,23 @@ void Watchdog::on_step(const StepBreakdown& b, std::int32_t, std::uint64_t mono_
       e.mono_ns = mono_ns;
       e.dur_ns = b.total_ns;
       const double factor = static_cast<double>(b.total_ns) / static_cast<double>(usual);
-      e.fields_json = intern(fmt::format("\"usual_ns\":{},\"factor\":{:.2f},\"grown_phase\":\"{}\",\"grown_by_ns\":{}",
+      e.fields = fmt::format("\"usual_ns\":{},\"factor\":{:.2f},\"grown_phase\":\"{}\",\"grown_by_ns\":{}",
                                          usual, factor, phase_kind_name(static_cast<PhaseKind>(grown)),
-                                         static_cast<std::uint64_t>(std::max(0.0, grown_by))))
-                          ->name;
-      std::fprintf(stderr, "[rankscope] rank %d: step %lld was slow: %.1f ms, %.1fx the usual %.1f ms (%s grew by %.1f ms)\n",
-                   ctx_.rank, static_cast<long long>(b.step), secs(b.total_ns) * 1e3, factor, secs(usual) * 1e3,
-                   std::string(phase_kind_name(static_cast<PhaseKind>(grown))).c_str(), grown_by / 1e6);
+                                         static_cast<std::uint64_t>(std::max(0.0, grown_by)));
+      // Every slow step is in the run log; the console gets one line per 10 s.
+      if (slow_printed_mono_ == 0 || mono_ns - slow_printed_mono_ >= 10'000'000'000ull) {
+        const std::string more =
+            slow_unprinted_ > 0 ? fmt::format(" (+{} more slow steps in the run log)", slow_unprinted_) : "";
+        std::fprintf(stderr,
+                     "[rankscope] rank %d: step %lld was slow: %.1f ms, %.1fx the usual %.1f ms (%s grew by %.1f ms)%s\n",
+                     ctx_.rank, static_cast<long long>(b.step), secs(b.total_ns) * 1e3, factor, secs(usual) * 1e3,
+                     std::string(phase_kind_name(static_cast<PhaseKind>(grown))).c_str(), grown_by / 1e6,
+                     more.c_str());
+        slow_printed_mono_ = mono_ns;
+        slow_unprinted_ = 0;
+      } else {
+        ++slow_unprinted_;
+      }
       out.push_back(e);
     }
   }
@@ -185,9 +201,7 @@ bool Watchdog::tick(std::uint64_t now_mono, const TickClock& clock, const std::v
     const std::string inside = describe_inside(now_ticks(), clock, threads, json);
     Event e = make_event(EventKind::kStall, now_mono, clock);
     e.dur_ns = age;
-    e.fields_json = intern(fmt::format("\"progress_age_ns\":{},\"timeout_ns\":{},{}", age, cfg_.stall_timeout_ns,
-                                       json))
-                        ->name;
+    e.fields = fmt::format("\"progress_age_ns\":{},\"timeout_ns\":{},{}", age, cfg_.stall_timeout_ns, json);
     e.error = intern(inside)->name;
     std::fprintf(stderr, "[rankscope] rank %d: STALLED: no progress for %.1f s (step %lld); inside: %s\n", ctx_.rank,
                  secs(age), static_cast<long long>(step_), inside.c_str());

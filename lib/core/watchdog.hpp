@@ -16,6 +16,9 @@
 
 namespace rankscope::detail {
 
+// A slow step must also be at least this much longer than the usual one.
+inline constexpr std::uint64_t kMinSlowExcessNs = 10'000'000;
+
 struct WatchdogConfig {
   std::uint64_t stall_timeout_ns = 300'000'000'000ull;
   std::uint64_t interval_ns = 1'000'000'000ull;
@@ -57,6 +60,8 @@ class Watchdog {
   std::uint64_t stall_began_mono_ = 0;
   std::uint64_t stalls_ = 0, slow_steps_ = 0;
   bool last_step_slow_ = false;
+  std::uint64_t slow_printed_mono_ = 0;  // last slow-step console line
+  std::uint64_t slow_unprinted_ = 0;     // slow steps since then, in the run log only
   std::uint64_t last_step_ns_ = 0;
   std::deque<StepBreakdown> history_;  // recent steps, for "usual"
   std::uint64_t usual_ns_ = 0;         // median step of history_, refreshed every 8 steps

@@ -64,10 +64,10 @@ struct Event {
   std::uint64_t enqueue_ns = 0;  // host time inside the call (device-timed collectives)
   const char* error = nullptr;   // failed collectives / comm errors: the backend's message
   std::uint64_t flight_id = 0;   // internal: the collective's flight-recorder entry
-  const char* fields_json = nullptr;  // watchdog events: extra JSON members, written verbatim
   // Logs: level in `depth`, the call site, the message and the typed fields as
   // JSON members (`"k":v,...`); `written_inline` when the calling thread already
-  // wrote it to the run log and the console (errors and fatals).
+  // wrote it to the run log and the console (errors and fatals). Watchdog
+  // events (stall, stall_end, slow_step) carry their extra members in `fields`.
   const void* log_site = nullptr;
   const char* logger = nullptr;  // named Logger, if any
   std::string text;
