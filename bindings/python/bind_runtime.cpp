@@ -95,17 +95,6 @@ void bind_runtime(py::module_& m) {
       "shutdown, threads that recorded, and the CPU time (ns) its background thread used.");
   m.def("begin_step", &rankscope::begin_step, "step"_a, "Marks the start of step `step` (stamps later events).");
   m.def("current_step", &rankscope::current_step);
-  m.def(
-      "step",
-      [](std::int64_t n, std::optional<double> loss, std::optional<double> lr, std::optional<double> grad_norm,
-         std::optional<std::int64_t> samples, std::optional<std::int64_t> tokens, bool skipped) {
-        if (rankscope::current_step() != n) rankscope::begin_step(n);
-        rankscope::end_step({loss, lr, grad_norm, samples, tokens, skipped});
-        rankscope::begin_step(n + 1);
-      },
-      "n"_a, py::kw_only(), "loss"_a = py::none(), "lr"_a = py::none(), "grad_norm"_a = py::none(),
-      "samples"_a = py::none(), "tokens"_a = py::none(), "skipped"_a = false,
-      "Ends step n with its scalars and begins step n + 1 (call once at the end of every step).");
   m.def("progress", &rankscope::progress, "Marks progress without a step (evaluation loops, long setup).");
   m.def(
       "dump_flight_recorder",

@@ -6,6 +6,7 @@
 namespace py = pybind11;
 
 void bind_phase(py::module_& m);
+void bind_step(py::module_& m);
 void bind_runtime(py::module_& m);
 void bind_metrics(py::module_& m);
 void bind_log(py::module_& m);
@@ -18,6 +19,7 @@ PYBIND11_MODULE(_rankscope, m) {
   m.attr("__version__") = RANKSCOPE_VERSION_STRING;
   bind_runtime(m);
   bind_phase(m);
+  bind_step(m);
   bind_metrics(m);
   bind_log(m);
   bind_invariants(m);

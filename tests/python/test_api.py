@@ -77,6 +77,39 @@ def test_phases_steps_metrics_and_logs_reach_the_run_log(run_py, tmp_path):
     assert metrics["batch_seconds"]["counts"] == [0, 1, 0]
 
 
+def test_step_arguments_parse_like_a_python_signature(run_py, tmp_path):
+    run_py("""
+        import inspect, os, rankscope
+        assert str(inspect.signature(rankscope.step)) == \
+            "(n, *, loss=None, lr=None, grad_norm=None, samples=None, tokens=None, skipped=False)"
+        rankscope.init(rank=0, world_size=1, run_dir=os.environ["RUN_DIR"])
+        class Scalar:                                   # anything with __float__ / __index__
+            def __float__(self): return 2.5
+            def __index__(self): return 7
+        rankscope.step(0, loss=Scalar(), lr=1, grad_norm=None, samples=Scalar(), tokens=3, skipped=1)
+        rankscope.step(n=1)
+        bad = {"rankscope.step()": "missing required argument 'n'",
+               "rankscope.step(2, 3)": "one positional argument",
+               "rankscope.step(2, los=1.0)": "unexpected keyword argument 'los'",
+               "rankscope.step(2, n=3)": "multiple values for argument 'n'",
+               "rankscope.step(2, loss='high')": "must be real number",
+               "rankscope.step(2, samples=1.5)": "cannot be interpreted as an integer",
+               "rankscope.step('2')": "cannot be interpreted as an integer"}
+        for call, message in bad.items():
+            try:
+                eval(call)
+                raise AssertionError(call + " did not raise")
+            except TypeError as e:
+                assert message in str(e), (call, str(e))
+        rankscope.shutdown()
+    """)
+    ends = [e for e in events(tmp_path / "run") if e["kind"] == "step_end"]
+    assert [e["step"] for e in ends] == [0, 1]
+    assert ends[0]["loss"] == 2.5 and ends[0]["lr"] == 1.0 and "grad_norm" not in ends[0]
+    assert ends[0]["samples"] == 7 and ends[0]["tokens"] == 3 and ends[0]["skipped"] is True
+    assert "loss" not in ends[1] and "skipped" not in ends[1]
+
+
 def test_disabled_at_runtime_records_no_phases(run_py, tmp_path):
     run_py("""
         import os, rankscope
