@@ -14,6 +14,6 @@ block=${3:-500}
 here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-bash "$here/../examples/cpp/launch.sh" --ranks 2 --steps "$steps" \
+bash "$here/../examples/cpp/launch.sh" --ranks "${RANKS:-2}" --steps "$steps" \
   --trainer "$build/examples/cpp/rankscope_example_train" --dir "$work" \
   -- --ab-block "$block" --checkpoint-every 0 "${@:4}" | grep -E "A/B|cost:"

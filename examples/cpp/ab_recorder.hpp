@@ -40,6 +40,7 @@ class AbRecorder {
       cur_on_ = on;
       cur_pair_ = pair;
       cpu0_ = cpu_ms();
+      thr0_ = cpu_ms(CLOCK_THREAD_CPUTIME_ID);
       bg0_ = bg_ms();
     }
     return on;
@@ -49,13 +50,15 @@ class AbRecorder {
   }
   void report(bool control) {
     close_block();
-    std::vector<double> ratios, all[2], cpu[2], bg[2];
+    std::vector<double> ratios, thr_ratios, all[2], cpu[2], bg[2], thr[2];
     for (auto& [pair, p] : pairs_) {
       if (p.med[0] > 0 && p.med[1] > 0) ratios.push_back(p.med[1] / p.med[0]);
+      if (p.thr[0] > 0 && p.thr[1] > 0) thr_ratios.push_back(p.thr[1] / p.thr[0]);
       for (int a = 0; a < 2; ++a) {
         all[a].insert(all[a].end(), p.steps[a].begin(), p.steps[a].end());
         if (p.cpu[a] > 0) cpu[a].push_back(p.cpu[a]);
         if (p.med[a] > 0) bg[a].push_back(p.bg[a]);
+        if (p.thr[a] > 0) thr[a].push_back(p.thr[a]);
       }
     }
     const double r = median(ratios);
@@ -68,6 +71,11 @@ class AbRecorder {
                 quantile(ratios, 0.75));
     std::printf("A/B: process CPU per step %.4f ms on vs %.4f ms off (median over blocks)\n", median(cpu[1]),
                 median(cpu[0]));
+    const double tr = median(thr_ratios);
+    const auto [tlo, thi] = bootstrap_ci(thr_ratios);
+    std::printf("A/B: training-thread CPU per step %.4f ms on vs %.4f ms off; median paired ratio %.5f (%+.3f %%), "
+                "95%% CI %.5f..%.5f\n",
+                mean(thr[1]), mean(thr[0]), tr, (tr - 1) * 100, tlo, thi);
     const double bg_on = mean(bg[1]) * 1e3, bg_off = mean(bg[0]) * 1e3;  // us per step
     std::printf("A/B: rankscope background CPU per step %.2f us on vs %.2f us off (mean over blocks): "
                 "%.3f %% of a core at %.4f ms steps\n",
@@ -79,11 +87,12 @@ class AbRecorder {
     std::vector<double> steps[2];
     double med[2] = {0, 0};
     double cpu[2] = {0, 0};
-    double bg[2] = {0, 0};  // ms per step
+    double bg[2] = {0, 0};   // ms per step
+    double thr[2] = {0, 0};  // training-thread CPU, ms per step
   };
-  static double cpu_ms() {
+  static double cpu_ms(clockid_t clock = CLOCK_PROCESS_CPUTIME_ID) {
     timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    clock_gettime(clock, &ts);
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
   }
   static double bg_ms() { return static_cast<double>(rankscope::stats().background_cpu_ns) / 1e6; }
@@ -117,13 +126,14 @@ class AbRecorder {
     p.med[cur_on_] = median(cur_);
     p.cpu[cur_on_] = (cpu_ms() - cpu0_) / n;
     p.bg[cur_on_] = (bg_ms() - bg0_) / n;
+    p.thr[cur_on_] = (cpu_ms(CLOCK_THREAD_CPUTIME_ID) - thr0_) / n;
     p.steps[cur_on_] = cur_;
     cur_.clear();
   }
   int block_;
   bool cur_on_ = true;
   int cur_pair_ = 0;
-  double cpu0_ = 0, bg0_ = 0;
+  double cpu0_ = 0, thr0_ = 0, bg0_ = 0;
   std::vector<double> cur_;
   std::map<int, Pair> pairs_;
 };

@@ -159,3 +159,46 @@ def test_ddp_sync_span_covers_every_bucket_and_skips_no_sync(tmp_path, hooks, po
         # it ends after every bucket of its backward has completed
         assert all(whole["mono"] <= b["mono"] and b["mono"] + b["dur"] <= whole["mono"] + whole["dur"]
                    for b in buckets)
+
+
+ABORTED_BACKWARD = r"""
+import os, sys, torch
+import rankscope, rankscope.torch as rst
+from rankscope import _torch_hooks
+
+rankscope.init(rank=0, world_size=1, run_dir=sys.argv[1])
+class Boom(torch.autograd.Function):                 # fails in the middle of backward
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+    @staticmethod
+    def backward(ctx, g):
+        raise RuntimeError("boom")
+lin = torch.nn.Linear(4, 4)
+comm = rankscope.communicator("world", 1, 0)
+sync = _torch_hooks.DdpSync(comm, "all_reduce", 20, "float32", list(lin.parameters()))
+assert sync.hooked == 2
+x = torch.randn(2, 4, requires_grad=True)
+lin(x).sum().backward()                               # a span, ended ok
+try:
+    lin(Boom.apply(x)).sum().backward()               # the span opens, backward fails
+except RuntimeError:
+    pass
+lin(x).sum().backward()                               # a fresh span, ended ok
+sync.paused = True
+lin(x).sum().backward()                               # paused (no_sync): none
+sync.paused = False
+print(comm.issued, comm.completed)
+rankscope.shutdown()
+"""
+
+
+def test_aborted_backward_ends_its_span_as_failed_and_the_next_one_opens(tmp_path):
+    script = tmp_path / "aborted.py"
+    script.write_text(ABORTED_BACKWARD)
+    p = subprocess.run([sys.executable, str(script), str(tmp_path / "run")], env=_env(), capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.stdout.split() == ["3", "3"]
+    colls = _events(str(tmp_path / "run"), "collective")
+    assert [(e["seq"], e["result"], e["count"]) for e in colls] == [(1, "ok", 20), (2, "failed", 20), (3, "ok", 20)]

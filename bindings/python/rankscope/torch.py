@@ -15,6 +15,7 @@ Only public torch APIs that exist from 1.13 through 2.x are used; nothing in
 torch is changed except the torch.distributed functions instrument() wraps
 (restored by uninstrument()).
 """
+import contextlib
 import functools
 import time
 
@@ -183,13 +184,16 @@ def instrument_ddp(ddp_model, per_bucket=False):
     Python functions) a collective span.
 
     Default: one span per backward pass on DDP's process group, counting every
-    gradient element, opened when backward reaches the model's output and ended
-    when DDP has finished all-reducing (an autograd final callback queued behind
-    DDP's own). DDP keeps its C++ all-reduce path: a few microseconds per step.
+    gradient element, opened when the first gradient is ready (before DDP can
+    launch a bucket) and ended when DDP has finished all-reducing (an autograd
+    final callback queued behind DDP's own). With the C++ extension built, this
+    runs no Python per step: hooks on the parameters' gradient accumulators.
+    Inside model.no_sync() (no all-reduce) no span is opened; use no_sync()
+    rather than setting require_backward_grad_sync by hand.
 
     per_bucket=True: one span per gradient bucket through a DDP communication
     hook, ended by the bucket's future. Exact per-bucket timing, but any Python
-    comm hook costs DDP ~60 us per step (torch's own Python allreduce_hook
+    comm hook costs DDP ~60-70 us per step (torch's own Python allreduce_hook
     measures the same), so keep it for diagnosis."""
     comm = _communicator(getattr(ddp_model, "process_group", None))
     if per_bucket:
@@ -198,27 +202,42 @@ def instrument_ddp(ddp_model, per_bucket=False):
     params = [p for p in ddp_model.parameters() if p.requires_grad]
     count = sum(p.numel() for p in params)
     dtype = str(params[0].dtype) if params else "float32"
+    if _torch_hooks is None:
+        _instrument_ddp_python(ddp_model, comm, count, dtype)
+        return
+    sync = _torch_hooks.DdpSync(comm, "all_reduce", count, dtype, params)
+    original_no_sync = ddp_model.no_sync
+
+    @contextlib.contextmanager
+    def no_sync():
+        was, sync.paused = sync.paused, True
+        try:
+            with original_no_sync():
+                yield
+        finally:
+            sync.paused = was
+
+    ddp_model.no_sync = no_sync
+    ddp_model._rankscope_sync = sync  # the hooks' state lives as long as the model
+
+
+def _instrument_ddp_python(ddp_model, comm, count, dtype):
+    """The same span from Python hooks (no C++ extension): ~10 us per step."""
+    engine = torch.autograd.Variable._execution_engine
     enabled = rankscope.enabled
-    if _torch_hooks is not None:
-        attach = _torch_hooks.DdpSyncSpan(comm, "all_reduce", count, dtype).attach
-    else:
-        engine = torch.autograd.Variable._execution_engine
 
-        def on_backward(grad):
-            span = _rs.collective(comm, "all_reduce", count, dtype)
-            # Final callbacks run in order once backward is done, and DDP queues its
-            # finalize (which waits for every bucket) when its last bucket is ready:
-            # a callback queued from the first one runs after DDP's.
-            engine.queue_callback(lambda: engine.queue_callback(lambda: span.end(True)))
-
-        def attach(t):
-            t.register_hook(on_backward)
+    def on_backward(grad):
+        span = _rs.collective(comm, "all_reduce", count, dtype)
+        # Final callbacks run in order once backward is done, and DDP queues its
+        # finalize (which waits for every bucket) when its last bucket is ready:
+        # a callback queued from the first one runs after DDP's.
+        engine.queue_callback(lambda: engine.queue_callback(lambda: span.end(True)))
 
     def after_forward(module, inputs, output):
         if enabled() and module.require_backward_grad_sync and torch.is_grad_enabled():
             t = _first_grad_tensor(output)
             if t is not None:
-                attach(t)
+                t.register_hook(on_backward)
 
     ddp_model.register_forward_hook(after_forward)
 
