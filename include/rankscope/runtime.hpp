@@ -39,11 +39,11 @@ struct Config {
   bool write_run_log = true;
   /// Records per thread ring (power of two; 64 bytes each). RANKSCOPE_RING_SIZE.
   std::optional<std::uint32_t> ring_capacity;
-  /// Longest sleep of the background thread between drains (default 200 ms,
-  /// at most half the heartbeat interval;
-  /// RANKSCOPE_DRAIN_INTERVAL_MS). Longer = fewer wake-ups (each costs tens of
-  /// microseconds of CPU in a VM) but a burst must then fit in the ring:
-  /// keep ring_capacity >= peak records/s x interval.
+  /// Longest sleep of the background thread between drains while the rings
+  /// are quiet (default 500 ms, at most half the heartbeat interval;
+  /// RANKSCOPE_DRAIN_INTERVAL_MS); under load it wakes as often as the rings
+  /// need. Longer = fewer wake-ups (each costs tens of microseconds of CPU in
+  /// a VM) and later info/warning lines; errors are written at once.
   std::optional<std::chrono::milliseconds> drain_interval;
   /// Collectives remembered by the flight recorder (power of two, RANKSCOPE_FLIGHT_ENTRIES).
   std::optional<std::uint32_t> flight_recorder_entries;

@@ -383,10 +383,10 @@ void Runtime::run_background() {
     if (static_cast<double>(busiest) >= quarter) {
       sleep = std::chrono::microseconds(0);
     } else {
-      // Quiet rings let the sleep grow, but at most doubling per wake-up: a
-      // producer that starts right after a quiet spell is seen within a few
-      // milliseconds, before it can fill a ring (a sustained rate is then
-      // tracked by the rule above). Idle, this settles at the drain interval.
+      // Quiet rings let the sleep grow, but at most doubling per wake-up, so
+      // a short lull between bursts does not send the thread into its longest
+      // sleep (a sustained rate is tracked by the rule above). Idle, this
+      // settles at the drain interval.
       const double s = rate > 0 ? quarter / rate : 1.0;
       const double grown = 2.0 * std::chrono::duration<double>(sleep).count();
       sleep = std::chrono::microseconds(
