@@ -3,8 +3,8 @@
 # alternating in blocks between instrumentation enabled and runtime-disabled
 # in the same processes (interleaved A/B, so machine noise hits both alike).
 #   benchmarks/ab_overhead.sh BUILD_DIR [STEPS=20000] [BLOCK=500] [--ab-control]
-# Blocks span several of the background thread's drain intervals, so each
-# arm carries the cost of its own records.
+# Each block ends with an untimed flush, so each arm carries the background
+# thread's cost of its own records. RANKS=1 runs a single rank.
 # --ab-control runs the same schedule with both arms disabled (A/A): the
 # ratio it prints is the noise floor of this machine for this measurement.
 set -euo pipefail

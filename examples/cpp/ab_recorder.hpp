@@ -19,14 +19,13 @@ namespace example {
 // the two arms is pseudo-random (the same on every rank), so slow drift and
 // "first block of the pair" effects cancel; the estimate is the median over
 // pairs of (median step time on) / (median step time off), with a bootstrap
-// 95 % interval over pairs. Blocks should span several drain intervals of the
-// background thread (200 ms by default), or the work it does for one arm's
-// records lands in the other arm's block.
+// 95 % interval over pairs.
 //
 // Per block it also takes process CPU time and rankscope's background-thread
 // CPU (Stats::background_cpu_ns): on a machine where every core trains, CPU
 // the background thread uses is CPU taken from a rank, and that number is
-// exact where wall time is noisy.
+// exact where wall time is noisy. Each block ends with an untimed flush, so
+// the background thread's work for a block's records is counted in that block.
 class AbRecorder {
  public:
   explicit AbRecorder(int block) : block_(block) {}
@@ -125,8 +124,9 @@ class AbRecorder {
     const auto n = static_cast<double>(cur_.size());
     p.med[cur_on_] = median(cur_);
     p.cpu[cur_on_] = (cpu_ms() - cpu0_) / n;
-    p.bg[cur_on_] = (bg_ms() - bg0_) / n;
     p.thr[cur_on_] = (cpu_ms(CLOCK_THREAD_CPUTIME_ID) - thr0_) / n;
+    rankscope::flush();  // untimed: this block's records are written now, so its background CPU is its own
+    p.bg[cur_on_] = (bg_ms() - bg0_) / n;
     p.steps[cur_on_] = cur_;
     cur_.clear();
   }

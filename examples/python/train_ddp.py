@@ -91,7 +91,8 @@ class ABRecorder:
     the same on every rank. A step's time runs from the end of the previous step (the
     loader's next() included). Reports the median over pairs of (median step on) /
     (median step off) with a bootstrap 95 % interval, for wall time and for this
-    process's CPU time, and rankscope's background-thread CPU per step in each arm."""
+    process's CPU time, and rankscope's background-thread CPU per step in each arm
+    (each block ends with an untimed flush, so its records are not drained in the next)."""
 
     def __init__(self, block, control=False):
         self.block, self.control = block, control  # control: both arms disabled (A/A, the noise floor)
@@ -110,7 +111,10 @@ class ABRecorder:
         self._mark()
 
     def step_done(self, next_step):
-        t, c, g = time.perf_counter(), time.process_time(), rankscope.stats()["background_cpu_ns"]
+        t, c = time.perf_counter(), time.process_time()
+        if next_step % self.block == 0:
+            rankscope.flush()  # untimed: the block's records are written now, its background CPU is its own
+        g = rankscope.stats()["background_cpu_ns"]
         on = self.arm(next_step - 1)
         self.steps[(next_step - 1) // self.block // 2][on].append((t - self.t, c - self.c))
         self.bg[on][0] += g - self.g
