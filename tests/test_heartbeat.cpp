@@ -86,12 +86,16 @@ TEST_CASE("an in-flight collective is what a stalled rank is inside", "[heartbea
   TempDir tmp;
   REQUIRE(init(watchdog_config(tmp.path, 150ms)).ok());
   auto& c = communicator("test_hb_comm", 2, 0);
+  { CollectiveSpan done(c, CollectiveOp::kBroadcast, 3, DType::kFloat32); }  // completed: not in flight
   {
     CollectiveSpan s(c, CollectiveOp::kAllReduce, 7, DType::kFloat32);
     std::this_thread::sleep_for(400ms);
+    const std::string beat = slurp(tmp.path + "/rank-0.heartbeat.json");
+    CHECK_THAT(beat, Catch::Contains(R"("in_flight":[{"op":"all_reduce","comm":"test_hb_comm","seq":2,)"));
+    CHECK_THAT(beat, !Catch::Contains("broadcast"));
   }
   shutdown();
-  CHECK_THAT(slurp(tmp.path + "/rank-0.jsonl"), Catch::Contains("in flight: all_reduce seq 1 on 'test_hb_comm'"));
+  CHECK_THAT(slurp(tmp.path + "/rank-0.jsonl"), Catch::Contains("in flight: all_reduce seq 2 on 'test_hb_comm'"));
 }
 
 TEST_CASE("no stall while recording is disabled or progress() is called", "[heartbeat]") {

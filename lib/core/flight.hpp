@@ -56,8 +56,9 @@ class FlightRing {
   std::uint64_t issue(const Communicator& c, CollectiveOp op, std::uint64_t seq, std::uint64_t count, DType dtype,
                       int peer, std::uint64_t t_issue, const Site* phase, std::int32_t tid) noexcept;
   void complete(std::uint64_t id, std::uint64_t t_end, CollectiveResult r) noexcept;
-  // Oldest first; slots being rewritten during the copy are skipped.
-  std::vector<FlightEntry> snapshot() const;
+  // Every entry still in the ring, oldest first, or only those still in
+  // flight; slots being rewritten during the copy are skipped.
+  std::vector<FlightEntry> snapshot(bool in_flight_only = false) const;
   std::uint32_t capacity() const { return static_cast<std::uint32_t>(mask_ + 1); }
 
  private:

@@ -62,15 +62,18 @@ void FlightRing::complete(std::uint64_t id, std::uint64_t t_end, CollectiveResul
                                      std::memory_order_relaxed);
 }
 
-std::vector<FlightEntry> FlightRing::snapshot() const {
+std::vector<FlightEntry> FlightRing::snapshot(bool in_flight_only) const {
   std::vector<FlightEntry> out;
   const std::uint64_t last = next_.load(std::memory_order_acquire);
   const std::uint64_t first = last > mask_ ? last - mask_ : 1;
-  out.reserve(last - first + 1);
+  if (!in_flight_only) out.reserve(last - first + 1);
   for (std::uint64_t id = first; id <= last && id != 0; ++id) {
     const FlightSlot& s = slots_[id & mask_];
     const std::uint64_t a = s.id_state.load(std::memory_order_acquire);
     if ((a >> 8) != id) continue;
+    // Heartbeats ask every second for what is in flight: one load per slot
+    // for the rest, not a copy of the whole ring.
+    if (in_flight_only && static_cast<FlightState>(a & 0xff) != FlightState::kIssued) continue;
     FlightEntry e;
     e.id = id;
     e.state = static_cast<FlightState>(a & 0xff);

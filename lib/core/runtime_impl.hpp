@@ -42,7 +42,7 @@ void retry_gpu_memory();
 extern std::atomic<DeferCollective> g_defer;
 extern std::atomic<Poller> g_poller;
 
-inline constexpr std::size_t kBatch = 4096;
+inline constexpr std::size_t kBatch = 512;
 inline std::uint64_t mono_now() { return monotonic_ns(); }
 
 enum class Phase { kStopped, kRunning, kForkedChild };

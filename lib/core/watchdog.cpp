@@ -157,8 +157,8 @@ std::string Watchdog::describe_inside(std::uint64_t now_tick, const TickClock& c
   std::string coll;
   if (const FlightRing* ring = flight_ring()) {
     const auto comms = all_communicators();
-    for (const FlightEntry& e : ring->snapshot()) {
-      if (e.state != FlightState::kIssued) continue;
+    for (const FlightEntry& e : ring->snapshot(/*in_flight_only=*/true)) {
+      if (e.state != FlightState::kIssued) continue;  // completed while we copied
       const Communicator* cm = e.comm_id < comms.size() ? comms[e.comm_id] : nullptr;
       const std::string name = cm != nullptr ? cm->name() : "";
       const std::uint64_t age = now_tick > e.t_issue ? clock.ticks_to_ns(now_tick - e.t_issue) : 0;
