@@ -1,0 +1,71 @@
+"""What instrumenting DDP's gradient all-reduce costs per training step.
+
+    PYTHONPATH=build/python /usr/bin/python3 benchmarks/python/bench_ddp.py [--quick]
+
+One process, world size 1 over gloo, the Python example's MLP. Each variant is its own
+DDP model; rounds of 10 forward+backward steps rotate through them in the same process,
+so machine noise hits all alike; the median step time of each is printed next to plain
+DDP's.
+"""
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import rankscope
+import rankscope.torch as rst
+
+ROUNDS = 60 if "--quick" in sys.argv else 600
+
+
+def model():
+    torch.manual_seed(0)
+    return DDP(torch.nn.Sequential(torch.nn.Linear(32, 128), torch.nn.ReLU(), torch.nn.Linear(128, 4)))
+
+
+def main():
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", str(29700 + os.getpid() % 200))
+    torch.set_num_threads(1)
+    rankscope.init(rank=0, world_size=1, run_dir=tempfile.mkdtemp(prefix="rankscope-bench-ddp-"))
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    variants = {"plain DDP": model()}
+    variants["instrument_ddp(model)"] = m = model()
+    rst.instrument_ddp(m)
+    hooks, rst._torch_hooks = rst._torch_hooks, None  # the fallback without the C++ extension
+    variants["... without the C++ extension"] = m = model()
+    rst.instrument_ddp(m)
+    rst._torch_hooks = hooks
+    variants["instrument_ddp(model, per_bucket=True)"] = m = model()
+    rst.instrument_ddp(m, per_bucket=True)
+    variants["torch's Python allreduce_hook (no rankscope)"] = m = model()
+    m.register_comm_hook(None, default_hooks.allreduce_hook)
+
+    x = torch.randn(64, 32)
+    y = x[:, :4].argmax(1)
+    times = {k: [] for k in variants}
+    for r in range(ROUNDS):
+        for name, m in variants.items():
+            t0 = time.perf_counter()
+            for _ in range(10):
+                torch.nn.functional.cross_entropy(m(x), y).backward()
+            times[name].append((time.perf_counter() - t0) / 10)
+        if r % 50 == 0:
+            rankscope.flush()
+    base = statistics.median(times["plain DDP"])
+    print(f"{'variant':48} {'us/step':>8} {'vs plain':>9}")
+    for name, v in times.items():
+        med = statistics.median(v)
+        print(f"{name:48} {med * 1e6:8.1f} {(med - base) * 1e6:+9.1f}")
+    dist.destroy_process_group()
+    rankscope.shutdown()
+
+
+if __name__ == "__main__":
+    main()
