@@ -20,9 +20,10 @@ def uninstrument() -> None:
 
 def instrument_ddp(ddp_model: Any, per_bucket: bool = False) -> None:
     """Makes DDP's gradient all-reduce a collective span: by default one per backward pass
-    (opened when backward reaches the output, ended when DDP has finished all-reducing; DDP
-    keeps its C++ path), or with per_bucket=True one per bucket through a DDP comm hook
-    (exact, but a Python comm hook costs DDP ~60 us per step)."""
+    (opened when the first gradient is ready, ended when DDP has finished all-reducing; C++
+    hooks on the gradient accumulators, no Python per step; none inside model.no_sync()), or
+    with per_bucket=True one per bucket through a DDP comm hook (exact, but a Python comm hook
+    costs DDP ~60-80 us per step)."""
     ...
 
 class TorchStoreExchange:
