@@ -79,7 +79,13 @@ class OpenSpanHook final : public autograd::FunctionPreHook {
       // finalize (which waits for every bucket) when its last bucket is ready,
       // after this one; a callback queued from ours therefore runs after DDP's.
       auto& engine = autograd::Engine::get_default_engine();
-      engine.queue_callback([span, &engine] { engine.queue_callback([span] { span->finish(true); }); });
+      engine.queue_callback([span, &engine] {
+        try {
+          engine.queue_callback([span] { span->finish(true); });
+        } catch (...) {
+          span->finish(true);  // cannot queue behind DDP here: end now rather than throw into backward
+        }
+      });
     } catch (...) {
       st_->open.store(false, std::memory_order_release);  // never into training: this step is not recorded
     }
