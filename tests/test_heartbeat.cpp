@@ -8,6 +8,7 @@
 #include <sstream>
 #include <thread>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "capture_sink.hpp"
@@ -186,6 +187,11 @@ TEST_CASE("heartbeat files are never seen half-written by a concurrent reader", 
   CHECK(parsed == 3000);
 }
 
+static ino_t inode_of(const std::string& p) {
+  struct stat st {};
+  return ::stat(p.c_str(), &st) == 0 ? st.st_ino : 0;
+}
+
 TEST_CASE("files rewritten every second swap with a spare and leave nothing behind", "[heartbeat]") {
   TempDir tmp;
   const std::string path = tmp.path + "/rank-0.heartbeat.json";
@@ -200,12 +206,25 @@ TEST_CASE("files rewritten every second swap with a spare and leave nothing behi
   REQUIRE(write_file_atomic(path, "second", /*durable=*/false).ok());
   CHECK(read(path) == "second");
   CHECK(read(spare) == "first, and the longest of them all");  // the previous version, kept for reuse
+  // Back to back: a reader that opened "second" keeps reading "second" even
+  // though two more versions are written before it reads.
+  std::ifstream reader(path);
   REQUIRE(write_file_atomic(path, "third", /*durable=*/false).ok());
-  CHECK(read(path) == "third");  // written over the longer spare: truncated to its own length
-  CHECK(read(spare) == "second");
+  REQUIRE(write_file_atomic(path, "fourth", /*durable=*/false).ok());
+  CHECK(std::string(std::istreambuf_iterator<char>(reader), {}) == "second");
+  CHECK(read(path) == "fourth");
+  CHECK(read(spare) == "third");
+  // A spare displaced over a second ago is overwritten in place: no inode freed.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  const ino_t spare_inode = inode_of(spare);
+  REQUIRE(spare_inode != 0);
+  REQUIRE(write_file_atomic(path, "5", /*durable=*/false).ok());
+  CHECK(inode_of(path) == spare_inode);
+  CHECK(read(path) == "5");  // written over the longer spare: truncated to its own length
+  CHECK(read(spare) == "fourth");
   remove_spare_file(path);
   CHECK_FALSE(std::filesystem::exists(spare));
-  CHECK(read(path) == "third");
+  CHECK(read(path) == "5");
 }
 
 namespace {

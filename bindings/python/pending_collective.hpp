@@ -32,7 +32,9 @@ inline rankscope::DType dtype_of(std::string_view s) {
 
 // A collective issued now and completed later, maybe on another thread (an
 // async work handle's wait(), a future's callback): the record goes into the
-// completing thread's ring with the issue time kept here.
+// completing thread's ring with the issue time kept here. One destroyed
+// without end() (the backward or the future that would have ended it failed)
+// is recorded as failed, so the flight recorder never keeps it "issued".
 class PendingCollective {
  public:
   PendingCollective(rankscope::Communicator& c, rankscope::CollectiveOp op, std::uint64_t count, rankscope::DType dtype,
@@ -47,6 +49,10 @@ class PendingCollective {
     flight_ = rankscope::detail::flight_issue(c, op, seq_, count, dtype, peer, t0_, phase_, st->tid);
     open_ = true;
   }
+  ~PendingCollective() { end(false); }
+  PendingCollective(const PendingCollective&) = delete;
+  PendingCollective& operator=(const PendingCollective&) = delete;
+
   void end(bool ok) {
     if (!open_) return;
     open_ = false;

@@ -1,16 +1,20 @@
 // rankscope._torch_hooks: DDP's gradient all-reduce as a collective span with
-// no Python in the training step at all. rankscope.torch.instrument_ddp()
-// creates one DdpSync per model: a C++ pre-hook on every parameter's gradient
-// accumulator (they persist across steps, so this happens once); the first
-// one to fire in a backward pass opens the span (before DDP can launch its
-// first bucket), and an autograd final callback queued behind DDP's own
-// finalize (which waits for every bucket) ends it. Measured on a small model
-// here: a Python DDP comm hook costs ~70 us per step, a Python forward hook
-// plus tensor hook ~10 us; these hooks are C++ calls of a few ns per parameter.
+// almost no Python in the training step. rankscope.torch.instrument_ddp()
+// creates one DdpSync per model: a forward pre-hook on the DDP module arms it
+// when that forward makes DDP all-reduce in the next backward (grad enabled
+// and require_backward_grad_sync, DDP's own test; ~0.5 us, most of it the
+// module's hook path), and a C++ pre-hook on every parameter's gradient
+// accumulator (they persist across steps, so this happens once) opens the
+// span at the first gradient of an armed backward, before DDP can launch its
+// first bucket. An autograd final callback queued behind DDP's own finalize
+// (which waits for every bucket) ends it. Measured on a small model here: a
+// Python DDP comm hook costs ~70 us per step, a Python forward hook plus
+// tensor hook ~10 us; the accumulator hooks are C++ calls of a few ns each.
 //
 // Built only with libtorch (RANKSCOPE_WITH_TORCH) against the torch that the
 // interpreter imports; rankscope.torch falls back to Python hooks without it.
 #include <pybind11/pybind11.h>
+#include <ATen/core/grad_mode.h>
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/function_hook.h>
@@ -41,29 +45,23 @@ struct SpanParams {
 
 struct SyncState {
   SpanParams p;
-  std::atomic<bool> open{false};     // a span is open for the current backward
-  std::atomic<bool> paused{false};   // inside model.no_sync(): DDP does not all-reduce
+  // Set by a forward after which DDP all-reduces; taken by the first gradient
+  // of the next backward. A forward inside no_sync(), a call of ddp.module
+  // directly or a second backward of one forward leaves it unset, as DDP's
+  // reducer is then not expecting gradients either.
+  std::atomic<bool> armed{false};
 };
 
 // One backward pass's span. Ended by the final callback; if backward fails
 // before that, the callback is destroyed unrun and so is this: the span ends
-// as failed and the next backward can open its own.
+// as failed.
 class SyncSpan {
  public:
-  explicit SyncSpan(std::shared_ptr<SyncState> st)
-      : st_(std::move(st)), span_(*st_->p.comm, st_->p.op, st_->p.count, st_->p.dtype, -1) {}
-  ~SyncSpan() { finish(false); }
-  void finish(bool ok) {
-    if (done_) return;
-    done_ = true;
-    span_.end(ok);
-    st_->open.store(false, std::memory_order_release);
-  }
+  explicit SyncSpan(const SpanParams& p) : span_(*p.comm, p.op, p.count, p.dtype, -1) {}
+  void finish(bool ok) { span_.end(ok); }
 
  private:
-  std::shared_ptr<SyncState> st_;
-  PendingCollective span_;
-  bool done_ = false;
+  PendingCollective span_;  // ended as failed on destruction if finish() never ran
 };
 
 // On every parameter's gradient accumulator: runs when that gradient is ready.
@@ -71,10 +69,10 @@ class OpenSpanHook final : public autograd::FunctionPreHook {
  public:
   explicit OpenSpanHook(std::shared_ptr<SyncState> st) : st_(std::move(st)) {}
   autograd::variable_list operator()(const autograd::variable_list& grads) override {
-    if (st_->paused.load(std::memory_order_relaxed) || !rankscope::detail::gate_open()) return grads;
-    if (st_->open.exchange(true, std::memory_order_acq_rel)) return grads;  // not the first this backward
+    if (!st_->armed.load(std::memory_order_relaxed)) return grads;  // the common case after the first gradient
+    if (!st_->armed.exchange(false, std::memory_order_acq_rel) || !rankscope::detail::gate_open()) return grads;
     try {
-      auto span = std::make_shared<SyncSpan>(st_);
+      auto span = std::make_shared<SyncSpan>(st_->p);
       // Final callbacks run in order when backward ends. DDP queues its
       // finalize (which waits for every bucket) when its last bucket is ready,
       // after this one; a callback queued from ours therefore runs after DDP's.
@@ -87,7 +85,7 @@ class OpenSpanHook final : public autograd::FunctionPreHook {
         }
       });
     } catch (...) {
-      st_->open.store(false, std::memory_order_release);  // never into training: this step is not recorded
+      // never into training: this step is not recorded
     }
     return grads;
   }
@@ -98,9 +96,9 @@ class OpenSpanHook final : public autograd::FunctionPreHook {
 
 class DdpSync {
  public:
-  DdpSync(rankscope::Communicator* comm, std::string_view op, std::uint64_t count, std::string_view dtype,
-          const py::list& params)
-      : st_(std::make_shared<SyncState>()) {
+  DdpSync(py::handle model, rankscope::Communicator* comm, std::string_view op, std::uint64_t count,
+          std::string_view dtype, const py::list& params)
+      : model_(model), st_(std::make_shared<SyncState>()) {
     st_->p = {comm, rankscope::python::op_of(op), count, rankscope::python::dtype_of(dtype)};
     for (py::handle h : params) {
       if (!THPVariable_Check(h.ptr())) throw py::type_error("DdpSync: params must be tensors");
@@ -113,27 +111,85 @@ class DdpSync {
     }
   }
   std::size_t hooked() const { return accumulators_.size(); }
-  bool paused() const { return st_->paused.load(); }
-  void set_paused(bool p) { st_->paused.store(p); }
+  bool armed() const { return st_->armed.load(); }
+  // The DDP module's forward pre-hook: DDP's forward prepares its reducer for
+  // the next backward exactly when grad is enabled and
+  // require_backward_grad_sync is set (no_sync() clears it).
+  void before_forward(py::handle module) {
+    if (!at::GradMode::is_enabled() || module.ptr() != PyWeakref_GetObject(model_.ptr())) return;
+    PyObject* v = PyObject_GetAttrString(module.ptr(), "require_backward_grad_sync");
+    if (v == nullptr) {
+      PyErr_Clear();
+      return;
+    }
+    if (PyObject_IsTrue(v) == 1) st_->armed.store(true, std::memory_order_release);
+    Py_DECREF(v);
+  }
 
  private:
+  py::weakref model_;  // the DDP module; a deep copy (same hooks, other parameters) is ignored
   std::shared_ptr<SyncState> st_;
   std::vector<std::shared_ptr<autograd::Node>> accumulators_;
 };
 
+// The forward pre-hook as a plain CPython fast-call function: the module's
+// hook path calls it every forward, and pybind11's generic dispatch would
+// double its cost. Its `self` is a capsule keeping the DdpSync object alive.
+// A builtin function is copied by reference, so a deep-copied model shares
+// it, and before_forward ignores that copy.
+struct HookSelf {
+  PyObject* owner;  // the Python DdpSync
+  DdpSync* sync;
+};
+constexpr const char* kHookCapsule = "rankscope.DdpSync.hook";
+
+PyObject* forward_pre_hook(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  auto* h = static_cast<HookSelf*>(PyCapsule_GetPointer(self, kHookCapsule));
+  if (h == nullptr) {
+    PyErr_Clear();  // never into training
+  } else if (nargs >= 1) {
+    h->sync->before_forward(args[0]);
+  }
+  Py_RETURN_NONE;
+}
+PyMethodDef kPreHookDef = {"rankscope_ddp_forward_pre_hook",
+                           reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&forward_pre_hook)),
+                           METH_FASTCALL, "Arms the DDP span when DDP will all-reduce after this forward."};
+
+py::object make_forward_pre_hook(py::object owner) {
+  auto* h = new HookSelf{owner.ptr(), owner.cast<DdpSync*>()};
+  PyObject* cap = PyCapsule_New(h, kHookCapsule, [](PyObject* c) {
+    auto* hs = static_cast<HookSelf*>(PyCapsule_GetPointer(c, kHookCapsule));
+    Py_XDECREF(hs->owner);
+    delete hs;
+  });
+  if (cap == nullptr) {
+    delete h;
+    throw py::error_already_set();
+  }
+  Py_INCREF(h->owner);
+  PyObject* fn = PyCFunction_New(&kPreHookDef, cap);
+  Py_DECREF(cap);
+  if (fn == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(fn);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_torch_hooks, m) {
-  m.doc() = "C++ autograd hooks for rankscope.torch (DDP gradient all-reduce spans without Python per step).";
+  m.doc() = "C++ autograd hooks for rankscope.torch (DDP gradient all-reduce spans with no Python in backward).";
   py::module_::import("rankscope._rankscope");  // registers the Communicator type
   py::class_<DdpSync>(m, "DdpSync",
                       "One collective span per backward pass for a DDP model's gradient all-reduce.")
-      .def(py::init([](py::handle comm, std::string_view op, std::uint64_t count, std::string_view dtype,
-                       const py::list& params) {
-             return new DdpSync(comm.cast<rankscope::Communicator*>(), op, count, dtype, params);
+      .def(py::init([](py::handle model, py::handle comm, std::string_view op, std::uint64_t count,
+                       std::string_view dtype, const py::list& params) {
+             return new DdpSync(model, comm.cast<rankscope::Communicator*>(), op, count, dtype, params);
            }),
-           "comm"_a, "op"_a, "count"_a, "dtype"_a, "params"_a)
+           "model"_a, "comm"_a, "op"_a, "count"_a, "dtype"_a, "params"_a)
       .def_property_readonly("hooked", &DdpSync::hooked, "Parameters whose gradient accumulator is hooked.")
-      .def_property("paused", &DdpSync::paused, &DdpSync::set_paused,
-                    "True inside model.no_sync(): DDP does not all-reduce, so no span is opened.");
+      .def_property_readonly("armed", &DdpSync::armed,
+                             "True between a forward after which DDP all-reduces and that backward's first gradient.")
+      .def_property_readonly("forward_pre_hook", &make_forward_pre_hook,
+                             "For register_forward_pre_hook on the DDP module: arms the span when DDP will all-reduce "
+                             "after this forward (grad enabled and require_backward_grad_sync).");
 }

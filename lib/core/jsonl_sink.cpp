@@ -2,8 +2,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstring>
 #include <string>
 
@@ -200,6 +202,17 @@ int jsonl_sink_fd(const Sink& s) {
 }
 }  // namespace detail
 
+namespace {
+// rename() and renameat2() set the moved inode's ctime, so a spare's ctime is
+// when it stopped being the live file.
+bool displaced_recently(const struct stat& st) {
+  struct timespec now {};
+  ::clock_gettime(CLOCK_REALTIME, &now);
+  const auto ns = [](const struct timespec& t) { return std::int64_t{t.tv_sec} * 1'000'000'000 + t.tv_nsec; };
+  return ns(now) - ns(st.st_ctim) < 1'000'000'000;
+}
+}  // namespace
+
 absl::Status write_file_atomic(const std::string& path, const std::string& content, bool durable) {
   const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
   // Durable files are written once: a fresh file, fsynced, renamed over.
@@ -208,6 +221,14 @@ absl::Status write_file_atomic(const std::string& path, const std::string& conte
   // live file, so no inode is ever freed. A plain rename frees the replaced
   // file's blocks each time, which on a filesystem mounted with `discard` is
   // a synchronous discard request (~0.3 ms of CPU per write in this VM).
+  // A reader that opened the live file just before the last exchange may
+  // still be reading what is now the spare: only a spare displaced at least
+  // a second ago is overwritten; a younger one (back-to-back writes: a stall
+  // report, the exit heartbeat, a forced textfile) is replaced by a fresh file.
+  if (!durable) {
+    struct stat st {};
+    if (::stat(tmp.c_str(), &st) == 0 && displaced_recently(st)) ::unlink(tmp.c_str());
+  }
   const int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (durable ? O_TRUNC : 0);
   const int fd = ::open(tmp.c_str(), flags, 0644);
   if (fd < 0) {

@@ -103,7 +103,7 @@ def test_torch_exchange_reports_a_rank_that_never_arrives_instead_of_hanging(tmp
 
 
 DDP_MODES = r"""
-import json, os, sys, torch, torch.distributed as dist
+import copy, json, os, sys, torch, torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 import rankscope, rankscope.torch as rst
 
@@ -117,25 +117,36 @@ model = DDP(torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.ReLU(), tor
 if sys.argv[3] == "python":
     rst._torch_hooks = None                 # the fallback used when the C++ extension is not built
 rst.instrument_ddp(model)                   # one span per backward, ended after DDP's sync
+rst.instrument_ddp(model)                   # again: nothing more
 rst.instrument_ddp(model, per_bucket=True)  # and one per bucket, from a comm hook
+rst.instrument_ddp(model, per_bucket=True)
 x = torch.randn(8, 256)
 for step in range(3):
     model(x).sum().backward()
     rankscope.step(step)
 with model.no_sync():                       # no gradient sync: no span
     model(x).sum().backward()
+with model.no_sync():                       # DDP decides at forward: backward outside, still none
+    y = model(x)
+y.sum().backward()
+model.module(x).sum().backward()            # around DDP: none
+model.require_backward_grad_sync = False    # no_sync() by hand: none
+model(x).sum().backward()
+model.require_backward_grad_sync = True
 rankscope.set_enabled(False)                # disabled: no span either
 model(x).sum().backward()
 rankscope.set_enabled(True)
 with torch.no_grad():
     model(x)
+clone = copy.deepcopy(model)                # a copy works and is not instrumented
+clone(x).sum().backward()
 print(sum(p.numel() for p in model.parameters()), "torch hooks" if rst._torch_hooks else "python hooks")
 rankscope.shutdown()
 """
 
 
 @pytest.mark.parametrize("hooks,port", [("torch", 29611), ("python", 29612)])
-def test_ddp_sync_span_covers_every_bucket_and_skips_no_sync(tmp_path, hooks, port):
+def test_ddp_sync_span_covers_every_bucket_and_only_backwards_that_all_reduce(tmp_path, hooks, port):
     script = tmp_path / "ddp_modes.py"
     script.write_text(DDP_MODES)
     run_dir = tmp_path / "run"
@@ -150,7 +161,7 @@ def test_ddp_sync_span_covers_every_bucket_and_skips_no_sync(tmp_path, hooks, po
     by_step = collections.defaultdict(list)
     for e in colls:
         by_step[e["step"]].append(e)
-    assert sorted(by_step) == [0, 1, 2]  # none under no_sync(), disabled or no_grad (those ran in step 3)
+    assert sorted(by_step) == [0, 1, 2]  # none of the step-3 backwards all-reduced (or was recorded)
     for step, spans in by_step.items():
         spans.sort(key=lambda e: e["seq"])
         whole, buckets = spans[0], spans[1:]  # opened when backward starts, before any bucket
@@ -175,8 +186,10 @@ class Boom(torch.autograd.Function):                 # fails in the middle of ba
     def backward(ctx, g):
         raise RuntimeError("boom")
 lin = torch.nn.Linear(4, 4)
+lin.require_backward_grad_sync = True                # what DdpSync reads from a DDP module
 comm = rankscope.communicator("world", 1, 0)
-sync = _torch_hooks.DdpSync(comm, "all_reduce", 20, "float32", list(lin.parameters()))
+sync = _torch_hooks.DdpSync(lin, comm, "all_reduce", 20, "float32", list(lin.parameters()))
+lin.register_forward_pre_hook(sync.forward_pre_hook)
 assert sync.hooked == 2
 x = torch.randn(2, 4, requires_grad=True)
 lin(x).sum().backward()                               # a span, ended ok
@@ -185,10 +198,26 @@ try:
 except RuntimeError:
     pass
 lin(x).sum().backward()                               # a fresh span, ended ok
-sync.paused = True
-lin(x).sum().backward()                               # paused (no_sync): none
-sync.paused = False
+y = lin(x).sum()
+y.backward(retain_graph=True)                         # a span
+y.backward()                                          # the same forward again: none
+lin.require_backward_grad_sync = False
+lin(x).sum().backward()                               # no_sync: none
 print(comm.issued, comm.completed)
+
+# The Python fallback and spans ended by nothing: failed, never left "issued".
+lin2 = torch.nn.Linear(4, 4)
+lin2.require_backward_grad_sync = True
+py_comm = rankscope.communicator("fallback", 1, 0)
+rst._instrument_ddp_python(lin2, py_comm, 20, "float32")
+lin2(x).sum().backward()
+try:
+    lin2(Boom.apply(x)).sum().backward()
+except RuntimeError:
+    pass
+lost = rankscope._rankscope.collective(py_comm, "broadcast", 3)
+del lost
+print(py_comm.issued, py_comm.completed)
 rankscope.shutdown()
 """
 
@@ -199,6 +228,9 @@ def test_aborted_backward_ends_its_span_as_failed_and_the_next_one_opens(tmp_pat
     p = subprocess.run([sys.executable, str(script), str(tmp_path / "run")], env=_env(), capture_output=True,
                        text=True, timeout=120)
     assert p.returncode == 0, p.stderr[-3000:]
-    assert p.stdout.split() == ["3", "3"]
+    assert p.stdout.split() == ["4", "4", "3", "3"]
     colls = _events(str(tmp_path / "run"), "collective")
-    assert [(e["seq"], e["result"], e["count"]) for e in colls] == [(1, "ok", 20), (2, "failed", 20), (3, "ok", 20)]
+    assert [(e["seq"], e["result"], e["count"]) for e in colls if e["comm"] == "world"] == [
+        (1, "ok", 20), (2, "failed", 20), (3, "ok", 20), (4, "ok", 20)]
+    assert [(e["seq"], e["op"], e["result"]) for e in colls if e["comm"] == "fallback"] == [
+        (1, "all_reduce", "ok"), (2, "all_reduce", "failed"), (3, "broadcast", "failed")]

@@ -15,9 +15,9 @@ Only public torch APIs that exist from 1.13 through 2.x are used; nothing in
 torch is changed except the torch.distributed functions instrument() wraps
 (restored by uninstrument()).
 """
-import contextlib
 import functools
 import time
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -179,46 +179,50 @@ def _first_grad_tensor(out):
     return None
 
 
+_instrumented_ddp = {False: weakref.WeakSet(), True: weakref.WeakSet()}  # by per_bucket
+
+
 def instrument_ddp(ddp_model, per_bucket=False):
     """Makes DDP's gradient all-reduce (done in C++, not through torch.distributed's
-    Python functions) a collective span.
+    Python functions) a collective span. Calling it again on the same model does
+    nothing; a copy.deepcopy of the model is not instrumented.
 
-    Default: one span per backward pass on DDP's process group, counting every
-    gradient element, opened when the first gradient is ready (before DDP can
-    launch a bucket) and ended when DDP has finished all-reducing (an autograd
-    final callback queued behind DDP's own). With the C++ extension built, this
-    runs no Python per step: hooks on the parameters' gradient accumulators.
-    Inside model.no_sync() (no all-reduce) no span is opened; use no_sync()
-    rather than setting require_backward_grad_sync by hand.
+    Default: one span per backward pass in which DDP all-reduces, on DDP's
+    process group, counting every gradient element: opened when the first
+    gradient is ready (before DDP can launch a bucket), ended when DDP has
+    finished all-reducing (an autograd final callback queued behind DDP's own),
+    so it includes the backward compute the buckets overlap (wrap backward in a
+    phase and the step breakdown counts that time as backward). A forward
+    inside no_sync() or with require_backward_grad_sync off, and a call of
+    ddp.module directly, open no span, as DDP does not all-reduce after them.
+    With the C++ extension built, the only Python per step is the DDP module's
+    forward pre-hook (~0.5 us); the rest are C++ hooks on the gradient
+    accumulators. With reentrant activation checkpointing (torch.utils.checkpoint's
+    default in 1.13) the span ends with the first nested backward; use
+    use_reentrant=False or per_bucket=True there.
 
     per_bucket=True: one span per gradient bucket through a DDP communication
     hook, ended by the bucket's future. Exact per-bucket timing, but any Python
     comm hook costs DDP ~60-70 us per step (torch's own Python allreduce_hook
     measures the same), so keep it for diagnosis."""
+    if ddp_model in _instrumented_ddp[per_bucket]:
+        return
     comm = _communicator(getattr(ddp_model, "process_group", None))
     if per_bucket:
         _instrument_ddp_buckets(ddp_model, comm)
-        return
-    params = [p for p in ddp_model.parameters() if p.requires_grad]
-    count = sum(p.numel() for p in params)
-    dtype = str(params[0].dtype) if params else "float32"
-    if _torch_hooks is None:
-        _instrument_ddp_python(ddp_model, comm, count, dtype)
-        return
-    sync = _torch_hooks.DdpSync(comm, "all_reduce", count, dtype, params)
-    original_no_sync = ddp_model.no_sync
-
-    @contextlib.contextmanager
-    def no_sync():
-        was, sync.paused = sync.paused, True
-        try:
-            with original_no_sync():
-                yield
-        finally:
-            sync.paused = was
-
-    ddp_model.no_sync = no_sync
-    ddp_model._rankscope_sync = sync  # the hooks' state lives as long as the model
+    else:
+        params = [p for p in ddp_model.parameters() if p.requires_grad]
+        count = sum(p.numel() for p in params)
+        dtype = str(params[0].dtype) if params else "float32"
+        if _torch_hooks is None:
+            _instrument_ddp_python(ddp_model, comm, count, dtype)
+        else:
+            # The pre-hook holds the C++ state (and so the accumulator hooks) as
+            # long as the model lives; a deep copy shares the hook but has other
+            # parameters, and DdpSync ignores any module but `ddp_model`.
+            sync = _torch_hooks.DdpSync(ddp_model, comm, "all_reduce", count, dtype, params)
+            ddp_model.register_forward_pre_hook(sync.forward_pre_hook)
+    _instrumented_ddp[per_bucket].add(ddp_model)
 
 
 def _instrument_ddp_python(ddp_model, comm, count, dtype):
@@ -233,8 +237,10 @@ def _instrument_ddp_python(ddp_model, comm, count, dtype):
         # a callback queued from the first one runs after DDP's.
         engine.queue_callback(lambda: engine.queue_callback(lambda: span.end(True)))
 
+    target = weakref.ref(ddp_model)
+
     def after_forward(module, inputs, output):
-        if enabled() and module.require_backward_grad_sync and torch.is_grad_enabled():
+        if module is target() and enabled() and module.require_backward_grad_sync and torch.is_grad_enabled():
             t = _first_grad_tensor(output)
             if t is not None:
                 t.register_hook(on_backward)
@@ -255,8 +261,13 @@ def _instrument_ddp_buckets(ddp_model, comm):
         fut = all_reduce(buf, async_op=True, group=ddp_model.process_group).get_future()
 
         def done(f):
-            span.end(not f.value() is None)
-            return f.value()[0]
+            try:
+                out = f.value()[0]
+            except BaseException:
+                span.end(False)
+                raise
+            span.end(True)
+            return out
 
         return fut.then(done)
 
