@@ -214,8 +214,8 @@ TEST_CASE("files rewritten every second swap with a spare and leave nothing behi
   CHECK(std::string(std::istreambuf_iterator<char>(reader), {}) == "second");
   CHECK(read(path) == "fourth");
   CHECK(read(spare) == "third");
-  // A spare displaced over a second ago is overwritten in place: no inode freed.
-  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  // A spare displaced over half a second ago is overwritten in place: no inode freed.
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
   const ino_t spare_inode = inode_of(spare);
   REQUIRE(spare_inode != 0);
   REQUIRE(write_file_atomic(path, "5", /*durable=*/false).ok());

@@ -1,9 +1,9 @@
 // rankscope._torch_hooks: DDP's gradient all-reduce as a collective span with
 // almost no Python in the training step. rankscope.torch.instrument_ddp()
-// creates one DdpSync per model: a forward pre-hook on the DDP module arms it
-// when that forward makes DDP all-reduce in the next backward (grad enabled
-// and require_backward_grad_sync, DDP's own test; ~0.5 us, most of it the
-// module's hook path), and a C++ pre-hook on every parameter's gradient
+// creates one DdpSync per model: a forward hook on the DDP module arms it
+// when that forward prepared DDP to all-reduce in the next backward (DDP sets
+// require_forward_param_sync exactly then; ~0.5 us, most of it the module's
+// hook path), and a C++ pre-hook on every parameter's gradient
 // accumulator (they persist across steps, so this happens once) opens the
 // span at the first gradient of an armed backward, before DDP can launch its
 // first bucket. An autograd final callback queued behind DDP's own finalize
@@ -14,7 +14,6 @@
 // Built only with libtorch (RANKSCOPE_WITH_TORCH) against the torch that the
 // interpreter imports; rankscope.torch falls back to Python hooks without it.
 #include <pybind11/pybind11.h>
-#include <ATen/core/grad_mode.h>
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/function_hook.h>
@@ -46,9 +45,11 @@ struct SpanParams {
 struct SyncState {
   SpanParams p;
   // Set by a forward after which DDP all-reduces; taken by the first gradient
-  // of the next backward. A forward inside no_sync(), a call of ddp.module
-  // directly or a second backward of one forward leaves it unset, as DDP's
-  // reducer is then not expecting gradients either.
+  // of the next backward. A forward inside no_sync() or one that raised, a
+  // call of ddp.module directly or a second backward of one forward does not
+  // set it, as none of them prepares DDP's reducer. Like DDP's own state it is
+  // not cleared by a later forward: a prepared reducer all-reduces in the
+  // next backward whatever forwards ran in between.
   std::atomic<bool> armed{false};
 };
 
@@ -85,7 +86,7 @@ class OpenSpanHook final : public autograd::FunctionPreHook {
         }
       });
     } catch (...) {
-      // never into training: this step is not recorded
+      // never into training; a span already opened ends as failed when dropped
     }
     return grads;
   }
@@ -111,52 +112,71 @@ class DdpSync {
     }
   }
   std::size_t hooked() const { return accumulators_.size(); }
+  // The accumulator hooks can outlive this (a graph still holding them, the
+  // module wrapped again): they must not open a span for this model any more.
+  ~DdpSync() { st_->armed.store(false); }
+  DdpSync(const DdpSync&) = delete;
+  DdpSync& operator=(const DdpSync&) = delete;
+
   bool armed() const { return st_->armed.load(); }
-  // The DDP module's forward pre-hook: DDP's forward prepares its reducer for
-  // the next backward exactly when grad is enabled and
-  // require_backward_grad_sync is set (no_sync() clears it).
-  void before_forward(py::handle module) {
-    if (!at::GradMode::is_enabled() || module.ptr() != PyWeakref_GetObject(model_.ptr())) return;
-    PyObject* v = PyObject_GetAttrString(module.ptr(), "require_backward_grad_sync");
+  // The DDP module's forward hook: DDP's forward sets require_forward_param_sync
+  // to True exactly when it prepared its reducer for the next backward (grad
+  // enabled and require_backward_grad_sync; torch 1.13 through 2.x).
+  void after_forward(py::handle module) {
+    if (!is_model(module)) return;
+    PyObject* v = PyObject_GetAttrString(module.ptr(), "require_forward_param_sync");
     if (v == nullptr) {
-      PyErr_Clear();
+      PyErr_Clear();  // never into training
       return;
     }
-    if (PyObject_IsTrue(v) == 1) st_->armed.store(true, std::memory_order_release);
+    const int prepared = PyObject_IsTrue(v);
     Py_DECREF(v);
+    if (prepared < 0) PyErr_Clear();
+    if (prepared == 1) st_->armed.store(true, std::memory_order_release);
   }
 
  private:
+  bool is_model(py::handle module) const {
+#if PY_VERSION_HEX >= 0x030D0000
+    PyObject* m = nullptr;
+    if (PyWeakref_GetRef(model_.ptr(), &m) < 0) PyErr_Clear();
+    Py_XDECREF(m);  // only compared, never used
+    return m != nullptr && m == module.ptr();
+#else
+    return module.ptr() == PyWeakref_GetObject(model_.ptr());
+#endif
+  }
+
   py::weakref model_;  // the DDP module; a deep copy (same hooks, other parameters) is ignored
   std::shared_ptr<SyncState> st_;
   std::vector<std::shared_ptr<autograd::Node>> accumulators_;
 };
 
-// The forward pre-hook as a plain CPython fast-call function: the module's
+// The forward hook as a plain CPython fast-call function: the module's
 // hook path calls it every forward, and pybind11's generic dispatch would
 // double its cost. Its `self` is a capsule keeping the DdpSync object alive.
 // A builtin function is copied by reference, so a deep-copied model shares
-// it, and before_forward ignores that copy.
+// it, and after_forward ignores that copy.
 struct HookSelf {
   PyObject* owner;  // the Python DdpSync
   DdpSync* sync;
 };
 constexpr const char* kHookCapsule = "rankscope.DdpSync.hook";
 
-PyObject* forward_pre_hook(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+PyObject* forward_hook(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   auto* h = static_cast<HookSelf*>(PyCapsule_GetPointer(self, kHookCapsule));
   if (h == nullptr) {
     PyErr_Clear();  // never into training
   } else if (nargs >= 1) {
-    h->sync->before_forward(args[0]);
+    h->sync->after_forward(args[0]);
   }
   Py_RETURN_NONE;
 }
-PyMethodDef kPreHookDef = {"rankscope_ddp_forward_pre_hook",
-                           reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&forward_pre_hook)),
-                           METH_FASTCALL, "Arms the DDP span when DDP will all-reduce after this forward."};
+PyMethodDef kHookDef = {"rankscope_ddp_forward_hook",
+                        reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&forward_hook)),
+                        METH_FASTCALL, "Arms the DDP span when DDP will all-reduce after this forward."};
 
-py::object make_forward_pre_hook(py::object owner) {
+py::object make_forward_hook(py::object owner) {
   auto* h = new HookSelf{owner.ptr(), owner.cast<DdpSync*>()};
   PyObject* cap = PyCapsule_New(h, kHookCapsule, [](PyObject* c) {
     auto* hs = static_cast<HookSelf*>(PyCapsule_GetPointer(c, kHookCapsule));
@@ -168,7 +188,7 @@ py::object make_forward_pre_hook(py::object owner) {
     throw py::error_already_set();
   }
   Py_INCREF(h->owner);
-  PyObject* fn = PyCFunction_New(&kPreHookDef, cap);
+  PyObject* fn = PyCFunction_New(&kHookDef, cap);
   Py_DECREF(cap);
   if (fn == nullptr) throw py::error_already_set();
   return py::reinterpret_steal<py::object>(fn);
@@ -189,7 +209,7 @@ PYBIND11_MODULE(_torch_hooks, m) {
       .def_property_readonly("hooked", &DdpSync::hooked, "Parameters whose gradient accumulator is hooked.")
       .def_property_readonly("armed", &DdpSync::armed,
                              "True between a forward after which DDP all-reduces and that backward's first gradient.")
-      .def_property_readonly("forward_pre_hook", &make_forward_pre_hook,
-                             "For register_forward_pre_hook on the DDP module: arms the span when DDP will all-reduce "
-                             "after this forward (grad enabled and require_backward_grad_sync).");
+      .def_property_readonly("forward_hook", &make_forward_hook,
+                             "For register_forward_hook on the DDP module: arms the span when that forward prepared "
+                             "DDP to all-reduce (require_forward_param_sync).");
 }

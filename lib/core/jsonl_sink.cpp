@@ -2,11 +2,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <mutex>
 #include <string>
 
 #include <fmt/compile.h>
@@ -203,14 +204,39 @@ int jsonl_sink_fd(const Sink& s) {
 }  // namespace detail
 
 namespace {
-// rename() and renameat2() set the moved inode's ctime, so a spare's ctime is
-// when it stopped being the live file.
-bool displaced_recently(const struct stat& st) {
-  struct timespec now {};
-  ::clock_gettime(CLOCK_REALTIME, &now);
-  const auto ns = [](const struct timespec& t) { return std::int64_t{t.tv_sec} * 1'000'000'000 + t.tv_nsec; };
-  return ns(now) - ns(st.st_ctim) < 1'000'000'000;
-}
+// When each path's spare stopped being the live file. Spares are named after
+// the pid, so only this process makes them; the map holds one entry per file
+// rewritten periodically (heartbeat, Prometheus textfile).
+class SpareAges {
+ public:
+  static SpareAges& get() {
+    static auto* ages = new SpareAges;  // leaked: written from exit-time flushes
+    return *ages;
+  }
+  // Whether a reader may still be reading the spare: it was the live file
+  // less than half a second ago.
+  bool young(const std::string& path) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = displaced_.find(path);
+    return it != displaced_.end() && now() - it->second < 500'000'000;
+  }
+  void displaced(const std::string& path) {
+    std::lock_guard<std::mutex> lock(mu_);
+    displaced_[path] = now();
+  }
+  void forget(const std::string& path) {
+    std::lock_guard<std::mutex> lock(mu_);
+    displaced_.erase(path);
+  }
+
+ private:
+  static std::int64_t now() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+  std::mutex mu_;
+  absl::flat_hash_map<std::string, std::int64_t> displaced_;  // guarded by mu_
+};
 }  // namespace
 
 absl::Status write_file_atomic(const std::string& path, const std::string& content, bool durable) {
@@ -223,12 +249,10 @@ absl::Status write_file_atomic(const std::string& path, const std::string& conte
   // a synchronous discard request (~0.3 ms of CPU per write in this VM).
   // A reader that opened the live file just before the last exchange may
   // still be reading what is now the spare: only a spare displaced at least
-  // a second ago is overwritten; a younger one (back-to-back writes: a stall
-  // report, the exit heartbeat, a forced textfile) is replaced by a fresh file.
-  if (!durable) {
-    struct stat st {};
-    if (::stat(tmp.c_str(), &st) == 0 && displaced_recently(st)) ::unlink(tmp.c_str());
-  }
+  // half a second ago is overwritten; a younger one (back-to-back writes: a
+  // stall report, the exit heartbeat, a forced textfile) is replaced by a
+  // fresh file.
+  if (!durable && SpareAges::get().young(path)) ::unlink(tmp.c_str());
   const int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (durable ? O_TRUNC : 0);
   const int fd = ::open(tmp.c_str(), flags, 0644);
   if (fd < 0) {
@@ -240,6 +264,7 @@ absl::Status write_file_atomic(const std::string& path, const std::string& conte
   const int saved = errno;
   ::close(fd);
   if (ok && !durable && ::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, path.c_str(), RENAME_EXCHANGE) == 0) {
+    SpareAges::get().displaced(path);
     return absl::OkStatus();  // the previous version is now the spare
   }
   // First write (nothing to exchange with), or a filesystem without
@@ -252,6 +277,9 @@ absl::Status write_file_atomic(const std::string& path, const std::string& conte
   return absl::OkStatus();
 }
 
-void remove_spare_file(const std::string& path) { ::unlink(absl::StrCat(path, ".tmp.", ::getpid()).c_str()); }
+void remove_spare_file(const std::string& path) {
+  ::unlink(absl::StrCat(path, ".tmp.", ::getpid()).c_str());
+  SpareAges::get().forget(path);
+}
 
 }  // namespace rankscope

@@ -133,6 +133,11 @@ model.module(x).sum().backward()            # around DDP: none
 model.require_backward_grad_sync = False    # no_sync() by hand: none
 model(x).sum().backward()
 model.require_backward_grad_sync = True
+try:
+    model(torch.randn(8, 7))                # a forward that raises prepares nothing: none
+except RuntimeError:
+    pass
+model.module(x).sum().backward()
 rankscope.set_enabled(False)                # disabled: no span either
 model(x).sum().backward()
 rankscope.set_enabled(True)
@@ -186,10 +191,10 @@ class Boom(torch.autograd.Function):                 # fails in the middle of ba
     def backward(ctx, g):
         raise RuntimeError("boom")
 lin = torch.nn.Linear(4, 4)
-lin.require_backward_grad_sync = True                # what DdpSync reads from a DDP module
+lin.require_forward_param_sync = True                # what a DDP forward sets when it prepared a sync
 comm = rankscope.communicator("world", 1, 0)
 sync = _torch_hooks.DdpSync(lin, comm, "all_reduce", 20, "float32", list(lin.parameters()))
-lin.register_forward_pre_hook(sync.forward_pre_hook)
+lin.register_forward_hook(sync.forward_hook)
 assert sync.hooked == 2
 x = torch.randn(2, 4, requires_grad=True)
 lin(x).sum().backward()                               # a span, ended ok
@@ -201,13 +206,18 @@ lin(x).sum().backward()                               # a fresh span, ended ok
 y = lin(x).sum()
 y.backward(retain_graph=True)                         # a span
 y.backward()                                          # the same forward again: none
-lin.require_backward_grad_sync = False
+lin.require_forward_param_sync = False
 lin(x).sum().backward()                               # no_sync: none
+lin.require_forward_param_sync = True
+lin(x)                                                # armed, then the DdpSync goes away
+del sync, lin._forward_hooks[next(iter(lin._forward_hooks))]
+lin.require_forward_param_sync = False
+lin(x).sum().backward()                               # its accumulator hooks open nothing
 print(comm.issued, comm.completed)
 
 # The Python fallback and spans ended by nothing: failed, never left "issued".
 lin2 = torch.nn.Linear(4, 4)
-lin2.require_backward_grad_sync = True
+lin2.require_forward_param_sync = True
 py_comm = rankscope.communicator("fallback", 1, 0)
 rst._instrument_ddp_python(lin2, py_comm, 20, "float32")
 lin2(x).sum().backward()
@@ -234,3 +244,31 @@ def test_aborted_backward_ends_its_span_as_failed_and_the_next_one_opens(tmp_pat
         (1, "ok", 20), (2, "failed", 20), (3, "ok", 20), (4, "ok", 20)]
     assert [(e["seq"], e["op"], e["result"]) for e in colls if e["comm"] == "fallback"] == [
         (1, "all_reduce", "ok"), (2, "all_reduce", "failed"), (3, "broadcast", "failed")]
+
+
+DROPPED_HANDLE = r"""
+import gc, os, sys, torch, torch.distributed as dist
+import rankscope, rankscope.torch as rst
+
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[2])
+rankscope.init(rank=0, world_size=1, run_dir=sys.argv[1])
+dist.init_process_group("gloo", rank=0, world_size=1)
+rst.instrument()
+t = torch.ones(1000)
+dist.all_reduce(t, async_op=True)              # fire and forget: the handle is dropped at once
+gc.collect()
+dist.all_reduce(t, async_op=True).wait()       # waited
+dist.barrier()
+rankscope.shutdown()
+"""
+
+
+def test_an_async_handle_dropped_without_wait_ends_its_span_ok(tmp_path):
+    script = tmp_path / "dropped.py"
+    script.write_text(DROPPED_HANDLE)
+    p = subprocess.run([sys.executable, str(script), str(tmp_path / "run"), "29613"], env=_env(),
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    colls = _events(str(tmp_path / "run"), "collective")
+    assert sorted((e["seq"], e["op"], e["result"]) for e in colls) == [
+        (1, "all_reduce", "ok"), (2, "all_reduce", "ok"), (3, "barrier", "ok")]

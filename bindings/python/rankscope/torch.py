@@ -100,8 +100,21 @@ def _describe(fn_name, args, kwargs):
     return count, dtype, peer
 
 
+def _end_on_completion(fut, span):
+    """Ends `span` when `fut` completes: ok unless the future holds an error."""
+    def done(f):
+        try:
+            f.value()
+        except BaseException:
+            span.end(False)
+            return
+        span.end(True)
+
+    fut.then(done)
+
+
 class _TimedWork:
-    """An async work handle whose wait() ends the collective span."""
+    """An async work handle whose wait() (or future) ends the collective span."""
 
     def __init__(self, work, span):
         self._work, self._span = work, span
@@ -117,8 +130,20 @@ class _TimedWork:
 
     def get_future(self):
         fut = self._work.get_future()
-        fut.then(lambda f: self._span.end(True))  # completion through the future ends the span too
+        _end_on_completion(fut, self._span)  # completion through the future ends the span too
         return fut
+
+    def __del__(self):
+        # Dropped without wait() (a fire-and-forget isend, stream-ordered NCCL
+        # work): end the span when the work completes, or now if this backend's
+        # work has no future; a span never ends as failed just for being dropped.
+        try:
+            if self._work.is_completed():
+                self._span.end(True)
+            else:
+                _end_on_completion(self._work.get_future(), self._span)
+        except BaseException:
+            self._span.end(True)
 
     def __getattr__(self, name):
         return getattr(self._work, name)
@@ -192,12 +217,14 @@ def instrument_ddp(ddp_model, per_bucket=False):
     gradient is ready (before DDP can launch a bucket), ended when DDP has
     finished all-reducing (an autograd final callback queued behind DDP's own),
     so it includes the backward compute the buckets overlap (wrap backward in a
-    phase and the step breakdown counts that time as backward). A forward
-    inside no_sync() or with require_backward_grad_sync off, and a call of
-    ddp.module directly, open no span, as DDP does not all-reduce after them.
-    With the C++ extension built, the only Python per step is the DDP module's
-    forward pre-hook (~0.5 us); the rest are C++ hooks on the gradient
-    accumulators. With reentrant activation checkpointing (torch.utils.checkpoint's
+    phase and the step breakdown counts that time as backward). DDP decides at
+    forward time: after a forward inside no_sync() or with
+    require_backward_grad_sync off, one that raised, or a call of ddp.module
+    directly, DDP does not all-reduce and no span is opened (unless an earlier
+    grad-enabled forward had no backward yet: DDP then all-reduces, and a span
+    records it). With the C++ extension built, the only Python per step is the
+    DDP module's forward hook, a C function (~0.5 us, the module's hook path);
+    the rest are C++ hooks on the gradient accumulators. With reentrant activation checkpointing (torch.utils.checkpoint's
     default in 1.13) the span ends with the first nested backward; use
     use_reentrant=False or per_bucket=True there.
 
@@ -217,11 +244,11 @@ def instrument_ddp(ddp_model, per_bucket=False):
         if _torch_hooks is None:
             _instrument_ddp_python(ddp_model, comm, count, dtype)
         else:
-            # The pre-hook holds the C++ state (and so the accumulator hooks) as
-            # long as the model lives; a deep copy shares the hook but has other
-            # parameters, and DdpSync ignores any module but `ddp_model`.
+            # The forward hook holds the C++ state (and so the accumulator hooks)
+            # as long as the model lives; a deep copy shares the hook but has
+            # other parameters, and DdpSync ignores any module but `ddp_model`.
             sync = _torch_hooks.DdpSync(ddp_model, comm, "all_reduce", count, dtype, params)
-            ddp_model.register_forward_pre_hook(sync.forward_pre_hook)
+            ddp_model.register_forward_hook(sync.forward_hook)
     _instrumented_ddp[per_bucket].add(ddp_model)
 
 
@@ -240,7 +267,8 @@ def _instrument_ddp_python(ddp_model, comm, count, dtype):
     target = weakref.ref(ddp_model)
 
     def after_forward(module, inputs, output):
-        if module is target() and enabled() and module.require_backward_grad_sync and torch.is_grad_enabled():
+        # DDP sets require_forward_param_sync when this forward prepared it to all-reduce
+        if module is target() and enabled() and getattr(module, "require_forward_param_sync", False):
             t = _first_grad_tensor(output)
             if t is not None:
                 t.register_hook(on_backward)
@@ -250,6 +278,7 @@ def _instrument_ddp_python(ddp_model, comm, count, dtype):
 
 def _instrument_ddp_buckets(ddp_model, comm):
     world = comm.size
+    group = ddp_model.process_group  # not the model: DDP's reducer holds this hook, unseen by the GC
 
     def hook(state, bucket):
         # What DDP's default allreduce_hook does, through the un-instrumented
@@ -258,7 +287,7 @@ def _instrument_ddp_buckets(ddp_model, comm):
         span = _rs.collective(comm, "all_reduce", buf.numel(), str(buf.dtype))
         buf.div_(world)
         all_reduce = _originals.get("all_reduce", dist.all_reduce)
-        fut = all_reduce(buf, async_op=True, group=ddp_model.process_group).get_future()
+        fut = all_reduce(buf, async_op=True, group=group).get_future()
 
         def done(f):
             try:

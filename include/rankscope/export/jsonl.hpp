@@ -24,8 +24,8 @@ absl::StatusOr<std::shared_ptr<Sink>> make_jsonl_sink(const std::string& path);
 /// survive the machine); heartbeats skip it — a heartbeat is only worth its
 /// freshness, and an fsync every second costs ~0.4 ms of CPU in a VM. Without
 /// `durable`, the previous version is kept as a spare (`<path>.tmp.<pid>`)
-/// that a write at least a second later reuses (so a reader that takes under
-/// a second still never sees a mix); remove_spare_file() deletes it when done.
+/// that a write at least half a second later reuses (a reader that takes
+/// less than that never sees a mix); remove_spare_file() deletes it.
 absl::Status write_file_atomic(const std::string& path, const std::string& content, bool durable = true);
 void remove_spare_file(const std::string& path);
 
