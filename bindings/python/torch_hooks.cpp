@@ -1,15 +1,14 @@
 // rankscope._torch_hooks: DDP's gradient all-reduce as a collective span with
 // almost no Python in the training step. rankscope.torch.instrument_ddp()
-// creates one DdpSync per model: a forward hook on the DDP module arms it
-// when that forward prepared DDP to all-reduce in the next backward (DDP sets
-// require_forward_param_sync exactly then; ~0.5 us, most of it the module's
-// hook path), and a C++ pre-hook on every parameter's gradient
-// accumulator (they persist across steps, so this happens once) opens the
-// span at the first gradient of an armed backward, before DDP can launch its
-// first bucket. An autograd final callback queued behind DDP's own finalize
-// (which waits for every bucket) ends it. Measured on a small model here: a
+// creates one DdpSync per model and registers its forward hook, a C function:
+// after a forward that prepared DDP to all-reduce (DDP sets
+// require_forward_param_sync exactly then) it puts a C++ pre-hook on the
+// output's grad_fn, which opens the span when backward reaches the model,
+// before DDP can launch its first bucket. An autograd final callback queued
+// behind DDP's own finalize (which waits for every bucket) ends it. Measured
+// here: ~0.45 us per forward, nearly all of it the module's hook path; a
 // Python DDP comm hook costs ~70 us per step, a Python forward hook plus
-// tensor hook ~10 us; the accumulator hooks are C++ calls of a few ns each.
+// tensor hook ~10 us.
 //
 // Built only with libtorch (RANKSCOPE_WITH_TORCH) against the torch that the
 // interpreter imports; rankscope.torch falls back to Python hooks without it.
@@ -20,7 +19,6 @@
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/autograd/variable.h>
 
-#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,17 +40,6 @@ struct SpanParams {
   rankscope::DType dtype;
 };
 
-struct SyncState {
-  SpanParams p;
-  // Set by a forward after which DDP all-reduces; taken by the first gradient
-  // of the next backward. A forward inside no_sync() or one that raised, a
-  // call of ddp.module directly or a second backward of one forward does not
-  // set it, as none of them prepares DDP's reducer. Like DDP's own state it is
-  // not cleared by a later forward: a prepared reducer all-reduces in the
-  // next backward whatever forwards ran in between.
-  std::atomic<bool> armed{false};
-};
-
 // One backward pass's span. Ended by the final callback; if backward fails
 // before that, the callback is destroyed unrun and so is this: the span ends
 // as failed.
@@ -65,18 +52,22 @@ class SyncSpan {
   PendingCollective span_;  // ended as failed on destruction if finish() never ran
 };
 
-// On every parameter's gradient accumulator: runs when that gradient is ready.
+// On the grad_fn of one forward's output: runs when backward reaches the
+// model, in the outermost backward (a reentrant checkpoint's nested backward
+// runs inside the model, later), before any parameter's gradient and so
+// before DDP can launch a bucket.
 class OpenSpanHook final : public autograd::FunctionPreHook {
  public:
-  explicit OpenSpanHook(std::shared_ptr<SyncState> st) : st_(std::move(st)) {}
+  explicit OpenSpanHook(std::shared_ptr<const SpanParams> p) : p_(std::move(p)) {}
   autograd::variable_list operator()(const autograd::variable_list& grads) override {
-    if (!st_->armed.load(std::memory_order_relaxed)) return grads;  // the common case after the first gradient
-    if (!st_->armed.exchange(false, std::memory_order_acq_rel) || !rankscope::detail::gate_open()) return grads;
+    if (fired_ || !rankscope::detail::gate_open()) return grads;
+    fired_ = true;  // a second backward of the same forward all-reduces nothing
     try {
-      auto span = std::make_shared<SyncSpan>(st_->p);
+      auto span = std::make_shared<SyncSpan>(*p_);
       // Final callbacks run in order when backward ends. DDP queues its
       // finalize (which waits for every bucket) when its last bucket is ready,
-      // after this one; a callback queued from ours therefore runs after DDP's.
+      // after this one (or in a nested backward that ends before this one);
+      // a callback queued from ours therefore runs after DDP's.
       auto& engine = autograd::Engine::get_default_engine();
       engine.queue_callback([span, &engine] {
         try {
@@ -92,39 +83,55 @@ class OpenSpanHook final : public autograd::FunctionPreHook {
   }
 
  private:
-  std::shared_ptr<SyncState> st_;
+  std::shared_ptr<const SpanParams> p_;
+  bool fired_ = false;  // a node's hooks run on one thread at a time
 };
+
+// The first tensor of a forward's output that backward will reach (a tensor,
+// or one inside a tuple, list or dict such as a ModelOutput).
+const at::Tensor* first_grad_tensor(PyObject* o, int depth = 0) {
+  if (THPVariable_Check(o)) {
+    const at::Tensor& t = THPVariable_Unpack(o);
+    return t.defined() && t.grad_fn() ? &t : nullptr;
+  }
+  if (depth >= 3) return nullptr;
+  if (PyTuple_Check(o) || PyList_Check(o)) {
+    const Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
+    PyObject** items = PySequence_Fast_ITEMS(o);
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      if (const at::Tensor* t = first_grad_tensor(items[i], depth + 1)) return t;
+    }
+  } else if (PyDict_Check(o)) {
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(o, &pos, &key, &value)) {
+      if (const at::Tensor* t = first_grad_tensor(value, depth + 1)) return t;
+    }
+  }
+  return nullptr;
+}
 
 class DdpSync {
  public:
   DdpSync(py::handle model, rankscope::Communicator* comm, std::string_view op, std::uint64_t count,
-          std::string_view dtype, const py::list& params)
-      : model_(model), st_(std::make_shared<SyncState>()) {
-    st_->p = {comm, rankscope::python::op_of(op), count, rankscope::python::dtype_of(dtype)};
-    for (py::handle h : params) {
-      if (!THPVariable_Check(h.ptr())) throw py::type_error("DdpSync: params must be tensors");
-      const at::Tensor& t = THPVariable_Unpack(h.ptr());
-      if (!t.requires_grad() || !t.is_leaf()) continue;
-      auto acc = autograd::impl::grad_accumulator(t);  // created if needed; DDP holds the same ones
-      if (!acc) continue;
-      acc->add_pre_hook(std::make_unique<OpenSpanHook>(st_));
-      accumulators_.push_back(std::move(acc));
-    }
-  }
-  std::size_t hooked() const { return accumulators_.size(); }
-  // The accumulator hooks can outlive this (a graph still holding them, the
-  // module wrapped again): they must not open a span for this model any more.
-  ~DdpSync() { st_->armed.store(false); }
+          std::string_view dtype)
+      : model_(model),
+        p_(std::make_shared<const SpanParams>(
+            SpanParams{comm, rankscope::python::op_of(op), count, rankscope::python::dtype_of(dtype)})) {}
   DdpSync(const DdpSync&) = delete;
   DdpSync& operator=(const DdpSync&) = delete;
 
-  bool armed() const { return st_->armed.load(); }
-  // The DDP module's forward hook: DDP's forward sets require_forward_param_sync
-  // to True exactly when it prepared its reducer for the next backward (grad
-  // enabled and require_backward_grad_sync; torch 1.13 through 2.x).
-  void after_forward(py::handle module) {
-    if (!is_model(module)) return;
-    PyObject* v = PyObject_GetAttrString(module.ptr(), "require_forward_param_sync");
+  std::uint64_t forwards_hooked() const { return forwards_hooked_; }
+  // The DDP module's forward hook. DDP's forward sets require_forward_param_sync
+  // to True exactly when it prepared its reducer to all-reduce in the next
+  // backward (grad enabled and require_backward_grad_sync; torch 1.13 through
+  // 2.x): then the output's grad_fn gets the hook that opens the span. A
+  // forward inside no_sync() or one that raised, or a call of ddp.module
+  // directly, prepares nothing and gets no hook.
+  void after_forward(py::handle module, py::handle output) {
+    if (!is_model(module) || !rankscope::detail::gate_open()) return;
+    static PyObject* const name = PyUnicode_InternFromString("require_forward_param_sync");  // leaked, once
+    PyObject* v = name != nullptr ? PyObject_GetAttr(module.ptr(), name) : nullptr;
     if (v == nullptr) {
       PyErr_Clear();  // never into training
       return;
@@ -132,7 +139,15 @@ class DdpSync {
     const int prepared = PyObject_IsTrue(v);
     Py_DECREF(v);
     if (prepared < 0) PyErr_Clear();
-    if (prepared == 1) st_->armed.store(true, std::memory_order_release);
+    if (prepared != 1) return;
+    const at::Tensor* t = first_grad_tensor(output.ptr());
+    if (t == nullptr) return;
+    try {
+      t->grad_fn()->add_pre_hook(std::make_unique<OpenSpanHook>(p_));
+      ++forwards_hooked_;
+    } catch (...) {
+      // never into training: this forward's backward is not recorded
+    }
   }
 
  private:
@@ -147,9 +162,9 @@ class DdpSync {
 #endif
   }
 
-  py::weakref model_;  // the DDP module; a deep copy (same hooks, other parameters) is ignored
-  std::shared_ptr<SyncState> st_;
-  std::vector<std::shared_ptr<autograd::Node>> accumulators_;
+  py::weakref model_;  // the DDP module; a deep copy (which shares the hook) is ignored
+  std::shared_ptr<const SpanParams> p_;
+  std::uint64_t forwards_hooked_ = 0;  // under the GIL
 };
 
 // The forward hook as a plain CPython fast-call function: the module's
@@ -167,14 +182,14 @@ PyObject* forward_hook(PyObject* self, PyObject* const* args, Py_ssize_t nargs) 
   auto* h = static_cast<HookSelf*>(PyCapsule_GetPointer(self, kHookCapsule));
   if (h == nullptr) {
     PyErr_Clear();  // never into training
-  } else if (nargs >= 1) {
-    h->sync->after_forward(args[0]);
+  } else if (nargs >= 3) {
+    h->sync->after_forward(args[0], args[2]);  // (module, inputs, output)
   }
   Py_RETURN_NONE;
 }
 PyMethodDef kHookDef = {"rankscope_ddp_forward_hook",
                         reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&forward_hook)),
-                        METH_FASTCALL, "Arms the DDP span when DDP will all-reduce after this forward."};
+                        METH_FASTCALL, "Hooks the output of a forward after which DDP all-reduces."};
 
 py::object make_forward_hook(py::object owner) {
   auto* h = new HookSelf{owner.ptr(), owner.cast<DdpSync*>()};
@@ -202,14 +217,13 @@ PYBIND11_MODULE(_torch_hooks, m) {
   py::class_<DdpSync>(m, "DdpSync",
                       "One collective span per backward pass for a DDP model's gradient all-reduce.")
       .def(py::init([](py::handle model, py::handle comm, std::string_view op, std::uint64_t count,
-                       std::string_view dtype, const py::list& params) {
-             return new DdpSync(model, comm.cast<rankscope::Communicator*>(), op, count, dtype, params);
+                       std::string_view dtype) {
+             return new DdpSync(model, comm.cast<rankscope::Communicator*>(), op, count, dtype);
            }),
-           "model"_a, "comm"_a, "op"_a, "count"_a, "dtype"_a, "params"_a)
-      .def_property_readonly("hooked", &DdpSync::hooked, "Parameters whose gradient accumulator is hooked.")
-      .def_property_readonly("armed", &DdpSync::armed,
-                             "True between a forward after which DDP all-reduces and that backward's first gradient.")
+           "model"_a, "comm"_a, "op"_a, "count"_a, "dtype"_a)
+      .def_property_readonly("forwards_hooked", &DdpSync::forwards_hooked,
+                             "Forwards whose backward will open a span (DDP prepared to all-reduce).")
       .def_property_readonly("forward_hook", &make_forward_hook,
-                             "For register_forward_hook on the DDP module: arms the span when that forward prepared "
-                             "DDP to all-reduce (require_forward_param_sync).");
+                             "For register_forward_hook on the DDP module: after a forward that prepared DDP to "
+                             "all-reduce (require_forward_param_sync), hooks the output's grad_fn to open the span.");
 }

@@ -213,20 +213,18 @@ def instrument_ddp(ddp_model, per_bucket=False):
     nothing; a copy.deepcopy of the model is not instrumented.
 
     Default: one span per backward pass in which DDP all-reduces, on DDP's
-    process group, counting every gradient element: opened when the first
-    gradient is ready (before DDP can launch a bucket), ended when DDP has
-    finished all-reducing (an autograd final callback queued behind DDP's own),
-    so it includes the backward compute the buckets overlap (wrap backward in a
-    phase and the step breakdown counts that time as backward). DDP decides at
-    forward time: after a forward inside no_sync() or with
-    require_backward_grad_sync off, one that raised, or a call of ddp.module
-    directly, DDP does not all-reduce and no span is opened (unless an earlier
-    grad-enabled forward had no backward yet: DDP then all-reduces, and a span
-    records it). With the C++ extension built, the only Python per step is the
-    DDP module's forward hook, a C function (~0.5 us, the module's hook path);
-    the rest are C++ hooks on the gradient accumulators. With reentrant activation checkpointing (torch.utils.checkpoint's
-    default in 1.13) the span ends with the first nested backward; use
-    use_reentrant=False or per_bucket=True there.
+    process group, counting every gradient element: opened when backward
+    reaches the model's output (before DDP can launch a bucket), ended when DDP
+    has finished all-reducing (an autograd final callback queued behind DDP's
+    own), so it includes the backward compute the buckets overlap (wrap
+    backward in a phase and the step breakdown counts that time as backward).
+    DDP decides at forward time, and so does this: after a forward inside
+    no_sync() or with require_backward_grad_sync off, one that raised, or a
+    call of ddp.module directly, DDP does not all-reduce and no span is opened.
+    Reentrant activation checkpointing inside the model is fine (the span
+    belongs to the outermost backward). With the C++ extension built, the only
+    Python per step is the DDP module's forward hook, a C function (~0.5 us,
+    nearly all of it the module's hook path).
 
     per_bucket=True: one span per gradient bucket through a DDP communication
     hook, ended by the bucket's future. Exact per-bucket timing, but any Python
@@ -244,10 +242,9 @@ def instrument_ddp(ddp_model, per_bucket=False):
         if _torch_hooks is None:
             _instrument_ddp_python(ddp_model, comm, count, dtype)
         else:
-            # The forward hook holds the C++ state (and so the accumulator hooks)
-            # as long as the model lives; a deep copy shares the hook but has
-            # other parameters, and DdpSync ignores any module but `ddp_model`.
-            sync = _torch_hooks.DdpSync(ddp_model, comm, "all_reduce", count, dtype, params)
+            # The forward hook holds the C++ state as long as the model lives; a
+            # deep copy shares the hook, and DdpSync ignores any module but this.
+            sync = _torch_hooks.DdpSync(ddp_model, comm, "all_reduce", count, dtype)
             ddp_model.register_forward_hook(sync.forward_hook)
     _instrumented_ddp[per_bucket].add(ddp_model)
 
@@ -257,7 +254,7 @@ def _instrument_ddp_python(ddp_model, comm, count, dtype):
     engine = torch.autograd.Variable._execution_engine
     enabled = rankscope.enabled
 
-    def on_backward(grad):
+    def open_span():
         span = _rs.collective(comm, "all_reduce", count, dtype)
         # Final callbacks run in order once backward is done, and DDP queues its
         # finalize (which waits for every bucket) when its last bucket is ready:
@@ -271,6 +268,13 @@ def _instrument_ddp_python(ddp_model, comm, count, dtype):
         if module is target() and enabled() and getattr(module, "require_forward_param_sync", False):
             t = _first_grad_tensor(output)
             if t is not None:
+                fired = []
+
+                def on_backward(grad):  # once: a second backward of this forward all-reduces nothing
+                    if not fired:
+                        fired.append(True)
+                        open_span()
+
                 t.register_hook(on_backward)
 
     ddp_model.register_forward_hook(after_forward)
