@@ -3,10 +3,10 @@
 // creates one DdpSync per model and registers its forward hook, a C function:
 // after a forward that prepared DDP to all-reduce (DDP sets
 // require_forward_param_sync exactly then) it puts a C++ pre-hook on the
-// output's grad_fn, which opens the span when backward reaches the model,
+// outputs' grad_fns, which opens the span when backward reaches the model,
 // before DDP can launch its first bucket. An autograd final callback queued
 // behind DDP's own finalize (which waits for every bucket) ends it. Measured
-// here: ~0.45 us per forward, nearly all of it the module's hook path; a
+// here: ~0.6 us per forward, nearly all of it the module's hook path; a
 // Python DDP comm hook costs ~70 us per step, a Python forward hook plus
 // tensor hook ~10 us.
 //
@@ -16,9 +16,12 @@
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/graph_task.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <algorithm>
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -52,16 +55,22 @@ class SyncSpan {
   PendingCollective span_;  // ended as failed on destruction if finish() never ran
 };
 
-// On the grad_fn of one forward's output: runs when backward reaches the
-// model, in the outermost backward (a reentrant checkpoint's nested backward
-// runs inside the model, later), before any parameter's gradient and so
-// before DDP can launch a bucket.
+// On the grad_fns of one forward's outputs: the first to run (when backward
+// reaches the model, in the outermost backward: a reentrant checkpoint's
+// nested backward runs inside the model, later) opens the span, before the
+// model's parameters get gradients and so before DDP can launch a bucket.
 class OpenSpanHook final : public autograd::FunctionPreHook {
  public:
-  explicit OpenSpanHook(std::shared_ptr<const SpanParams> p) : p_(std::move(p)) {}
+  OpenSpanHook(std::shared_ptr<const SpanParams> p, std::shared_ptr<std::atomic<bool>> fired)
+      : p_(std::move(p)), fired_(std::move(fired)) {}
   autograd::variable_list operator()(const autograd::variable_list& grads) override {
-    if (fired_ || !rankscope::detail::gate_open()) return grads;
-    fired_ = true;  // a second backward of the same forward all-reduces nothing
+    if (fired_->load(std::memory_order_relaxed) || !rankscope::detail::gate_open()) return grads;
+    // torch.autograd.grad() (a gradient penalty) or backward(inputs=...):
+    // parameters' gradients are not accumulated, so DDP all-reduces nothing.
+    if (const auto* exec = autograd::get_current_graph_task_exec_info(); exec != nullptr && !exec->empty()) {
+      return grads;
+    }
+    if (fired_->exchange(true)) return grads;  // once per forward: another backward of it all-reduces nothing
     try {
       auto span = std::make_shared<SyncSpan>(*p_);
       // Final callbacks run in order when backward ends. DDP queues its
@@ -84,31 +93,36 @@ class OpenSpanHook final : public autograd::FunctionPreHook {
 
  private:
   std::shared_ptr<const SpanParams> p_;
-  bool fired_ = false;  // a node's hooks run on one thread at a time
+  std::shared_ptr<std::atomic<bool>> fired_;  // shared by the hooks of one forward
 };
 
-// The first tensor of a forward's output that backward will reach (a tensor,
-// or one inside a tuple, list or dict such as a ModelOutput).
-const at::Tensor* first_grad_tensor(PyObject* o, int depth = 0) {
-  if (THPVariable_Check(o)) {
+// The grad_fns backward can enter a forward's output through: every tensor in
+// it (a tensor, or inside a tuple, list or dict such as a ModelOutput), and
+// for a view also its base's (an in-place op on the view replaces the view's
+// grad_fn; the base's stays upstream). At most kMaxHooked distinct nodes.
+constexpr std::size_t kMaxHooked = 16;
+void collect_grad_fns(PyObject* o, std::vector<autograd::Node*>& out, int depth = 0) {
+  if (out.size() >= kMaxHooked) return;
+  if (PyObject_TypeCheck(o, reinterpret_cast<PyTypeObject*>(THPVariableClass))) {  // no Python code runs
     const at::Tensor& t = THPVariable_Unpack(o);
-    return t.defined() && t.grad_fn() ? &t : nullptr;
+    if (!t.defined()) return;
+    for (autograd::Node* n : {t.grad_fn().get(), t.is_view() ? t._base().grad_fn().get() : nullptr}) {
+      if (n != nullptr && std::find(out.begin(), out.end(), n) == out.end() && out.size() < kMaxHooked) {
+        out.push_back(n);
+      }
+    }
+    return;
   }
-  if (depth >= 3) return nullptr;
+  if (depth >= 3) return;
   if (PyTuple_Check(o) || PyList_Check(o)) {
-    const Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
-    PyObject** items = PySequence_Fast_ITEMS(o);
-    for (Py_ssize_t i = 0; i < n; ++i) {
-      if (const at::Tensor* t = first_grad_tensor(items[i], depth + 1)) return t;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(o); ++i) {
+      collect_grad_fns(PySequence_Fast_GET_ITEM(o, i), out, depth + 1);
     }
   } else if (PyDict_Check(o)) {
     Py_ssize_t pos = 0;
     PyObject *key, *value;
-    while (PyDict_Next(o, &pos, &key, &value)) {
-      if (const at::Tensor* t = first_grad_tensor(value, depth + 1)) return t;
-    }
+    while (PyDict_Next(o, &pos, &key, &value)) collect_grad_fns(value, out, depth + 1);
   }
-  return nullptr;
 }
 
 class DdpSync {
@@ -125,7 +139,7 @@ class DdpSync {
   // The DDP module's forward hook. DDP's forward sets require_forward_param_sync
   // to True exactly when it prepared its reducer to all-reduce in the next
   // backward (grad enabled and require_backward_grad_sync; torch 1.13 through
-  // 2.x): then the output's grad_fn gets the hook that opens the span. A
+  // 2.x): then the outputs' grad_fns get the hook that opens the span. A
   // forward inside no_sync() or one that raised, or a call of ddp.module
   // directly, prepares nothing and gets no hook.
   void after_forward(py::handle module, py::handle output) {
@@ -140,13 +154,15 @@ class DdpSync {
     Py_DECREF(v);
     if (prepared < 0) PyErr_Clear();
     if (prepared != 1) return;
-    const at::Tensor* t = first_grad_tensor(output.ptr());
-    if (t == nullptr) return;
     try {
-      t->grad_fn()->add_pre_hook(std::make_unique<OpenSpanHook>(p_));
+      std::vector<autograd::Node*> nodes;
+      collect_grad_fns(output.ptr(), nodes);
+      if (nodes.empty()) return;
+      auto fired = std::make_shared<std::atomic<bool>>(false);
+      for (autograd::Node* n : nodes) n->add_pre_hook(std::make_unique<OpenSpanHook>(p_, fired));
       ++forwards_hooked_;
     } catch (...) {
-      // never into training: this forward's backward is not recorded
+      PyErr_Clear();  // never into training: this forward's backward is not recorded
     }
   }
 
@@ -225,5 +241,5 @@ PYBIND11_MODULE(_torch_hooks, m) {
                              "Forwards whose backward will open a span (DDP prepared to all-reduce).")
       .def_property_readonly("forward_hook", &make_forward_hook,
                              "For register_forward_hook on the DDP module: after a forward that prepared DDP to "
-                             "all-reduce (require_forward_param_sync), hooks the output's grad_fn to open the span.");
+                             "all-reduce (require_forward_param_sync), hooks the outputs' grad_fns to open the span.");
 }

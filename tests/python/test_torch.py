@@ -112,16 +112,18 @@ os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[2])
 rankscope.init(rank=0, world_size=1, run_dir=sys.argv[1])
 dist.init_process_group("gloo", rank=0, world_size=1)
 torch.manual_seed(0)
-class Net(torch.nn.Module):  # the last layer in a reentrant checkpoint: backward starts with a nested one
+class Net(torch.nn.Module):
     def __init__(self):
         super().__init__()
         self.body = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.ReLU())
         self.head = torch.nn.Linear(1024, 256)
-    def forward(self, x):
-        return checkpoint(self.head, self.body(x))
+    def forward(self, x):  # (hidden, logits): the loss comes from the second output, a view of the
+        h = self.body(x)   # last layer's, which runs in a reentrant checkpoint (a nested backward)
+        return h, checkpoint(self.head, h, use_reentrant=True).view(8, 256)
 # ~4 MB of float32 gradients in 1 MB buckets: several buckets per backward.
 model = DDP(Net(), bucket_cap_mb=1)
-if sys.argv[3] == "python":
+cpp = sys.argv[3] == "torch"
+if not cpp:
     rst._torch_hooks = None                 # the fallback used when the C++ extension is not built
 rst.instrument_ddp(model)                   # one span per backward, ended after DDP's sync
 rst.instrument_ddp(model)                   # again: nothing more
@@ -129,29 +131,32 @@ rst.instrument_ddp(model, per_bucket=True)  # and one per bucket, from a comm ho
 rst.instrument_ddp(model, per_bucket=True)
 x = torch.randn(8, 256)
 for step in range(3):
-    model(x).sum().backward()
+    out = model(x)
+    if cpp and step == 1:                   # a gradient penalty through the output first: no span
+        torch.autograd.grad(out[0].sum(), list(model.module.body.parameters()), retain_graph=True)
+    if cpp and step == 2:                   # in place on the output view: its grad_fn is replaced
+        out[1].mul_(0.5)
+    out[1].sum().backward()
     rankscope.step(step)
 with model.no_sync():                       # no gradient sync: no span
-    model(x).sum().backward()
+    model(x)[1].sum().backward()
 with model.no_sync():                       # DDP decides at forward: backward outside, still none
-    y = model(x)
+    y = model(x)[1]
 y.sum().backward()
-model.module(x).sum().backward()            # around DDP: none
+model.module(x)[1].sum().backward()         # around DDP: none
 model.require_backward_grad_sync = False    # no_sync() by hand: none
-model(x).sum().backward()
+model(x)[1].sum().backward()
 model.require_backward_grad_sync = True
 try:
     model(torch.randn(8, 7))                # a forward that raises prepares nothing: none
 except RuntimeError:
     pass
-model.module(x).sum().backward()
+model.module(x)[1].sum().backward()
 rankscope.set_enabled(False)                # disabled: no span either
-model(x).sum().backward()
+model(x)[1].sum().backward()
 rankscope.set_enabled(True)
-with torch.no_grad():
-    model(x)
 clone = copy.deepcopy(model)                # a copy works and is not instrumented
-clone(x).sum().backward()
+clone(x)[1].sum().backward()
 print(sum(p.numel() for p in model.parameters()), "torch hooks" if rst._torch_hooks else "python hooks")
 rankscope.shutdown()
 """

@@ -188,20 +188,18 @@ def uninstrument():
     _originals.clear()
 
 
-def _first_grad_tensor(out):
+def _grad_tensors(out, found, depth=0):
+    """The tensors of a forward's output that backward can enter through."""
     if isinstance(out, torch.Tensor):
-        return out if out.requires_grad else None
-    if isinstance(out, (list, tuple)):
-        items = out
-    elif isinstance(out, dict):
-        items = out.values()
-    else:
-        return None
-    for o in items:
-        t = _first_grad_tensor(o)
-        if t is not None:
-            return t
-    return None
+        if out.grad_fn is not None and all(out.grad_fn is not t.grad_fn for t in found):
+            found.append(out)
+    elif depth < 3 and isinstance(out, (list, tuple)):
+        for o in out:
+            _grad_tensors(o, found, depth + 1)
+    elif depth < 3 and isinstance(out, dict):
+        for o in out.values():
+            _grad_tensors(o, found, depth + 1)
+    return found
 
 
 _instrumented_ddp = {False: weakref.WeakSet(), True: weakref.WeakSet()}  # by per_bucket
@@ -220,11 +218,15 @@ def instrument_ddp(ddp_model, per_bucket=False):
     backward in a phase and the step breakdown counts that time as backward).
     DDP decides at forward time, and so does this: after a forward inside
     no_sync() or with require_backward_grad_sync off, one that raised, or a
-    call of ddp.module directly, DDP does not all-reduce and no span is opened.
-    Reentrant activation checkpointing inside the model is fine (the span
-    belongs to the outermost backward). With the C++ extension built, the only
-    Python per step is the DDP module's forward hook, a C function (~0.5 us,
-    nearly all of it the module's hook path).
+    call of ddp.module directly, DDP does not all-reduce and no span is opened
+    (if an earlier prepared forward had no backward, DDP does all-reduce then,
+    unrecorded). torch.autograd.grad() through the output (a gradient penalty)
+    opens none either. Reentrant activation checkpointing inside the model is
+    fine (the span belongs to the outermost backward). With the C++ extension
+    built, the only Python per step is the DDP module's forward hook, a C
+    function (~0.6 us, nearly all of it the module's hook path). Compiled
+    autograd (torch 2.x) does not support C++ autograd hooks: use
+    per_bucket=True there.
 
     per_bucket=True: one span per gradient bucket through a DDP communication
     hook, ended by the bucket's future. Exact per-bucket timing, but any Python
@@ -266,15 +268,14 @@ def _instrument_ddp_python(ddp_model, comm, count, dtype):
     def after_forward(module, inputs, output):
         # DDP sets require_forward_param_sync when this forward prepared it to all-reduce
         if module is target() and enabled() and getattr(module, "require_forward_param_sync", False):
-            t = _first_grad_tensor(output)
-            if t is not None:
-                fired = []
+            fired = []
 
-                def on_backward(grad):  # once: a second backward of this forward all-reduces nothing
-                    if not fired:
-                        fired.append(True)
-                        open_span()
+            def on_backward(grad):  # once: a second backward of this forward all-reduces nothing
+                if not fired:
+                    fired.append(True)
+                    open_span()
 
+            for t in _grad_tensors(output, []):
                 t.register_hook(on_backward)
 
     ddp_model.register_forward_hook(after_forward)
