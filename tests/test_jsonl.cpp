@@ -249,3 +249,23 @@ TEST_CASE("triage finds the straggler and stays quiet on a healthy run", "[triag
   CHECK_THAT(reader::format_triage(*h), Catch::Contains("no findings"));
   CHECK_FALSE(reader::triage(healthy.path + "/nope").ok());
 }
+
+#include "json_util.hpp"
+
+TEST_CASE("derived rates are written with six decimals, trailing zeros dropped", "[jsonl]") {
+  const auto rate = [](double v) {
+    fmt::memory_buffer b;
+    rankscope::detail::json_rate_to(b, v);
+    return std::string(b.data(), b.size());
+  };
+  CHECK(rate(0.0) == "0");
+  CHECK(rate(1.75) == "1.75");
+  CHECK(rate(0.13865458445575518) == "0.138655");
+  CHECK(rate(0.000123) == "0.000123");
+  CHECK(rate(0.0000004) == "0");
+  CHECK(rate(123456.5) == "123456.5");
+  CHECK(rate(2.9999999) == "3");
+  CHECK(rate(1e13) == "10000000000000");  // out of the fixed range: the shortest form
+  CHECK(rate(-1.5) == "-1.5");
+  CHECK(rate(std::nan("")) == "\"NaN\"");
+}

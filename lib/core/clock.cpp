@@ -85,13 +85,15 @@ ConvertedTime TickClock::convert(std::uint64_t ticks) const noexcept {
   const Anchor& a = anchor_for(ticks);
   const double d = static_cast<double>(static_cast<std::int64_t>(ticks - a.tick));
   const double mono = a.mono + d * a.ns_per_tick;
-  const std::uint64_t m = mono > 0 ? static_cast<std::uint64_t>(std::llround(mono)) : 0;
+  // Rounds half up (values are positive): std::llround is a libm call, and
+  // this runs for every record the background thread decodes.
+  const std::uint64_t m = mono > 0 ? static_cast<std::uint64_t>(mono + 0.5) : 0;
   return {m, static_cast<std::uint64_t>(static_cast<std::int64_t>(m) + a.wall_minus_mono)};
 }
 
 std::uint64_t TickClock::ticks_to_ns(std::uint64_t dticks) const noexcept {
   if (!tsc_) return dticks;
-  return static_cast<std::uint64_t>(std::llround(static_cast<double>(dticks) * ns_per_tick_));
+  return static_cast<std::uint64_t>(static_cast<double>(dticks) * ns_per_tick_ + 0.5);
 }
 
 void TickClock::maybe_reanchor() noexcept {

@@ -134,9 +134,9 @@ void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
                      collective_fingerprint(e.op, e.count, e.dtype, e.peer));
       const Bandwidth bw = collective_bandwidth(e.op, e.count, e.dtype, n, static_cast<double>(e.dur_ns) * 1e-9);
       out.append(std::string_view(",\"algbw_gbps\":"));
-      json_number_to(out, bw.algbw_gbps);
+      json_rate_to(out, bw.algbw_gbps);
       out.append(std::string_view(",\"busbw_gbps\":"));
-      json_number_to(out, bw.busbw_gbps);
+      json_rate_to(out, bw.busbw_gbps);
       if (e.parent != nullptr) {
         out.append(std::string_view(",\"phase\":"));
         out.append(quoted(e.parent));

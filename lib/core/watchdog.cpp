@@ -30,7 +30,7 @@ void Watchdog::start(const WatchdogConfig& cfg, const RunContext& ctx, std::stri
   last_beat_mono_ = 0;
   stalled_ = false;
   step_tid_ = 0;
-  history_.clear();
+  history_n_ = history_next_ = 0;
   usual_ns_ = 0;
   steps_since_usual_ = 0;
   stalls_ = slow_steps_ = 0;  // counts are per session, like the run log they describe
@@ -74,15 +74,15 @@ void Watchdog::on_step(const StepBreakdown& b, std::int32_t, std::uint64_t mono_
   // The usual step time: the median of the recent history, recomputed every
   // few steps into a reused buffer (per step it cost ~1 us: a vector and a
   // selection over 64 steps, more than formatting the step's run-log lines).
-  if (history_.size() >= 5 && (usual_ns_ == 0 || ++steps_since_usual_ >= 8 || history_.size() < 64)) {
+  if (history_n_ >= 5 && (usual_ns_ == 0 || ++steps_since_usual_ >= 16 || history_n_ < kHistory)) {
     scratch_.clear();
-    for (const auto& h : history_) scratch_.push_back(h.total_ns);
+    for (std::size_t i = 0; i < history_n_; ++i) scratch_.push_back(history_[i].total_ns);
     std::nth_element(scratch_.begin(), scratch_.begin() + static_cast<std::ptrdiff_t>(scratch_.size() / 2),
                      scratch_.end());
     usual_ns_ = scratch_[scratch_.size() / 2];
     steps_since_usual_ = 0;
   }
-  if (history_.size() >= 5) {
+  if (history_n_ >= 5) {
     const std::uint64_t usual = usual_ns_;
     // Slow: slow_factor times the usual step and at least kMinSlowExcessNs
     // longer; a 40 us step that took 0.5 ms is a scheduler hiccup, not news.
@@ -93,7 +93,7 @@ void Watchdog::on_step(const StepBreakdown& b, std::int32_t, std::uint64_t mono_
       double grown_by = -1;
       for (int k = 0; k < kPhaseKindCount; ++k) {
         std::vector<std::uint64_t> v;
-        for (const auto& h : history_) v.push_back(h.by_kind_ns[k]);
+        for (std::size_t i = 0; i < history_n_; ++i) v.push_back(history_[i].by_kind_ns[k]);
         const double d = static_cast<double>(b.by_kind_ns[k]) - static_cast<double>(median_of(v));
         if (d > grown_by) grown_by = d, grown = k;
       }
@@ -125,8 +125,9 @@ void Watchdog::on_step(const StepBreakdown& b, std::int32_t, std::uint64_t mono_
       out.push_back(e);
     }
   }
-  history_.push_back(b);
-  if (history_.size() > 64) history_.pop_front();
+  history_[history_next_] = b;
+  history_next_ = (history_next_ + 1) % kHistory;
+  history_n_ = std::min(history_n_ + 1, kHistory);
 }
 
 std::string Watchdog::describe_inside(std::uint64_t now_tick, const TickClock& clock,
@@ -247,7 +248,7 @@ void Watchdog::write_heartbeat(std::uint64_t now_mono, const TickClock& clock,
   const std::int64_t offset = static_cast<std::int64_t>(realtime_ns()) - static_cast<std::int64_t>(monotonic_ns());
   const auto wall = [&](std::uint64_t mono) { return static_cast<std::uint64_t>(static_cast<std::int64_t>(mono) + offset); };
   std::vector<std::uint64_t> totals;
-  for (const auto& h : history_) totals.push_back(h.total_ns);
+  for (std::size_t i = 0; i < history_n_; ++i) totals.push_back(history_[i].total_ns);
   fmt::memory_buffer b;
   auto it = fmt::appender(b);
   fmt::format_to(it, "{{\"schema\":{},\"kind\":\"heartbeat\",\"rank\":{},\"world_size\":{},\"local_rank\":{},\"pid\":{}",

@@ -4,7 +4,7 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
+#include <array>
 #include <functional>
 #include <mutex>
 #include <string>
@@ -63,8 +63,12 @@ class Watchdog {
   std::uint64_t slow_printed_mono_ = 0;  // last slow-step console line
   std::uint64_t slow_unprinted_ = 0;     // slow steps since then, in the run log only
   std::uint64_t last_step_ns_ = 0;
-  std::deque<StepBreakdown> history_;  // recent steps, for "usual"
-  std::uint64_t usual_ns_ = 0;         // median step of history_, refreshed every 8 steps
+  // The last kHistory steps, for "usual": a fixed ring (a deque allocated a
+  // block every few steps on the background thread).
+  static constexpr std::size_t kHistory = 64;
+  std::array<StepBreakdown, kHistory> history_{};
+  std::size_t history_n_ = 0, history_next_ = 0;
+  std::uint64_t usual_ns_ = 0;  // median step of history_, refreshed every 16 steps
   int steps_since_usual_ = 0;
   std::vector<std::uint64_t> scratch_;
   std::mutex publisher_mu_;
