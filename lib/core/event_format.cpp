@@ -37,6 +37,11 @@ class RawLine {
     p_ += s.size();
     return *this;
   }
+  RawLine& hex16(std::uint64_t v) {  // 16 lowercase hex digits, zero-padded
+    for (int i = 15; i >= 0; --i, v >>= 4) p_[i] = "0123456789abcdef"[v & 15];
+    p_ += 16;
+    return *this;
+  }
   template <typename Int>
   RawLine& num(Int v) {
     const fmt::format_int f(v);
@@ -121,17 +126,28 @@ void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
       out.append(std::string_view(",\"value\":"));
       json_number_to(out, e.value);
       break;
-    case EventKind::kCollective: {
-      begin(out, "collective", e.wall_ns, e.mono_ns, e.step, e.tid);
+    case EventKind::kCollective: {  // once per collective: fixed fields through RawLine, like phases
       const int n = e.comm != nullptr ? e.comm->size() : 1;
-      fmt::format_to(it, FMT_COMPILE(",\"op\":\"{}\",\"comm\":"), collective_op_name(e.op));
+      const std::string_view op = collective_op_name(e.op), dtype = dtype_name(e.dtype);
+      {
+        RawLine o(out, kBeginMost + 32 + op.size());
+        begin_raw(o, "collective", e.wall_ns, e.mono_ns, rank_, e.step, e.tid);
+        o << ",\"op\":\"" << op << "\",\"comm\":";
+      }
       json_escape_to(out, e.comm != nullptr ? std::string_view(e.comm->name()) : std::string_view());
-      fmt::format_to(it,
-                     FMT_COMPILE(",\"comm_id\":{},\"seq\":{},\"count\":{},\"dtype\":\"{}\",\"bytes\":{},\"peer\":{},"
-                                 "\"group_size\":{},\"dur\":{},\"result\":\"{}\",\"fingerprint\":\"{:016x}\""),
-                     e.comm != nullptr ? e.comm->id() : 0, e.seq, e.count, dtype_name(e.dtype),
-                     collective_bytes(e.op, e.count, e.dtype, n), e.peer, n, e.dur_ns, result_name(e.result),
-                     collective_fingerprint(e.op, e.count, e.dtype, e.peer));
+      {
+        RawLine o(out, 256 + dtype.size());
+        (o << ",\"comm_id\":").num(e.comm != nullptr ? e.comm->id() : 0);
+        (o << ",\"seq\":").num(e.seq);
+        (o << ",\"count\":").num(e.count);
+        o << ",\"dtype\":\"" << dtype;
+        (o << "\",\"bytes\":").num(collective_bytes(e.op, e.count, e.dtype, n));
+        (o << ",\"peer\":").num(e.peer);
+        (o << ",\"group_size\":").num(n);
+        (o << ",\"dur\":").num(e.dur_ns);
+        o << ",\"result\":\"" << result_name(e.result) << "\",\"fingerprint\":\"";
+        o.hex16(collective_fingerprint(e.op, e.count, e.dtype, e.peer)) << "\"";
+      }
       const Bandwidth bw = collective_bandwidth(e.op, e.count, e.dtype, n, static_cast<double>(e.dur_ns) * 1e-9);
       out.append(std::string_view(",\"algbw_gbps\":"));
       json_rate_to(out, bw.algbw_gbps);
