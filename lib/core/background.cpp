@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "flight.hpp"
 #include "rankscope/export/jsonl.hpp"
@@ -144,7 +145,9 @@ std::uint64_t Runtime::decode_log(ThreadState* st, std::uint64_t at, std::vector
 
 void Runtime::remember(const Event& e) {
   if (recent_per_thread_ == 0) return;
-  recent_[e.tid].push(e, recent_per_thread_);
+  RecentEvents& h = recent_[e.tid];
+  h.touch(++recent_uses_);
+  h.push(e, recent_per_thread_);
 }
 
 // Only the last few events of a thread can survive in its history, so only
@@ -152,8 +155,26 @@ void Runtime::remember(const Event& e) {
 void Runtime::remember_tail(const std::vector<Event>& batch, std::size_t from, std::int32_t tid) {
   if (recent_per_thread_ == 0 || batch.size() <= from) return;
   RecentEvents& h = recent_[tid];
+  h.touch(++recent_uses_);
   const std::size_t first = std::max(from, batch.size() - std::min<std::size_t>(batch.size() - from, recent_per_thread_));
   for (std::size_t i = first; i < batch.size(); ++i) h.push(batch[i], recent_per_thread_);
+}
+
+void Runtime::prune_recent() {
+  if (recent_.size() <= threads_.size() + kExitedHistories) return;
+  absl::flat_hash_set<std::int32_t> live;
+  for (const ThreadState* st : threads_) {
+    if (!st->retired.load(std::memory_order_acquire)) live.insert(st->tid);
+  }
+  std::vector<std::pair<std::uint64_t, std::int32_t>> gone;  // (last use, tid)
+  for (const auto& [tid, h] : recent_) {
+    // tid 0 holds the process's own events (stalls, slow steps): always kept.
+    if (tid != 0 && !live.contains(tid)) gone.emplace_back(h.last_use(), tid);
+  }
+  if (gone.size() <= kExitedHistories) return;
+  const auto keep_from = gone.end() - static_cast<std::ptrdiff_t>(kExitedHistories);
+  std::nth_element(gone.begin(), keep_from, gone.end());
+  for (auto it = gone.begin(); it != keep_from; ++it) recent_.erase(it->second);
 }
 
 void Runtime::deliver(std::vector<Event>& batch) {
@@ -208,6 +229,7 @@ std::size_t Runtime::drain_all(std::vector<Event>& batch) {
     for (std::size_t i = before; i < batch.size(); ++i) remember(batch[i]);
   }
   deliver(batch);
+  prune_recent();
   recorded_.fetch_add(n, std::memory_order_relaxed);
   return n;
 }

@@ -76,6 +76,8 @@ const FlightRing* flight_ring();
 // every second push).
 class RecentEvents {
  public:
+  void touch(std::uint64_t use) { last_use_ = use; }
+  std::uint64_t last_use() const { return last_use_; }
   void push(const Event& e, std::size_t capacity) {
     if (slots_.size() < capacity) {
       slots_.push_back(e);
@@ -92,6 +94,7 @@ class RecentEvents {
  private:
   std::vector<Event> slots_;
   std::size_t next_ = 0;
+  std::uint64_t last_use_ = 0;
 };
 
 struct DumpInput {

@@ -17,8 +17,21 @@ ThreadRegistry& registry() {
 
 ThreadState* ThreadRegistry::add(std::uint32_t capacity) {
   auto* st = new ThreadState;
-  st->slots = static_cast<Record*>(std::aligned_alloc(64, sizeof(Record) * capacity));
-  st->metric_slots = static_cast<double*>(std::aligned_alloc(64, sizeof(double) * kMaxMetricSlots));
+  {
+    // A ring left by a thread that exited, if one fits: threads that come and
+    // go every epoch (loader and pin-memory threads) then cost no 4 MiB
+    // mmap/munmap pair and no fresh page faults.
+    std::lock_guard<std::mutex> lk(mu);
+    if (!spare_rings_.empty() && spare_rings_.back().capacity == capacity) {
+      st->slots = spare_rings_.back().slots;
+      st->metric_slots = spare_rings_.back().metric_slots;
+      spare_rings_.pop_back();
+    }
+  }
+  if (st->slots == nullptr) {
+    st->slots = static_cast<Record*>(std::aligned_alloc(64, sizeof(Record) * capacity));
+    st->metric_slots = static_cast<double*>(std::aligned_alloc(64, sizeof(double) * kMaxMetricSlots));
+  }
   if (st->slots == nullptr || st->metric_slots == nullptr) {
     std::free(st->slots);
     std::free(st->metric_slots);
@@ -67,6 +80,14 @@ void ThreadRegistry::free_retired() {
     }
   }
   for (ThreadState* st : dead) {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      if (spare_rings_.size() < kSpareRings) {
+        spare_rings_.push_back({st->slots, st->metric_slots, static_cast<std::uint32_t>(st->mask + 1)});
+        st->slots = nullptr;
+        st->metric_slots = nullptr;
+      }
+    }
     std::free(st->slots);
     std::free(st->metric_slots);
     delete st;

@@ -43,6 +43,15 @@ class ThreadRegistry {
   std::uint64_t retired_dropped_ = 0;         // Requires mu held.
   std::uint64_t threads_ever_ = 0;            // Requires mu held.
   std::vector<double> retired_slots_ = std::vector<double>(kMaxMetricSlots, 0.0);  // Requires mu held.
+  // Rings of exited threads kept for the next new thread (bounded: at most
+  // kSpareRings rings of memory beyond the live threads').
+  struct SpareRing {
+    Record* slots;
+    double* metric_slots;
+    std::uint32_t capacity;
+  };
+  static constexpr std::size_t kSpareRings = 2;
+  std::vector<SpareRing> spare_rings_;  // Requires mu held.
 };
 
 ThreadRegistry& registry();

@@ -98,6 +98,10 @@ class Runtime {
   void deliver(std::vector<Event>& batch);
   void remember(const Event& e);  // keeps the last events per thread for dumps
   void remember_tail(const std::vector<Event>& batch, std::size_t from, std::int32_t tid);
+  // Drops the histories of exited threads beyond the newest kExitedHistories,
+  // so a job that starts a thread per epoch does not grow without bound.
+  void prune_recent();
+  static constexpr std::size_t kExitedHistories = 8;
   std::uint64_t decode_log(ThreadState* st, std::uint64_t at, std::vector<Event>& batch);
   void export_metrics_now();
   void decode(ThreadState* st, const Record& r, const Record* next, std::vector<Event>& batch);
@@ -131,6 +135,7 @@ class Runtime {
   detail::TickClock clock_;
   detail::StepBreakdownBuilder breakdown_;
   absl::flat_hash_map<std::int32_t, RecentEvents> recent_;  // last events per thread, for dumps
+  std::uint64_t recent_uses_ = 0;                           // orders histories by last use
   detail::EventFormatter dump_fmt_;
   detail::Watchdog watchdog_;
   detail::WatchdogConfig watchdog_cfg_;
