@@ -96,6 +96,22 @@ TEST_CASE("dynamic names are interned once", "[timer]") {
   CHECK(intern("layer0") == phases[0].site);
 }
 
+TEST_CASE("past the name limit, new run-time names share one site per kind", "[timer]") {
+  const Site* known = intern("bounded_known");
+  detail::set_intern_limit(0);  // the table counts as full from here on
+  const Site* a = intern("bounded_new_a");
+  const Site* b = intern("bounded_new_b");
+  const Site* f = intern("bounded_new_f", PhaseKind::kForward);
+  const Site* again = intern("bounded_known");
+  detail::set_intern_limit(kMaxInternedNames);
+  CHECK(again == known);  // names interned before stay themselves
+  CHECK(a == b);
+  CHECK(std::string(a->name) == "(too many names)");
+  CHECK(f != a);
+  CHECK(f->kind == PhaseKind::kForward);
+  CHECK(intern("bounded_new_c") != a);  // room again
+}
+
 TEST_CASE("runtime-disabled phases record nothing and are not counted as misuse", "[timer]") {
   ScopedRuntime rt;
   set_enabled(false);

@@ -98,6 +98,11 @@ PyObject* phase_get(PyObject*, PyObject* name) {
   obj->site = rankscope::intern(sv, rankscope::classify_phase(sv));
   Py_INCREF(name);
   obj->name = name;
+  // Names made per step would grow the cache for ever: past the intern limit
+  // (where every new name shares one site anyway) handles are not kept.
+  if (PyDict_Size(g_handles) >= static_cast<Py_ssize_t>(rankscope::detail::intern_limit())) {
+    return reinterpret_cast<PyObject*>(obj);
+  }
   if (PyDict_SetItem(g_handles, name, reinterpret_cast<PyObject*>(obj)) != 0) {
     Py_DECREF(obj);
     return nullptr;
@@ -120,6 +125,7 @@ void bind_phase(py::module_& m) {
   PyObject* fn = PyCFunction_NewEx(&kPhaseGet, nullptr, m.attr("__name__").ptr());
   if (fn == nullptr) throw py::error_already_set();
   m.add_object("phase", fn);
+  m.def("_set_intern_limit", [](std::size_t n) { rankscope::detail::set_intern_limit(n); });
   m.def("_set_decorator", [](py::object f) {
     Py_XDECREF(g_decorate);
     g_decorate = f.release().ptr();

@@ -7,6 +7,7 @@
 // Thread-safety: Sites are immutable; intern() takes a lock (not for hot paths).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string_view>
 
@@ -87,8 +88,15 @@ struct Site {
 /// Interns a run-time name as a Site (allocated once per distinct name and
 /// kind, never freed). Use for names that are not string literals:
 ///   static const rankscope::Site* s = rankscope::intern("layer" + std::to_string(i));
+/// Memory stays bounded: past kMaxInternedNames distinct names, new names
+/// share one "(too many names)" site per kind (with a warning once).
+inline constexpr std::size_t kMaxInternedNames = 65536;
 const Site* intern(std::string_view name, PhaseKind kind) noexcept;
 inline const Site* intern(std::string_view name) noexcept { return intern(name, classify_phase(name)); }
+namespace detail {
+std::size_t intern_limit() noexcept;
+void set_intern_limit(std::size_t n) noexcept;  // tests only
+}  // namespace detail
 
 /// Explicit marker for phase names that are not literals (see PhaseTimer).
 struct DynamicName {

@@ -1,5 +1,6 @@
 // Interned sites for names known only at run time; leaked on purpose so the
 // pointers stay valid in records until the process exits.
+#include <cstdio>
 #include <deque>
 #include <mutex>
 #include <string>
@@ -8,24 +9,46 @@
 #include "rankscope/site.hpp"
 
 namespace rankscope {
+namespace {
+std::size_t g_intern_limit = kMaxInternedNames;  // guarded by the table's mutex
+}  // namespace
 
 const Site* intern(std::string_view name, PhaseKind kind) noexcept {
   static std::mutex* mu = new std::mutex;
   static auto* table = new absl::flat_hash_map<std::string, const Site*>;
   static auto* names = new std::deque<std::string>;  // stable addresses, reachable (no leak report)
+  static Site* overflow[kPhaseKindCount] = {};
   try {
     std::string key(name);
     key.push_back(static_cast<char>('0' + static_cast<int>(kind)));
     std::lock_guard<std::mutex> lk(*mu);
-    auto [it, inserted] = table->try_emplace(std::move(key), nullptr);
-    if (inserted) {
-      const std::string& stored = names->emplace_back(name);
-      it->second = new Site{stored.c_str(), "", "", 0, kind};
+    if (auto it = table->find(key); it != table->end()) return it->second;
+    if (table->size() >= g_intern_limit) {
+      // A name made per step or per sample would grow this table for ever:
+      // past the limit every new name shares one site per kind.
+      Site*& o = overflow[static_cast<int>(kind)];
+      if (o == nullptr) {
+        std::fprintf(stderr,
+                     "[rankscope] more than %zu distinct run-time names (e.g. '%.*s'): new names are recorded as "
+                     "'(too many names)'; use a fixed set of names and put varying values in fields\n",
+                     g_intern_limit, static_cast<int>(name.size()), name.data());
+        o = new Site{"(too many names)", "", "", 0, kind};
+      }
+      return o;
     }
-    return it->second;
+    const std::string& stored = names->emplace_back(name);
+    const Site* site = new Site{stored.c_str(), "", "", 0, kind};
+    table->emplace(std::move(key), site);
+    return site;
   } catch (...) {
     return nullptr;
   }
 }
+
+namespace detail {
+// For tests: lower the limit to exercise the overflow without 65536 names.
+void set_intern_limit(std::size_t n) noexcept { g_intern_limit = n; }
+std::size_t intern_limit() noexcept { return g_intern_limit; }
+}  // namespace detail
 
 }  // namespace rankscope

@@ -25,6 +25,28 @@ def test_import_without_init_is_harmless(run_py):
     assert p.stdout.strip() == "ok"
 
 
+def test_names_made_per_step_do_not_grow_memory_past_the_limit(run_py, tmp_path):
+    run_py("""
+        import os, rankscope
+        from rankscope import _rankscope as core
+        rankscope.init(rank=0, world_size=1, run_dir=os.environ["RUN_DIR"])
+        with rankscope.phase("kept"):
+            pass
+        before = len(core._phase_handles)
+        core._set_intern_limit(0)          # the name table counts as full
+        for n in range(100):
+            with rankscope.phase(f"step {n}"):   # a new name every step
+                pass
+        assert len(core._phase_handles) == before  # handles of new names are not cached
+        assert rankscope.phase("kept") is rankscope.phase("kept")
+        core._set_intern_limit(65536)
+        rankscope.shutdown()
+    """)
+    names = [e["name"] for e in events(tmp_path / "run") if e["kind"] == "phase"]
+    assert names.count("(too many names)") == 100
+    assert names.count("kept") == 1
+
+
 def test_phases_steps_metrics_and_logs_reach_the_run_log(run_py, tmp_path):
     run_py("""
         import os, rankscope
