@@ -78,6 +78,21 @@ TEST_CASE("the store exchange gathers every rank's payload and names a rank that
     REQUIRE(got[r].ok());
     CHECK(*got[r] == std::vector<std::string>{"from 0", "from 1"});
   }
+  // Later rounds delete this rank's keys of two rounds back: the store keeps
+  // two rounds per check however long the job runs.
+  {
+    std::vector<std::shared_ptr<rankscope::Exchange>> ex;
+    for (int r = 0; r < 2; ++r) ex.push_back(rankscope::torch::store_exchange(stores[r], "y/", r, 2));
+    const std::int64_t before = stores[0]->getNumKeys();
+    for (int round = 1; round <= 5; ++round) {
+      std::vector<std::thread> more;
+      for (int r = 0; r < 2; ++r) {
+        more.emplace_back([&, r] { (void)ex[r]->all_gather("epoch/" + std::to_string(round), "x", 20s); });
+      }
+      for (auto& t : more) t.join();
+    }
+    CHECK(stores[0]->getNumKeys() - before == 4);  // rounds 4 and 5, one key per rank each
+  }
   // Rank 1 does not call: rank 0 returns after the timeout, naming it.
   auto ex = rankscope::torch::store_exchange(stores[0], "x/", 0, 2);
   const auto lone = ex->all_gather("sampler/1", "from 0", 300ms);

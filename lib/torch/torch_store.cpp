@@ -1,4 +1,7 @@
 #include <chrono>
+#include <deque>
+#include <map>
+#include <mutex>
 #include <string_view>
 #include <thread>
 
@@ -44,6 +47,7 @@ class StoreExchange final : public Exchange {
     std::vector<bool> have(static_cast<std::size_t>(size_), false);
     try {
       store_->set(base + std::to_string(rank_), std::vector<uint8_t>(payload.begin(), payload.end()));
+      forget_old_round(key);
       auto pause = std::chrono::milliseconds(1);
       for (;;) {
         std::vector<int> missing;
@@ -69,9 +73,27 @@ class StoreExchange final : public Exchange {
   }
 
  private:
+  // Keys are "<check>/<call number>". Every rank that reached round n of a
+  // check finished reading round n-1, so when this rank posts round n+1 no
+  // one still needs its key of round n-1: deleted, so the store (which may
+  // outlive the job: an elastic agent's) holds at most two rounds per check.
+  void forget_old_round(std::string_view key) {
+    const std::size_t slash = key.rfind('/');
+    const std::string check(key.substr(0, slash == std::string_view::npos ? 0 : slash));
+    std::lock_guard<std::mutex> lk(mu_);
+    std::deque<std::string>& posted = posted_[check];
+    posted.emplace_back(fmt::format("{}{}/{}", prefix_, key, rank_));
+    if (posted.size() > 2) {
+      store_->deleteKey(posted.front());
+      posted.pop_front();
+    }
+  }
+
   c10::intrusive_ptr<c10d::Store> store_;
   std::string prefix_;
   int rank_, size_;
+  std::mutex mu_;
+  std::map<std::string, std::deque<std::string>> posted_;  // check -> this rank's keys, oldest first
 };
 }  // namespace
 
@@ -79,6 +101,9 @@ std::shared_ptr<Exchange> store_exchange(c10::intrusive_ptr<c10d::Store> store, 
                                          int size) {
   if (rank < 0) rank = rankscope::context().rank;
   if (size < 0) size = rankscope::context().world_size;
+  // A restarted job may reuse the store (an elastic agent's): its rounds
+  // start at 1 again and must not read the previous attempt's payloads.
+  prefix += fmt::format("{}/", rankscope::context().restart_count);
   return std::make_shared<StoreExchange>(std::move(store), std::move(prefix), rank, size);
 }
 

@@ -70,6 +70,15 @@ def run(rank, world, run_dir, port, mode):
             rankscope.check_sampler(seed=7, epoch=0, fingerprint=rank + 1, num_indices=10, fail=True)
         except rankscope.InvariantViolation as e:
             os.write(1, f"rank {rank} raised: {e}\n".encode())  # one write: ranks share the pipe
+    elif mode == "rounds":
+        store = dist.distributed_c10d._get_default_store()
+        dist.barrier()
+        before = store.num_keys()
+        for epoch in range(6):
+            rankscope.check_sampler(seed=7, epoch=epoch, fingerprint=rank + 1, num_indices=10)
+        dist.barrier()
+        if rank == 0:
+            os.write(1, f"keys added {store.num_keys() - before}\n".encode())
     dist.barrier()
     dist.destroy_process_group()
     rankscope.shutdown()
@@ -103,6 +112,14 @@ def test_torch_exchange_reports_a_rank_that_never_arrives_instead_of_hanging(tmp
     assert "rank 1 raised:" in p.stdout
     v = _events(run_dir, "violation")
     assert {x["what"] for x in v} == {"exchange_timeout"} and all(x["ranks"] == [2] for x in v)
+
+
+def test_torch_exchange_keeps_only_the_last_two_rounds_in_the_store(tmp_path):
+    p, run_dir = _run_check(tmp_path, "rounds", 29713)
+    # 6 rounds x 3 ranks x (payload + arrival counter) = 36 keys without cleanup;
+    # each rank deletes its keys of round n-2 when it posts round n.
+    assert "keys added 12" in p.stdout, p.stdout
+    assert not _events(run_dir, "violation")
 
 
 DDP_MODES = r"""

@@ -15,6 +15,7 @@ Only public torch APIs that exist from 1.13 through 2.x are used; nothing in
 torch is changed except the torch.distributed functions instrument() wraps
 (restored by uninstrument()).
 """
+import collections
 import functools
 import time
 import weakref
@@ -318,13 +319,30 @@ class TorchStoreExchange(_rs.Exchange):
     def __init__(self, store=None, prefix="rankscope/x/"):
         super().__init__(dist.get_rank(), dist.get_world_size())
         self._store = store if store is not None else dist.distributed_c10d._get_default_store()
-        self._prefix = prefix
+        # A restarted job may reuse the store (an elastic agent's): its rounds start again at 1.
+        self._prefix = f"{prefix}{_rs.context()['restart_count']}/"
         self._rank, self._size = dist.get_rank(), dist.get_world_size()
+        self._posted = {}  # check -> this rank's keys of its last rounds, oldest first
+
+    def _forget_old_round(self, key, base):
+        # Keys are "<check>/<call number>". Every rank that reached round n finished
+        # reading round n-1, so once this rank posts round n+1 its keys of round n-1
+        # are read by no one: deleted, so the store holds at most two rounds per check.
+        posted = self._posted.setdefault(key.rpartition("/")[0], collections.deque())
+        posted.append(base)
+        if len(posted) > 2:
+            old = posted.popleft()
+            for k in (old + str(self._rank), old + "arrived/" + str(self._rank)):
+                try:
+                    self._store.delete_key(k)
+                except Exception:  # a store without delete_key: keys stay, nothing else changes
+                    pass
 
     def gather(self, key, payload, timeout_s):
         base = f"{self._prefix}{key}/"
         self._store.set(base + str(self._rank), payload)
         self._store.add(base + "arrived/" + str(self._rank), 1)
+        self._forget_old_round(key, base)
         out = [None] * self._size
         deadline = time.monotonic() + timeout_s
         pause = 0.001
