@@ -2,6 +2,7 @@
 #include <thread>
 
 #include "capture_sink.hpp"
+#include "metrics_registry.hpp"
 #include "rankscope/rankscope.hpp"
 
 using namespace rankscope;
@@ -45,6 +46,26 @@ TEST_CASE("invalid names and type clashes give a no-op metric, not a crash", "[m
   auto& h = histogram("test_bad_bounds", {1, 1, 2});
   h.observe(1);
   CHECK(h.bounds().empty());
+}
+
+TEST_CASE("a label that changes every step cannot grow the registry without bound", "[metrics]") {
+  ScopedRuntime rt;
+  std::vector<MetricSample> before;
+  detail::snapshot_metrics(before);
+  detail::set_metric_series_limit(before.size() + 3);  // the real limit is detail::kMaxMetricSeries
+  std::vector<Gauge*> g;
+  for (int epoch = 0; epoch < 10; ++epoch) g.push_back(&gauge("test_epoch_acc", "", {{"epoch", std::to_string(epoch)}}));
+  Gauge* other = &gauge("test_other_gauge");
+  Gauge* again = &gauge("test_epoch_acc", "", {{"epoch", "0"}});
+  detail::set_metric_series_limit(detail::kMaxMetricSeries);
+  CHECK(g[0] != g[1]);
+  CHECK(g[1] != g[2]);
+  CHECK(g[3] == g[9]);   // past the limit: the shared no-op
+  CHECK(other == g[9]);
+  CHECK(again == g[0]);  // registered series stay usable
+  std::vector<MetricSample> after;
+  detail::snapshot_metrics(after);
+  CHECK(after.size() == before.size() + 3);
 }
 
 TEST_CASE("gauges keep the last value and support add", "[metrics]") {

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "metrics_registry.hpp"
 #include "rankscope/metrics.hpp"
@@ -33,6 +34,11 @@ class MetricRegistry {
     if (!valid_name(name)) return warn_noop(noop, name, "is not a valid metric name ([a-zA-Z_:][a-zA-Z0-9_:]*)");
     for (const auto& [k, v] : labels) {
       if (!valid_name(k) || k.find(':') != std::string::npos) return warn_noop(noop, name, "has an invalid label name");
+    }
+    // A label that changes every step or epoch would add a series per value
+    // for ever, each repeated by every export: capped, like the slots.
+    if (by_key_.size() >= series_limit) {
+      return warn_noop(noop, name, "would be one series too many (a label that changes every step?)");
     }
     if (next_slot_ + nslots > static_cast<std::uint32_t>(detail::kMaxMetricSlots)) {
       return warn_noop(noop, name, "does not fit: all metric slots are in use");
@@ -78,6 +84,7 @@ class MetricRegistry {
   }
 
   std::mutex mu;
+  std::size_t series_limit = detail::kMaxMetricSeries;  // lowered by tests
   // Slots 0..15 are scratch for no-op metrics (a no-op histogram has no bounds).
   Counter noop_counter{"noop", 0};
   Gauge noop_gauge{"noop"};
@@ -92,10 +99,14 @@ class MetricRegistry {
     std::uint32_t slot;
   };
 
+  // Warns once per name (a loop asking for a refused metric every step must
+  // not flood stderr); the set of warned names is capped too.
   template <typename T>
-  static T& warn_noop(T& noop, std::string_view name, const char* why) {
-    std::fprintf(stderr, "[rankscope] metric '%.*s' %s; it will record nothing\n", static_cast<int>(name.size()),
-                 name.data(), why);
+  T& warn_noop(T& noop, std::string_view name, const char* why) {
+    if (warned_.size() < 256 && warned_.insert(std::string(name)).second) {
+      std::fprintf(stderr, "[rankscope] metric '%.*s' %s; it will record nothing\n", static_cast<int>(name.size()),
+                   name.data(), why);
+    }
     return noop;
   }
   static bool valid_name(std::string_view n) {
@@ -111,6 +122,7 @@ class MetricRegistry {
   absl::flat_hash_map<std::string, Entry> by_key_;
   std::deque<std::string> order_;
   std::uint32_t next_slot_ = 16;
+  absl::flat_hash_set<std::string> warned_;  // names already warned about (at most 256)
 };
 
 double Counter::value() const noexcept { return detail::registry().slot_sum(slot_); }
@@ -162,6 +174,11 @@ Histogram& histogram(std::string_view name, std::vector<double> bounds, std::str
 
 namespace detail {
 void snapshot_metrics(std::vector<MetricSample>& out) { MetricRegistry::get().snapshot(out); }
+void set_metric_series_limit(std::size_t n) {
+  auto& r = MetricRegistry::get();
+  std::lock_guard<std::mutex> lk(r.mu);
+  r.series_limit = n;
+}
 void lock_metric_registry() { MetricRegistry::get().mu.lock(); }
 void unlock_metric_registry() { MetricRegistry::get().mu.unlock(); }
 }  // namespace detail
