@@ -54,7 +54,7 @@ def test_ddp_example_spans_every_collective_with_bytes_and_matching_sequence_num
 
 
 CHECK = r"""
-import os, sys, torch.distributed as dist, torch.multiprocessing as mp
+import os, sys, torch, torch.distributed as dist, torch.multiprocessing as mp
 import rankscope, rankscope.torch as rst
 
 def run(rank, world, run_dir, port, mode):
@@ -70,6 +70,16 @@ def run(rank, world, run_dir, port, mode):
             rankscope.check_sampler(seed=7, epoch=0, fingerprint=rank + 1, num_indices=10, fail=True)
         except rankscope.InvariantViolation as e:
             os.write(1, f"rank {rank} raised: {e}\n".encode())  # one write: ranks share the pipe
+    elif mode == "groups":
+        rst.instrument()
+        g1, g2 = dist.new_group([0, 1, 2]), dist.new_group([0, 1, 2])
+        # Ranks first use the groups in different orders (async, so nobody waits on the other group).
+        order = [(g1, torch.ones(3)), (g2, torch.ones(5))]
+        if rank == 1:
+            order.reverse()
+        for w in [dist.all_reduce(t, group=g, async_op=True) for g, t in order]:
+            w.wait()
+        rst.uninstrument()
     elif mode == "rounds":
         store = dist.distributed_c10d._get_default_store()
         dist.barrier()
@@ -112,6 +122,17 @@ def test_torch_exchange_reports_a_rank_that_never_arrives_instead_of_hanging(tmp
     assert "rank 1 raised:" in p.stdout
     v = _events(run_dir, "violation")
     assert {x["what"] for x in v} == {"exchange_timeout"} and all(x["ranks"] == [2] for x in v)
+
+
+def test_a_group_has_the_same_communicator_name_on_every_rank_whatever_order_ranks_first_use_it(tmp_path):
+    _, run_dir = _run_check(tmp_path, "groups", 29714)
+    names = {}
+    for c in _events(run_dir, "collective"):
+        names.setdefault(c["count"], set()).add((c["comm"], c["seq"]))
+    assert names[3] == {("pg1", 1)} and names[5] == {("pg2", 1)}  # torch's group names, on all 3 ranks
+    t = subprocess.run([sys.executable, "-m", "rankscope", "triage", run_dir], env=_env(), capture_output=True,
+                       text=True, timeout=60)
+    assert "mismatch" not in t.stdout, t.stdout
 
 
 def test_torch_exchange_keeps_only_the_last_two_rounds_in_the_store(tmp_path):

@@ -57,18 +57,36 @@ _OPS = {
 _PEER_ARG = {"broadcast": 1, "reduce": 1, "send": 1, "recv": 1, "isend": 1, "irecv": 1}
 
 _originals = {}
-_comms = {}
+_comms = weakref.WeakKeyDictionary()  # process group -> communicator; a destroyed group drops out
+
+
+def _group_name(group):
+    """torch's own name of a group ("1", "2", ... in creation order, so the same on every rank)."""
+    c10d = dist.distributed_c10d
+    names = getattr(c10d, "_pg_names", None)  # torch 1.x
+    if names is None:
+        names = getattr(getattr(c10d, "_world", None), "pg_names", {})  # torch 2.x
+    return names.get(group)
 
 
 def _communicator(group):
     """One rankscope communicator per process group: sequence numbers line up across its ranks."""
-    world = group is None or group is dist.group.WORLD
-    key = 0 if world else id(group)
-    c = _comms.get(key)
+    if group is None or group is dist.group.WORLD:
+        return _rs.communicator("world", dist.get_world_size(), dist.get_rank())
+    try:
+        c = _comms.get(group)
+    except TypeError:  # not weak-referenceable: not cached
+        c = None
     if c is None:
-        name = "world" if world else f"pg{len(_comms)}"
+        torch_name = _group_name(group)
+        # Named after torch's group name, not the order this rank first used it:
+        # every rank must give a group the same name for triage to compare them.
+        name = f"pg{torch_name}" if torch_name is not None else f"pg@{id(group):x}"
         c = _rs.communicator(name, dist.get_world_size(group), dist.get_rank(group))
-        _comms[key] = c
+        try:
+            _comms[group] = c
+        except TypeError:
+            pass
     return c
 
 
