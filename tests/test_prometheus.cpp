@@ -119,3 +119,27 @@ TEST_CASE("prometheus: environment configuration and its errors", "[prometheus]"
   CHECK_THAT(std::string(bad.status().message()), Catch::Contains("RANKSCOPE_PROMETHEUS_PORT='http'"));
   CHECK(!make_prometheus_sink({.base_port = 70000}).ok());
 }
+
+TEST_CASE("samples per second come from the last 30 s of steps at 1,000 steps per second", "[prometheus]") {
+  auto sink = make_prometheus_sink({.base_port = free_port(), .local_rank = 0});
+  REQUIRE(sink.ok());
+  RunInfo info;
+  info.context.run_id = "r";
+  (*sink)->start(info);
+  // 100,000 steps of 8 samples, one every 1 ms of wall time: 8,000 samples/s.
+  const std::uint64_t t0 = 1'700'000'000'000'000'000ull;
+  std::vector<Event> batch(1);
+  Event& e = batch[0];
+  e.kind = EventKind::kStepEnd;
+  e.scalars.samples = 8;
+  for (int s = 0; s < 100'000; ++s) {
+    e.step = s;
+    e.wall_ns = t0 + static_cast<std::uint64_t>(s) * 1'000'000;
+    (*sink)->export_events(batch);
+  }
+  const std::string text = prometheus_text(**sink);
+  const auto at = text.find("\nrankscope_samples_per_second{");
+  REQUIRE(at != std::string::npos);
+  const double rate = std::stod(text.substr(text.find("} ", at) + 2));
+  CHECK(rate == Approx(8000.0).epsilon(0.01));
+}

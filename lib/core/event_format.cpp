@@ -174,9 +174,9 @@ void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
       begin(out, e.kind == EventKind::kStall ? "stall" : (e.kind == EventKind::kStallEnd ? "stall_end" : "slow_step"),
             e.wall_ns, e.mono_ns, e.step, e.tid);
       fmt::format_to(it, FMT_COMPILE(",\"dur\":{}"), e.dur_ns);
-      if (e.error != nullptr) {
+      if (!e.text.empty()) {  // a stall: where the rank is
         out.append(std::string_view(",\"inside\":"));
-        json_escape_to(out, e.error);
+        json_escape_to(out, e.text);
       }
       if (!e.fields.empty()) {
         out.push_back(',');

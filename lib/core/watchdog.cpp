@@ -203,7 +203,7 @@ bool Watchdog::tick(std::uint64_t now_mono, const TickClock& clock, const std::v
     Event e = make_event(EventKind::kStall, now_mono, clock);
     e.dur_ns = age;
     e.fields = fmt::format("\"progress_age_ns\":{},\"timeout_ns\":{},{}", age, cfg_.stall_timeout_ns, json);
-    e.error = intern(inside)->name;
+    e.text = inside;  // owned: interning it would add a name per stall (ages make each unique)
     std::fprintf(stderr, "[rankscope] rank %d: STALLED: no progress for %.1f s (step %lld); inside: %s\n", ctx_.rank,
                  secs(age), static_cast<long long>(step_), inside.c_str());
     out.push_back(e);

@@ -296,8 +296,10 @@ class OtlpSink final : public Sink {
                            : e.kind == EventKind::kStallEnd ? "rankscope.stall_end"
                            : e.kind == EventKind::kSlowStep ? "rankscope.slow_step"
                                                             : "rankscope.comm_error";
-        l.body = fmt::format("{}: {} ms{}{}", what, e.dur_ns / 1000000, e.error != nullptr ? ": " : "",
-                             e.error != nullptr ? e.error : "");
+        const std::string_view detail = !e.text.empty() ? std::string_view(e.text)  // a stall: where the rank is
+                                        : e.error != nullptr ? std::string_view(e.error)
+                                                             : std::string_view();
+        l.body = fmt::format("{}: {} ms{}{}", what, e.dur_ns / 1000000, detail.empty() ? "" : ": ", detail);
         l.attrs = {Attr::str("event.name", what), Attr::integer("rankscope.step", e.step),
                    Attr::integer("rankscope.duration_ns", static_cast<std::int64_t>(e.dur_ns))};
         logs_.push_back(std::move(l));

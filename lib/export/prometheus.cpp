@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -157,8 +158,15 @@ class PrometheusSink final : public Sink {
         if (s.skipped) ++skipped_;
         if (s.samples) {
           samples_ += static_cast<double>(*s.samples);
-          window_.emplace_back(last_step_wall_, samples_);
-          while (window_.size() > 2 && window_.back().first - window_.front().first > 30) window_.erase(window_.begin());
+          // One point per 0.1 s (the newest moves forward in between): at most
+          // ~300 points over the 30 s window, whatever the step rate.
+          const std::size_t n = window_.size();
+          if (n >= 2 && last_step_wall_ - window_[n - 2].first < 0.1) {
+            window_.back() = {last_step_wall_, samples_};
+          } else {
+            window_.emplace_back(last_step_wall_, samples_);
+          }
+          while (window_.size() > 2 && window_.back().first - window_.front().first > 30) window_.pop_front();
         }
         break;
       }
@@ -332,7 +340,7 @@ class PrometheusSink final : public Sink {
   double loss_ = NAN, lr_ = NAN, grad_norm_ = NAN;
   std::uint64_t skipped_ = 0;
   double samples_ = 0;
-  std::vector<std::pair<double, double>> window_;  // (wall s, samples so far)
+  std::deque<std::pair<double, double>> window_;  // (wall s, samples so far)
   Hist loader_wait_, checkpoint_;
   std::map<std::string, Hist> collective_;
   std::map<std::string, double> busbw_;
