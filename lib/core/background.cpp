@@ -172,6 +172,7 @@ void Runtime::prune_recent() {
     if (tid != 0 && !live.contains(tid)) gone.emplace_back(h.last_use(), tid);
   }
   if (gone.size() <= kExitedHistories) return;
+  breakdown_.retain_threads(live);
   const auto keep_from = gone.end() - static_cast<std::ptrdiff_t>(kExitedHistories);
   std::nth_element(gone.begin(), keep_from, gone.end());
   for (auto it = gone.begin(); it != keep_from; ++it) recent_.erase(it->second);

@@ -138,6 +138,9 @@ absl::StatusOr<std::vector<std::string>> LocalMember::all_gather(std::string_vie
     for (int r = 0; r < h.size; ++r) {
       if (!round.payloads[static_cast<std::size_t>(r)]) missing.push_back(r);
     }
+    // Done with the round too: it is freed once every rank is (a late rank
+    // still finds the others' payloads).
+    if (++round.readers == h.size) h.rounds.erase(std::string(key));
     return exchange_timeout_error(key, timeout, missing);
   }
   std::vector<std::string> out;

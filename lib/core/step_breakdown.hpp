@@ -46,6 +46,13 @@ class StepBreakdownBuilder {
     return b;
   }
 
+  // Forgets threads that exited (a training loop started in a new thread per
+  // session would otherwise leave one entry per thread).
+  template <typename Set>
+  void retain_threads(const Set& live) {
+    absl::erase_if(threads_, [&](const auto& kv) { return !live.contains(kv.first); });
+  }
+
  private:
   struct PerThread {
     bool open = false;
