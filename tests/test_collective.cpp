@@ -291,6 +291,31 @@ TEST_CASE("threads that come and go every epoch leave a bounded history and lose
   CHECK(lines == 3 * kThreads);  // rings reused by later threads lose nothing
 }
 
+TEST_CASE("re-created communicators get distinct names and dumps list only the recent destroyed ones",
+          "[flight]") {
+  TempDir tmp;
+  REQUIRE(init(file_config(tmp.path)).ok());
+  int handles[40];
+  std::set<std::string> names;
+  for (int& h : handles) {  // an abort-and-recreate loop
+    names.insert(register_communicator(&h, "test_recreated", 2, 0).name());
+    release_communicator(&h);
+  }
+  CHECK(names.size() == 40);
+  CHECK(names.count("test_recreated#39") == 1);
+  auto p = dump_flight_recorder("recreated");
+  REQUIRE(p.ok());
+  shutdown();
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc;
+  REQUIRE(parser.load(*p).get(doc) == simdjson::SUCCESS);
+  std::size_t listed = 0;
+  for (auto c : doc["communicators"].get_array()) {
+    if (std::string_view(c["name"]).rfind("test_recreated", 0) == 0) ++listed;
+  }
+  CHECK(listed == 16);  // the newest destroyed ones
+}
+
 TEST_CASE("dumping without a running runtime or run directory is a clear error", "[flight]") {
   shutdown();
   auto p = dump_flight_recorder("nothing");

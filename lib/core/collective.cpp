@@ -2,6 +2,7 @@
 // communicator registry, and the record a closed span writes.
 #include "rankscope/collective.hpp"
 
+#include <algorithm>
 #include <deque>
 #include <mutex>
 
@@ -124,7 +125,13 @@ class CommunicatorRegistry {
   Communicator& for_handle(const void* h, std::string_view name, int size, int rank) {
     std::lock_guard<std::mutex> lk(mu_);
     std::string n(name);
-    for (int k = 1; by_name_.contains(n); ++k) n = absl::StrCat(std::string(name), "#", k);
+    // Every NCCL communicator is "nccl": number them with one counter per
+    // base name (probing #1, #2, ... made the k-th registration O(k)).
+    if (by_name_.contains(n)) {
+      int& k = suffix_[n];
+      do n = absl::StrCat(std::string(name), "#", ++k);
+      while (by_name_.contains(n));
+    }
     Communicator& c = make(std::move(n), size, rank);
     by_handle_[h] = &c;
     return c;
@@ -147,9 +154,19 @@ class CommunicatorRegistry {
     for (Communicator* c : all_) n += !c->destroyed_.load(std::memory_order_relaxed);
     return n;
   }
+  // Every live communicator and the kDestroyedListed most recently created
+  // destroyed ones: a job that re-creates communicators (after an abort, per
+  // restore) must not make every heartbeat and dump list them all.
   std::vector<const Communicator*> all() {
     std::lock_guard<std::mutex> lk(mu_);
-    return {all_.begin(), all_.end()};
+    std::vector<const Communicator*> out;
+    std::size_t destroyed = 0;
+    for (auto it = all_.rbegin(); it != all_.rend(); ++it) {
+      if ((*it)->destroyed_.load(std::memory_order_relaxed) && ++destroyed > kDestroyedListed) continue;
+      out.push_back(*it);
+    }
+    std::reverse(out.begin(), out.end());
+    return out;
   }
   const Communicator* by_id(std::uint32_t id) {
     std::lock_guard<std::mutex> lk(mu_);
@@ -164,7 +181,9 @@ class CommunicatorRegistry {
     by_name_[c->name()] = c;
     return *c;
   }
+  static constexpr std::size_t kDestroyedListed = 16;
   std::mutex mu_;
+  absl::flat_hash_map<std::string, int> suffix_;  // base name -> last #k given
   std::deque<Communicator*> all_;
   absl::flat_hash_map<std::string, Communicator*> by_name_;
   absl::flat_hash_map<const void*, Communicator*> by_handle_;
