@@ -22,6 +22,16 @@ using rankscope::test::TempDir;
 using rankscope::test::slurp;
 
 namespace {
+// Dumps the flight recorder, shuts down (so the dump is final) and parses it.
+simdjson::dom::element dump_shutdown_parse(simdjson::dom::parser& parser, std::string_view reason) {
+  auto p = dump_flight_recorder(reason);
+  REQUIRE(p.ok());
+  shutdown();
+  simdjson::dom::element doc;
+  REQUIRE(parser.load(*p).get(doc) == simdjson::SUCCESS);
+  return doc;
+}
+
 Config file_config(const std::string& dir) {
   Config cfg;
   cfg.run_dir = dir;
@@ -237,12 +247,8 @@ TEST_CASE("the flight recorder ring keeps the newest entries when it wraps", "[f
   for (int i = 0; i < 5000; ++i) {
     CollectiveSpan s(c, CollectiveOp::kAllReduce, static_cast<std::uint64_t>(i), DType::kFloat32);
   }
-  auto p = dump_flight_recorder("wrap");
-  REQUIRE(p.ok());
-  shutdown();
   simdjson::dom::parser parser;
-  simdjson::dom::element doc;
-  REQUIRE(parser.load(*p).get(doc) == simdjson::SUCCESS);
+  const simdjson::dom::element doc = dump_shutdown_parse(parser, "wrap");
   std::uint64_t n = 0, max_seq = 0, min_seq = ~0ull;
   for (auto e : doc["collectives"].get_array()) {
     if (std::string_view(e["comm"]) != "test_wrap_comm") continue;
@@ -272,12 +278,8 @@ TEST_CASE("threads that come and go every epoch leave a bounded history and lose
     }).join();
     REQUIRE(flush());
   }
-  auto p = dump_flight_recorder("churn");
-  REQUIRE(p.ok());
-  shutdown();
   simdjson::dom::parser parser;
-  simdjson::dom::element doc;
-  REQUIRE(parser.load(*p).get(doc) == simdjson::SUCCESS);
+  const simdjson::dom::element doc = dump_shutdown_parse(parser, "churn");
   std::set<std::int64_t> tids;
   for (auto e : doc["recent_events"].get_array()) {
     std::string_view name;
@@ -303,12 +305,8 @@ TEST_CASE("re-created communicators get distinct names and dumps list only the r
   }
   CHECK(names.size() == 40);
   CHECK(names.count("test_recreated#39") == 1);
-  auto p = dump_flight_recorder("recreated");
-  REQUIRE(p.ok());
-  shutdown();
   simdjson::dom::parser parser;
-  simdjson::dom::element doc;
-  REQUIRE(parser.load(*p).get(doc) == simdjson::SUCCESS);
+  const simdjson::dom::element doc = dump_shutdown_parse(parser, "recreated");
   std::size_t listed = 0;
   for (auto c : doc["communicators"].get_array()) {
     if (std::string_view(c["name"]).rfind("test_recreated", 0) == 0) ++listed;
