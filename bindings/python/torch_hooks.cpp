@@ -6,7 +6,8 @@
 // outputs' grad_fns, which opens the span when backward reaches the model,
 // before DDP can launch its first bucket. An autograd final callback queued
 // behind DDP's own finalize (which waits for every bucket) ends it. Measured
-// here: ~0.6 us per forward, nearly all of it the module's hook path; a
+// here: ~0.6 us per forward for the hook, ~4.5 us per step in all while
+// recording (the grad_fn hook objects, the span, two final callbacks); a
 // Python DDP comm hook costs ~70 us per step, a Python forward hook plus
 // tensor hook ~10 us.
 //
