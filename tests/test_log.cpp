@@ -100,6 +100,30 @@ TEST_CASE("named loggers take their own level from RANKSCOPE_LOG_LEVEL", "[log]"
   CHECK_THAT(std::string(st.message()), Catch::Contains("logger=level"));
 }
 
+TEST_CASE("a logger made per connection keeps one id per name and its records outlive it", "[log]") {
+  TempDir tmp;
+  {
+    ScopedEnv e("RANKSCOPE_LOG_LEVEL", "info,test_conn=debug");
+    REQUIRE(init(log_config(tmp.path)).ok());
+  }
+  std::uint16_t first_id = 0;
+  for (int i = 0; i < 100; ++i) {
+    Logger conn("test_conn");  // destroyed before the background thread writes its record
+    if (i == 0) first_id = conn.id();
+    CHECK(conn.id() == first_id);
+    CHECK(conn.level() == Level::kDebug);
+    RANKSCOPE_LOG_TO(conn, Level::kDebug, "connection {}", i);
+  }
+  {
+    ScopedEnv e("RANKSCOPE_LOG_LEVEL", "warn");  // levels reach live loggers only (no dangling ones)
+    shutdown();
+    REQUIRE(init(log_config(tmp.path)).ok());
+  }
+  shutdown();
+  const std::string log = slurp(tmp.path + "/rank-0.jsonl");
+  CHECK_THAT(log, Catch::Contains(R"("msg":"connection 99","logger":"test_conn")"));
+}
+
 TEST_CASE("an invalid log level or console policy is an init error", "[log]") {
   shutdown();
   {

@@ -71,6 +71,7 @@ Level log_level() noexcept;
 class Logger {
  public:
   explicit Logger(std::string_view name);
+  ~Logger();
   const char* name() const noexcept { return name_; }
   std::uint16_t id() const noexcept { return id_; }
   Level level() const noexcept { return static_cast<Level>(level_.load(std::memory_order_relaxed)); }

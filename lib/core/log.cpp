@@ -9,6 +9,7 @@
 #include <mutex>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -45,9 +46,14 @@ std::string_view level_name(Level l) noexcept {
 }
 
 namespace {
+// Ids are per name (interned, so the names outlive every Logger): records of
+// a Logger destroyed before the drain still resolve, and a Logger made per
+// object or per connection adds no id. `live` is for level changes only.
 struct LoggerRegistry {
   std::mutex mu;
-  std::vector<Logger*> loggers;                       // Requires mu held.
+  std::vector<const char*> names;                       // id - 1 -> name; Requires mu held.
+  absl::flat_hash_map<std::string_view, std::uint16_t> ids;  // Requires mu held.
+  std::vector<Logger*> live;                            // Requires mu held.
   std::vector<std::pair<std::string, Level>> overrides;  // from RANKSCOPE_LOG_LEVEL; Requires mu held.
 };
 LoggerRegistry& loggers() {
@@ -60,11 +66,23 @@ Logger::Logger(std::string_view name)
     : name_(intern(name, PhaseKind::kOther)->name), id_(0), level_(static_cast<std::uint8_t>(log_level())) {
   auto& r = loggers();
   std::lock_guard<std::mutex> lk(r.mu);
-  r.loggers.push_back(this);
-  id_ = static_cast<std::uint16_t>(r.loggers.size());  // 0 = the default logger
+  if (auto it = r.ids.find(name_); it != r.ids.end()) {
+    id_ = it->second;
+  } else if (r.names.size() < 0xffff) {
+    r.names.push_back(name_);
+    id_ = static_cast<std::uint16_t>(r.names.size());  // 0 = the default logger
+    r.ids.emplace(name_, id_);
+  }
+  r.live.push_back(this);
   for (const auto& [n, l] : r.overrides) {
     if (n == name_) set_level(l);
   }
+}
+
+Logger::~Logger() {
+  auto& r = loggers();
+  std::lock_guard<std::mutex> lk(r.mu);
+  std::erase(r.live, this);
 }
 
 namespace detail {
@@ -103,7 +121,7 @@ absl::Status apply_log_levels(std::string_view spec) {
   auto& r = loggers();
   std::lock_guard<std::mutex> lk(r.mu);
   r.overrides = overrides;
-  for (Logger* lg : r.loggers) {
+  for (Logger* lg : r.live) {
     lg->set_level(def);
     for (const auto& [n, l] : overrides) {
       if (n == lg->name()) lg->set_level(l);
@@ -116,7 +134,7 @@ const char* logger_name(std::uint16_t id) {
   if (id == 0) return nullptr;
   auto& r = loggers();
   std::lock_guard<std::mutex> lk(r.mu);
-  return id <= r.loggers.size() ? r.loggers[id - 1]->name() : nullptr;
+  return id <= r.names.size() ? r.names[id - 1] : nullptr;
 }
 }  // namespace detail
 
