@@ -87,8 +87,8 @@ def train(rank, args, run_dir, port):
 
 class ABRecorder:
     """Interleaved A/B: blocks of K steps alternate between every integration on and
-    rankscope.set_enabled(False), the order inside each pair of blocks pseudo-random but
-    the same on every rank. A step's time runs from the end of the previous step (the
+    rankscope.set_enabled(False), the order inside each pair alternating (ABBA...), the
+    same on every rank. A step's time runs from the end of the previous step (the
     loader's next() included). Reports the median over pairs of (median step on) /
     (median step off) with a bootstrap 95 % interval, for wall time and for this
     process's CPU time, and rankscope's background-thread CPU per step in each arm
@@ -101,7 +101,7 @@ class ABRecorder:
 
     def arm(self, step):
         b = step // self.block
-        return (b % 2 == 0) == bool(((b // 2) * 2654435761 >> 16) & 1)
+        return (b % 2 == 0) == ((b // 2) % 2 == 0)  # ABBA...: each arm first in half the pairs
 
     def _mark(self):
         self.t, self.c, self.g = time.perf_counter(), time.process_time(), rankscope.stats()["background_cpu_ns"]
