@@ -82,8 +82,8 @@ def run(rank, world, run_dir, port, mode):
         rst.uninstrument()
     elif mode == "rounds":
         store = dist.distributed_c10d._get_default_store()
+        before = store.num_keys()  # before the barrier: after it, other ranks may already post round 0
         dist.barrier()
-        before = store.num_keys()
         for epoch in range(6):
             rankscope.check_sampler(seed=7, epoch=epoch, fingerprint=rank + 1, num_indices=10)
         dist.barrier()
