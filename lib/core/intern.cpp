@@ -1,5 +1,6 @@
 // Interned sites for names known only at run time; leaked on purpose so the
 // pointers stay valid in records until the process exits.
+#include <atomic>
 #include <cstdio>
 #include <deque>
 #include <mutex>
@@ -10,7 +11,7 @@
 
 namespace rankscope {
 namespace {
-std::size_t g_intern_limit = kMaxInternedNames;  // guarded by the table's mutex
+std::atomic<std::size_t> g_intern_limit{kMaxInternedNames};  // also read by the Python handle cache
 }  // namespace
 
 const Site* intern(std::string_view name, PhaseKind kind) noexcept {
@@ -23,7 +24,8 @@ const Site* intern(std::string_view name, PhaseKind kind) noexcept {
     key.push_back(static_cast<char>('0' + static_cast<int>(kind)));
     std::lock_guard<std::mutex> lk(*mu);
     if (auto it = table->find(key); it != table->end()) return it->second;
-    if (table->size() >= g_intern_limit) {
+    const std::size_t limit = g_intern_limit.load(std::memory_order_relaxed);
+    if (table->size() >= limit) {
       // A name made per step or per sample would grow this table for ever:
       // past the limit every new name shares one site per kind.
       Site*& o = overflow[static_cast<int>(kind)];
@@ -31,7 +33,7 @@ const Site* intern(std::string_view name, PhaseKind kind) noexcept {
         std::fprintf(stderr,
                      "[rankscope] more than %zu distinct run-time names (e.g. '%.*s'): new names are recorded as "
                      "'(too many names)'; use a fixed set of names and put varying values in fields\n",
-                     g_intern_limit, static_cast<int>(name.size()), name.data());
+                     limit, static_cast<int>(name.size()), name.data());
         o = new Site{"(too many names)", "", "", 0, kind};
       }
       return o;
@@ -47,8 +49,8 @@ const Site* intern(std::string_view name, PhaseKind kind) noexcept {
 
 namespace detail {
 // For tests: lower the limit to exercise the overflow without 65536 names.
-void set_intern_limit(std::size_t n) noexcept { g_intern_limit = n; }
-std::size_t intern_limit() noexcept { return g_intern_limit; }
+void set_intern_limit(std::size_t n) noexcept { g_intern_limit.store(n, std::memory_order_relaxed); }
+std::size_t intern_limit() noexcept { return g_intern_limit.load(std::memory_order_relaxed); }
 }  // namespace detail
 
 }  // namespace rankscope

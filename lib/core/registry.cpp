@@ -78,16 +78,14 @@ void ThreadRegistry::free_retired() {
       retired_pending_.fetch_sub(static_cast<std::int64_t>(dead.size()), std::memory_order_relaxed);
       version_.fetch_add(1, std::memory_order_release);
     }
+    for (ThreadState* st : dead) {  // keep a few rings for the next new threads
+      if (spare_rings_.size() >= kSpareRings) break;
+      spare_rings_.push_back({st->slots, st->metric_slots, static_cast<std::uint32_t>(st->mask + 1)});
+      st->slots = nullptr;
+      st->metric_slots = nullptr;
+    }
   }
   for (ThreadState* st : dead) {
-    {
-      std::lock_guard<std::mutex> lk(mu);
-      if (spare_rings_.size() < kSpareRings) {
-        spare_rings_.push_back({st->slots, st->metric_slots, static_cast<std::uint32_t>(st->mask + 1)});
-        st->slots = nullptr;
-        st->metric_slots = nullptr;
-      }
-    }
     std::free(st->slots);
     std::free(st->metric_slots);
     delete st;
