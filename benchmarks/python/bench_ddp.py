@@ -4,8 +4,8 @@
 
 One process, world size 1 over gloo, the Python example's MLP. Each variant is its own
 DDP model; rounds of 10 forward+backward steps rotate through them in the same process,
-so machine noise hits all alike; the median step time of each is printed next to plain
-DDP's.
+(in reverse order every other round) so machine noise hits all alike; the median step
+time of each is printed next to plain DDP's. A second plain copy shows the noise floor.
 """
 import os
 import statistics
@@ -35,9 +35,10 @@ def main():
     torch.set_num_threads(1)
     rankscope.init(rank=0, world_size=1, run_dir=tempfile.mkdtemp(prefix="rankscope-bench-ddp-"))
     dist.init_process_group("gloo", rank=0, world_size=1)
-    variants = {"plain DDP": model()}
+    variants = {"plain DDP": model(), "plain DDP, a second copy (noise floor)": model()}
     variants["instrument_ddp(model)"] = m = model()
     rst.instrument_ddp(m)
+    variants["instrument_ddp(model), rankscope disabled"] = m
     hooks, rst._torch_hooks = rst._torch_hooks, None  # the fallback without the C++ extension
     variants["... without the C++ extension"] = m = model()
     rst.instrument_ddp(m)
@@ -51,11 +52,14 @@ def main():
     y = x[:, :4].argmax(1)
     times = {k: [] for k in variants}
     for r in range(ROUNDS):
-        for name, m in variants.items():
+        for name in (list(variants) if r % 2 == 0 else list(variants)[::-1]):
+            m = variants[name]
+            rankscope.set_enabled("disabled" not in name)
             t0 = time.perf_counter()
             for _ in range(10):
                 torch.nn.functional.cross_entropy(m(x), y).backward()
             times[name].append((time.perf_counter() - t0) / 10)
+        rankscope.set_enabled(True)
         if r % 50 == 0:
             rankscope.flush()
     base = statistics.median(times["plain DDP"])

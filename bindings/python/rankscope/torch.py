@@ -222,6 +222,7 @@ def _grad_tensors(out, found, depth=0):
 
 
 _instrumented_ddp = {False: weakref.WeakSet(), True: weakref.WeakSet()}  # by per_bucket
+_ddp_syncs = weakref.WeakKeyDictionary()  # DDP model -> its C++ hooks
 
 
 def instrument_ddp(ddp_model, per_bucket=False):
@@ -230,21 +231,21 @@ def instrument_ddp(ddp_model, per_bucket=False):
     nothing; a copy.deepcopy of the model is not instrumented.
 
     Default: one span per backward pass in which DDP all-reduces, on DDP's
-    process group, counting every gradient element: opened when backward
-    reaches the model's output (before DDP can launch a bucket), ended when DDP
-    has finished all-reducing (an autograd final callback queued behind DDP's
-    own), so it includes the backward compute the buckets overlap (wrap
-    backward in a phase and the step breakdown counts that time as backward).
-    DDP decides at forward time, and so does this: after a forward inside
-    no_sync() or with require_backward_grad_sync off, one that raised, or a
-    call of ddp.module directly, DDP does not all-reduce and no span is opened
-    (if an earlier prepared forward had no backward, DDP does all-reduce then,
-    unrecorded). torch.autograd.grad() through the output (a gradient penalty)
-    opens none either. Reentrant activation checkpointing inside the model is
-    fine (the span belongs to the outermost backward). With the C++ extension
-    built, the only Python per step is the DDP module's forward hook, a C
-    function (~0.6 us, nearly all of it the module's hook path). Compiled
-    autograd (torch 2.x) does not support C++ autograd hooks: use
+    process group, counting every gradient element: opened when the first
+    parameter gradient of that backward is ready (before DDP can launch a
+    bucket), ended when DDP has finished all-reducing (an autograd final
+    callback queued behind DDP's own), so it includes the backward compute the
+    buckets overlap (wrap backward in a phase and the step breakdown counts
+    that time as backward). A backward opens one only if DDP's reducer expects
+    it to all-reduce: not after a forward inside no_sync() or with
+    require_backward_grad_sync off, one that raised, or a call of ddp.module
+    directly, nor in a second backward of one forward or torch.autograd.grad()
+    (a gradient penalty). Reentrant activation checkpointing inside the model
+    is fine (the span ends with the outermost backward). With the C++
+    extension built there is no Python per step at all: a C++ hook on each
+    parameter's gradient accumulator (the nodes DDP's reducer hooks) reads the
+    reducer's state, and the module keeps torch's hook-free fast path.
+    Compiled autograd (torch 2.x) does not support C++ autograd hooks: use
     per_bucket=True there.
 
     per_bucket=True: one span per gradient bucket through a DDP communication
@@ -260,13 +261,17 @@ def instrument_ddp(ddp_model, per_bucket=False):
         params = [p for p in ddp_model.parameters() if p.requires_grad]
         count = sum(p.numel() for p in params)
         dtype = str(params[0].dtype) if params else "float32"
-        if _torch_hooks is None:
+        sync = None
+        if _torch_hooks is not None:
+            try:
+                sync = _torch_hooks.DdpSync(ddp_model.reducer, comm, "all_reduce", count, dtype)
+            except Exception as e:  # a reducer this build cannot reach (another pybind11 ABI)
+                rankscope.warning("rankscope.torch: C++ DDP hooks unavailable, using Python hooks",
+                                  error=f"{type(e).__name__}: {e}")
+        if sync is None:
             _instrument_ddp_python(ddp_model, comm, count, dtype)
         else:
-            # The forward hook holds the C++ state as long as the model lives; a
-            # deep copy shares the hook, and DdpSync ignores any module but this.
-            sync = _torch_hooks.DdpSync(ddp_model, comm, "all_reduce", count, dtype)
-            ddp_model.register_forward_hook(sync.forward_hook)
+            _ddp_syncs[ddp_model] = sync  # unhooks when the model goes; a deep copy has its own reducer
     _instrumented_ddp[per_bucket].add(ddp_model)
 
 
