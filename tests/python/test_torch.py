@@ -274,6 +274,10 @@ with model.no_sync():
     model(x).sum().backward()                         # no_sync: none
 comm = rst._communicator(model.process_group)
 print(comm.issued, comm.completed)
+odd = torch.nn.Linear(4, 4)                          # no reducer the C++ hooks can read: the Python hooks
+odd.reducer, odd.process_group = object(), model.process_group
+rst.instrument_ddp(odd)
+assert odd not in rst._ddp_syncs and len(odd._forward_hooks) == 1
 
 # The Python fallback and spans ended by nothing: failed, never left "issued".
 lin2 = torch.nn.Linear(4, 4)
@@ -308,6 +312,8 @@ def test_aborted_backward_ends_its_span_as_failed_and_the_next_one_opens(tmp_pat
         (1, "ok", 40), (2, "failed", 40), (3, "ok", 40), (4, "ok", 40)]
     assert [(e["seq"], e["op"], e["result"]) for e in colls if e["comm"] == "fallback"] == [
         (1, "all_reduce", "ok"), (2, "all_reduce", "failed"), (3, "all_reduce", "ok"), (4, "broadcast", "failed")]
+    warned = [e for e in _events(str(tmp_path / "run"), "log") if "C++ DDP hooks unavailable" in e["msg"]]
+    assert len(warned) == 1 and warned[0]["level"] == "warn", warned
 
 
 DROPPED_HANDLE = r"""
