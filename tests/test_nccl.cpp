@@ -4,6 +4,7 @@
 #include <atomic>
 #include <fstream>
 #include <sstream>
+#include <thread>
 #include <map>
 #include <memory>
 #include <vector>
@@ -20,9 +21,12 @@ namespace fake {
 struct Ev {
   std::atomic<bool> done{false};
   int records = 0;
+  int device = 0;  // current when it was created
 };
 std::vector<std::unique_ptr<Ev>> events;
 int device_count = 1;
+thread_local int current_device = 0;      // cudaSetDevice, per thread as in CUDA
+std::atomic<int> wrong_device_records{0};
 ncclResult_t next_result = ncclSuccess;
 std::map<ncclComm_t, ncclResult_t> async_errors;
 struct Call {
@@ -102,11 +106,16 @@ cudaError_t get_device_count(int* n) {
 }
 cudaError_t event_create(cudaEvent_t* ev, unsigned int) {
   events.push_back(std::make_unique<Ev>());
+  events.back()->device = current_device;
   *ev = reinterpret_cast<cudaEvent_t>(events.back().get());
   return cudaSuccess;
 }
 cudaError_t event_record(cudaEvent_t ev, cudaStream_t) {
   auto* e = reinterpret_cast<Ev*>(ev);
+  if (e->device != current_device) {  // CUDA refuses an event of another device's context
+    wrong_device_records++;
+    return cudaErrorInvalidResourceHandle;
+  }
   e->records++;
   e->done.store(false);
   return cudaSuccess;
@@ -118,6 +127,10 @@ cudaError_t event_elapsed_ms(float* ms, cudaEvent_t, cudaEvent_t) {
   *ms = 2.5f;
   return cudaSuccess;
 }
+cudaError_t get_device(int* d) {
+  *d = current_device;
+  return cudaSuccess;
+}
 void complete_all() {
   for (auto& e : events) e->done.store(true);
 }
@@ -126,7 +139,7 @@ const nccl::Api api = {all_reduce,     broadcast,      reduce,           all_gat
                        all_to_all,     send,           recv,             group_start,      group_end,
                        comm_init_rank, comm_destroy,   comm_abort,       comm_count,       comm_user_rank,
                        comm_get_async_error, get_error_string, get_last_error, get_device_count,
-                       event_create,   event_record,   event_query,      event_elapsed_ms};
+                       event_create,   event_record,   event_query,      event_elapsed_ms, get_device};
 
 struct Scope {
   explicit Scope(int devices = 1) {
@@ -237,6 +250,39 @@ TEST_CASE("device timing: the span completes when the device does, never by sync
   CHECK(sink->of_kind(EventKind::kCollective).size() == 11);
   rankscope::nccl::hooks::ncclCommDestroy(comm);
   shutdown();
+}
+
+TEST_CASE("event pools of exited threads are reused on the same device, never across devices", "[nccl]") {
+  fake::Scope f(2);
+  ScopedRuntime rt;
+  ncclComm_t comm = make_comm();
+  float buf[8];
+  const std::size_t pools0 = nccl::event_pools();
+  const std::size_t events0 = fake::events.size();
+  // 600 short-lived threads on device 0, every tenth on device 1, one
+  // collective each: each used to leave a pool of 256 pairs behind.
+  for (int i = 0; i < 600; ++i) {
+    std::thread([&, i] {
+      fake::current_device = i % 10 == 9 ? 1 : 0;
+      RANKSCOPE_NCCL(ncclAllReduce(buf, buf, 8, ncclFloat, ncclSum, comm, nullptr));
+    }).join();
+  }
+  // A thread that moves to device 1 takes a pool of that device.
+  std::thread([&] {
+    RANKSCOPE_NCCL(ncclAllReduce(buf, buf, 8, ncclFloat, ncclSum, comm, nullptr));
+    fake::current_device = 1;
+    RANKSCOPE_NCCL(ncclAllReduce(buf, buf, 8, ncclFloat, ncclSum, comm, nullptr));
+  }).join();
+  CHECK(nccl::event_pools() - pools0 == 2);  // one per device
+  CHECK(fake::wrong_device_records == 0);
+  CHECK(fake::events.size() - events0 <= 2 * 2 * 256);  // at most every pair of both pools
+  fake::complete_all();
+  REQUIRE(flush());
+  std::size_t device_timed = 0;
+  for (const auto& e : rt.sink->of_kind(EventKind::kCollective)) device_timed += e.device_timed ? 1 : 0;
+  CHECK(rt.sink->of_kind(EventKind::kCollective).size() == 602);
+  CHECK(device_timed > 0);
+  rankscope::nccl::hooks::ncclCommDestroy(comm);
 }
 
 TEST_CASE("failures are recorded with NCCL's messages, counted and returned unchanged", "[nccl]") {

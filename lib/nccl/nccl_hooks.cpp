@@ -25,6 +25,7 @@ const Api kReal = {
     ::ncclCommInitRank,  ::ncclCommDestroy,       ::ncclCommAbort,       ::ncclCommCount,   ::ncclCommUserRank,
     ::ncclCommGetAsyncError, ::ncclGetErrorString, ::ncclGetLastError,   ::cudaGetDeviceCount,
     ::cudaEventCreateWithFlags, ::cudaEventRecord, ::cudaEventQuery,     ::cudaEventElapsedTime,
+    ::cudaGetDevice,
 };
 
 std::atomic<const Api*> g_api{&kReal};
@@ -44,14 +45,50 @@ struct EventPair {
 
 constexpr int kPairsPerThread = 256;
 
-// Leaked on purpose: the background thread may still poll a thread's pairs
-// after that thread exits.
+// A thread's pairs, on one device (CUDA events belong to the device current
+// when they were created). When the thread exits, or moves to another device,
+// its pool goes to a free list for the next thread on that device: threads
+// that come and go reuse pools instead of each leaving 256 event pairs
+// behind. Pools are never freed, since the background thread may still poll
+// their pairs.
 struct ThreadPool {
+  explicit ThreadPool(int d) : device(d) {}
+  const int device;
   EventPair pairs[kPairsPerThread];
   int next = 0;
 };
 
-thread_local ThreadPool* t_pool = nullptr;
+std::mutex g_pool_mu;
+std::vector<ThreadPool*>* g_free_pools = new std::vector<ThreadPool*>;  // guarded by g_pool_mu; used at thread exit
+std::atomic<std::size_t> g_pools_created{0};
+
+void release_pool(ThreadPool* p) {
+  std::lock_guard<std::mutex> lk(g_pool_mu);
+  g_free_pools->push_back(p);
+}
+ThreadPool* pool_for(int device) {
+  {
+    std::lock_guard<std::mutex> lk(g_pool_mu);
+    auto& free = *g_free_pools;
+    for (auto it = free.begin(); it != free.end(); ++it) {
+      if ((*it)->device == device) {
+        ThreadPool* p = *it;
+        free.erase(it);
+        return p;
+      }
+    }
+  }
+  g_pools_created.fetch_add(1, std::memory_order_relaxed);
+  return new ThreadPool(device);
+}
+
+struct PoolSlot {
+  ThreadPool* pool = nullptr;
+  ~PoolSlot() {
+    if (pool != nullptr) release_pool(pool);
+  }
+};
+thread_local PoolSlot t_pool;
 thread_local int t_group_depth = 0;
 thread_local std::uint64_t t_group_t0 = 0;
 thread_local std::uint64_t t_group_ops = 0;
@@ -108,8 +145,15 @@ bool device_timing() {
 // Takes a free pair and records its start event; null when none is free (the
 // device is far behind) or event creation fails: host timing for this call.
 EventPair* acquire_pair(cudaStream_t stream) {
-  if (t_pool == nullptr) t_pool = new ThreadPool;
-  EventPair& p = t_pool->pairs[t_pool->next];
+  int device = 0;
+  if (api().get_device(&device) != cudaSuccess) return nullptr;
+  ThreadPool*& pool = t_pool.pool;
+  if (pool != nullptr && pool->device != device) {  // this thread moved to another device
+    release_pool(pool);
+    pool = nullptr;
+  }
+  if (pool == nullptr) pool = pool_for(device);
+  EventPair& p = pool->pairs[pool->next];
   if (p.busy.load(std::memory_order_acquire)) return nullptr;
   if (!p.created) {
     if (api().event_create(&p.start, cudaEventDefault) != cudaSuccess ||
@@ -119,7 +163,7 @@ EventPair* acquire_pair(cudaStream_t stream) {
     p.created = true;
   }
   if (api().event_record(p.start, stream) != cudaSuccess) return nullptr;
-  t_pool->next = (t_pool->next + 1) % kPairsPerThread;
+  pool->next = (pool->next + 1) % kPairsPerThread;
   p.busy.store(true, std::memory_order_relaxed);
   return &p;
 }
@@ -281,6 +325,7 @@ void set_api(const Api* a) noexcept {
   g_device_timing.store(0, std::memory_order_release);  // re-detect with the new backend
 }
 std::uint64_t failed_collectives() noexcept { return g_failed.load(std::memory_order_relaxed); }
+std::size_t event_pools() noexcept { return g_pools_created.load(std::memory_order_relaxed); }
 
 DType to_dtype(ncclDataType_t t) noexcept {
   switch (t) {

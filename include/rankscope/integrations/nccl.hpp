@@ -6,7 +6,8 @@
 // The macro calls a wrapper with the same name and signature in
 // rankscope::nccl::hooks: it takes the communicator's next sequence number,
 // enters the flight recorder, records CUDA events on the call's stream around
-// the call (events come from a per-thread pool; the background thread polls
+// the call (events come from a per-thread pool, reused by the next thread on
+// the same device once its thread exits; the background thread polls
 // them with cudaEventQuery, nothing ever synchronizes the stream), and returns
 // the call's result unchanged, never touching its arguments. Failures are
 // recorded with ncclGetErrorString / ncclGetLastError and counted; async
@@ -53,6 +54,7 @@ struct Api {
   cudaError_t (*event_record)(cudaEvent_t, cudaStream_t);
   cudaError_t (*event_query)(cudaEvent_t);
   cudaError_t (*event_elapsed_ms)(float*, cudaEvent_t, cudaEvent_t);
+  cudaError_t (*get_device)(int*);
 };
 
 /// The real NCCL / CUDA runtime.
@@ -61,6 +63,9 @@ const Api& real_api() noexcept;
 void set_api(const Api* api) noexcept;
 /// Collectives that returned an error so far.
 std::uint64_t failed_collectives() noexcept;
+/// CUDA event pools created so far: one per thread that issued device-timed
+/// collectives, reused by later threads on the same device once it exits.
+std::size_t event_pools() noexcept;
 DType to_dtype(ncclDataType_t t) noexcept;
 
 namespace hooks {
