@@ -94,10 +94,16 @@ BENCHMARK(BM_Export_JsonlDrainRate)->Iterations(1)->Unit(benchmark::kMillisecond
 
 // What one training-loop record costs the background thread, end to end:
 // drain, decode, step breakdown, watchdog, flight-recorder history, JSONL
-// formatting and the write(2). A step-shaped mix (step begin/end with loss and
-// lr, 6 phases, one nested) in bursts the ring absorbs; the background thread's
-// own CPU time (Stats::background_cpu_ns) divided by the records it wrote.
-static void BM_Export_BackgroundCpuPerRecord(benchmark::State& state) {
+// formatting and the write(2), in bursts the ring absorbs; the background
+// thread's own CPU time (Stats::background_cpu_ns) divided by the records it
+// wrote. Two step-shaped mixes:
+//   - phases: step begin/end with loss and lr, 6 phases, one nested;
+//   - trainer: the example trainer's step (loader wait, forward, backward, an
+//     all-reduce phase around a collective span, optimizer, step end with
+//     loss, lr, grad norm and samples): its longest lines are the collective
+//     and the step end with three floats.
+template <typename Step>
+void background_cpu_per_record(benchmark::State& state, Step&& one_step) {
   const std::string dir = bench_dir();
   double cpu_ns = 0, records = 0, dropped = 0;
   for (auto _ : state) {
@@ -105,16 +111,7 @@ static void BM_Export_BackgroundCpuPerRecord(benchmark::State& state) {
     const auto s0 = stats();
     const double c0 = static_cast<double>(stats().background_cpu_ns);
     for (int step = 0; step < 40000; ++step) {
-      StepScope s(step);
-      { RANKSCOPE_PHASE("loader_wait"); }
-      {
-        RANKSCOPE_PHASE("forward");
-        RANKSCOPE_PHASE("attention");
-      }
-      { RANKSCOPE_PHASE("backward"); }
-      { RANKSCOPE_PHASE("all_reduce"); }
-      { RANKSCOPE_PHASE("optimizer"); }
-      s.report({.loss = 1.0 / (step + 1), .lr = 0.1});
+      one_step(step);
       if (step % 512 == 511) std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
     const auto s1 = stats();  // before shutdown: the final flush and fsync are not per-record
@@ -130,4 +127,36 @@ static void BM_Export_BackgroundCpuPerRecord(benchmark::State& state) {
   std::filesystem::remove_all(dir);
   bench::ensure_running();
 }
+
+static void BM_Export_BackgroundCpuPerRecord(benchmark::State& state) {
+  background_cpu_per_record(state, [](int step) {
+    StepScope s(step);
+    { RANKSCOPE_PHASE("loader_wait"); }
+    {
+      RANKSCOPE_PHASE("forward");
+      RANKSCOPE_PHASE("attention");
+    }
+    { RANKSCOPE_PHASE("backward"); }
+    { RANKSCOPE_PHASE("all_reduce"); }
+    { RANKSCOPE_PHASE("optimizer"); }
+    s.report({.loss = 1.0 / (step + 1), .lr = 0.1});
+  });
+}
 BENCHMARK(BM_Export_BackgroundCpuPerRecord)->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+static void BM_Export_BackgroundCpuPerRecord_TrainerMix(benchmark::State& state) {
+  static Communicator& world = register_communicator(nullptr, "world", 2, 0);
+  background_cpu_per_record(state, [](int step) {
+    StepScope s(step);
+    { RANKSCOPE_PHASE("loader_wait"); }
+    { RANKSCOPE_PHASE("forward"); }
+    { RANKSCOPE_PHASE("backward"); }
+    {
+      RANKSCOPE_PHASE("all_reduce");
+      CollectiveSpan c(world, CollectiveOp::kAllReduce, 101386, DType::kFloat32);
+    }
+    { RANKSCOPE_PHASE("optimizer"); }
+    s.report({.loss = 1.0 / (step + 1), .lr = 0.05, .grad_norm = 0.697 + 1e-6 * step, .samples = 64});
+  });
+}
+BENCHMARK(BM_Export_BackgroundCpuPerRecord_TrainerMix)->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
