@@ -285,6 +285,40 @@ TEST_CASE("event pools of exited threads are reused on the same device, never ac
   rankscope::nccl::hooks::ncclCommDestroy(comm);
 }
 
+TEST_CASE("a device-timed collective dropped by a full ring completes at return and frees its pair", "[nccl]") {
+  fake::Scope f;
+  test::TempDir tmp;
+  Config cfg;
+  cfg.run_dir = tmp.path;
+  cfg.ring_capacity = 64;
+  cfg.drain_interval = std::chrono::milliseconds(1000);  // the background thread settles into long sleeps
+  ScopedRuntime rt(cfg);
+  ncclComm_t comm = make_comm();
+  float buf[8];
+  bool dropped_and_completed = false;
+  for (int attempt = 0; attempt < 5 && !dropped_and_completed; ++attempt) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    const auto dropped0 = stats().events_dropped;
+    std::thread([&] {
+      for (int i = 0; i < 1000; ++i) {
+        RANKSCOPE_PHASE("fill");  // the ring (64) overflows long before the next drain
+      }
+      RANKSCOPE_NCCL(ncclAllReduce(buf, buf, 8, ncclFloat, ncclSum, comm, nullptr));
+    }).join();
+    if (stats().events_dropped == dropped0) continue;
+    // The device never finished it (no complete_all): a recorded collective
+    // would be issued until polled; a dropped one is completed at return.
+    auto dump = dump_flight_recorder("check");
+    REQUIRE(dump.ok());
+    std::ifstream in(*dump);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    dropped_and_completed = ss.str().find(R"("state":"issued")") == std::string::npos;
+  }
+  CHECK(dropped_and_completed);
+  rankscope::nccl::hooks::ncclCommDestroy(comm);
+}
+
 TEST_CASE("failures are recorded with NCCL's messages, counted and returned unchanged", "[nccl]") {
   fake::Scope f;
   ScopedRuntime rt;

@@ -84,23 +84,25 @@ class SyncSpan {
   PendingCollective span_;
 };
 
-// Shared by the hooks on every accumulator of one model. The reducer outlives
-// it while hooked: DdpSync holds the reducer and unhooks before letting go.
+// Shared by the hooks on every accumulator of one model. The hooks read the
+// reducer through a plain pointer: DdpSync holds the reducer, and retires this
+// state (hooks then return at once) and unhooks before letting go, as DDP's
+// own reducer unhooks when it dies. Final callbacks, which may outlive both,
+// reach the reducer only through a weak pointer.
 class SyncState : public std::enable_shared_from_this<SyncState> {
  public:
-  SyncState(const c10d::Reducer* reducer, const SpanParams& p) : reducer_(reducer), p_(p) {}
+  SyncState(const std::shared_ptr<c10d::Reducer>& reducer, const SpanParams& p)
+      : reducer_(reducer.get()), weak_reducer_(reducer), p_(p) {}
 
   // Called before every parameter's gradient is accumulated. The common case
   // (a span already open, or no all-reduce in this backward) is a few loads.
   void on_gradient() {
-    if (!rankscope::detail::gate_open() || !ReducerState::expects_hooks(*reducer_)) return;
-    if (open_.load(std::memory_order_acquire) != 0) {
-      // open in this backward (the common case), or parked by a nested one;
-      // a parked span of an earlier forward is dropped and this one opens
-      if (!has_parked_.load(std::memory_order_acquire) || !drop_stale_parked()) return;
-    }
-    // backward(inputs=...) accumulates only some gradients: DDP cannot finish
-    // its buckets in it, so this is not the backward that all-reduces.
+    if (!live_.load(std::memory_order_acquire) || !rankscope::detail::gate_open()) return;
+    if (has_parked_.load(std::memory_order_acquire)) take_parked();
+    if (!ReducerState::expects_hooks(*reducer_) || open_.load(std::memory_order_acquire) != 0) return;
+    // torch.autograd.grad() or backward(inputs=...): only the named gradients
+    // are accumulated, and DDP finishes all-reducing only if they are all of
+    // them. Not recorded, rather than record a span DDP may never end.
     if (const auto* exec = autograd::get_current_graph_task_exec_info(); exec != nullptr && !exec->empty()) return;
     std::uint64_t expected = 0;
     const std::uint64_t id = next_id_.fetch_add(1, std::memory_order_relaxed) + 1;
@@ -108,7 +110,7 @@ class SyncState : public std::enable_shared_from_this<SyncState> {
     try {
       queue_end(std::make_shared<SyncSpan>(shared_from_this(), id, ReducerState::iteration(*reducer_)), false);
     } catch (...) {
-      open_.store(0, std::memory_order_release);  // never into training: this backward is not recorded
+      closed(id);  // never into training; a span already opened ended as failed when dropped
     }
   }
 
@@ -116,21 +118,21 @@ class SyncState : public std::enable_shared_from_this<SyncState> {
     std::uint64_t expected = id;
     open_.compare_exchange_strong(expected, 0, std::memory_order_acq_rel);
   }
-  // Ends a parked span (DdpSync going away): unended, so failed.
-  void drop_parked() {
-    std::shared_ptr<SyncSpan> s;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      s = std::move(parked_);
-      has_parked_.store(false, std::memory_order_release);
-    }
+  // DdpSync is going away: hooks return at once from now on, and a parked
+  // span ends (as ok if DDP has finalized it, else as failed).
+  void retire() {
+    live_.store(false, std::memory_order_release);
+    std::shared_ptr<SyncSpan> s = unpark();
+    if (s != nullptr && finalized(*s)) s->finish();
   }
   const SpanParams& params() const { return p_; }
   std::uint64_t times_parked() const { return times_parked_.load(std::memory_order_relaxed); }
 
  private:
+  // DDP has finalized the span's backward (or the model is gone).
   bool finalized(const SyncSpan& s) const {
-    return !ReducerState::expects_hooks(*reducer_) || ReducerState::iteration(*reducer_) != s.iteration();
+    const auto r = weak_reducer_.lock();
+    return r == nullptr || !ReducerState::expects_hooks(*r) || ReducerState::iteration(*r) != s.iteration();
   }
 
   // Final callbacks run in order when a backward ends. DDP queues its finalize
@@ -159,27 +161,32 @@ class SyncState : public std::enable_shared_from_this<SyncState> {
     });
   }
 
-  // Queues the parked span's end in this (enclosing) backward; returns true
-  // if it belonged to an earlier forward (whose backward then failed) and was
-  // dropped, ending as failed.
-  bool drop_stale_parked() {
-    std::shared_ptr<SyncSpan> s;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      s = std::move(parked_);
-      has_parked_.store(false, std::memory_order_release);
-    }
-    if (s == nullptr) return false;
-    if (ReducerState::iteration(*reducer_) != s->iteration()) return true;
+  std::shared_ptr<SyncSpan> unpark() {
+    std::lock_guard<std::mutex> lock(mu_);
+    has_parked_.store(false, std::memory_order_release);
+    return std::move(parked_);
+  }
+  // A parked span meets the next parameter hook: in the enclosing backward
+  // its end is queued there. If DDP has meanwhile finalized it (a backward
+  // whose enclosing part accumulated no gradient, e.g. every parameter inside
+  // the checkpoint), it ends now: ok, with an end time that is late.
+  void take_parked() {
+    std::shared_ptr<SyncSpan> s = unpark();
+    if (s == nullptr) return;
     try {
-      queue_end(std::move(s), false);
+      if (finalized(*s)) {
+        s->finish();
+      } else {
+        queue_end(std::move(s), false);
+      }
     } catch (...) {
     }
-    return false;
   }
 
-  const c10d::Reducer* reducer_;
+  const c10d::Reducer* reducer_;  // for the hooks, while live_
+  std::weak_ptr<c10d::Reducer> weak_reducer_;  // for the final callbacks
   SpanParams p_;
+  std::atomic<bool> live_{true};
   std::atomic<std::uint64_t> open_{0};  // id of the open span, 0 if none
   std::atomic<std::uint64_t> next_id_{0};
   std::atomic<bool> has_parked_{false};
@@ -220,7 +227,7 @@ class DdpSync {
           std::uint64_t count, std::string_view dtype)
       : reducer_(std::move(reducer)),
         state_(std::make_shared<SyncState>(
-            reducer_.get(),
+            reducer_,
             SpanParams{comm, rankscope::python::op_of(op), count, rankscope::python::dtype_of(dtype)})) {
     for (const auto& node : ReducerState::accumulators(*reducer_)) {
       if (node == nullptr) continue;
@@ -230,6 +237,7 @@ class DdpSync {
     }
   }
   ~DdpSync() {
+    state_->retire();
     for (auto& [weak, hook] : hooked_) {
       if (auto node = weak.lock()) {
         auto& hooks = node->pre_hooks();
@@ -237,7 +245,6 @@ class DdpSync {
                     hooks.end());
       }
     }
-    state_->drop_parked();
   }
   DdpSync(const DdpSync&) = delete;
   DdpSync& operator=(const DdpSync&) = delete;
@@ -267,6 +274,6 @@ PYBIND11_MODULE(_torch_hooks, m) {
            "Hooks the gradient accumulators of a DDP model's reducer (ddp.reducer). Unhooks when destroyed.")
       .def_property_readonly("hooked", &DdpSync::hooked, "Gradient accumulators hooked (one per parameter).")
       .def_property_readonly("times_parked", &DdpSync::times_parked,
-                             "Spans whose first gradient came in a nested backward (a reentrant checkpoint) and "
-                             "that were ended in the enclosing one.");
+                             "Times a span's end was handed from a nested backward (a reentrant checkpoint) to the "
+                             "enclosing one.");
 }

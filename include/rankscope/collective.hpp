@@ -146,8 +146,9 @@ std::uint64_t flight_issue(const Communicator& c, CollectiveOp op, std::uint64_t
                            int peer, std::uint64_t t_issue, const Site* phase, std::int32_t tid) noexcept;
 void flight_complete(std::uint64_t id, std::uint64_t t_end, CollectiveResult r) noexcept;
 // Writes the span's record; when `device`, `error` or `in_group` is set a
-// kCollectiveExtra record follows in the same reservation.
-void record_collective(ThreadState* st, const Communicator& c, CollectiveOp op, std::uint64_t seq,
+// kCollectiveExtra record follows in the same reservation. False when the
+// ring was full (the record is dropped and counted).
+bool record_collective(ThreadState* st, const Communicator& c, CollectiveOp op, std::uint64_t seq,
                        std::uint64_t count, DType dtype, int peer, std::uint64_t t0, std::uint64_t t1,
                        CollectiveResult r, const Site* phase, const void* device = nullptr,
                        std::uint64_t flight_id = 0, const Site* error = nullptr, bool in_group = false) noexcept;

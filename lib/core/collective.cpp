@@ -221,12 +221,12 @@ namespace detail {
 std::vector<const Communicator*> all_communicators() { return CommunicatorRegistry::get().all(); }
 bool communicator_destroyed(const Communicator& c) { return CommunicatorRegistry::destroyed(c); }
 
-void record_collective(ThreadState* st, const Communicator& c, CollectiveOp op, std::uint64_t seq, std::uint64_t count,
+bool record_collective(ThreadState* st, const Communicator& c, CollectiveOp op, std::uint64_t seq, std::uint64_t count,
                        DType dtype, int peer, std::uint64_t t0, std::uint64_t t1, CollectiveResult r,
                        const Site* phase, const void* device, std::uint64_t flight_id, const Site* error,
                        bool in_group) noexcept {
   const bool extra = device != nullptr || error != nullptr || in_group;
-  if (!st->try_reserve(extra ? 2 : 1)) return;
+  if (!st->try_reserve(extra ? 2 : 1)) return false;
   Record& rec = st->slot(0);
   rec.t0 = t0;
   rec.t1 = t1;
@@ -254,6 +254,7 @@ void record_collective(ThreadState* st, const Communicator& c, CollectiveOp op, 
     x.v[2].site = error;
   }
   st->commit(extra ? 2 : 1);
+  return true;
 }
 
 }  // namespace detail

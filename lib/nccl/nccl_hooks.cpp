@@ -1,5 +1,7 @@
 // NCCL hook implementations: collective spans with device timing from pooled
 // CUDA events, error capture, async-error polling, communicator lifecycle.
+#include <pthread.h>
+
 #include <atomic>
 #include <cstdio>
 #include <mutex>
@@ -82,6 +84,11 @@ ThreadPool* pool_for(int device) {
   return new ThreadPool(device);
 }
 
+// fork() while another thread holds the lock would leave it held in the
+// child, whose exiting threads then hang: hold it across fork instead.
+void lock_pools_for_fork() { g_pool_mu.lock(); }
+void unlock_pools_after_fork() { g_pool_mu.unlock(); }
+
 struct PoolSlot {
   ThreadPool* pool = nullptr;
   ~PoolSlot() {
@@ -145,8 +152,8 @@ bool device_timing() {
 // Takes a free pair and records its start event; null when none is free (the
 // device is far behind) or event creation fails: host timing for this call.
 EventPair* acquire_pair(cudaStream_t stream) {
-  int device = 0;
-  if (api().get_device(&device) != cudaSuccess) return nullptr;
+  int device = 0;  // a backend table without get_device: one device
+  if (api().get_device != nullptr && api().get_device(&device) != cudaSuccess) return nullptr;
   ThreadPool*& pool = t_pool.pool;
   if (pool != nullptr && pool->device != device) {  // this thread moved to another device
     release_pool(pool);
@@ -224,8 +231,15 @@ ncclResult_t run(ncclComm_t handle, CollectiveOp op, size_t count, ncclDataType_
     detail::flight_complete(flight, t1, result);
     c->note_completed(seq);
   }
-  detail::record_collective(st, *c, op, seq, count, dtype, peer, t0, t1, result, phase, pair, flight, error,
-                            in_group);
+  if (!detail::record_collective(st, *c, op, seq, count, dtype, peer, t0, t1, result, phase, pair, flight, error,
+                                 in_group) &&
+      pair != nullptr) {
+    // Dropped (ring full): nobody will poll this pair. Free it, and complete
+    // the collective at the call's return rather than leave it issued.
+    pair->busy.store(false, std::memory_order_release);
+    detail::flight_complete(flight, t1, result);
+    c->note_completed(seq);
+  }
   return res;
 }
 
@@ -300,6 +314,7 @@ void poll(std::vector<Event>& out) {
 struct Installer {
   Installer() {
     detail::set_collective_extension(&defer, &poll);
+    ::pthread_atfork(&lock_pools_for_fork, &unlock_pools_after_fork, &unlock_pools_after_fork);
     // Versions for the environment summary; none of these needs a GPU, and
     // none initialises a CUDA context (forking after this stays safe).
     int nccl = 0, rt = 0, drv = 0;

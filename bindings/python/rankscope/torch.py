@@ -245,8 +245,9 @@ def instrument_ddp(ddp_model, per_bucket=False):
     extension built there is no Python per step at all: a C++ hook on each
     parameter's gradient accumulator (the nodes DDP's reducer hooks) reads the
     reducer's state, and the module keeps torch's hook-free fast path.
-    Compiled autograd (torch 2.x) does not support C++ autograd hooks: use
-    per_bucket=True there.
+    Compiled autograd (torch 2.x) rejects C++ autograd hooks: with it on,
+    backward raises once these hooks are installed, even with rankscope
+    disabled, so there use per_bucket=True instead.
 
     per_bucket=True: one span per gradient bucket through a DDP communication
     hook, ended by the bucket's future. Exact per-bucket timing, but any Python

@@ -24,7 +24,8 @@ def instrument_ddp(ddp_model: Any, per_bucket: bool = False) -> None:
     finished all-reducing; C++ hooks on the parameters' gradient accumulators, no Python per
     step; none after a forward under model.no_sync()), or with per_bucket=True one per bucket
     through a DDP comm hook (exact, but a Python comm hook costs DDP ~60-80 us per step).
-    Calling it again does nothing; a deep copy of the model is not instrumented."""
+    Calling it again does nothing; a deep copy of the model is not instrumented. Under torch 2.x
+    compiled autograd use per_bucket=True (compiled autograd rejects the C++ hooks)."""
     ...
 
 class TorchStoreExchange:
