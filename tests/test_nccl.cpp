@@ -158,6 +158,16 @@ struct Scope {
 }  // namespace fake
 
 namespace {
+// The flight recorder dumped now, as text.
+std::string flight_dump(const char* reason) {
+  auto dump = dump_flight_recorder(reason);
+  REQUIRE(dump.ok());
+  std::ifstream in(*dump);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
 ncclComm_t make_comm() {
   ncclComm_t c = nullptr;
   ncclUniqueId id{};
@@ -224,14 +234,7 @@ TEST_CASE("device timing: the span completes when the device does, never by sync
   REQUIRE(RANKSCOPE_NCCL(ncclAllReduce(buf, buf, 8, ncclFloat, ncclSum, comm, nullptr)) == ncclSuccess);
   REQUIRE(flush());
   CHECK(sink->of_kind(EventKind::kCollective).empty());  // still running on the device
-  auto dump = dump_flight_recorder("in flight");
-  REQUIRE(dump.ok());
-  {
-    std::ifstream in(*dump);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    CHECK_THAT(ss.str(), Catch::Contains(R"("state":"issued","op":"all_reduce")"));
-  }
+  CHECK_THAT(flight_dump("in flight"), Catch::Contains(R"("state":"issued","op":"all_reduce")"));
   fake::complete_all();
   REQUIRE(flush());
   auto cs = sink->of_kind(EventKind::kCollective);
@@ -288,11 +291,13 @@ TEST_CASE("event pools of exited threads are reused on the same device, never ac
 TEST_CASE("a device-timed collective dropped by a full ring completes at return and frees its pair", "[nccl]") {
   fake::Scope f;
   test::TempDir tmp;
-  Config cfg;
-  cfg.run_dir = tmp.path;
-  cfg.ring_capacity = 64;
-  cfg.drain_interval = std::chrono::milliseconds(1000);  // the background thread settles into long sleeps
-  ScopedRuntime rt(cfg);
+  ScopedRuntime rt([&] {
+    Config c;
+    c.run_dir = tmp.path;  // for the flight dump
+    c.ring_capacity = 64;
+    c.drain_interval = std::chrono::milliseconds(1000);  // the background thread settles into long sleeps
+    return c;
+  }());
   ncclComm_t comm = make_comm();
   float buf[8];
   bool dropped_and_completed = false;
@@ -308,12 +313,7 @@ TEST_CASE("a device-timed collective dropped by a full ring completes at return 
     if (stats().events_dropped == dropped0) continue;
     // The device never finished it (no complete_all): a recorded collective
     // would be issued until polled; a dropped one is completed at return.
-    auto dump = dump_flight_recorder("check");
-    REQUIRE(dump.ok());
-    std::ifstream in(*dump);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    dropped_and_completed = ss.str().find(R"("state":"issued")") == std::string::npos;
+    dropped_and_completed = flight_dump("check").find(R"("state":"issued")") == std::string::npos;
   }
   CHECK(dropped_and_completed);
   rankscope::nccl::hooks::ncclCommDestroy(comm);

@@ -266,6 +266,8 @@ except RuntimeError:
     pass
 model = DDP(Net())                                    # (DDP itself cannot go on after a failed backward)
 rst.instrument_ddp(model)
+import gc; gc.collect()
+assert len(rst._ddp_syncs) == 1                       # the first model's hooks went with it
 model(x).sum().backward()                             # a fresh span, ended ok
 y = model(x).sum()
 y.backward(retain_graph=True)                         # a span
