@@ -22,7 +22,6 @@
 // interpreter imports; rankscope.torch falls back to Python hooks without it
 // (or if the reducer object cannot be reached from here).
 #include <pybind11/pybind11.h>
-#include <pybind11/stl.h>
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/function_hook.h>
