@@ -160,3 +160,38 @@ static void BM_Export_BackgroundCpuPerRecord_TrainerMix(benchmark::State& state)
   });
 }
 BENCHMARK(BM_Export_BackgroundCpuPerRecord_TrainerMix)->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// The same step with the example's loader: a new thread every 32-step epoch
+// (as a loader or pin-memory thread that lives one epoch), recording one
+// phase per batch it produces. What a thread's arrival and exit cost the
+// background thread (registry, per-thread history and breakdown) shows as
+// the difference from the mix above.
+static void BM_Export_BackgroundCpuPerRecord_TrainerMix_ThreadPerEpoch(benchmark::State& state) {
+  static Communicator& world = register_communicator(nullptr, "world", 2, 0);
+  std::thread loader;
+  background_cpu_per_record(state, [&loader](int step) {
+    if (step % 32 == 0) {
+      if (loader.joinable()) loader.join();
+      loader = std::thread([] {
+        for (int i = 0; i < 32; ++i) {
+          RANKSCOPE_PHASE("loader_produce");
+        }
+      });
+    }
+    StepScope s(step);
+    { RANKSCOPE_PHASE("loader_wait"); }
+    { RANKSCOPE_PHASE("forward"); }
+    { RANKSCOPE_PHASE("backward"); }
+    {
+      RANKSCOPE_PHASE("all_reduce");
+      CollectiveSpan c(world, CollectiveOp::kAllReduce, 101386, DType::kFloat32);
+    }
+    { RANKSCOPE_PHASE("optimizer"); }
+    s.report({.loss = 1.0 / (step + 1), .lr = 0.05, .grad_norm = 0.697 + 1e-6 * step, .samples = 64});
+  });
+  if (loader.joinable()) loader.join();
+}
+BENCHMARK(BM_Export_BackgroundCpuPerRecord_TrainerMix_ThreadPerEpoch)
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();

@@ -269,3 +269,62 @@ TEST_CASE("derived rates are written with six decimals, trailing zeros dropped",
   CHECK(rate(-1.5) == "-1.5");
   CHECK(rate(std::nan("")) == "\"NaN\"");
 }
+
+#include <charconv>
+#include <limits>
+#include <random>
+
+#include "decimal.hpp"
+
+TEST_CASE("integers are written exactly as std::to_chars writes them", "[jsonl]") {
+  const auto same = [](auto v) {
+    char ours[24], ref[24];
+    const std::string_view a(ours, static_cast<std::size_t>(rankscope::detail::decimal::write_int(ours, v) - ours));
+    const std::string_view b(ref, static_cast<std::size_t>(std::to_chars(ref, ref + sizeof ref, v).ptr - ref));
+    if (a != b) FAIL_CHECK(a << " != " << b);
+  };
+  // Every digit count, at and around each power of ten (the chunk borders).
+  std::uint64_t p = 1;
+  for (int digits = 1; digits <= 20; ++digits, p *= 10) {
+    for (std::uint64_t d = 0; d < 3; ++d) {
+      same(p + d);
+      same(p - d);
+      same(p * 9 + d);  // wraps past 10^19: still a valid value to check
+    }
+  }
+  same(std::numeric_limits<std::uint64_t>::max());
+  same(std::numeric_limits<std::int64_t>::min());
+  same(std::numeric_limits<std::int64_t>::max());
+  same(std::numeric_limits<std::int32_t>::min());
+  same(0);
+  same(-1);
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < 200000; ++i) {
+    const std::uint64_t v = rng() >> (rng() % 64);  // every magnitude
+    same(v);
+    same(static_cast<std::int64_t>(v) * (i % 2 ? -1 : 1));
+  }
+}
+
+TEST_CASE("numbers are the shortest form that reads back; float32 values in float's", "[jsonl]") {
+  const auto num = [](double v) {
+    fmt::memory_buffer b;
+    rankscope::detail::json_number_to(b, v);
+    return std::string(b.data(), b.size());
+  };
+  const float loss = 2.14043569564819336f;  // a float32 loss, widened to double by the API
+  CHECK(num(loss) == "2.1404357");
+  CHECK(std::strtof(num(loss).c_str(), nullptr) == loss);
+  CHECK(num(0.1) == "0.1");  // a double that no float holds keeps double's digits
+  CHECK(num(1.0 / 3.0) == "0.3333333333333333");
+  CHECK(num(0.5) == "0.5");
+  CHECK(num(3.0) == "3");
+  CHECK(num(85899345920.0) == "85899345920");  // 80 GiB: a float holds it, but whole numbers stay exact
+  CHECK(num(-42.0) == "-42");
+  CHECK(num(-0.0) == "-0");
+  CHECK(num(1e15) == "1000000000000000");  // past the integer case: fmt writes the same
+  CHECK(num(1e17) == "1e+17");
+  CHECK(num(123456.5) == "123456.5");
+  CHECK(num(1e300) == "1e+300");  // beyond float's range
+  CHECK(num(-std::numeric_limits<double>::infinity()) == "\"-Infinity\"");
+}

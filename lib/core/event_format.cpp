@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "decimal.hpp"
 #include "json_util.hpp"
 #include "rankscope/log.hpp"
 
@@ -44,8 +45,8 @@ class RawLine {
   }
   template <typename Int>
   RawLine& num(Int v) {
-    const fmt::format_int f(v);
-    return *this << std::string_view(f.data(), f.size());
+    p_ = decimal::write_int(p_, v);
+    return *this;
   }
 
  private:
@@ -69,13 +70,17 @@ constexpr std::size_t kBeginMost = 32 + 20 + 20 + 11 + 20 + 11 + 40;
 
 void EventFormatter::begin(fmt::memory_buffer& out, std::string_view kind, std::uint64_t wall, std::uint64_t mono,
                            std::int64_t step, std::int32_t tid) const {
-  auto it = fmt::appender(out);
-  fmt::format_to(it, FMT_COMPILE("{{\"kind\":\"{}\",\"t\":{},\"mono\":{},\"rank\":{}"), kind, wall, mono, rank_);
-  if (step >= 0) fmt::format_to(it, FMT_COMPILE(",\"step\":{}"), step);
-  if (tid != 0) fmt::format_to(it, FMT_COMPILE(",\"tid\":{}"), tid);
+  RawLine o(out, kBeginMost + kind.size());
+  begin_raw(o, kind, wall, mono, rank_, step, tid);
 }
 
 const std::string& EventFormatter::quoted(const Site* s) {
+  Recent& r = recent_[(reinterpret_cast<std::uintptr_t>(s) * 0x9E3779B97F4A7C15ull) >> 60];
+  if (r.site != s || r.quoted == nullptr) r = {s, &quoted_slow(s)};
+  return *r.quoted;
+}
+
+const std::string& EventFormatter::quoted_slow(const Site* s) {
   auto [it, inserted] = names_.try_emplace(s);
   if (inserted) {
     fmt::memory_buffer b;

@@ -3,6 +3,8 @@
 // Thread-safety: one formatter per thread (it caches escaped names).
 #pragma once
 
+#include <array>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -26,8 +28,17 @@ class EventFormatter {
   const std::string& quoted(const Site* s);
 
  private:
+  const std::string& quoted_slow(const Site* s);
+
   int rank_;
   std::unordered_map<const Site*, std::string> names_;  // node-based: references stay valid across inserts
+  // A direct-mapped cache in front of names_: a trainer's few sites resolve
+  // without hashing and chasing a node on every line.
+  struct Recent {
+    const Site* site = nullptr;
+    const std::string* quoted = nullptr;
+  };
+  std::array<Recent, 16> recent_{};
 };
 
 }  // namespace rankscope::detail

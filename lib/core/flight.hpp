@@ -80,6 +80,9 @@ class RecentEvents {
   std::uint64_t last_use() const { return last_use_; }
   void push(const Event& e, std::size_t capacity) {
     if (slots_.size() < capacity) {
+      // Full size at once: threads that live one epoch each get a history,
+      // and growing it by doubling copied every event several times.
+      if (slots_.empty()) slots_.reserve(capacity);
       slots_.push_back(e);
       return;
     }

@@ -45,6 +45,7 @@ class MetricRegistry {
     }
     T* m = make(std::string(name), next_slot_);
     next_slot_ += nslots;
+    detail::registry().note_slots_used(next_slot_);
     Entry e{type, m, std::string(help), labels, nslots == 0 ? 0 : next_slot_ - nslots};
     order_.push_back(key);
     by_key_.emplace(std::move(key), std::move(e));

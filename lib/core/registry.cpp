@@ -28,9 +28,10 @@ ThreadState* ThreadRegistry::add(std::uint32_t capacity) {
       spare_rings_.pop_back();
     }
   }
-  if (st->slots == nullptr) {
+  if (st->slots == nullptr) {  // a spare ring's metric slots were zeroed when its thread was folded
     st->slots = static_cast<Record*>(std::aligned_alloc(64, sizeof(Record) * capacity));
     st->metric_slots = static_cast<double*>(std::aligned_alloc(64, sizeof(double) * kMaxMetricSlots));
+    if (st->metric_slots != nullptr) std::fill_n(st->metric_slots, kMaxMetricSlots, 0.0);
   }
   if (st->slots == nullptr || st->metric_slots == nullptr) {
     std::free(st->slots);
@@ -38,7 +39,6 @@ ThreadState* ThreadRegistry::add(std::uint32_t capacity) {
     delete st;
     return nullptr;
   }
-  std::fill_n(st->metric_slots, kMaxMetricSlots, 0.0);
   st->mask = capacity - 1;
   st->tid = static_cast<std::int32_t>(syscall(SYS_gettid));
   std::lock_guard<std::mutex> lk(mu);
@@ -69,7 +69,10 @@ void ThreadRegistry::free_retired() {
       if (!st->retired.load(std::memory_order_acquire)) return false;
       if (st->tail.load(std::memory_order_relaxed) != st->published.load(std::memory_order_acquire)) return false;
       retired_dropped_ += st->dropped.load(std::memory_order_relaxed);
-      for (int i = 0; i < kMaxMetricSlots; ++i) retired_slots_[i] += st->metric_slots[i];
+      // Slots past the high-water mark were never written: still zero.
+      const std::uint32_t used = std::min<std::uint32_t>(slots_used_.load(std::memory_order_acquire), kMaxMetricSlots);
+      for (std::uint32_t i = 0; i < used; ++i) retired_slots_[i] += st->metric_slots[i];
+      std::fill_n(st->metric_slots, used, 0.0);  // ready for the next thread, as a fresh ring is
       dead.push_back(st);
       return true;
     });

@@ -33,10 +33,15 @@ class ThreadRegistry {
   // Sum of a metric slot over all threads, live and gone. Requires mu not held.
   double slot_sum(std::uint32_t slot);
   void slot_sums(std::uint32_t first, std::uint32_t n, double* out);
+  // Metric slots handed out so far: called before a metric that writes
+  // slots below `n` is returned. A thread that exits then folds only these
+  // (a few dozen in a trainer, of kMaxMetricSlots).
+  void note_slots_used(std::uint32_t n) { slots_used_.store(n, std::memory_order_release); }
 
   std::mutex mu;  // also taken by the fork handlers
   std::atomic<std::uint64_t> version_{0};
   std::atomic<std::int64_t> retired_pending_{0};
+  std::atomic<std::uint32_t> slots_used_{kMaxMetricSlots};
 
  private:
   std::vector<ThreadState*> states_;          // Requires mu held.
