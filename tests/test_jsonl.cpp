@@ -306,6 +306,21 @@ TEST_CASE("integers are written exactly as std::to_chars writes them", "[jsonl]"
   }
 }
 
+TEST_CASE("timestamps with a repeated prefix are written exactly", "[jsonl]") {
+  rankscope::detail::decimal::RepeatingPrefix digits;
+  std::mt19937_64 rng(11);
+  std::uint64_t t = 1795443035699999990ull;  // crosses a 10^8 boundary within the first steps
+  const std::uint64_t jumps[] = {0, 1, 99999999, 100000000, 12345678901234ull, 7, 5};
+  for (int i = 0; i < 100000; ++i) {
+    t += (i < 7) ? jumps[i] : rng() % 3000000;
+    const std::uint64_t v = (i % 1000 == 999) ? rng() >> (rng() % 64) : t;  // now and then any value
+    char ours[32], ref[24];
+    const std::string_view a(ours, static_cast<std::size_t>(digits.write(ours, v) - ours));
+    const std::string_view b(ref, static_cast<std::size_t>(std::to_chars(ref, ref + sizeof ref, v).ptr - ref));
+    if (a != b) FAIL_CHECK(a << " != " << b);
+  }
+}
+
 TEST_CASE("numbers are the shortest form that reads back; float32 values in float's", "[jsonl]") {
   const auto num = [](double v) {
     fmt::memory_buffer b;

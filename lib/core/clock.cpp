@@ -72,30 +72,6 @@ void TickClock::start(bool allow_tsc) {
   last_anchor_mono_ = first_mono_;
 }
 
-const TickClock::Anchor& TickClock::anchor_for(std::uint64_t tick) const noexcept {
-  int idx = newest_;
-  for (int n = 0; n < count_ - 1; ++n) {
-    if (static_cast<std::int64_t>(tick - anchors_[idx].tick) >= 0) break;
-    idx = (idx + kAnchors - 1) % kAnchors;
-  }
-  return anchors_[idx];
-}
-
-ConvertedTime TickClock::convert(std::uint64_t ticks) const noexcept {
-  const Anchor& a = anchor_for(ticks);
-  const double d = static_cast<double>(static_cast<std::int64_t>(ticks - a.tick));
-  const double mono = a.mono + d * a.ns_per_tick;
-  // Rounds half up (values are positive): std::llround is a libm call, and
-  // this runs for every record the background thread decodes.
-  const std::uint64_t m = mono > 0 ? static_cast<std::uint64_t>(mono + 0.5) : 0;
-  return {m, static_cast<std::uint64_t>(static_cast<std::int64_t>(m) + a.wall_minus_mono)};
-}
-
-std::uint64_t TickClock::ticks_to_ns(std::uint64_t dticks) const noexcept {
-  if (!tsc_) return dticks;
-  return static_cast<std::uint64_t>(static_cast<double>(dticks) * ns_per_tick_ + 0.5);
-}
-
 void TickClock::maybe_reanchor() noexcept {
   const std::uint64_t now_mono = monotonic_ns();
   if (now_mono - last_anchor_mono_ < 1000000000ull) return;

@@ -49,6 +49,32 @@ class TickClock {
   int count_ = 0;
 };
 
+inline const TickClock::Anchor& TickClock::anchor_for(std::uint64_t tick) const noexcept {
+  int idx = newest_;
+  for (int n = 0; n < count_ - 1; ++n) {
+    if (static_cast<std::int64_t>(tick - anchors_[idx].tick) >= 0) break;
+    idx = (idx + kAnchors - 1) % kAnchors;
+  }
+  return anchors_[idx];
+}
+
+// Inline: the background thread converts every record it decodes, and a
+// call returning the pair through memory stalled on store forwarding.
+inline ConvertedTime TickClock::convert(std::uint64_t ticks) const noexcept {
+  const Anchor& a = anchor_for(ticks);
+  const double d = static_cast<double>(static_cast<std::int64_t>(ticks - a.tick));
+  const double mono = a.mono + d * a.ns_per_tick;
+  // Rounds half up (values are positive): std::llround is a libm call, and
+  // this runs for every record the background thread decodes.
+  const std::uint64_t m = mono > 0 ? static_cast<std::uint64_t>(mono + 0.5) : 0;
+  return {m, static_cast<std::uint64_t>(static_cast<std::int64_t>(m) + a.wall_minus_mono)};
+}
+
+inline std::uint64_t TickClock::ticks_to_ns(std::uint64_t dticks) const noexcept {
+  if (!tsc_) return dticks;
+  return static_cast<std::uint64_t>(static_cast<double>(dticks) * ns_per_tick_ + 0.5);
+}
+
 // Reads (tick, CLOCK_MONOTONIC ns) as close together as possible.
 void sample_pair(std::uint64_t& tick, std::uint64_t& mono) noexcept;
 std::uint64_t realtime_ns() noexcept;

@@ -78,3 +78,31 @@ char* write_int(char* p, Int v) {
 }
 
 }  // namespace rankscope::detail::decimal
+
+namespace rankscope::detail::decimal {
+
+// Timestamps in consecutive lines share their leading digits: the part above
+// 10^8 ns changes every 100 ms. It is formatted when it changes and copied
+// otherwise, so a timestamp costs one 8-digit conversion. One per field.
+class RepeatingPrefix {
+ public:
+  // Writes `v` at `p` (needs 20 bytes of room), returns the end.
+  char* write(char* p, std::uint64_t v) {
+    constexpr std::uint64_t k8 = 100000000;
+    if (v < k8) return up_to_eight(p, static_cast<std::uint32_t>(v));
+    const std::uint64_t hi = v / k8;  // at most 12 digits
+    if (hi != hi_) {
+      hi_ = hi;
+      size_ = static_cast<std::size_t>(decimal::write(digits_, hi) - digits_);
+    }
+    std::memcpy(p, digits_, sizeof digits_);  // a fixed-size copy; only size_ bytes count
+    return eight(p + size_, static_cast<std::uint32_t>(v - hi * k8));
+  }
+
+ private:
+  std::uint64_t hi_ = ~std::uint64_t{0};  // no timestamp has this prefix
+  std::size_t size_ = 0;
+  char digits_[16] = {};
+};
+
+}  // namespace rankscope::detail::decimal

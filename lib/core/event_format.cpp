@@ -48,6 +48,10 @@ class RawLine {
     p_ = decimal::write_int(p_, v);
     return *this;
   }
+  RawLine& time(decimal::RepeatingPrefix& digits, std::uint64_t ns) {
+    p_ = digits.write(p_, ns);
+    return *this;
+  }
 
  private:
   fmt::memory_buffer& b_;
@@ -55,11 +59,11 @@ class RawLine {
 };
 
 // The start of every line, as begin() writes it; 120 bytes at most.
-void begin_raw(RawLine& o, std::string_view kind, std::uint64_t wall, std::uint64_t mono, int rank, std::int64_t step,
-               std::int32_t tid) {
+void begin_raw(RawLine& o, LineClocks& clocks, std::string_view kind, std::uint64_t wall, std::uint64_t mono, int rank,
+               std::int64_t step, std::int32_t tid) {
   o << "{\"kind\":\"" << kind << "\",\"t\":";
-  o.num(wall) << ",\"mono\":";
-  o.num(mono) << ",\"rank\":";
+  o.time(clocks.wall, wall) << ",\"mono\":";
+  o.time(clocks.mono, mono) << ",\"rank\":";
   o.num(rank);
   if (step >= 0) (o << ",\"step\":").num(step);
   if (tid != 0) (o << ",\"tid\":").num(tid);
@@ -71,7 +75,7 @@ constexpr std::size_t kBeginMost = 32 + 20 + 20 + 11 + 20 + 11 + 40;
 void EventFormatter::begin(fmt::memory_buffer& out, std::string_view kind, std::uint64_t wall, std::uint64_t mono,
                            std::int64_t step, std::int32_t tid) const {
   RawLine o(out, kBeginMost + kind.size());
-  begin_raw(o, kind, wall, mono, rank_, step, tid);
+  begin_raw(o, clocks_, kind, wall, mono, rank_, step, tid);
 }
 
 const std::string& EventFormatter::quoted(const Site* s) {
@@ -97,7 +101,7 @@ void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
       const std::string& name = quoted(e.site);
       const std::string* parent = e.parent != nullptr ? &quoted(e.parent) : nullptr;
       RawLine o(out, kBeginMost + 96 + name.size() + (parent ? parent->size() : 0));
-      begin_raw(o, "phase", e.wall_ns, e.mono_ns, rank_, e.step, e.tid);
+      begin_raw(o, clocks_, "phase", e.wall_ns, e.mono_ns, rank_, e.step, e.tid);
       o << ",\"name\":" << name << ",\"phase_kind\":\"" << phase_kind_name(e.site->kind) << "\",\"dur\":";
       o.num(e.dur_ns) << ",\"depth\":";
       o.num(static_cast<int>(e.depth));
@@ -106,13 +110,13 @@ void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
     }
     case EventKind::kStepBegin: {
       RawLine o(out, kBeginMost);
-      begin_raw(o, "step_begin", e.wall_ns, e.mono_ns, rank_, e.step, e.tid);
+      begin_raw(o, clocks_, "step_begin", e.wall_ns, e.mono_ns, rank_, e.step, e.tid);
       break;
     }
     case EventKind::kStepEnd: {
       {
         RawLine o(out, kBeginMost + 32);
-        begin_raw(o, "step_end", e.wall_ns, e.mono_ns, rank_, e.step, e.tid);
+        begin_raw(o, clocks_, "step_end", e.wall_ns, e.mono_ns, rank_, e.step, e.tid);
         if (e.dur_ns) (o << ",\"dur\":").num(e.dur_ns);
       }
       const StepScalars& s = e.scalars;
@@ -136,7 +140,7 @@ void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
       const std::string_view op = collective_op_name(e.op), dtype = dtype_name(e.dtype);
       {
         RawLine o(out, kBeginMost + 32 + op.size());
-        begin_raw(o, "collective", e.wall_ns, e.mono_ns, rank_, e.step, e.tid);
+        begin_raw(o, clocks_, "collective", e.wall_ns, e.mono_ns, rank_, e.step, e.tid);
         o << ",\"op\":\"" << op << "\",\"comm\":";
       }
       json_escape_to(out, e.comm != nullptr ? std::string_view(e.comm->name()) : std::string_view());

@@ -11,9 +11,15 @@
 
 #include <fmt/format.h>
 
+#include "decimal.hpp"
 #include "rankscope/export/sink.hpp"
 
 namespace rankscope::detail {
+
+// The digits the two timestamps of consecutive lines share.
+struct LineClocks {
+  decimal::RepeatingPrefix wall, mono;
+};
 
 class EventFormatter {
  public:
@@ -31,6 +37,7 @@ class EventFormatter {
   const std::string& quoted_slow(const Site* s);
 
   int rank_;
+  mutable LineClocks clocks_;  // a cache: begin() stays logically const
   std::unordered_map<const Site*, std::string> names_;  // node-based: references stay valid across inserts
   // A direct-mapped cache in front of names_: a trainer's few sites resolve
   // without hashing and chasing a node on every line.
