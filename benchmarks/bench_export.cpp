@@ -144,20 +144,23 @@ static void BM_Export_BackgroundCpuPerRecord(benchmark::State& state) {
 }
 BENCHMARK(BM_Export_BackgroundCpuPerRecord)->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
-static void BM_Export_BackgroundCpuPerRecord_TrainerMix(benchmark::State& state) {
+// The example trainer's step, as the two benchmarks below record it.
+static void trainer_step(int step) {
   static Communicator& world = register_communicator(nullptr, "world", 2, 0);
-  background_cpu_per_record(state, [](int step) {
-    StepScope s(step);
-    { RANKSCOPE_PHASE("loader_wait"); }
-    { RANKSCOPE_PHASE("forward"); }
-    { RANKSCOPE_PHASE("backward"); }
-    {
-      RANKSCOPE_PHASE("all_reduce");
-      CollectiveSpan c(world, CollectiveOp::kAllReduce, 101386, DType::kFloat32);
-    }
-    { RANKSCOPE_PHASE("optimizer"); }
-    s.report({.loss = 1.0 / (step + 1), .lr = 0.05, .grad_norm = 0.697 + 1e-6 * step, .samples = 64});
-  });
+  StepScope s(step);
+  { RANKSCOPE_PHASE("loader_wait"); }
+  { RANKSCOPE_PHASE("forward"); }
+  { RANKSCOPE_PHASE("backward"); }
+  {
+    RANKSCOPE_PHASE("all_reduce");
+    CollectiveSpan c(world, CollectiveOp::kAllReduce, 101386, DType::kFloat32);
+  }
+  { RANKSCOPE_PHASE("optimizer"); }
+  s.report({.loss = 1.0 / (step + 1), .lr = 0.05, .grad_norm = 0.697 + 1e-6 * step, .samples = 64});
+}
+
+static void BM_Export_BackgroundCpuPerRecord_TrainerMix(benchmark::State& state) {
+  background_cpu_per_record(state, trainer_step);
 }
 BENCHMARK(BM_Export_BackgroundCpuPerRecord_TrainerMix)->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
@@ -167,7 +170,6 @@ BENCHMARK(BM_Export_BackgroundCpuPerRecord_TrainerMix)->Iterations(1)->Unit(benc
 // background thread (registry, per-thread history and breakdown) shows as
 // the difference from the mix above.
 static void BM_Export_BackgroundCpuPerRecord_TrainerMix_ThreadPerEpoch(benchmark::State& state) {
-  static Communicator& world = register_communicator(nullptr, "world", 2, 0);
   std::thread loader;
   background_cpu_per_record(state, [&loader](int step) {
     if (step % 32 == 0) {
@@ -178,16 +180,7 @@ static void BM_Export_BackgroundCpuPerRecord_TrainerMix_ThreadPerEpoch(benchmark
         }
       });
     }
-    StepScope s(step);
-    { RANKSCOPE_PHASE("loader_wait"); }
-    { RANKSCOPE_PHASE("forward"); }
-    { RANKSCOPE_PHASE("backward"); }
-    {
-      RANKSCOPE_PHASE("all_reduce");
-      CollectiveSpan c(world, CollectiveOp::kAllReduce, 101386, DType::kFloat32);
-    }
-    { RANKSCOPE_PHASE("optimizer"); }
-    s.report({.loss = 1.0 / (step + 1), .lr = 0.05, .grad_norm = 0.697 + 1e-6 * step, .samples = 64});
+    trainer_step(step);
   });
   if (loader.joinable()) loader.join();
 }
