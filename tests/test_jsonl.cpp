@@ -343,3 +343,12 @@ TEST_CASE("numbers are the shortest form that reads back; float32 values in floa
   CHECK(num(1e300) == "1e+300");  // beyond float's range
   CHECK(num(-std::numeric_limits<double>::infinity()) == "\"-Infinity\"");
 }
+
+TEST_CASE("strings are escaped the JSON way, control characters as \\u00XX", "[jsonl]") {
+  fmt::memory_buffer b;
+  rankscope::detail::json_escape_to(b, std::string_view("a\"b\\c\n\r\td\x01\x1f\x7f\xc3\xa9", 14));
+  CHECK(std::string(b.data(), b.size()) == "\"a\\\"b\\\\c\\n\\r\\td\\u0001\\u001f\x7f\xc3\xa9\"");
+  b.clear();
+  rankscope::detail::json_escape_to(b, "");
+  CHECK(std::string(b.data(), b.size()) == "\"\"");
+}

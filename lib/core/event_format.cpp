@@ -52,6 +52,18 @@ class RawLine {
     p_ = digits.write(p_, ns);
     return *this;
   }
+  RawLine& number(double v) {  // kJsonNumberMost bytes of room
+    p_ = json_number_at(p_, v);
+    return *this;
+  }
+  RawLine& rate(double v) {  // kJsonNumberMost bytes of room
+    p_ = json_rate_at(p_, v);
+    return *this;
+  }
+  RawLine& escaped(std::string_view s) {  // json_escaped_most(s) bytes of room
+    p_ = json_escape_at(p_, s);
+    return *this;
+  }
 
  private:
   fmt::memory_buffer& b_;
@@ -114,18 +126,16 @@ void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
       break;
     }
     case EventKind::kStepEnd: {
-      {
-        RawLine o(out, kBeginMost + 32);
-        begin_raw(o, clocks_, "step_end", e.wall_ns, e.mono_ns, rank_, e.step, e.tid);
-        if (e.dur_ns) (o << ",\"dur\":").num(e.dur_ns);
-      }
-      const StepScalars& s = e.scalars;
-      if (s.loss) { out.append(std::string_view(",\"loss\":")); json_number_to(out, *s.loss); }
-      if (s.lr) { out.append(std::string_view(",\"lr\":")); json_number_to(out, *s.lr); }
-      if (s.grad_norm) { out.append(std::string_view(",\"grad_norm\":")); json_number_to(out, *s.grad_norm); }
-      if (s.samples) fmt::format_to(it, FMT_COMPILE(",\"samples\":{}"), *s.samples);
-      if (s.tokens) fmt::format_to(it, FMT_COMPILE(",\"tokens\":{}"), *s.tokens);
-      if (s.skipped) out.append(std::string_view(",\"skipped\":true"));
+      const StepScalars& sc = e.scalars;
+      RawLine o(out, kBeginMost + 48 + 3 * (16 + kJsonNumberMost) + 2 * (16 + 20) + 16);
+      begin_raw(o, clocks_, "step_end", e.wall_ns, e.mono_ns, rank_, e.step, e.tid);
+      if (e.dur_ns) (o << ",\"dur\":").num(e.dur_ns);
+      if (sc.loss) (o << ",\"loss\":").number(*sc.loss);
+      if (sc.lr) (o << ",\"lr\":").number(*sc.lr);
+      if (sc.grad_norm) (o << ",\"grad_norm\":").number(*sc.grad_norm);
+      if (sc.samples) (o << ",\"samples\":").num(*sc.samples);
+      if (sc.tokens) (o << ",\"tokens\":").num(*sc.tokens);
+      if (sc.skipped) o << ",\"skipped\":true";
       break;
     }
     case EventKind::kMark:
@@ -135,17 +145,17 @@ void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
       out.append(std::string_view(",\"value\":"));
       json_number_to(out, e.value);
       break;
-    case EventKind::kCollective: {  // once per collective: fixed fields through RawLine, like phases
+    case EventKind::kCollective: {  // once per collective: the whole line through one RawLine, like phases
       const int n = e.comm != nullptr ? e.comm->size() : 1;
       const std::string_view op = collective_op_name(e.op), dtype = dtype_name(e.dtype);
+      const std::string_view comm = e.comm != nullptr ? std::string_view(e.comm->name()) : std::string_view();
+      const std::string* phase = e.parent != nullptr ? &quoted(e.parent) : nullptr;
       {
-        RawLine o(out, kBeginMost + 32 + op.size());
+        RawLine o(out, kBeginMost + 640 + op.size() + dtype.size() + json_escaped_most(comm) +
+                           (phase != nullptr ? phase->size() : 0));
         begin_raw(o, clocks_, "collective", e.wall_ns, e.mono_ns, rank_, e.step, e.tid);
         o << ",\"op\":\"" << op << "\",\"comm\":";
-      }
-      json_escape_to(out, e.comm != nullptr ? std::string_view(e.comm->name()) : std::string_view());
-      {
-        RawLine o(out, 256 + dtype.size());
+        o.escaped(comm);
         (o << ",\"comm_id\":").num(e.comm != nullptr ? e.comm->id() : 0);
         (o << ",\"seq\":").num(e.seq);
         (o << ",\"count\":").num(e.count);
@@ -156,19 +166,14 @@ void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
         (o << ",\"dur\":").num(e.dur_ns);
         o << ",\"result\":\"" << result_name(e.result) << "\",\"fingerprint\":\"";
         o.hex16(collective_fingerprint(e.op, e.count, e.dtype, e.peer)) << "\"";
+        const Bandwidth bw = collective_bandwidth(e.op, e.count, e.dtype, n, static_cast<double>(e.dur_ns) * 1e-9);
+        (o << ",\"algbw_gbps\":").rate(bw.algbw_gbps);
+        (o << ",\"busbw_gbps\":").rate(bw.busbw_gbps);
+        if (phase != nullptr) o << ",\"phase\":" << *phase;
+        if (e.device_timed) (o << ",\"timing\":\"device\",\"enqueue_ns\":").num(e.enqueue_ns);
+        if (e.in_group) o << ",\"in_group\":true";
       }
-      const Bandwidth bw = collective_bandwidth(e.op, e.count, e.dtype, n, static_cast<double>(e.dur_ns) * 1e-9);
-      out.append(std::string_view(",\"algbw_gbps\":"));
-      json_rate_to(out, bw.algbw_gbps);
-      out.append(std::string_view(",\"busbw_gbps\":"));
-      json_rate_to(out, bw.busbw_gbps);
-      if (e.parent != nullptr) {
-        out.append(std::string_view(",\"phase\":"));
-        out.append(quoted(e.parent));
-      }
-      if (e.device_timed) fmt::format_to(it, FMT_COMPILE(",\"timing\":\"device\",\"enqueue_ns\":{}"), e.enqueue_ns);
-      if (e.in_group) out.append(std::string_view(",\"in_group\":true"));
-      if (e.error != nullptr) {
+      if (e.error != nullptr) {  // rare, any length: through the buffer
         out.append(std::string_view(",\"error\":"));
         json_escape_to(out, e.error);
       }

@@ -5,7 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
-#include <limits>
+#include <cstring>
 #include <string_view>
 
 #include <fmt/compile.h>
@@ -15,22 +15,38 @@
 
 namespace rankscope::detail {
 
-inline void json_escape_to(fmt::memory_buffer& out, std::string_view s) {
-  out.push_back('"');
+// `s` as a quoted JSON string at `p`, which needs json_escaped_most(s)
+// bytes of room; returns the end.
+inline std::size_t json_escaped_most(std::string_view s) { return 6 * s.size() + 2; }
+inline char* json_escape_at(char* p, std::string_view s) {
+  *p++ = '"';
   for (const char ch : s) {
     const auto c = static_cast<unsigned char>(ch);
+    if (c >= 0x20 && c != '"' && c != '\\') {
+      *p++ = ch;
+      continue;
+    }
+    *p++ = '\\';
     switch (c) {
-      case '"': out.append(std::string_view("\\\"")); break;
-      case '\\': out.append(std::string_view("\\\\")); break;
-      case '\n': out.append(std::string_view("\\n")); break;
-      case '\r': out.append(std::string_view("\\r")); break;
-      case '\t': out.append(std::string_view("\\t")); break;
-      default:
-        if (c < 0x20) fmt::format_to(fmt::appender(out), "\\u{:04x}", c);
-        else out.push_back(ch);
+      case '"': *p++ = '"'; break;
+      case '\\': *p++ = '\\'; break;
+      case '\n': *p++ = 'n'; break;
+      case '\r': *p++ = 'r'; break;
+      case '\t': *p++ = 't'; break;
+      default:  // other control characters: \u00XX
+        std::memcpy(p, "u00", 3);
+        p[3] = "0123456789abcdef"[c >> 4];
+        p[4] = "0123456789abcdef"[c & 15];
+        p += 5;
     }
   }
-  out.push_back('"');
+  *p++ = '"';
+  return p;
+}
+inline void json_escape_to(fmt::memory_buffer& out, std::string_view s) {
+  const std::size_t used = out.size();
+  out.resize(used + json_escaped_most(s));
+  out.resize(static_cast<std::size_t>(json_escape_at(out.data() + used, s) - out.data()));
 }
 
 // `s` as a quoted, escaped JSON string.
@@ -51,40 +67,49 @@ inline std::string json_quoted(std::string_view s) {
 //    digit.
 // JSON has no NaN/Infinity; a NaN loss is exactly what a reader wants to see,
 // so non-finite values are written as the strings "NaN", "Infinity", "-Infinity".
-inline void json_number_to(fmt::memory_buffer& out, double v) {
-  if (std::isfinite(v)) {
-    if (std::fabs(v) < 1e15 && v == std::trunc(v) && !(v == 0 && std::signbit(v))) {
-      char digits[24];
-      out.append(std::string_view(digits, static_cast<std::size_t>(
-                                               decimal::write_int(digits, static_cast<std::int64_t>(v)) - digits)));
-    } else if (std::fabs(v) < 1e15 && static_cast<double>(static_cast<float>(v)) == v) {
-      fmt::format_to(fmt::appender(out), FMT_COMPILE("{}"), static_cast<float>(v));
-    } else {
-      fmt::format_to(fmt::appender(out), FMT_COMPILE("{}"), v);
-    }
-  } else if (std::isnan(v)) {
-    out.append(std::string_view("\"NaN\""));
-  } else {
-    out.append(v > 0 ? std::string_view("\"Infinity\"") : std::string_view("\"-Infinity\""));
+// Writes at `p`, which needs kJsonNumberMost bytes of room; returns the end.
+inline constexpr std::size_t kJsonNumberMost = 32;  // "-1.7976931348623157e+308" is 24
+inline char* json_number_at(char* p, double v) {
+  const auto text = [p](std::string_view s) {
+    std::memcpy(p, s.data(), s.size());
+    return p + s.size();
+  };
+  if (std::isnan(v)) return text("\"NaN\"");
+  if (!std::isfinite(v)) return text(v > 0 ? "\"Infinity\"" : "\"-Infinity\"");
+  if (std::fabs(v) < 1e15 && v == std::trunc(v) && !(v == 0 && std::signbit(v))) {
+    return decimal::write_int(p, static_cast<std::int64_t>(v));
   }
+  if (std::fabs(v) < 1e15 && static_cast<double>(static_cast<float>(v)) == v) {
+    return fmt::format_to(p, FMT_COMPILE("{}"), static_cast<float>(v));
+  }
+  return fmt::format_to(p, FMT_COMPILE("{}"), v);
 }
 
 // A derived rate (GB/s): six decimals, written with integer formatting. The
 // shortest round-trip form costs a float-to-decimal conversion and ~17 digits
-// per value on every collective line, for precision nobody reads.
-inline void json_rate_to(fmt::memory_buffer& out, double v) {
-  if (!(v >= 0.0 && v < 1e12)) return json_number_to(out, v);
+// per value on every collective line, for precision nobody reads. Same room
+// and result as json_number_at.
+inline char* json_rate_at(char* p, double v) {
+  if (!(v >= 0.0 && v < 1e12)) return json_number_at(p, v);
   const auto micro = static_cast<std::uint64_t>(v * 1e6 + 0.5);
-  char whole[20];
-  out.append(std::string_view(whole, static_cast<std::size_t>(decimal::write(whole, micro / 1000000) - whole)));
+  p = decimal::write(p, micro / 1000000);
   std::uint64_t frac = micro % 1000000;
-  if (frac == 0) return;
+  if (frac == 0) return p;
   int digits = 6;
   while (frac % 10 == 0) frac /= 10, --digits;
-  char buf[8];
-  for (int i = digits - 1; i >= 0; --i, frac /= 10) buf[i] = static_cast<char>('0' + frac % 10);
-  out.push_back('.');
-  out.append(std::string_view(buf, static_cast<std::size_t>(digits)));
+  *p++ = '.';
+  for (int i = digits - 1; i >= 0; --i, frac /= 10) p[i] = static_cast<char>('0' + frac % 10);
+  return p + digits;
+}
+
+// The same, appended to a buffer.
+inline void json_number_to(fmt::memory_buffer& out, double v) {
+  char text[kJsonNumberMost];
+  out.append(std::string_view(text, static_cast<std::size_t>(json_number_at(text, v) - text)));
+}
+inline void json_rate_to(fmt::memory_buffer& out, double v) {
+  char text[kJsonNumberMost];
+  out.append(std::string_view(text, static_cast<std::size_t>(json_rate_at(text, v) - text)));
 }
 
 }  // namespace rankscope::detail

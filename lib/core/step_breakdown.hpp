@@ -15,8 +15,13 @@ namespace rankscope::detail {
 
 class StepBreakdownBuilder {
  public:
+  StepBreakdownBuilder() = default;
+  StepBreakdownBuilder(const StepBreakdownBuilder&) = delete;  // it caches a pointer into its own map
+  StepBreakdownBuilder& operator=(const StepBreakdownBuilder&) = delete;
   void on_step_begin(std::int32_t tid, std::int64_t step, std::uint64_t mono_ns) {
-    PerThread& t = threads_[tid];
+    PerThread& t = threads_[tid];  // may rehash: the cached entry is re-pointed here
+    last_tid_ = tid;
+    last_ = &t;
     t = PerThread{};
     t.open = true;
     t.step = step;
@@ -24,15 +29,15 @@ class StepBreakdownBuilder {
   }
   void on_phase(std::int32_t tid, int depth, PhaseKind kind, std::uint64_t start_mono, std::uint64_t dur_ns) {
     if (depth != 0) return;  // nested time is already inside its parent
-    auto it = threads_.find(tid);
-    if (it == threads_.end() || !it->second.open || start_mono < it->second.begin_mono) return;
-    it->second.by_kind[static_cast<int>(kind)] += dur_ns;
+    PerThread* t = find(tid);
+    if (t == nullptr || !t->open || start_mono < t->begin_mono) return;
+    t->by_kind[static_cast<int>(kind)] += dur_ns;
   }
   // Returns the finished step's breakdown, or nothing if its begin was not seen.
   std::optional<StepBreakdown> on_step_end(std::int32_t tid, std::uint64_t mono_ns) {
-    auto it = threads_.find(tid);
-    if (it == threads_.end() || !it->second.open) return std::nullopt;
-    PerThread& t = it->second;
+    PerThread* found = find(tid);
+    if (found == nullptr || !found->open) return std::nullopt;
+    PerThread& t = *found;
     t.open = false;
     StepBreakdown b;
     b.step = t.step;
@@ -51,6 +56,7 @@ class StepBreakdownBuilder {
   template <typename Set>
   void retain_threads(const Set& live) {
     absl::erase_if(threads_, [&](const auto& kv) { return !live.contains(kv.first); });
+    last_ = nullptr;
   }
 
  private:
@@ -60,7 +66,20 @@ class StepBreakdownBuilder {
     std::uint64_t begin_mono = 0;
     std::uint64_t by_kind[kPhaseKindCount] = {};
   };
+  // Phases and step ends come from the thread that marks steps, one after
+  // another: the last entry found is remembered instead of hashed again.
+  PerThread* find(std::int32_t tid) {
+    if (last_ != nullptr && last_tid_ == tid) return last_;
+    auto it = threads_.find(tid);
+    if (it == threads_.end()) return nullptr;
+    last_tid_ = tid;
+    last_ = &it->second;
+    return last_;
+  }
+
   absl::flat_hash_map<std::int32_t, PerThread> threads_;
+  PerThread* last_ = nullptr;  // into threads_; reset whenever threads_ may move its entries
+  std::int32_t last_tid_ = 0;
 };
 
 }  // namespace rankscope::detail
