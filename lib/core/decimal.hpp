@@ -77,10 +77,6 @@ char* write_int(char* p, Int v) {
   return write(p, static_cast<std::uint64_t>(v));
 }
 
-}  // namespace rankscope::detail::decimal
-
-namespace rankscope::detail::decimal {
-
 // Timestamps in consecutive lines share their leading digits: the part above
 // 10^8 ns changes every 100 ms. It is formatted when it changes and copied
 // otherwise, so a timestamp costs one 8-digit conversion. One per field.

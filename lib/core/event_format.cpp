@@ -70,7 +70,7 @@ class RawLine {
   char* p_;
 };
 
-// The start of every line, as begin() writes it; 120 bytes at most.
+// The start of every line, as begin() writes it; kBeginMost bytes of room plus the kind.
 void begin_raw(RawLine& o, LineClocks& clocks, std::string_view kind, std::uint64_t wall, std::uint64_t mono, int rank,
                std::int64_t step, std::int32_t tid) {
   o << "{\"kind\":\"" << kind << "\",\"t\":";
