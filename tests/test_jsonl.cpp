@@ -1,3 +1,7 @@
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <filesystem>
@@ -113,6 +117,45 @@ TEST_CASE("a second session appends to the same rank log", "[jsonl]") {
   }
   CHECK(starts == 2);
   CHECK(phases == 2);
+}
+
+TEST_CASE("disk space reserved ahead of the log is given back at shutdown", "[jsonl]") {
+  TempDir tmp;
+  {  // only where the filesystem reserves space (fallocate with KEEP_SIZE)
+    const std::string probe = tmp.path + "/probe";
+    const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT, 0644);
+    REQUIRE(fd >= 0);
+    const bool supported = ::fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, 1 << 20) == 0;
+    ::close(fd);
+    ::unlink(probe.c_str());
+    if (!supported) {
+      WARN("fallocate is not supported under " << tmp.path << ": nothing is reserved, nothing to check");
+      return;
+    }
+  }
+  const std::string path = tmp.path + "/rank-0.jsonl";
+  const auto allocated = [&path] {
+    struct stat st;
+    REQUIRE(::stat(path.c_str(), &st) == 0);
+    return std::pair<std::int64_t, std::int64_t>(st.st_size, std::int64_t{st.st_blocks} * 512);
+  };
+  REQUIRE(init(file_config(tmp.path, 0, 1)).ok());
+  for (int s = 0; s < 100; ++s) {
+    StepScope step(s);
+    { RANKSCOPE_PHASE("forward"); }
+  }
+  REQUIRE(flush());
+  const auto [size_running, blocks_running] = allocated();
+  CHECK(blocks_running >= size_running + (std::int64_t{1} << 19));  // reserved ahead
+  shutdown();
+  const auto [size, blocks] = allocated();
+  CHECK(size > size_running);
+  CHECK(blocks < size + (std::int64_t{1} << 16));  // the reserve is gone
+  reader::ReadResult res;
+  const auto evs = read_all(path, &res);  // no hole or zero bytes in the file
+  CHECK(res.bad_lines == 0);
+  CHECK_FALSE(res.torn_tail);
+  CHECK(evs.back().kind == "run_end");
 }
 
 TEST_CASE("the reader tolerates a torn last line and skips corrupt lines", "[jsonl][reader]") {

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -42,7 +43,10 @@ const char* metric_type_name(MetricSample::Type t) {
 
 class JsonlSink final : public Sink {
  public:
-  JsonlSink(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  JsonlSink(int fd, std::string path) : fd_(fd), path_(std::move(path)) {
+    const off_t end = ::lseek(fd_, 0, SEEK_END);  // appending to a restarted rank's log
+    end_ = reserved_ = end > 0 ? end : 0;
+  }
   ~JsonlSink() override {
     if (fd_ >= 0) ::close(fd_);
   }
@@ -126,6 +130,7 @@ class JsonlSink final : public Sink {
     stats_fields(st);
     end_line();
     write_out();
+    release_reserve();
     if (fd_ >= 0) {
       ::fsync(fd_);
       ::close(fd_);
@@ -173,12 +178,46 @@ class JsonlSink final : public Sink {
   // the file keeps every line written before.
   void write_out() {
     if (buf_.size() == 0) return;
-    if (fd_ < 0 || !write_all(fd_, buf_.data(), buf_.size())) ++errors_;
+    reserve_ahead(buf_.size());
+    if (fd_ < 0 || !write_all(fd_, buf_.data(), buf_.size())) {
+      ++errors_;
+    } else {
+      end_ += static_cast<off_t>(buf_.size());
+    }
     buf_.clear();
+  }
+
+  // Disk blocks are reserved ahead of the log, kReserveStep at a time, with
+  // fallocate(KEEP_SIZE): readers see the same file, and appends land in
+  // allocated blocks instead of taking ext4's per-page delayed-allocation
+  // path, about a quarter less kernel CPU per byte written (see
+  // benchmarks/README.md). A filesystem without fallocate, or a full disk,
+  // simply ends the reserving; the writes themselves are unchanged.
+  static constexpr off_t kReserveStep = off_t{1} << 20;
+  void reserve_ahead(std::size_t n) {
+    if (!reserving_ || fd_ < 0 || end_ + static_cast<off_t>(n) <= reserved_) return;
+    const off_t from = std::max(reserved_, end_);
+    const off_t len = (static_cast<off_t>(n) / kReserveStep + 1) * kReserveStep;
+    if (::fallocate(fd_, FALLOC_FL_KEEP_SIZE, from, len) != 0) {
+      reserving_ = false;
+      return;
+    }
+    reserved_ = from + len;
+  }
+  // At the end, what was reserved past the last line is given back
+  // (ftruncate to the file's own size frees blocks past the end).
+  void release_reserve() {
+    struct stat st;
+    if (fd_ < 0 || reserved_ <= end_ || ::fstat(fd_, &st) != 0) return;
+    (void)::ftruncate(fd_, st.st_size);
+    reserved_ = end_;
   }
 
   int fd_;
   std::string path_;
+  off_t end_ = 0;       // where this sink's next write lands (other writers' lines aside)
+  off_t reserved_ = 0;  // blocks are reserved up to here
+  bool reserving_ = true;
   std::uint64_t errors_ = 0;
   fmt::memory_buffer buf_;
   detail::EventFormatter fmt_;
