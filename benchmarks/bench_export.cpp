@@ -1,8 +1,12 @@
 // Background-thread throughput into the JSONL run log.
+#include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <ctime>
 #include <filesystem>
 #include <thread>
+#include <vector>
 
 #include "bench_common.hpp"
 
@@ -13,6 +17,12 @@ std::string bench_dir() {
   auto d = std::filesystem::temp_directory_path() / ("rankscope-bench-" + std::to_string(::getpid()));
   std::filesystem::remove_all(d);
   return d.string();
+}
+
+double thread_cpu_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e9 + static_cast<double>(ts.tv_nsec);
 }
 
 void start_jsonl(const std::string& dir) {
@@ -188,3 +198,42 @@ BENCHMARK(BM_Export_BackgroundCpuPerRecord_TrainerMix_ThreadPerEpoch)
     ->Iterations(1)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
+
+// Why the run log reserves disk blocks ahead (fallocate KEEP_SIZE, as the
+// sink does): the kernel's CPU per byte appended in 64 KiB writes, the size
+// of one drained batch, with and without 1 MiB reservations. This is the
+// page-cache path the background thread pays on every batch; the writeback
+// that follows runs in the kernel's flusher threads, not counted here.
+static void BM_Export_AppendCpuPerByte(benchmark::State& state) {
+  const bool reserve = state.range(0) != 0;
+  const std::string dir = bench_dir();
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/append.out";
+  std::vector<char> chunk(64 << 10, 'x');
+  constexpr off_t kTotal = off_t{128} << 20, kStep = off_t{1} << 20;
+  double cpu_ns = 0, bytes = 0;
+  for (auto _ : state) {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0) std::abort();
+    const double c0 = thread_cpu_ns();
+    off_t end = 0, reserved = 0;
+    while (end < kTotal) {
+      if (reserve && end + static_cast<off_t>(chunk.size()) > reserved) {
+        if (::fallocate(fd, FALLOC_FL_KEEP_SIZE, reserved, kStep) != 0) {
+          state.SkipWithError("fallocate is not supported here");
+          break;
+        }
+        reserved += kStep;
+      }
+      if (::write(fd, chunk.data(), chunk.size()) != static_cast<ssize_t>(chunk.size())) std::abort();
+      end += static_cast<off_t>(chunk.size());
+    }
+    cpu_ns += thread_cpu_ns() - c0;
+    bytes += static_cast<double>(end);
+    ::close(fd);
+    ::unlink(path.c_str());
+  }
+  state.counters["ns_per_byte"] = cpu_ns / std::max(bytes, 1.0);
+  std::filesystem::remove_all(dir);
+}
+BENCHMARK(BM_Export_AppendCpuPerByte)->ArgName("reserve")->Arg(0)->Arg(1)->Iterations(3)->Unit(benchmark::kMillisecond);
