@@ -1,6 +1,11 @@
 // Helper process for the signal tests: rank 5 of 8 writing into argv[1], then
-// `abort` (SIGABRT inside an open all-reduce), `term` (SIGTERM) or `usr1`
-// (SIGUSR1, wait for the dump, keep recording, exit 0).
+// `abort` (SIGABRT inside an open all-reduce), `term` (SIGTERM), `usr1`
+// (SIGUSR1, wait for the dump, keep recording, exit 0), `pipe` (a write to a
+// pipe nobody reads: SIGPIPE) or `pipe_ignored` (the same with SIGPIPE
+// ignored before init: EPIPE, keep recording, exit 0).
+#include <unistd.h>
+
+#include <cerrno>
 #include <csignal>
 #include <filesystem>
 #include <string>
@@ -11,6 +16,7 @@
 int main(int argc, char** argv) {
   if (argc != 3) return 2;
   const std::string dir = argv[1], mode = argv[2];
+  if (mode == "pipe_ignored") std::signal(SIGPIPE, SIG_IGN);
   rankscope::Config cfg;
   cfg.run_dir = dir;
   cfg.context.rank = 5;
@@ -34,6 +40,15 @@ int main(int argc, char** argv) {
   }
   RANKSCOPE_PHASE("all_reduce");
   rankscope::CollectiveSpan span(world, rankscope::CollectiveOp::kAllReduce, 10, rankscope::DType::kFloat32);
+  if (mode == "pipe" || mode == "pipe_ignored") {  // as a send to a peer that died
+    int fds[2];
+    if (::pipe(fds) != 0) return 6;
+    ::close(fds[0]);
+    const bool epipe = ::write(fds[1], "x", 1) < 0 && errno == EPIPE;  // SIGPIPE's default action ends us here
+    { RANKSCOPE_PHASE("after_epipe"); }
+    rankscope::shutdown();
+    return epipe ? 0 : 7;
+  }
   std::raise(mode == "term" ? SIGTERM : SIGABRT);
   return 5;  // not reached: the default action terminates
 }

@@ -372,6 +372,23 @@ TEST_CASE("SIGTERM flushes and dumps, then terminates as before", "[flight][sign
   CHECK_THAT(slurp(tmp.path + "/rank-5.jsonl"), Catch::Contains(R"("name":"before_crash")"));
 }
 
+TEST_CASE("SIGPIPE at its default action flushes and dumps, an ignored one changes nothing", "[flight][signals]") {
+  {
+    TempDir tmp;
+    const int status = run_helper(tmp.path, "pipe");
+    REQUIRE(WIFSIGNALED(status));
+    CHECK(WTERMSIG(status) == SIGPIPE);  // still the default action, now with the evidence written
+    CHECK_THAT(slurp(tmp.path + "/rank-5.flight.json"), Catch::Contains(R"("reason":"signal SIGPIPE")"));
+    CHECK_THAT(slurp(tmp.path + "/rank-5.jsonl"), Catch::Contains(R"("name":"before_crash")"));
+  }
+  TempDir tmp;
+  const int status = run_helper(tmp.path, "pipe_ignored");
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);  // the write saw EPIPE and the program went on
+  CHECK_THAT(slurp(tmp.path + "/rank-5.jsonl"), Catch::Contains(R"("name":"after_epipe")"));
+  CHECK_THAT(slurp(tmp.path + "/rank-5.flight.json"), !Catch::Contains("SIGPIPE"));
+}
+
 TEST_CASE("SIGUSR1 dumps on demand and the process keeps running", "[flight][signals]") {
   TempDir tmp;
   const int status = run_helper(tmp.path, "usr1");

@@ -21,6 +21,7 @@
 #include <rankscope/rankscope.hpp>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -139,6 +140,11 @@ Args parse(int argc, char** argv) {
 // Exit codes: 0 done, 1 setup failed, 3 a collective failed, 4 an invariant check failed.
 int main(int argc, char** argv) {
   const Args args = parse(argc, argv);
+  // A peer that dies mid-all-reduce closes its sockets, and gloo's sends then
+  // raise SIGPIPE, whose default action would end this rank without a word.
+  // Ignored, as Python (so every torch.distributed trainer in Python) does: the
+  // send fails with EPIPE, gloo throws, and the rank reports the failure.
+  std::signal(SIGPIPE, SIG_IGN);
   torch::set_num_threads(1);  // one core per rank on a small machine
   torch::manual_seed(0);      // identical initial weights on every rank
 

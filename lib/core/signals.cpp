@@ -13,7 +13,12 @@ std::atomic<std::uint64_t> g_signal_acks{0};
 
 namespace {
 
-constexpr int kSignals[] = {SIGUSR1, SIGTERM, SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+// SIGPIPE too: its default action ends the process without a word, and a rank
+// writing to a peer that died (gloo's TCP pairs send without MSG_NOSIGNAL)
+// would vanish with its last batch of records unwritten. It is taken only
+// while its action is the default; a program that ignores it (Python does)
+// or handles it keeps its own behaviour.
+constexpr int kSignals[] = {SIGUSR1, SIGTERM, SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGPIPE};
 constexpr int kCount = sizeof(kSignals) / sizeof(kSignals[0]);
 struct sigaction g_previous[kCount];
 bool g_installed = false;
@@ -74,7 +79,14 @@ void install_signal_handlers() {
   sa.sa_sigaction = handler;
   sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
   sigemptyset(&sa.sa_mask);
-  for (int i = 0; i < kCount; ++i) sigaction(kSignals[i], &sa, &g_previous[i]);
+  for (int i = 0; i < kCount; ++i) {
+    if (kSignals[i] == SIGPIPE) {
+      struct sigaction cur;
+      sigaction(SIGPIPE, nullptr, &cur);
+      if ((cur.sa_flags & SA_SIGINFO) != 0 || cur.sa_handler != SIG_DFL) continue;
+    }
+    sigaction(kSignals[i], &sa, &g_previous[i]);
+  }
   g_in_terminal.store(false);
   g_installed = true;
 }
@@ -99,6 +111,7 @@ const char* signal_name(int sig) {
     case SIGFPE: return "SIGFPE";
     case SIGILL: return "SIGILL";
     case SIGABRT: return "SIGABRT";
+    case SIGPIPE: return "SIGPIPE";
     default: return "signal";
   }
 }
