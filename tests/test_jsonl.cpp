@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "capture_sink.hpp"
 #include "rankscope/export/jsonl.hpp"
@@ -117,6 +118,23 @@ TEST_CASE("a second session appends to the same rank log", "[jsonl]") {
   }
   CHECK(starts == 2);
   CHECK(phases == 2);
+}
+
+TEST_CASE("lines reach the file at the end of each drain without a flush", "[jsonl]") {
+  // The sink holds lines back until 256 KiB or the end of a drain: a few
+  // records must still appear within a drain interval or two.
+  TempDir tmp;
+  Config cfg = file_config(tmp.path, 0, 1);
+  cfg.drain_interval = std::chrono::milliseconds(20);
+  REQUIRE(init(cfg).ok());
+  { RANKSCOPE_PHASE("written_without_flush"); }
+  bool seen = false;
+  for (int i = 0; i < 500 && !seen; ++i) {  // up to 5 s on a loaded machine; ~20 ms normally
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    seen = rankscope::test::slurp(tmp.path + "/rank-0.jsonl").find("written_without_flush") != std::string::npos;
+  }
+  CHECK(seen);
+  shutdown();
 }
 
 TEST_CASE("disk space reserved ahead of the log is given back at shutdown", "[jsonl]") {

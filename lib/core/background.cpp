@@ -189,6 +189,10 @@ void Runtime::deliver(std::vector<Event>& batch) {
   batch.clear();
 }
 
+void Runtime::write_pending() {
+  for (auto& s : sinks_) detail::jsonl_write_pending(*s);
+}
+
 std::size_t Runtime::drain_all(std::vector<Event>& batch) {
   std::size_t n = 0;
   max_drained_ = 0;
@@ -230,6 +234,7 @@ std::size_t Runtime::drain_all(std::vector<Event>& batch) {
     for (std::size_t i = before; i < batch.size(); ++i) remember(batch[i]);
   }
   deliver(batch);
+  write_pending();
   prune_recent();
   recorded_.fetch_add(n, std::memory_order_relaxed);
   return n;
@@ -356,6 +361,7 @@ void Runtime::run_background() {
       if (!wd.empty()) {
         for (const Event& x : wd) remember(x);
         deliver(wd);
+        write_pending();
       }
     }
     if (mono_now() - last_metrics_mono_ >= static_cast<std::uint64_t>(metrics_interval_.count()) * 1000000ull) {

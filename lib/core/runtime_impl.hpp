@@ -36,6 +36,9 @@ namespace rankscope::detail {
 
 extern std::atomic<int> g_runlog_fd;
 int jsonl_sink_fd(const Sink& s);
+// Writes the lines a JSONL sink holds back (nothing for other sinks); called
+// when a drain is complete.
+void jsonl_write_pending(Sink& s);
 const char* logger_name(std::uint16_t id);
 void poll_gpu_memory();   // gpu_memory.cpp
 void retry_gpu_memory();
@@ -96,6 +99,7 @@ class Runtime {
   void run_background();
   std::size_t drain_all(std::vector<Event>& batch);
   void deliver(std::vector<Event>& batch);
+  void write_pending();  // the end of a drain: sinks that hold lines back write them
   void remember(const Event& e);  // keeps the last events per thread for dumps
   void remember_tail(const std::vector<Event>& batch, std::size_t from, std::int32_t tid);
   // Drops the histories of exited threads beyond the newest kExitedHistories,
