@@ -134,6 +134,43 @@ TEST_CASE("a mismatch behind a hang is named first, from the flight dumps' finge
   CHECK(r->findings[1].kind == "hang");
 }
 
+TEST_CASE("a rank that SIGPIPE killed after a peer died is a consequence and not the culprit", "[triage]") {
+  // Rank 2 was killed (no trace); rank 3 then sent to it and SIGPIPE ended it
+  // (its flight dump says so), with its log ending even earlier than rank 2's.
+  // Ranks 0 and 1 saw the connection close and shut down.
+  TempDir tmp;
+  const std::uint64_t now = 1'800'000'000'000'000'000ull;
+  const int reached[] = {5, 5, 3, 2};
+  for (int rank = 0; rank < 4; ++rank) {
+    std::string log = fmt::format(R"({{"kind":"run_start","t":1,"mono":1,"rank":{},"host":"h"}})" "\n", rank);
+    for (int seq = 1; seq <= reached[rank]; ++seq) log += coll(rank, seq, 10, "00000000000000aa");
+    if (rank < 2) log += fmt::format(R"({{"kind":"run_end","t":9000000,"mono":9,"rank":{}}})" "\n", rank);
+    write(fmt::format("{}/rank-{}.jsonl", tmp.path, rank), log);
+    write(fmt::format("{}/rank-{}.heartbeat.json", tmp.path, rank),
+          fmt::format(R"({{"rank":{},"state":"{}","interval_ns":1000000000,"liveness_wall_ns":9000000,)"
+                      R"("progress_wall_ns":9000000}})",
+                      rank, rank < 2 ? "exited" : "running"));
+  }
+  write(tmp.path + "/rank-3.flight.json", R"({"reason":"signal SIGPIPE","collectives":[]})");
+  auto r = reader::triage(tmp.path, {{}, now});
+  REQUIRE(r.ok());
+  REQUIRE_FALSE(r->findings.empty());
+  const auto& f = r->findings.front();
+  CHECK(f.kind == "dead_rank");
+  CHECK(f.ranks == std::vector<int>{2});
+  std::string evidence;
+  for (const auto& e : f.evidence) evidence += e + "\n";
+  CHECK_THAT(evidence, Catch::Contains("rank 3 died of SIGPIPE"));
+
+  // Alone, a SIGPIPE death is still the finding.
+  write(tmp.path + "/rank-2.flight.json", R"({"reason":"signal SIGPIPE","collectives":[]})");
+  auto alone = reader::triage(tmp.path, {{}, now});
+  REQUIRE(alone.ok());
+  REQUIRE_FALSE(alone->findings.empty());
+  CHECK(alone->findings.front().kind == "dead_rank");
+  CHECK(alone->findings.front().ranks.size() == 2);
+}
+
 TEST_CASE("time arguments out of range are errors, not undefined casts", "[triage]") {
   for (const char* bad : {"+1e300h", "nan", "inf", "1e30", "+nanm", "2026-01-01T00:00:00.5e30Z"}) {
     INFO(bad);

@@ -73,6 +73,8 @@ void add_flight_dump(const std::string& path, const SummaryOptions& opts, int se
   simdjson::dom::parser p;
   simdjson::dom::element doc;
   if (p.load(path).get(doc) != simdjson::SUCCESS) return;
+  std::string_view reason;
+  if (doc["reason"].get_string().get(reason) == simdjson::SUCCESS) d.sum.dump_reason = std::string(reason);
   simdjson::dom::array arr;
   if (doc["collectives"].get_array().get(arr) != simdjson::SUCCESS) return;
   std::map<std::string, absl::flat_hash_map<std::uint64_t, std::size_t>> known;  // comm -> seq -> index

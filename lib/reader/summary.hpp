@@ -98,6 +98,7 @@ struct RankSummary {
   std::uint64_t first_error_t = 0;
   EvidenceLine first_error_line, last_line;
   std::vector<RestoreSample> restores;
+  std::string dump_reason;  // its flight dump's reason ("signal SIGPIPE", "stall", ...), if it has one
 };
 
 /// Cross-rank check of one communicator's collectives, from the run logs

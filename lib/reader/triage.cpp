@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <map>
 #include <set>
 #include <tuple>
@@ -166,6 +167,16 @@ void stall_findings(const RunSummary& sum, const StatusReport* live, std::vector
       if (const auto* r = rank_of(rk)) culprits.push_back(r);
     }
   }
+  // A rank that SIGPIPE killed was sending to a peer already gone: when some
+  // other culprit stopped without such a trace, it is a consequence of that
+  // rank's death, not a cause (C++ trainers keep SIGPIPE's default action;
+  // rankscope's handler dumps with this reason before the process dies).
+  std::vector<const RankSummary*> broken_pipe;
+  const auto by_sigpipe = [](const RankSummary* r) { return r->dump_reason == "signal SIGPIPE"; };
+  if (!std::all_of(culprits.begin(), culprits.end(), by_sigpipe)) {
+    std::copy_if(culprits.begin(), culprits.end(), std::back_inserter(broken_pipe), by_sigpipe);
+    std::erase_if(culprits, by_sigpipe);
+  }
   std::vector<int> culprit_ranks, waiting_ranks;
   for (const auto* r : culprits) culprit_ranks.push_back(r->rank);
   for (const auto* r : waiting) {
@@ -223,6 +234,11 @@ void stall_findings(const RunSummary& sum, const StatusReport* live, std::vector
     }
     f.evidence.push_back(fmt::format("rank {}: last event {} at step {}, last phase '{}', last collective seq {} on '{}'",
                                      c.rank, fmt_time(c.last_t), c.last_step, c.last_phase, c.last_seq, c.last_comm));
+  }
+  for (const auto* r : broken_pipe) {
+    f.evidence.push_back(fmt::format("rank {} died of SIGPIPE at step {} (its flight dump): it sent to a peer that "
+                                     "was gone, a consequence and not the cause",
+                                     r->rank, r->last_step));
   }
   if (ws != nullptr) {
     f.lines.push_back(ws->line);
