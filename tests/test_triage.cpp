@@ -171,6 +171,40 @@ TEST_CASE("a rank that SIGPIPE killed after a peer died is a consequence and not
   CHECK(alone->findings.front().ranks.size() == 2);
 }
 
+TEST_CASE("a rank that died outranks the ranks that stalled waiting for it outside a collective", "[triage]") {
+  // Rank 2 was killed while the others were in a store exchange at the epoch
+  // boundary (no collective in flight): their watchdogs saw a stall, the
+  // exchange timed out, they shut down. Rank 2 is the cause.
+  TempDir tmp;
+  const std::uint64_t now = 1'800'000'000'000'000'000ull;
+  for (int rank = 0; rank < 4; ++rank) {
+    std::string log = fmt::format(R"({{"kind":"run_start","t":1,"mono":1,"rank":{},"host":"h"}})" "\n", rank);
+    for (int seq = 1; seq <= (rank == 2 ? 3 : 5); ++seq) log += coll(rank, seq, 10, "00000000000000aa");
+    if (rank != 2) {
+      log += fmt::format(R"({{"kind":"stall","t":7000000,"mono":7,"rank":{},"step":5,"dur":1500000000,)"
+                         R"x("inside":"between steps (no open phase, no collective in flight)","open_phases":[],)x"
+                         R"("in_flight":[]}})" "\n", rank);
+      log += fmt::format(R"({{"kind":"stall_end","t":8000000,"mono":8,"rank":{},"step":5,"dur":20000000000}})" "\n",
+                         rank);
+      log += fmt::format(R"({{"kind":"run_end","t":9000000,"mono":9,"rank":{}}})" "\n", rank);
+    }
+    write(fmt::format("{}/rank-{}.jsonl", tmp.path, rank), log);
+    write(fmt::format("{}/rank-{}.heartbeat.json", tmp.path, rank),
+          fmt::format(R"({{"rank":{},"state":"{}","interval_ns":1000000000,"liveness_wall_ns":9000000,)"
+                      R"("progress_wall_ns":9000000}})",
+                      rank, rank == 2 ? "running" : "exited"));
+  }
+  auto r = reader::triage(tmp.path, {{}, now});
+  REQUIRE(r.ok());
+  REQUIRE_FALSE(r->findings.empty());
+  const auto& f = r->findings.front();
+  CHECK(f.kind == "dead_rank");
+  CHECK(f.ranks == std::vector<int>{2});
+  std::string evidence;
+  for (const auto& e : f.evidence) evidence += e + "\n";
+  CHECK_THAT(evidence, Catch::Contains("ranks 0,1,3 stalled meanwhile") && Catch::Contains("waiting on rank 2"));
+}
+
 TEST_CASE("time arguments out of range are errors, not undefined casts", "[triage]") {
   for (const char* bad : {"+1e300h", "nan", "inf", "1e30", "+nanm", "2026-01-01T00:00:00.5e30Z"}) {
     INFO(bad);

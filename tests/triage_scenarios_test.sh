@@ -5,7 +5,7 @@
 # batch, are the same kind of 4-rank scenario in invariants_test.sh.)
 #   clean                      -> healthy, exit 0, no findings
 #   stops before a collective  -> hang, the blocked rank, the phase it is in
-#   killed (SIGKILL)           -> dead_rank, the killed rank
+#   killed (SIGKILL)           -> dead_rank, the killed rank (also with SIGPIPE's default action)
 #   straggler in forward       -> straggler, the slow rank, from the step it began
 #   mismatched collective      -> collective_mismatch, the odd rank
 #   stall in checkpoint save   -> stall (recovered), the rank in checkpoint_save
@@ -84,6 +84,20 @@ kill -9 "$(grep -o '"pid":[0-9]*' "$run/rank-2.heartbeat.json" | cut -d: -f2)"
 finish
 sleep 1  # heartbeat older than 3 intervals
 expect dead_rank 2 "rank died"
+
+# The same with SIGPIPE at its default action, as in a C++ trainer that never
+# set it: a rank sending to the dead one dies of SIGPIPE (when it happens to
+# be sending, not receiving), leaves a dump saying so, and is evidence.
+start killed_sigpipe 100000 -- --default-sigpipe
+for _ in $(seq 1 100); do
+  grep -q '"step":[1-9][0-9]' "$run/rank-2.heartbeat.json" 2>/dev/null && break
+  sleep 0.1
+done
+kill -9 "$(grep -o '"pid":[0-9]*' "$run/rank-2.heartbeat.json" | cut -d: -f2)"
+finish
+sleep 1
+expect dead_rank 2 "rank died"
+echo "  killed_sigpipe: $(grep -l 'signal SIGPIPE' "$run"/rank-*.flight.json 2>/dev/null | wc -l) rank(s) died of SIGPIPE"
 
 start straggler 40 -- --slow-rank 3 --slow-from-step 10 --slow-ms 40
 finish

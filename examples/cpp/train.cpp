@@ -79,6 +79,7 @@ struct Args {
   int stale_rank = -1;             // fault: this rank resumes from the checkpoint before the latest
   int no_check_rank = -1;          // fault: this rank skips the sampler check of epoch --no-check-epoch
   int no_check_epoch = 1;
+  bool default_sigpipe = false;    // keep SIGPIPE's default action (as a C++ trainer that never set it)
 };
 
 Args parse(int argc, char** argv) {
@@ -127,6 +128,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--stale-rank") a.stale_rank = std::stoi(next());
     else if (k == "--no-check-rank") a.no_check_rank = std::stoi(next());
     else if (k == "--no-check-epoch") a.no_check_epoch = std::stoi(next());
+    else if (k == "--default-sigpipe") a.default_sigpipe = true;
     else {
       std::fprintf(stderr, "unknown argument %s\n", k.c_str());
       std::exit(2);
@@ -144,7 +146,7 @@ int main(int argc, char** argv) {
   // raise SIGPIPE, whose default action would end this rank without a word.
   // Ignored, as Python (so every torch.distributed trainer in Python) does: the
   // send fails with EPIPE, gloo throws, and the rank reports the failure.
-  std::signal(SIGPIPE, SIG_IGN);
+  if (!args.default_sigpipe) std::signal(SIGPIPE, SIG_IGN);
   torch::set_num_threads(1);  // one core per rank on a small machine
   torch::manual_seed(0);      // identical initial weights on every rank
 

@@ -160,8 +160,20 @@ void stall_findings(const RunSummary& sum, const StatusReport* live, std::vector
     if (behind.empty()) return;
   }
 
-  // Culprits: stalled outside a collective, else behind on the sequence.
+  // Culprits: stalled outside a collective, else behind on the sequence. A
+  // rank that died behind the others comes first, though: ranks stalled
+  // outside a collective meanwhile (in a store exchange, a barrier of their
+  // own) were waiting for it, not causing anything.
+  std::vector<const RankSummary*> dead_behind, bystanders;
+  for (const auto& [rk, seq] : behind) {
+    const RankSummary* r = rank_of(rk);
+    if (live != nullptr && r != nullptr && !r->last_stall && !r->ended_cleanly && !alive(rk)) dead_behind.push_back(r);
+  }
   std::vector<const RankSummary*> culprits = blocked;
+  if (!dead_behind.empty()) {
+    bystanders = std::move(culprits);
+    culprits = dead_behind;
+  }
   if (culprits.empty()) {
     for (const auto& [rk, seq] : behind) {
       if (const auto* r = rank_of(rk)) culprits.push_back(r);
@@ -234,6 +246,14 @@ void stall_findings(const RunSummary& sum, const StatusReport* live, std::vector
     }
     f.evidence.push_back(fmt::format("rank {}: last event {} at step {}, last phase '{}', last collective seq {} on '{}'",
                                      c.rank, fmt_time(c.last_t), c.last_step, c.last_phase, c.last_seq, c.last_comm));
+  }
+  if (!bystanders.empty()) {
+    std::vector<int> ranks;
+    for (const auto* r : bystanders) ranks.push_back(r->rank);
+    const StallRecord& st = stall_of(*bystanders.front());
+    f.evidence.push_back(fmt::format("{} stalled meanwhile, inside: {} (waiting on {})", format_ranks(ranks), st.inside,
+                                     format_ranks(culprit_ranks)));
+    f.lines.push_back(st.line);
   }
   for (const auto* r : broken_pipe) {
     f.evidence.push_back(fmt::format("rank {} died of SIGPIPE at step {} (its flight dump): it sent to a peer that "
