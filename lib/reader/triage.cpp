@@ -170,9 +170,9 @@ void stall_findings(const RunSummary& sum, const StatusReport* live, std::vector
     if (live != nullptr && r != nullptr && !r->last_stall && !r->ended_cleanly && !alive(rk)) dead_behind.push_back(r);
   }
   std::vector<const RankSummary*> culprits = blocked;
-  if (!dead_behind.empty()) {
+  if (!dead_behind.empty() && !blocked.empty()) {
     bystanders = std::move(culprits);
-    culprits = dead_behind;
+    culprits = std::move(dead_behind);
   }
   if (culprits.empty()) {
     for (const auto& [rk, seq] : behind) {
