@@ -249,7 +249,7 @@ std::string format_status_json(const StatusReport& r) {
   };
   std::string o = fmt::format("{{\"run_dir\":{},\"verdict\":{},\"exit_code\":{},\"findings\":[", q(r.run_dir),
                               q(r.verdict), r.exit_code);
-  for (std::size_t i = 0; i < r.findings.size(); ++i) o += (i ? "," : "") + q(r.findings[i]);
+  for (std::size_t i = 0; i < r.findings.size(); ++i) o.append(i ? "," : "").append(q(r.findings[i]));
   o += "],\"ranks\":[";
   for (std::size_t i = 0; i < r.ranks.size(); ++i) {
     const auto& h = r.ranks[i];

@@ -585,7 +585,7 @@ std::string format_triage_json(const TriageReport& r) {
     const auto& f = r.findings[i];
     o += fmt::format("{}{{\"kind\":{},\"ranks\":[{}],\"summary\":{},\"t_ns\":{},\"step\":{},\"evidence\":[", i ? "," : "",
                      q(f.kind), absl::StrJoin(f.ranks, ","), q(f.summary), f.t, f.step);
-    for (std::size_t j = 0; j < f.evidence.size(); ++j) o += (j ? "," : "") + q(f.evidence[j]);
+    for (std::size_t j = 0; j < f.evidence.size(); ++j) o.append(j ? "," : "").append(q(f.evidence[j]));
     o += "],\"lines\":[";
     bool first = true;
     for (const auto& l : f.lines) {
@@ -609,7 +609,7 @@ std::string format_triage_json(const TriageReport& r) {
     o += fmt::format("{}{{\"host\":{},\"offset_ms\":{:.3f},\"ranks\":{}}}", i ? "," : "", q(k.host), k.offset_ms, k.ranks);
   }
   o += "],\"warnings\":[";
-  for (std::size_t i = 0; i < r.warnings.size(); ++i) o += (i ? "," : "") + q(r.warnings[i]);
+  for (std::size_t i = 0; i < r.warnings.size(); ++i) o.append(i ? "," : "").append(q(r.warnings[i]));
   o += fmt::format("],\"window\":{{\"since_ns\":{},\"until_ns\":{}}}}}\n", r.since_ns,
                    r.until_ns == UINT64_MAX ? std::string("null") : std::to_string(r.until_ns));
   return o;
