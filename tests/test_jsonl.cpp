@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <atomic>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -174,6 +175,30 @@ TEST_CASE("disk space reserved ahead of the log is given back at shutdown", "[js
   CHECK(res.bad_lines == 0);
   CHECK_FALSE(res.torn_tail);
   CHECK(evs.back().kind == "run_end");
+}
+
+TEST_CASE("error lines written inline during shutdown are never cut off", "[jsonl]") {
+  // Errors are written by the calling thread itself; shutdown shrinks the
+  // file to give back its reserved blocks and must wait for such a write.
+  TempDir tmp;
+  for (int round = 0; round < 10; ++round) {
+    REQUIRE(init(file_config(tmp.path, 0, 1)).ok());
+    std::atomic<bool> stop{false};
+    std::vector<std::thread> writers;
+    for (int t = 0; t < 2; ++t) {
+      writers.emplace_back([&stop] {
+        while (!stop.load()) RANKSCOPE_LOG_ERROR("inline error with a long enough payload {}", std::string(200, 'x'));
+      });
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    shutdown();
+    stop = true;
+    for (auto& w : writers) w.join();
+  }
+  reader::ReadResult res;
+  read_all(tmp.path + "/rank-0.jsonl", &res);
+  CHECK(res.bad_lines == 0);
+  CHECK_FALSE(res.torn_tail);
 }
 
 TEST_CASE("the reader tolerates a torn last line and skips corrupt lines", "[jsonl][reader]") {

@@ -162,7 +162,7 @@ TEST_CASE("a rank that SIGPIPE killed after a peer died is a consequence and not
   for (const auto& e : f.evidence) evidence += e + "\n";
   CHECK_THAT(evidence, Catch::Contains("rank 3 died of SIGPIPE"));
 
-  // Alone, a SIGPIPE death is still the finding.
+  // When every dead rank died of SIGPIPE, none is demoted: they stay the finding.
   write(tmp.path + "/rank-2.flight.json", R"({"reason":"signal SIGPIPE","collectives":[]})");
   auto alone = reader::triage(tmp.path, {{}, now});
   REQUIRE(alone.ok());

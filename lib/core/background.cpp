@@ -180,17 +180,20 @@ void Runtime::prune_recent() {
 
 void Runtime::deliver(std::vector<Event>& batch) {
   if (batch.empty()) return;
-  std::uint64_t errors = 0;
-  for (auto& s : sinks_) {
-    s->export_events(batch);
-    errors += s->errors();
-  }
-  export_errors_.store(errors, std::memory_order_relaxed);
+  for (auto& s : sinks_) s->export_events(batch);
+  count_export_errors();
   batch.clear();
 }
 
 void Runtime::write_pending() {
   for (auto& s : sinks_) detail::jsonl_write_pending(*s);
+  count_export_errors();  // most run-log writes happen here
+}
+
+void Runtime::count_export_errors() {
+  std::uint64_t errors = 0;
+  for (const auto& s : sinks_) errors += s->errors();
+  export_errors_.store(errors, std::memory_order_relaxed);
 }
 
 std::size_t Runtime::drain_all(std::vector<Event>& batch) {
@@ -229,6 +232,7 @@ std::size_t Runtime::drain_all(std::vector<Event>& batch) {
   }
   extra_.clear();
   if (auto poll = g_poller.load(std::memory_order_acquire)) {
+    write_pending();  // what is formatted is on disk before the extension's code runs
     const std::size_t before = batch.size();
     poll(batch);
     for (std::size_t i = before; i < batch.size(); ++i) remember(batch[i]);

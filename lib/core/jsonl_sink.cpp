@@ -23,6 +23,7 @@
 #include "json_util.hpp"
 #include "rankscope/config.hpp"
 #include "rankscope/export/jsonl.hpp"
+#include "runtime_impl.hpp"
 
 namespace rankscope {
 namespace {
@@ -131,13 +132,15 @@ class JsonlSink final : public Sink {
     return true;
   }
 
-  void shutdown(Deadline, const Stats& st) noexcept override {
+  void shutdown(Deadline deadline, const Stats& st) noexcept override {
     const std::uint64_t mono = detail_mono_now();
     begin_line("run_end", detail_wall_now(), mono, -1, 0);
     stats_fields(st);
     end_line();
     write_out();
-    release_reserve();
+    // An error line another thread is writing inline (log.cpp) must land
+    // before the file is shrunk and closed; past the deadline, keep the blocks.
+    if (detail::wait_inline_writers(deadline)) release_reserve();
     if (fd_ >= 0) {
       ::fsync(fd_);
       ::close(fd_);
@@ -205,6 +208,7 @@ class JsonlSink final : public Sink {
     if (!reserving_ || fd_ < 0 || end_ + static_cast<off_t>(n) <= reserved_) return;
     const off_t from = std::max(reserved_, end_);
     const off_t len = (static_cast<off_t>(n) / kReserveStep + 1) * kReserveStep;
+    reserved_any_ = true;  // even a failed call (ENOSPC) may leave blocks allocated
     if (::fallocate(fd_, FALLOC_FL_KEEP_SIZE, from, len) != 0) {
       reserving_ = false;
       return;
@@ -215,9 +219,9 @@ class JsonlSink final : public Sink {
   // (ftruncate to the file's own size frees blocks past the end).
   void release_reserve() {
     struct stat st;
-    if (fd_ < 0 || reserved_ <= end_ || ::fstat(fd_, &st) != 0) return;
+    if (fd_ < 0 || !reserved_any_ || ::fstat(fd_, &st) != 0) return;
     (void)::ftruncate(fd_, st.st_size);
-    reserved_ = end_;
+    reserved_any_ = false;
   }
 
   int fd_;
@@ -225,6 +229,7 @@ class JsonlSink final : public Sink {
   off_t end_ = 0;       // where this sink's next write lands (other writers' lines aside)
   off_t reserved_ = 0;  // blocks are reserved up to here
   bool reserving_ = true;
+  bool reserved_any_ = false;  // fallocate was called: blocks past the end may exist
   std::uint64_t errors_ = 0;
   fmt::memory_buffer buf_;
   detail::EventFormatter fmt_;

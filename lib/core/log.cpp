@@ -22,6 +22,9 @@
 #include "fd_io.hpp"
 #include "json_util.hpp"
 #include "payload.hpp"
+#include <chrono>
+#include <thread>
+
 #include "rankscope/detail/clock.hpp"
 #include "rankscope/detail/record.hpp"
 #include "rankscope/detail/thread_state.hpp"
@@ -32,6 +35,18 @@ namespace rankscope {
 namespace detail {
 std::atomic<std::uint8_t> g_log_level{static_cast<std::uint8_t>(Level::kInfo)};
 std::atomic<int> g_runlog_fd{-1};
+std::atomic<int> g_inline_writers{0};
+
+// Shutdown stores -1 into g_runlog_fd and later waits here before it shrinks
+// and closes the file; a writer counts itself in before it loads the fd (all
+// sequentially consistent), so a line already on its way is never cut off.
+bool wait_inline_writers(std::chrono::steady_clock::time_point deadline) {
+  while (g_inline_writers.load() != 0) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  return true;
+}
 }  // namespace detail
 
 std::string_view level_name(Level l) noexcept {
@@ -176,8 +191,10 @@ void write_inline(const Event& e) {
   fmt::memory_buffer line;
   fmt_.format(e, line);
   line.push_back('\n');
-  const int fd = g_runlog_fd.load(std::memory_order_acquire);
+  g_inline_writers.fetch_add(1);
+  const int fd = g_runlog_fd.load();
   if (fd >= 0) write_all(fd, line.data(), line.size());
+  g_inline_writers.fetch_sub(1);
   if (e.kind == EventKind::kFact) return;  // facts are data, not console news
   fmt::memory_buffer con;
   format_console_line(e, rankscope::context().rank, console_colour(), con);

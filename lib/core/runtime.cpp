@@ -182,7 +182,7 @@ void Runtime::shutdown(std::chrono::milliseconds deadline) noexcept {
   if (phase_ != Phase::kRunning || owner_pid_ != ::getpid()) return;
   detail::g_gate.store(detail::kInactive, std::memory_order_release);
   detail::uninstall_signal_handlers();
-  detail::g_runlog_fd.store(-1, std::memory_order_release);
+  detail::g_runlog_fd.store(-1);  // sequentially consistent: see wait_inline_writers
   stop_requested_ = true;
   stop_deadline_ = std::chrono::steady_clock::now() + deadline;
   cv_.notify_all();

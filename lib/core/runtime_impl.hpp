@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <memory>
@@ -35,6 +36,9 @@
 namespace rankscope::detail {
 
 extern std::atomic<int> g_runlog_fd;
+// Waits until no thread is writing an inline line to g_runlog_fd's file;
+// false if the deadline passed first.
+bool wait_inline_writers(std::chrono::steady_clock::time_point deadline);
 int jsonl_sink_fd(const Sink& s);
 // Writes the lines a JSONL sink holds back (nothing for other sinks); called
 // when a drain is complete.
@@ -100,6 +104,7 @@ class Runtime {
   std::size_t drain_all(std::vector<Event>& batch);
   void deliver(std::vector<Event>& batch);
   void write_pending();  // the end of a drain: sinks that hold lines back write them
+  void count_export_errors();
   void remember(const Event& e);  // keeps the last events per thread for dumps
   void remember_tail(const std::vector<Event>& batch, std::size_t from, std::int32_t tid);
   // Drops the histories of exited threads beyond the newest kExitedHistories,

@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cstring>
 
@@ -25,6 +26,7 @@ bool g_installed = false;
 std::atomic<pthread_t> g_bg_thread{};
 std::atomic<bool> g_bg_known{false};
 std::atomic<bool> g_in_terminal{false};
+pid_t g_owner_pid = 0;  // a forked child inherits the handlers but has no background thread
 
 int index_of(int sig) {
   for (int i = 0; i < kCount; ++i) {
@@ -43,7 +45,7 @@ void handler(int sig, siginfo_t* info, void* uctx) {
     return;
   }
   // Terminating: only the first one waits for the evidence to be written.
-  if (!on_background && !g_in_terminal.exchange(true)) {
+  if (!on_background && ::getpid() == g_owner_pid && !g_in_terminal.exchange(true)) {
     const std::uint64_t acks = g_signal_acks.load(std::memory_order_acquire);
     g_signal_request.store(sig, std::memory_order_release);
     timespec step{0, 5'000'000};
@@ -88,6 +90,7 @@ void install_signal_handlers() {
     sigaction(kSignals[i], &sa, &g_previous[i]);
   }
   g_in_terminal.store(false);
+  g_owner_pid = ::getpid();
   g_installed = true;
 }
 
