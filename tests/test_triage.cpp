@@ -162,6 +162,20 @@ TEST_CASE("a rank that SIGPIPE killed after a peer died is a consequence and not
   for (const auto& e : f.evidence) evidence += e + "\n";
   CHECK_THAT(evidence, Catch::Contains("rank 3 died of SIGPIPE"));
 
+  // A dump from another process (an earlier session of a restarted rank) says
+  // nothing about this one: rank 3 is a culprit again.
+  write(tmp.path + "/rank-3.flight.json", R"({"reason":"signal SIGPIPE","pid":4242,"collectives":[]})");
+  {
+    std::string log3 = R"({"kind":"run_start","t":1,"mono":1,"rank":3,"host":"h","pid":777})" "\n";
+    for (int seq = 1; seq <= 2; ++seq) log3 += coll(3, seq, 10, "00000000000000aa");
+    write(tmp.path + "/rank-3.jsonl", log3);
+  }
+  auto stale = reader::triage(tmp.path, {{}, now});
+  REQUIRE(stale.ok());
+  REQUIRE_FALSE(stale->findings.empty());
+  CHECK(stale->findings.front().ranks.size() == 2);
+  write(tmp.path + "/rank-3.flight.json", R"({"reason":"signal SIGPIPE","pid":777,"collectives":[]})");
+
   // When every dead rank died of SIGPIPE, none is demoted: they stay the finding.
   write(tmp.path + "/rank-2.flight.json", R"({"reason":"signal SIGPIPE","collectives":[]})");
   auto alone = reader::triage(tmp.path, {{}, now});

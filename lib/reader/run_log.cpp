@@ -117,6 +117,7 @@ bool decode(simdjson::dom::parser& parser, const char* p, std::size_t n, LogEven
         break;
       case 'p':
         if (k == "phase_kind") str(e.phase_kind);
+        else if (k == "pid" && v.get_int64().get(i64) == SUCCESS) e.pid = i64;
         break;
       case 'r':
         if (k == "rank" && v.get_int64().get(i64) == SUCCESS) e.rank = static_cast<int>(i64);

@@ -43,6 +43,7 @@ struct LogEvent {
   std::string check, what, values_json;
   std::vector<int> ranks;
   int schema = 0;                             // run_start
+  std::int64_t pid = 0;                       // run_start
   bool device_timing = false;                 // collective: dur is device time
   std::optional<std::int64_t> os_threads, communicators;  // stats lines
   std::uint64_t line_no = 0;                  // 1-based line in its file
@@ -59,6 +60,7 @@ struct LogEvent {
     t = mono = dur = seq = count = line_no = 0;
     tid = 0;
     depth = schema = 0;
+    pid = 0;
     loss.reset();
     value.reset();
     samples.reset();

@@ -73,8 +73,12 @@ void add_flight_dump(const std::string& path, const SummaryOptions& opts, int se
   simdjson::dom::parser p;
   simdjson::dom::element doc;
   if (p.load(path).get(doc) != simdjson::SUCCESS) return;
+  // The reason speaks for the process that dumped: not for a later session
+  // of a restarted rank (the file stays until the next dump overwrites it).
   std::string_view reason;
-  if (doc["reason"].get_string().get(reason) == simdjson::SUCCESS) d.sum.dump_reason = std::string(reason);
+  std::int64_t pid = 0;
+  const bool same_process = doc["pid"].get_int64().get(pid) != simdjson::SUCCESS || d.sum.pid == 0 || pid == d.sum.pid;
+  if (same_process && doc["reason"].get_string().get(reason) == simdjson::SUCCESS) d.sum.dump_reason = std::string(reason);
   simdjson::dom::array arr;
   if (doc["collectives"].get_array().get(arr) != simdjson::SUCCESS) return;
   std::map<std::string, absl::flat_hash_map<std::uint64_t, std::size_t>> known;  // comm -> seq -> index
@@ -119,6 +123,7 @@ RankDigest digest_rank(const std::string& path, const std::string& dump, int ran
   auto res = read_run_log(path, [&](const LogEvent& e) {
     if (e.kind == "run_start") {  // always read: sessions and host frame the rest
       ++r.sessions;
+      r.pid = e.pid;
       r.host = e.name;
       r.schema = std::max(r.schema, e.schema);
       r.ended_cleanly = false;

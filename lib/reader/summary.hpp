@@ -98,7 +98,8 @@ struct RankSummary {
   std::uint64_t first_error_t = 0;
   EvidenceLine first_error_line, last_line;
   std::vector<RestoreSample> restores;
-  std::string dump_reason;  // its flight dump's reason ("signal SIGPIPE", "stall", ...), if it has one
+  std::int64_t pid = 0;     // its last session's process (run_start)
+  std::string dump_reason;  // its flight dump's reason ("signal SIGPIPE", "stall", ...), from that process
 };
 
 /// Cross-rank check of one communicator's collectives, from the run logs
