@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 #include <string>
+#include <utility>
 
 #include "rankscope/exchange.hpp"
 #include "temp_dir.hpp"
@@ -89,19 +90,36 @@ std::string coll(int rank, int seq, int count, const char* fp) {
                      "\n",
                      1000000 * seq, rank, seq, count, fp);
 }
+// A rank's log: its run_start, then all-reduces 1..last_seq.
+std::string log_through(int rank, int last_seq) {
+  std::string log = fmt::format(R"({{"kind":"run_start","t":1,"mono":1,"rank":{},"host":"h"}})" "\n", rank);
+  for (int seq = 1; seq <= last_seq; ++seq) log += coll(rank, seq, 10, "00000000000000aa");
+  return log;
+}
+// Triage's first finding at `now`, with its evidence as one text.
+std::pair<reader::Finding, std::string> first_finding(const std::string& dir, std::uint64_t now) {
+  auto r = reader::triage(dir, {{}, now});
+  REQUIRE(r.ok());
+  REQUIRE_FALSE(r->findings.empty());
+  std::string evidence;
+  for (const auto& e : r->findings.front().evidence) evidence += e + "\n";
+  return {r->findings.front(), evidence};
+}
+// A heartbeat last written at wall time `at` (ns) in `state`.
+void heartbeat(const std::string& dir, int rank, const char* state, std::uint64_t at) {
+  write(fmt::format("{}/rank-{}.heartbeat.json", dir, rank),
+        fmt::format(R"({{"rank":{},"state":"{}","interval_ns":1000000000,"liveness_wall_ns":{},"progress_wall_ns":{}}})",
+                    rank, state, at, at));
+}
 }  // namespace
 
 TEST_CASE("a live job whose logs lag by a flush is not a hang", "[triage]") {
   TempDir tmp;
   const std::uint64_t now = 1'800'000'000'000'000'000ull;
   for (int rank = 0; rank < 2; ++rank) {
-    std::string log = fmt::format(R"({{"kind":"run_start","t":1,"mono":1,"rank":{},"host":"h"}})" "\n", rank);
-    for (int seq = 1; seq <= (rank == 0 ? 5 : 3); ++seq) log += coll(rank, seq, 10, "00000000000000aa");
+    std::string log = log_through(rank, rank == 0 ? 5 : 3);
     write(fmt::format("{}/rank-{}.jsonl", tmp.path, rank), log);
-    write(fmt::format("{}/rank-{}.heartbeat.json", tmp.path, rank),
-          fmt::format(R"({{"rank":{},"state":"running","interval_ns":1000000000,"liveness_wall_ns":{},)"
-                      R"("progress_wall_ns":{}}})",
-                      rank, now, now));
+    heartbeat(tmp.path, rank, "running", now);
   }
   auto r = reader::triage(tmp.path, {{}, now});
   REQUIRE(r.ok());
@@ -112,8 +130,7 @@ TEST_CASE("a live job whose logs lag by a flush is not a hang", "[triage]") {
 TEST_CASE("a mismatch behind a hang is named first, from the flight dumps' fingerprints", "[triage]") {
   TempDir tmp;
   for (int rank = 0; rank < 3; ++rank) {
-    std::string log = fmt::format(R"({{"kind":"run_start","t":1,"mono":1,"rank":{},"host":"h"}})" "\n", rank);
-    for (int seq = 1; seq <= 2; ++seq) log += coll(rank, seq, 10, "00000000000000aa");
+    std::string log = log_through(rank, 2);
     // Every rank's watchdog: stuck in seq 3 (a mismatched all-reduce hangs; it does not fail).
     log += fmt::format(R"({{"kind":"stall","t":9000000000,"mono":2,"rank":{},"step":2,"dur":5000000000,)"
                        R"("inside":"all_reduce","open_phases":[],"in_flight":[{{"op":"all_reduce","comm":"world","seq":3}}]}})"
@@ -142,24 +159,15 @@ TEST_CASE("a rank that SIGPIPE killed after a peer died is a consequence and not
   const std::uint64_t now = 1'800'000'000'000'000'000ull;
   const int reached[] = {5, 5, 3, 2};
   for (int rank = 0; rank < 4; ++rank) {
-    std::string log = fmt::format(R"({{"kind":"run_start","t":1,"mono":1,"rank":{},"host":"h"}})" "\n", rank);
-    for (int seq = 1; seq <= reached[rank]; ++seq) log += coll(rank, seq, 10, "00000000000000aa");
+    std::string log = log_through(rank, reached[rank]);
     if (rank < 2) log += fmt::format(R"({{"kind":"run_end","t":9000000,"mono":9,"rank":{}}})" "\n", rank);
     write(fmt::format("{}/rank-{}.jsonl", tmp.path, rank), log);
-    write(fmt::format("{}/rank-{}.heartbeat.json", tmp.path, rank),
-          fmt::format(R"({{"rank":{},"state":"{}","interval_ns":1000000000,"liveness_wall_ns":9000000,)"
-                      R"("progress_wall_ns":9000000}})",
-                      rank, rank < 2 ? "exited" : "running"));
+    heartbeat(tmp.path, rank, rank < 2 ? "exited" : "running", 9000000);
   }
   write(tmp.path + "/rank-3.flight.json", R"({"reason":"signal SIGPIPE","collectives":[]})");
-  auto r = reader::triage(tmp.path, {{}, now});
-  REQUIRE(r.ok());
-  REQUIRE_FALSE(r->findings.empty());
-  const auto& f = r->findings.front();
+  const auto [f, evidence] = first_finding(tmp.path, now);
   CHECK(f.kind == "dead_rank");
   CHECK(f.ranks == std::vector<int>{2});
-  std::string evidence;
-  for (const auto& e : f.evidence) evidence += e + "\n";
   CHECK_THAT(evidence, Catch::Contains("rank 3 died of SIGPIPE"));
 
   // A dump from another process (an earlier session of a restarted rank) says
@@ -170,19 +178,14 @@ TEST_CASE("a rank that SIGPIPE killed after a peer died is a consequence and not
     for (int seq = 1; seq <= 2; ++seq) log3 += coll(3, seq, 10, "00000000000000aa");
     write(tmp.path + "/rank-3.jsonl", log3);
   }
-  auto stale = reader::triage(tmp.path, {{}, now});
-  REQUIRE(stale.ok());
-  REQUIRE_FALSE(stale->findings.empty());
-  CHECK(stale->findings.front().ranks.size() == 2);
+  CHECK(first_finding(tmp.path, now).first.ranks.size() == 2);
   write(tmp.path + "/rank-3.flight.json", R"({"reason":"signal SIGPIPE","pid":777,"collectives":[]})");
 
   // When every dead rank died of SIGPIPE, none is demoted: they stay the finding.
   write(tmp.path + "/rank-2.flight.json", R"({"reason":"signal SIGPIPE","collectives":[]})");
-  auto alone = reader::triage(tmp.path, {{}, now});
-  REQUIRE(alone.ok());
-  REQUIRE_FALSE(alone->findings.empty());
-  CHECK(alone->findings.front().kind == "dead_rank");
-  CHECK(alone->findings.front().ranks.size() == 2);
+  const auto [all_pipe, _] = first_finding(tmp.path, now);
+  CHECK(all_pipe.kind == "dead_rank");
+  CHECK(all_pipe.ranks.size() == 2);
 }
 
 TEST_CASE("a rank that died outranks the ranks that stalled waiting for it outside a collective", "[triage]") {
@@ -192,8 +195,7 @@ TEST_CASE("a rank that died outranks the ranks that stalled waiting for it outsi
   TempDir tmp;
   const std::uint64_t now = 1'800'000'000'000'000'000ull;
   for (int rank = 0; rank < 4; ++rank) {
-    std::string log = fmt::format(R"({{"kind":"run_start","t":1,"mono":1,"rank":{},"host":"h"}})" "\n", rank);
-    for (int seq = 1; seq <= (rank == 2 ? 3 : 5); ++seq) log += coll(rank, seq, 10, "00000000000000aa");
+    std::string log = log_through(rank, rank == 2 ? 3 : 5);
     if (rank != 2) {
       log += fmt::format(R"({{"kind":"stall","t":7000000,"mono":7,"rank":{},"step":5,"dur":1500000000,)"
                          R"x("inside":"between steps (no open phase, no collective in flight)","open_phases":[],)x"
@@ -203,19 +205,11 @@ TEST_CASE("a rank that died outranks the ranks that stalled waiting for it outsi
       log += fmt::format(R"({{"kind":"run_end","t":9000000,"mono":9,"rank":{}}})" "\n", rank);
     }
     write(fmt::format("{}/rank-{}.jsonl", tmp.path, rank), log);
-    write(fmt::format("{}/rank-{}.heartbeat.json", tmp.path, rank),
-          fmt::format(R"({{"rank":{},"state":"{}","interval_ns":1000000000,"liveness_wall_ns":9000000,)"
-                      R"("progress_wall_ns":9000000}})",
-                      rank, rank == 2 ? "running" : "exited"));
+    heartbeat(tmp.path, rank, rank == 2 ? "running" : "exited", 9000000);
   }
-  auto r = reader::triage(tmp.path, {{}, now});
-  REQUIRE(r.ok());
-  REQUIRE_FALSE(r->findings.empty());
-  const auto& f = r->findings.front();
+  const auto [f, evidence] = first_finding(tmp.path, now);
   CHECK(f.kind == "dead_rank");
   CHECK(f.ranks == std::vector<int>{2});
-  std::string evidence;
-  for (const auto& e : f.evidence) evidence += e + "\n";
   CHECK_THAT(evidence, Catch::Contains("ranks 0,1,3 stalled meanwhile") && Catch::Contains("waiting on rank 2"));
 }
 

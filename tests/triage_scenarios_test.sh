@@ -35,6 +35,14 @@ start() {
   fail "the ranks did not start"
 }
 finish() { wait "$launcher" 2>/dev/null || true; }
+# SIGKILL to rank 2 once its heartbeat shows step 10 or later.
+kill_rank_2_midrun() {
+  for _ in $(seq 1 100); do
+    grep -q '"step":[1-9][0-9]' "$run/rank-2.heartbeat.json" 2>/dev/null && break
+    sleep 0.1
+  done
+  kill -9 "$(grep -o '"pid":[0-9]*' "$run/rank-2.heartbeat.json" | cut -d: -f2)"
+}
 # expect KIND RANKS [TEXT]: the first finding's kind, ranks and a summary substring.
 check_py='
 import json, sys
@@ -76,11 +84,7 @@ finish
 
 # Rank 2 is killed mid-run; the others' all-reduce fails.
 start killed 100000 --
-for _ in $(seq 1 100); do
-  grep -q '"step":[1-9][0-9]' "$run/rank-2.heartbeat.json" 2>/dev/null && break
-  sleep 0.1
-done
-kill -9 "$(grep -o '"pid":[0-9]*' "$run/rank-2.heartbeat.json" | cut -d: -f2)"
+kill_rank_2_midrun
 finish
 sleep 1  # heartbeat older than 3 intervals
 expect dead_rank 2 "rank died"
@@ -89,11 +93,7 @@ expect dead_rank 2 "rank died"
 # set it: a rank sending to the dead one dies of SIGPIPE (when it happens to
 # be sending, not receiving), leaves a dump saying so, and is evidence.
 start killed_sigpipe 100000 -- --default-sigpipe
-for _ in $(seq 1 100); do
-  grep -q '"step":[1-9][0-9]' "$run/rank-2.heartbeat.json" 2>/dev/null && break
-  sleep 0.1
-done
-kill -9 "$(grep -o '"pid":[0-9]*' "$run/rank-2.heartbeat.json" | cut -d: -f2)"
+kill_rank_2_midrun
 finish
 sleep 1
 expect dead_rank 2 "rank died"
