@@ -180,14 +180,13 @@ void Runtime::prune_recent() {
 
 void Runtime::deliver(std::vector<Event>& batch) {
   if (batch.empty()) return;
-  for (auto& s : sinks_) s->export_events(batch);
-  count_export_errors();
+  for (auto& s : sinks_) s->export_events(batch);  // errors are counted in write_pending(), which follows
   batch.clear();
 }
 
 void Runtime::write_pending() {
   for (auto& s : sinks_) detail::jsonl_write_pending(*s);
-  count_export_errors();  // most run-log writes happen here
+  count_export_errors();  // after every delivery: most run-log writes happen here
 }
 
 void Runtime::count_export_errors() {
