@@ -7,6 +7,9 @@
 # thread's cost of its own records. RANKS=1 runs a single rank.
 # --ab-control runs the same schedule with both arms disabled (A/A): the
 # ratio it prints is the noise floor of this machine for this measurement.
+# Each rank is pinned to its own core (launch.sh --bind; BIND=0 to let the
+# scheduler place them): unpinned, the 2 ranks' threads migrate between the
+# 2 cores and the A/A noise here is +-4 %, pinned it is +-0.3 %.
 set -euo pipefail
 build=${1:?usage: ab_overhead.sh BUILD_DIR [STEPS] [BLOCK]}
 steps=${2:-20000}
@@ -14,6 +17,8 @@ block=${3:-500}
 here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-bash "$here/../examples/cpp/launch.sh" --ranks "${RANKS:-2}" --steps "$steps" \
+bind=(--bind)
+[[ "${BIND:-1}" == 0 ]] && bind=()
+bash "$here/../examples/cpp/launch.sh" --ranks "${RANKS:-2}" --steps "$steps" "${bind[@]}" \
   --trainer "$build/examples/cpp/rankscope_example_train" --dir "$work" \
   -- --ab-block "$block" --checkpoint-every 0 "${@:4}" | grep -E "A/B|cost:"

@@ -1,3 +1,5 @@
+#include <sched.h>
+
 #include <catch2/catch.hpp>
 #include <fcntl.h>
 #include <sys/wait.h>
@@ -216,6 +218,23 @@ TEST_CASE("secrets never leave the process", "[log][environment]") {
                       Catch::Contains(R"("NCCL_IB_HCA":"mlx5_0")") && Catch::Contains(R"("environment": {"library")"));
   CHECK_THAT(slurp(tmp.path + "/rank-0.jsonl"), Catch::Contains(R"("environment":{"library")"));
   CHECK_THAT(slurp(err), Catch::Contains("[r0] knobs:") && Catch::Contains("NCCL_IB_HCA=mlx5_0"));
+}
+
+TEST_CASE("the environment summary records the CPUs the rank may run on", "[log][environment]") {
+  cpu_set_t saved;
+  REQUIRE(sched_getaffinity(0, sizeof(saved), &saved) == 0);
+  int first = 0;
+  while (!CPU_ISSET(first, &saved)) ++first;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(first, &one);
+  REQUIRE(sched_setaffinity(0, sizeof(one), &one) == 0);  // as launch.sh --bind or taskset would
+  TempDir tmp;
+  REQUIRE(init(log_config(tmp.path)).ok());
+  shutdown();
+  sched_setaffinity(0, sizeof(saved), &saved);
+  CHECK_THAT(slurp(tmp.path + "/rank-0.jsonl"), Catch::Contains("\"cpu_affinity\":\"" + std::to_string(first) + "\""));
+  CHECK_THAT(slurp(tmp.path + "/run.json"), Catch::Contains("\"cpu_affinity\":\"" + std::to_string(first) + "\""));
 }
 
 TEST_CASE("many threads logging at once lose nothing", "[log]") {

@@ -1,4 +1,6 @@
 #include <catch2/catch.hpp>
+#include <algorithm>
+#include <map>
 #include <fstream>
 #include <thread>
 
@@ -78,6 +80,30 @@ TEST_CASE("the background thread's own CPU time is in the stats, and kept after 
   CHECK(stats().background_cpu_ns == after);
 }
 
+TEST_CASE("a drain that yields its core between records loses and reorders nothing", "[runtime]") {
+  // 1: a yield after every record; 0: never; 7: not a divisor of the batch.
+  for (const std::uint32_t every : {1u, 0u, 7u}) {
+    INFO("yield_every " << every);
+    test::ScopedRuntime rt({.yield_every = every});
+    auto work = [] {
+      for (int i = 0; i < 3000; ++i) {
+        RANKSCOPE_PHASE("work");
+      }
+    };
+    std::thread other(work);
+    work();
+    other.join();
+    REQUIRE(flush());
+    std::map<std::int32_t, std::vector<std::uint64_t>> starts;  // per thread, in delivery order
+    for (const Event& e : rt.sink->of_kind(EventKind::kPhase)) starts[e.tid].push_back(e.mono_ns);
+    REQUIRE(starts.size() == 2);
+    for (const auto& [tid, t] : starts) {
+      CHECK(t.size() == 3000);
+      CHECK(std::is_sorted(t.begin(), t.end()));
+    }
+  }
+}
+
 TEST_CASE("bad environment values are clear init errors", "[runtime]") {
   shutdown();
   SECTION("RANKSCOPE_ENABLED") {
@@ -97,6 +123,12 @@ TEST_CASE("bad environment values are clear init errors", "[runtime]") {
     auto st = init({.write_run_log = false});
     REQUIRE_FALSE(st.ok());
     CHECK_THAT(std::string(st.message()), Catch::Contains("1..1000"));
+  }
+  SECTION("RANKSCOPE_YIELD_EVERY") {
+    ScopedEnv e("RANKSCOPE_YIELD_EVERY", "often");
+    auto st = init({.write_run_log = false});
+    REQUIRE_FALSE(st.ok());
+    CHECK_THAT(std::string(st.message()), Catch::Contains("RANKSCOPE_YIELD_EVERY='often' is not a record count"));
   }
   SECTION("RANKSCOPE_METRICS_INTERVAL") {
     ScopedEnv e("RANKSCOPE_METRICS_INTERVAL", "-2");

@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
 # Starts N local ranks of the example trainer with the environment torchrun
 # would set (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
-# MASTER_PORT), one run directory for all of them, then summarises the run.
+# MASTER_PORT, and OMP_NUM_THREADS=1 unless it is set: torchrun's default when
+# several ranks share a node, so ranks do not oversubscribe the cores with
+# intra-op threads), one run directory for all of them, then summarises the run.
 #
 #   launch.sh --ranks 4 --steps 60 --trainer build/examples/cpp/rankscope_example_train \
-#             --cli build/lib/rankscope --dir rankscope-runs [--check] [-- trainer args...]
+#             --cli build/lib/rankscope --dir rankscope-runs [--check] [--bind] [-- trainer args...]
+#
+# --bind pins rank r to CPU r mod nproc (taskset), as Slurm's --cpu-bind or
+# numactl would: each rank's threads stay on its core, so the scheduler's
+# placement does not change from one second to the next (the A/B harness
+# uses it: its noise floor drops from +-4 % to +-0.3 % here).
 set -euo pipefail
 
-ranks=4 steps=60 trainer="" cli="" dir="rankscope-runs" check=0 extra=()
+ranks=4 steps=60 trainer="" cli="" dir="rankscope-runs" check=0 bind=0 extra=()
 while (($#)); do
   case "$1" in
     --ranks) ranks=$2; shift 2 ;;
@@ -16,6 +23,7 @@ while (($#)); do
     --cli) cli=$2; shift 2 ;;
     --dir) dir=$2; shift 2 ;;
     --check) check=1; shift ;;
+    --bind) bind=1; shift ;;
     --) shift; extra=("$@"); break ;;
     *) echo "launch.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -28,12 +36,16 @@ mkdir -p "$run_dir"
 store="$run_dir/.store"
 rm -f "$store"
 
+cpus=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)  # nproc obeys OMP_NUM_THREADS
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 pids=()
 for ((r = 0; r < ranks; r++)); do
+  pin=()
+  if ((bind)); then pin=(taskset -c $((r % cpus))); fi
   RANK=$r WORLD_SIZE=$ranks LOCAL_RANK=$r LOCAL_WORLD_SIZE=$ranks GROUP_RANK=0 \
   MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 \
   RANKSCOPE_RUN_ID="$run_id" RANKSCOPE_DIR="$run_dir" \
-    "$trainer" --store "$store" --steps "$steps" "${extra[@]}" &
+    "${pin[@]}" "$trainer" --store "$store" --steps "$steps" "${extra[@]}" &
   pids+=($!)
 done
 failed=0

@@ -2,6 +2,7 @@
 // feeds the step breakdown and the watchdog, hands batches to the sinks, and
 // does the work signal handlers and dump requests ask for.
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 
 #include <algorithm>
@@ -16,6 +17,11 @@
 #include "signals.hpp"
 
 namespace rankscope::detail {
+// EXPERIMENT: per-phase CPU of the background thread
+static std::uint64_t xcpu() { timespec ts; clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts); return ts.tv_sec * 1000000000ull + ts.tv_nsec; }
+struct XStat { std::uint64_t ns[8] = {}; std::uint64_t drains = 0, recs = 0, empty = 0; ~XStat(); };
+static XStat g_x;
+XStat::~XStat() { if (!std::getenv("RS_EXP_STATS")) return; std::fprintf(stderr, "[xstat] drains %lu (empty %lu) recs %lu | decode %.0f deliver %.0f write %.0f rest-of-drain %.0f | watchdog %.0f metrics %.0f other %.0f (us)\n", drains, empty, recs, ns[0]/1e3, ns[1]/1e3, ns[2]/1e3, ns[3]/1e3, ns[4]/1e3, ns[5]/1e3, ns[6]/1e3); }
 
 void Runtime::decode(ThreadState* st, const Record& r, const Record* next, std::vector<Event>& batch) {
   switch (r.kind) {
@@ -180,12 +186,16 @@ void Runtime::prune_recent() {
 
 void Runtime::deliver(std::vector<Event>& batch) {
   if (batch.empty()) return;
-  for (auto& s : sinks_) s->export_events(batch);  // errors are counted in write_pending(), which follows
+  const auto x0 = xcpu();
+  for (auto& s : sinks_) s->export_events(batch);
+  g_x.ns[1] += xcpu() - x0;  // errors are counted in write_pending(), which follows
   batch.clear();
 }
 
 void Runtime::write_pending() {
+  const auto x0 = xcpu();
   for (auto& s : sinks_) detail::jsonl_write_pending(*s);
+  g_x.ns[2] += xcpu() - x0;
   count_export_errors();  // after every delivery: most run-log writes happen here
 }
 
@@ -197,6 +207,7 @@ void Runtime::count_export_errors() {
 
 std::size_t Runtime::drain_all(std::vector<Event>& batch) {
   std::size_t n = 0;
+  std::uint64_t next_yield = yield_every_ != 0 ? yield_every_ : ~0ull;
   max_drained_ = 0;
   detail::registry().refresh(threads_, threads_version_);
   for (ThreadState* st : threads_) {
@@ -214,7 +225,10 @@ std::size_t Runtime::drain_all(std::vector<Event>& batch) {
       const Record* next = (tail + 1 != head) ? &st->slots[(tail + 1) & st->mask] : nullptr;
       decode(st, r, next, batch);
       ++tail;
-      ++n;
+      if (++n == next_yield) {  // a training thread sharing this core need not wait for the whole drain
+        sched_yield();
+        next_yield += yield_every_;
+      }
       if (batch.size() >= kBatch) {
         st->tail.store(tail, std::memory_order_release);
         remember_tail(batch, seg, st->tid);
@@ -351,11 +365,16 @@ void Runtime::run_background() {
       dump_reason = dump_reason_;
       deadline = stop ? stop_deadline_ : std::chrono::steady_clock::now() + std::chrono::seconds(5);
     }
+    const auto xa = xcpu(); const auto d1 = g_x.ns[1], d2 = g_x.ns[2];
     const std::size_t n = drain_all(batch);
+    const auto xb = xcpu();
+    g_x.drains++; g_x.recs += n; if (n == 0) g_x.empty++;
+    g_x.ns[0] += (xb - xa) - (g_x.ns[1] - d1) - (g_x.ns[2] - d2);
     if (const int sig = detail::g_signal_request.exchange(0, std::memory_order_acq_rel); sig != 0) {
       handle_signal(sig);
     }
     clock_.maybe_reanchor();
+    const auto xc = xcpu();
     {
       const std::uint64_t now = mono_now();
       if (detail::g_gate.load(std::memory_order_relaxed) != detail::kActive) watchdog_.suspend(now);
@@ -367,9 +386,11 @@ void Runtime::run_background() {
         write_pending();
       }
     }
+    const auto xd = xcpu(); g_x.ns[4] += xd - xc;
     if (mono_now() - last_metrics_mono_ >= static_cast<std::uint64_t>(metrics_interval_.count()) * 1000000ull) {
       export_metrics_now();
     }
+    g_x.ns[5] += xcpu() - xd;
     if (detail::registry().has_retired()) detail::registry().free_retired();
     if (dump_target != 0) {
       auto res = dump_now(dump_reason);

@@ -1,6 +1,7 @@
 #include "environment.hpp"
 
 #include <dlfcn.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -37,6 +38,25 @@ bool is_knob(const std::string& n) {
   }
   return absl::StartsWith(n, "NCCL_") || absl::StartsWith(n, "TORCH_NCCL_") || absl::StartsWith(n, "RANKSCOPE_") ||
          absl::StartsWith(n, "OTEL_");
+}
+
+// The CPUs the calling thread (init's: normally the rank's main thread) may
+// run on, as "0-3,8" (empty when unknown). Ranks of one node pinned to the
+// same cores, or a rank allowed fewer cores than it starts threads, show here.
+std::string cpu_affinity() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return {};
+  std::string out;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (!CPU_ISSET(c, &set)) continue;
+    int last = c;
+    while (last + 1 < CPU_SETSIZE && CPU_ISSET(last + 1, &set)) ++last;
+    if (!out.empty()) out += ',';
+    out += last == c ? std::to_string(c) : fmt::format("{}-{}", c, last);
+    c = last;
+  }
+  return out;
 }
 
 std::string build_options() {
@@ -142,8 +162,8 @@ std::string environment_json(const RunContext& c) {
   json_escape_to(b, __VERSION__);
   b.append(std::string_view(",\"host\":"));
   json_escape_to(b, c.host);
-  fmt::format_to(it, ",\"cpus\":{},\"memory_gib\":{:.1f},\"launcher\":\"{}\",\"job_id\":", cpus, mem_gib,
-                 launcher_name(c.launcher));
+  fmt::format_to(it, ",\"cpus\":{},\"cpu_affinity\":\"{}\",\"memory_gib\":{:.1f},\"launcher\":\"{}\",\"job_id\":",
+                 cpus, cpu_affinity(), mem_gib, launcher_name(c.launcher));
   json_escape_to(b, c.job_id);
   fmt::format_to(it, ",\"restart_count\":{},\"world_size\":{},\"local_world_size\":{}", c.restart_count, c.world_size,
                  c.local_world_size);

@@ -107,6 +107,7 @@ absl::Status Runtime::init(const Config& cfg) {
   // The watchdog ticks on this thread's wake-ups: wake at least twice per heartbeat.
   max_sleep_s_ = std::min(std::chrono::duration<double>(set->drain_interval).count(),
                           static_cast<double>(set->watchdog.interval_ns) * 0.5e-9);
+  yield_every_ = set->yield_every;
   dump_on_shutdown_ = set->dump_on_shutdown;
   console_policy_ = set->console;
   watchdog_cfg_ = set->watchdog;

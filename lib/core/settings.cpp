@@ -107,6 +107,15 @@ absl::StatusOr<Settings> resolve_settings(const Config& cfg) {
                                                    " ms must be in 1..1000 (RANKSCOPE_DRAIN_INTERVAL_MS or "
                                                    "Config::drain_interval)"));
   }
+  std::uint32_t yield_every = kDefaultYieldEvery;
+  if (cfg.yield_every) {
+    yield_every = *cfg.yield_every;
+  } else if (const char* v = std::getenv("RANKSCOPE_YIELD_EVERY"); v && *v) {
+    if (!absl::SimpleAtoi(v, &yield_every)) {
+      return absl::InvalidArgumentError(absl::StrCat("RANKSCOPE_YIELD_EVERY='", v,
+                                                     "' is not a record count (0 = never yield)"));
+    }
+  }
   auto flight = sized_setting(cfg.flight_recorder_entries, "RANKSCOPE_FLIGHT_ENTRIES",
                               "Config::flight_recorder_entries", "flight recorder size", 2048, 16, 1u << 20);
   if (!flight.ok()) return flight.status();
@@ -175,6 +184,7 @@ absl::StatusOr<Settings> resolve_settings(const Config& cfg) {
   out.enabled = enabled;
   out.ring_capacity = *cap;
   out.drain_interval = drain;
+  out.yield_every = yield_every;
   out.flight_entries = *flight;
   out.dump_on_shutdown = dump_on_shutdown;
   out.signals = signals;
