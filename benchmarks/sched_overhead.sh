@@ -4,6 +4,7 @@
 # default) under `perf record` of the scheduler tracepoints, then
 # benchmarks/sched_cost.py over the steady steps (step 200 to the end).
 #   benchmarks/sched_overhead.sh BUILD_DIR [STEPS=4000] [trainer args...]
+#   EXAMPLE=python benchmarks/sched_overhead.sh BUILD_DIR [STEPS=4096]   # examples/python/train_ddp.py
 # It reports how long the background threads ran and how much of that time a
 # training thread was runnable and waiting for the same core, the only way the
 # thread's work can hold training up (its cache footprint aside). Compare
@@ -20,11 +21,17 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 bind=(--bind)
 [[ "${BIND:-1}" == 0 ]] && bind=()
+if [[ "${EXAMPLE:-cpp}" == python ]]; then
+  # 16384 samples / 2 ranks / batch 64 = 128 steps per epoch.
+  run=(env PYTHONPATH="$build/python" /usr/bin/python3 "$here/../examples/python/train_ddp.py" --ranks 2
+       --samples 16384 --epochs $(((steps + 127) / 128)) --dir "$work/runs" "${bind[@]}" "${@:3}")
+else
+  run=(bash "$here/../examples/cpp/launch.sh" --ranks 2 --steps "$steps" "${bind[@]}"
+       --trainer "$build/examples/cpp/rankscope_example_train" --dir "$work/runs" -- --checkpoint-every 0 "${@:3}")
+fi
 perf record -q -k CLOCK_MONOTONIC -a -o "$work/sched.data" \
   -e sched:sched_switch -e sched:sched_waking -e sched:sched_wakeup_new -e sched:sched_migrate_task -- \
-  bash "$here/../examples/cpp/launch.sh" --ranks 2 --steps "$steps" "${bind[@]}" \
-  --trainer "$build/examples/cpp/rankscope_example_train" --dir "$work/runs" -- --checkpoint-every 0 "${@:3}" \
-  > "$work/out.txt" 2>&1 || { cat "$work/out.txt" >&2; exit 1; }
+  "${run[@]}" > "$work/out.txt" 2>&1 || { cat "$work/out.txt" >&2; exit 1; }
 grep -E "^cost:" "$work/out.txt" || true
 log=$(ls "$work"/runs/*/rank-0.jsonl)
 read -r t0 t1 n ms < <(grep '"kind":"step_end"' "$log" | /usr/bin/python3 -c '

@@ -25,19 +25,27 @@ import rankscope.torch as rst
 def train(rank, args, run_dir, port):
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(args.ranks), LOCAL_RANK=str(rank),
                       LOCAL_WORLD_SIZE=str(args.ranks), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
+    torch.set_num_threads(1)     # as torchrun does (OMP_NUM_THREADS=1) for several ranks per node
+    if args.bind:                # --bind: rank r on CPU r mod nproc, as launch.sh --bind / Slurm --cpu-bind
+        cpus = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cpus[rank % len(cpus)]})
     rankscope.init(run_dir=run_dir, run_config={"model": "mlp", "batch": str(args.batch)})
     dist.init_process_group("gloo", rank=rank, world_size=args.ranks)
     rst.instrument()             # torch.distributed calls -> collective spans
     rst.use_torch_exchange(30)   # invariant checks compare ranks online over the job's store
 
+    # The C++ example's model and data (examples/cpp/train.cpp): an MLP
+    # 128 -> hidden -> hidden -> 10 on synthetic data, so the two examples' step
+    # times and overheads compare.
     torch.manual_seed(0)
-    x = torch.randn(args.samples, 32)
-    y = x[:, :4].argmax(1)
+    x = torch.randn(args.samples, 128)
+    y = x[:, :10].argmax(1)
     data = TensorDataset(x, y)
     sampler = DistributedSampler(data, num_replicas=args.ranks, rank=rank, shuffle=True, seed=args.seed)
     loader = DataLoader(data, batch_size=args.batch, sampler=sampler)
-    model = DDP(torch.nn.Sequential(torch.nn.Linear(32, args.hidden), torch.nn.ReLU(), torch.nn.Linear(args.hidden, 4)))
+    model = DDP(torch.nn.Sequential(torch.nn.Linear(128, args.hidden), torch.nn.ReLU(),
+                                    torch.nn.Linear(args.hidden, args.hidden), torch.nn.ReLU(),
+                                    torch.nn.Linear(args.hidden, 10)))
     rst.instrument_ddp(model)    # DDP's gradient all-reduce -> one collective span per backward
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     scaler = torch.cuda.amp.GradScaler(enabled=torch.cuda.is_available())
@@ -145,9 +153,10 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--ranks", type=int, default=2)
     p.add_argument("--epochs", type=int, default=2)
-    p.add_argument("--samples", type=int, default=1024)
-    p.add_argument("--batch", type=int, default=32)
-    p.add_argument("--hidden", type=int, default=64, help="hidden width of the MLP (larger = longer steps)")
+    p.add_argument("--samples", type=int, default=2048)
+    p.add_argument("--batch", type=int, default=64, help="per rank")
+    p.add_argument("--hidden", type=int, default=256, help="hidden width of the MLP (larger = longer steps)")
+    p.add_argument("--bind", action="store_true", help="pin rank r to CPU r mod nproc")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--dir", default="rankscope-runs")
     p.add_argument("--port", type=int, default=0)
@@ -157,6 +166,10 @@ def main():
     run_dir = os.path.join(args.dir, time.strftime("python-%Y%m%d-%H%M%S-") + str(os.getpid()))
     os.makedirs(run_dir, exist_ok=True)
     port = args.port or 29600 + os.getpid() % 1000
+    # As torchrun does for several ranks per node, and before the ranks import
+    # torch: with more OpenMP threads than cores per rank, idle OpenMP workers
+    # spin on the cores the ranks train on.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
     mp.start_processes(train, args=(args, run_dir, port), nprocs=args.ranks, start_method="spawn")
     print(run_dir)
     text, code = rankscope.triage(run_dir)

@@ -35,9 +35,9 @@ def test_ddp_example_spans_every_collective_with_bytes_and_matching_sequence_num
     assert "no findings" in p.stderr or (findings and set(findings) == {"slow_steps"}), p.stderr[-3000:]
     colls = _events(run_dir, "collective")
     kinds = collections.Counter((e["rank"], e["op"], e["count"], e["dtype"], e["bytes"]) for e in colls)
-    # 1024 samples / 2 ranks / batch 32 = 16 steps per epoch, one DDP bucket (2372 float32 parameters) each.
-    assert kinds[(0, "all_reduce", 2372, "float32", 9488)] == 32
-    assert kinds[(1, "all_reduce", 2372, "float32", 9488)] == 32
+    # 2048 samples / 2 ranks / batch 64 = 16 steps per epoch, one DDP bucket (101386 float32 parameters) each.
+    assert kinds[(0, "all_reduce", 101386, "float32", 405544)] == 32
+    assert kinds[(1, "all_reduce", 101386, "float32", 405544)] == 32
     assert kinds[(0, "all_reduce", 1, "float32", 4)] == 4  # explicit, sync and async (measured via wait())
     assert kinds[(1, "barrier", 0, "unknown", 0)] == 1
     by_seq = collections.defaultdict(dict)
