@@ -219,3 +219,26 @@ TEST_CASE("time arguments out of range are errors, not undefined casts", "[triag
     CHECK_FALSE(reader::parse_time_arg(bad, 1).ok());
   }
 }
+
+TEST_CASE("ranks of one host pinned to overlapping CPUs are a warning; unpinned ranks are not", "[triage]") {
+  TempDir tmp;
+  const std::uint64_t now = 1'800'000'000'000'000'000ull;
+  // Host a: ranks 0 and 1 both pinned to CPU 0 (a launcher counting CPUs
+  // wrong), rank 2 on its own CPU 2. Host b: ranks 3 and 4 unpinned (0-7 of 8).
+  const std::pair<const char*, const char*> where[] = {{"a", "0"}, {"a", "0"}, {"a", "2"}, {"b", "0-7"}, {"b", "0-7"}};
+  for (int rank = 0; rank < 5; ++rank) {
+    std::string log = fmt::format(
+        R"({{"kind":"run_start","t":1,"mono":1,"rank":{},"host":"{}","environment":{{"cpus":8,"cpu_affinity":"{}"}}}})"
+        "\n",
+        rank, where[rank].first, where[rank].second);
+    for (int seq = 1; seq <= 3; ++seq) log += coll(rank, seq, 10, "00000000000000aa");
+    write(fmt::format("{}/rank-{}.jsonl", tmp.path, rank), log);
+    heartbeat(tmp.path, rank, "finished", now);
+  }
+  auto r = reader::triage(tmp.path, {{}, now});
+  REQUIRE(r.ok());
+  const std::string text = reader::format_triage(*r);
+  CHECK_THAT(text, Catch::Contains("host a: ranks 0,1 are pinned to overlapping CPUs (rank 0 on 0, rank 1 on 0)"));
+  CHECK_THAT(text, !Catch::Contains("host b"));
+  CHECK_THAT(text, !Catch::Contains("rank 2 on"));
+}

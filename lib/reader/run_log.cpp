@@ -62,6 +62,12 @@ bool decode(simdjson::dom::parser& parser, const char* p, std::size_t n, LogEven
       case 'e':
         if (k == "events_dropped" && v.get_uint64().get(u64) == SUCCESS) e.events_dropped = u64;
         else if (k == "events_recorded" && v.get_uint64().get(u64) == SUCCESS) e.events_recorded = u64;
+        else if (k == "environment" && kind == "run_start") {
+          simdjson::dom::object env;
+          if (v.get_object().get(env) != SUCCESS) break;
+          if (env["cpu_affinity"].get_string().get(sv) == SUCCESS) e.cpu_affinity.assign(sv);
+          if (env["cpus"].get_int64().get(i64) == SUCCESS) e.cpus = static_cast<int>(i64);
+        }
         break;
       case 'f':
         if (k == "fingerprint") str(e.fingerprint);

@@ -44,6 +44,8 @@ struct LogEvent {
   std::vector<int> ranks;
   int schema = 0;                             // run_start
   std::int64_t pid = 0;                       // run_start
+  std::string cpu_affinity;                   // run_start: environment.cpu_affinity ("0-3,8")
+  int cpus = 0;                               // run_start: environment.cpus (online on the host)
   bool device_timing = false;                 // collective: dur is device time
   std::optional<std::int64_t> os_threads, communicators;  // stats lines
   std::uint64_t line_no = 0;                  // 1-based line in its file
@@ -52,14 +54,14 @@ struct LogEvent {
   // Resets every field, keeping string capacity (one LogEvent is reused per line).
   void clear() {
     for (std::string* s : {&kind, &name, &phase_kind, &op, &comm, &dtype, &fingerprint, &result, &inside, &grown_phase,
-                           &level, &msg, &check, &what, &values_json}) {
+                           &level, &msg, &check, &what, &values_json, &cpu_affinity}) {
       s->clear();
     }
     rank = -1;
     step = -1;
     t = mono = dur = seq = count = line_no = 0;
     tid = 0;
-    depth = schema = 0;
+    depth = schema = cpus = 0;
     pid = 0;
     loss.reset();
     value.reset();

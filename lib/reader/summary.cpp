@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -125,6 +126,8 @@ RankDigest digest_rank(const std::string& path, const std::string& dump, int ran
       ++r.sessions;
       r.pid = e.pid;
       r.host = e.name;
+      r.cpu_affinity = e.cpu_affinity;
+      r.cpus = e.cpus;
       r.schema = std::max(r.schema, e.schema);
       r.ended_cleanly = false;
       r.restores.clear();
@@ -344,6 +347,55 @@ class CollectiveMerger {
   std::map<std::string, Comm> comms_;
 };
 
+// "0-3,8" -> {0, 1, 2, 3, 8}; empty if it does not parse.
+std::vector<int> parse_cpu_list(const std::string& list) {
+  std::vector<int> out;
+  std::size_t at = 0;
+  while (at < list.size()) {
+    std::size_t end = list.find(',', at);
+    if (end == std::string::npos) end = list.size();
+    const std::string part = list.substr(at, end - at);
+    int lo = 0, hi = 0;
+    char dash = 0;
+    const int n = std::sscanf(part.c_str(), "%d%c%d", &lo, &dash, &hi);
+    if (n == 1) hi = lo;
+    else if (n != 3 || dash != '-') return {};
+    if (lo < 0 || hi < lo || hi - lo > 4096) return {};
+    for (int c = lo; c <= hi; ++c) out.push_back(c);
+    at = end + 1;
+  }
+  return out;
+}
+
+// Ranks of one host pinned (to fewer CPUs than the host has) on overlapping
+// CPUs share cores they were each meant to have: a launcher's binding
+// mistake that shows up as stragglers and slow steps. Unpinned ranks share
+// every core by design and are left alone.
+void add_binding_warnings(RunSummary& s) {
+  std::map<std::string, std::map<int, std::vector<int>>> pinned;  // host -> cpu -> ranks pinned there
+  std::map<int, const RankSummary*> by_rank;
+  for (const auto& r : s.ranks) {
+    const std::vector<int> cpus = parse_cpu_list(r.cpu_affinity);
+    if (cpus.empty() || r.cpus <= 0 || static_cast<int>(cpus.size()) >= r.cpus) continue;
+    by_rank[r.rank] = &r;
+    for (int c : cpus) pinned[r.host][c].push_back(r.rank);
+  }
+  for (const auto& [host, on_cpu] : pinned) {
+    std::set<int> sharing;
+    for (const auto& [cpu, ranks] : on_cpu) {
+      if (ranks.size() > 1) sharing.insert(ranks.begin(), ranks.end());
+    }
+    if (sharing.empty()) continue;
+    std::string which;
+    for (int rank : sharing) {
+      which += fmt::format("{}rank {} on {}", which.empty() ? "" : ", ", rank, by_rank[rank]->cpu_affinity);
+    }
+    s.warnings.push_back(fmt::format("host {}: {} are pinned to overlapping CPUs ({}): they compete for the "
+                                     "same cores (check the launcher's CPU binding)",
+                                     host, format_ranks(std::vector<int>(sharing.begin(), sharing.end())), which));
+  }
+}
+
 void add_warnings(RunSummary& s) {
   for (const auto& r : s.ranks) {
     if (r.bad_lines) s.warnings.push_back(fmt::format("rank {}: {} corrupt line(s) skipped", r.rank, r.bad_lines));
@@ -365,6 +417,7 @@ void add_warnings(RunSummary& s) {
     s.warnings.push_back(fmt::format("{}: no run log (expected from world_size {})", format_ranks(s.missing_ranks),
                                      s.world_size));
   }
+  add_binding_warnings(s);
 }
 
 }  // namespace
