@@ -9,7 +9,8 @@
 # ratio it prints is the noise floor of this machine for this measurement.
 # Each rank is pinned to its own core (launch.sh --bind; BIND=0 to let the
 # scheduler place them): unpinned, the 2 ranks' threads migrate between the
-# 2 cores and the A/A noise here is +-4 %, pinned it is +-0.3 %.
+# 2 cores and A/A runs here move by +-4-9 %; pinned, their intervals lie
+# within +-0.8 %.
 set -euo pipefail
 build=${1:?usage: ab_overhead.sh BUILD_DIR [STEPS] [BLOCK]}
 steps=${2:-20000}

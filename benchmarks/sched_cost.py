@@ -61,6 +61,9 @@ def main():
     events, process_of, name = read(sys.stdin)
     background = {t for t, n in name.items() if n == 'rankscope'}
     processes = {process_of[t] for t in background if t in process_of}
+    if not any(e[1] == 'switch' for e in events) or not processes:
+        # e.g. perf printed the events through its libtraceevent plugins, in another format
+        sys.exit('sched_cost.py: no sched_switch events in the expected format, or no thread named "rankscope"')
 
     def training(t):
         return t not in background and process_of.get(t) in processes

@@ -5,6 +5,8 @@
 # benchmarks/sched_cost.py over the steady steps (step 200 to the end).
 #   benchmarks/sched_overhead.sh BUILD_DIR [STEPS=4000] [trainer args...]
 #   EXAMPLE=python benchmarks/sched_overhead.sh BUILD_DIR [STEPS=4096]   # examples/python/train_ddp.py
+#     (its default batch, 64: 128 steps per epoch of 16384 samples; extra
+#     arguments go to the trainer, so do not change --batch there)
 # It reports how long the background threads ran and how much of that time a
 # training thread was runnable and waiting for the same core, the only way the
 # thread's work can hold training up (its cache footprint aside). Compare
@@ -15,6 +17,7 @@
 set -euo pipefail
 build=${1:?usage: sched_overhead.sh BUILD_DIR [STEPS] [trainer args...]}
 steps=${2:-4000}
+((steps > 400)) || { echo "sched_overhead.sh: STEPS must be above 400 (steps before 200 are warm-up)" >&2; exit 2; }
 here=$(cd "$(dirname "$0")" && pwd)
 command -v perf >/dev/null || { echo "sched_overhead.sh: perf is not installed (apt-get install linux-perf)" >&2; exit 2; }
 work=$(mktemp -d)

@@ -221,20 +221,29 @@ TEST_CASE("secrets never leave the process", "[log][environment]") {
 }
 
 TEST_CASE("the environment summary records the CPUs the rank may run on", "[log][environment]") {
-  cpu_set_t saved;
-  REQUIRE(sched_getaffinity(0, sizeof(saved), &saved) == 0);
-  int first = 0;
-  while (!CPU_ISSET(first, &saved)) ++first;
-  cpu_set_t one;
-  CPU_ZERO(&one);
-  CPU_SET(first, &one);
-  REQUIRE(sched_setaffinity(0, sizeof(one), &one) == 0);  // as launch.sh --bind or taskset would
+  struct Pinned {  // this thread on its first allowed CPU, as launch.sh --bind or taskset would; restored after
+    cpu_set_t saved;
+    int cpu = 0;
+    Pinned() {
+      REQUIRE(sched_getaffinity(0, sizeof(saved), &saved) == 0);
+      while (!CPU_ISSET(cpu, &saved)) ++cpu;
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(cpu, &one);
+      REQUIRE(sched_setaffinity(0, sizeof(one), &one) == 0);
+    }
+    ~Pinned() { sched_setaffinity(0, sizeof(saved), &saved); }
+  };
   TempDir tmp;
-  REQUIRE(init(log_config(tmp.path)).ok());
-  shutdown();
-  sched_setaffinity(0, sizeof(saved), &saved);
-  CHECK_THAT(slurp(tmp.path + "/rank-0.jsonl"), Catch::Contains("\"cpu_affinity\":\"" + std::to_string(first) + "\""));
-  CHECK_THAT(slurp(tmp.path + "/run.json"), Catch::Contains("\"cpu_affinity\":\"" + std::to_string(first) + "\""));
+  std::string expected;
+  {
+    Pinned pinned;
+    expected = "\"cpu_affinity\":\"" + std::to_string(pinned.cpu) + "\"";
+    REQUIRE(init(log_config(tmp.path)).ok());
+    shutdown();
+  }
+  CHECK_THAT(slurp(tmp.path + "/rank-0.jsonl"), Catch::Contains(expected));
+  CHECK_THAT(slurp(tmp.path + "/run.json"), Catch::Contains(expected));
 }
 
 TEST_CASE("many threads logging at once lose nothing", "[log]") {

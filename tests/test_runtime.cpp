@@ -81,13 +81,16 @@ TEST_CASE("the background thread's own CPU time is in the stats, and kept after 
 }
 
 TEST_CASE("a drain that yields its core between records loses and reorders nothing", "[runtime]") {
-  // 1: a yield after every record; 0: never; 7: not a divisor of the batch.
+  // 1: a yield after every record and every formatted line; 0: never; 7: not
+  // a divisor of the batch. Log records (several ring slots each) among phases.
   for (const std::uint32_t every : {1u, 0u, 7u}) {
     INFO("yield_every " << every);
-    test::ScopedRuntime rt({.yield_every = every});
+    TempDir tmp;
+    test::ScopedRuntime rt({.run_dir = tmp.path, .yield_every = every});
     auto work = [] {
       for (int i = 0; i < 3000; ++i) {
         RANKSCOPE_PHASE("work");
+        if (i % 10 == 0) RANKSCOPE_LOG_INFO("line {}", i);
       }
     };
     std::thread other(work);
@@ -101,6 +104,15 @@ TEST_CASE("a drain that yields its core between records loses and reorders nothi
       CHECK(t.size() == 3000);
       CHECK(std::is_sorted(t.begin(), t.end()));
     }
+    CHECK(rt.sink->of_kind(EventKind::kLog).size() == 600);
+    std::ifstream log(tmp.path + "/rank-0.jsonl");
+    int phases = 0, logs = 0;
+    for (std::string line; std::getline(log, line);) {
+      phases += line.find("\"kind\":\"phase\"") != std::string::npos;
+      logs += line.find("\"kind\":\"log\"") != std::string::npos;
+    }
+    CHECK(phases == 6000);
+    CHECK(logs == 600);
   }
 }
 

@@ -26,7 +26,7 @@ def train(rank, args, run_dir, port):
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(args.ranks), LOCAL_RANK=str(rank),
                       LOCAL_WORLD_SIZE=str(args.ranks), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)     # as torchrun does (OMP_NUM_THREADS=1) for several ranks per node
-    if args.bind:                # --bind: rank r on CPU r mod nproc, as launch.sh --bind / Slurm --cpu-bind
+    if args.bind:                # --bind: rank r on the r-th allowed CPU, as launch.sh --bind / Slurm --cpu-bind
         cpus = sorted(os.sched_getaffinity(0))
         os.sched_setaffinity(0, {cpus[rank % len(cpus)]})
     rankscope.init(run_dir=run_dir, run_config={"model": "mlp", "batch": str(args.batch)})
@@ -156,7 +156,7 @@ def main():
     p.add_argument("--samples", type=int, default=2048)
     p.add_argument("--batch", type=int, default=64, help="per rank")
     p.add_argument("--hidden", type=int, default=256, help="hidden width of the MLP (larger = longer steps)")
-    p.add_argument("--bind", action="store_true", help="pin rank r to CPU r mod nproc")
+    p.add_argument("--bind", action="store_true", help="pin rank r to the r-th CPU it may use")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--dir", default="rankscope-runs")
     p.add_argument("--port", type=int, default=0)

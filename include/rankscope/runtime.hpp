@@ -46,9 +46,10 @@ struct Config {
   /// a VM) and later info/warning lines; errors are written at once.
   std::optional<std::chrono::milliseconds> drain_interval;
   /// The background thread gives its core away (sched_yield) every this many
-  /// records it drains, so a training thread sharing the core waits ~15 us for
-  /// it, not a whole drain (RANKSCOPE_YIELD_EVERY, default 64; 0 = never, for
-  /// a thread with a core of its own).
+  /// units of work (a record decoded, a run-log line formatted), so a training
+  /// thread sharing its core waits ~15 us for it, not a whole drain
+  /// (RANKSCOPE_YIELD_EVERY, default 64; 0 = never, for a thread with a core
+  /// of its own).
   std::optional<std::uint32_t> yield_every;
   /// Collectives remembered by the flight recorder (power of two, RANKSCOPE_FLIGHT_ENTRIES).
   std::optional<std::uint32_t> flight_recorder_entries;

@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <span>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
@@ -16,6 +15,7 @@
 #include "rankscope/export/jsonl.hpp"
 #include "runtime_impl.hpp"
 #include "signals.hpp"
+#include "yield_point.hpp"
 
 namespace rankscope::detail {
 
@@ -182,15 +182,7 @@ void Runtime::prune_recent() {
 
 void Runtime::deliver(std::vector<Event>& batch) {
   if (batch.empty()) return;
-  // In pieces with a yield between them, like the decoding: formatting 512
-  // events takes ~50 us. Errors are counted in write_pending(), which follows.
-  const std::span<const Event> all(batch);
-  const std::size_t piece = yield_every_ != 0 ? yield_every_ : all.size();
-  for (std::size_t i = 0; i < all.size(); i += piece) {
-    if (i != 0) sched_yield();
-    const auto part = all.subspan(i, std::min(piece, all.size() - i));
-    for (auto& s : sinks_) s->export_events(part);
-  }
+  for (auto& s : sinks_) s->export_events(batch);  // errors are counted in write_pending(), which follows
   batch.clear();
 }
 
@@ -207,7 +199,6 @@ void Runtime::count_export_errors() {
 
 std::size_t Runtime::drain_all(std::vector<Event>& batch) {
   std::size_t n = 0;
-  std::uint64_t next_yield = yield_every_ != 0 ? yield_every_ : ~0ull;
   max_drained_ = 0;
   detail::registry().refresh(threads_, threads_version_);
   for (ThreadState* st : threads_) {
@@ -219,15 +210,15 @@ std::size_t Runtime::drain_all(std::vector<Event>& batch) {
       const Record& r = st->slots[tail & st->mask];
       if (r.kind == RecordKind::kLog || r.kind == RecordKind::kFact || r.kind == RecordKind::kViolation) {
         tail += decode_log(st, tail, batch);
-        ++n;
-        continue;
+      } else {
+        const Record* next = (tail + 1 != head) ? &st->slots[(tail + 1) & st->mask] : nullptr;
+        decode(st, r, next, batch);
+        ++tail;
       }
-      const Record* next = (tail + 1 != head) ? &st->slots[(tail + 1) & st->mask] : nullptr;
-      decode(st, r, next, batch);
-      ++tail;
-      if (++n == next_yield) {  // a training thread sharing this core need not wait for the whole drain
+      ++n;
+      if (yield_due()) {  // a training thread sharing this core need not wait for the whole drain
+        st->tail.store(tail, std::memory_order_release);  // the slots decoded so far are free meanwhile
         sched_yield();
-        next_yield += yield_every_;
       }
       if (batch.size() >= kBatch) {
         st->tail.store(tail, std::memory_order_release);

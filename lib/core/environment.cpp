@@ -44,18 +44,25 @@ bool is_knob(const std::string& n) {
 // run on, as "0-3,8" (empty when unknown). Ranks of one node pinned to the
 // same cores, or a rank allowed fewer cores than it starts threads, show here.
 std::string cpu_affinity() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) return {};
+  // Sized for the CPUs configured, not cpu_set_t's fixed 1,024 (larger hosts
+  // would make sched_getaffinity fail).
+  const long configured = sysconf(_SC_NPROCESSORS_CONF);
+  const int n = static_cast<int>(std::max(configured, 1024L));
+  cpu_set_t* set = CPU_ALLOC(n);
+  if (set == nullptr) return {};
+  const std::size_t size = CPU_ALLOC_SIZE(n);
   std::string out;
-  for (int c = 0; c < CPU_SETSIZE; ++c) {
-    if (!CPU_ISSET(c, &set)) continue;
-    int last = c;
-    while (last + 1 < CPU_SETSIZE && CPU_ISSET(last + 1, &set)) ++last;
-    if (!out.empty()) out += ',';
-    out += last == c ? std::to_string(c) : fmt::format("{}-{}", c, last);
-    c = last;
+  if (sched_getaffinity(0, size, set) == 0) {
+    for (int c = 0; c < n; ++c) {
+      if (!CPU_ISSET_S(c, size, set)) continue;
+      int last = c;
+      while (last + 1 < n && CPU_ISSET_S(last + 1, size, set)) ++last;
+      if (!out.empty()) out += ',';
+      out += last == c ? std::to_string(c) : fmt::format("{}-{}", c, last);
+      c = last;
+    }
   }
+  CPU_FREE(set);
   return out;
 }
 

@@ -50,6 +50,7 @@
 #include "signals.hpp"
 #include "step_breakdown.hpp"
 #include "watchdog.hpp"
+#include "yield_point.hpp"
 #include "rankscope/heartbeat.hpp"
 
 namespace rankscope::detail {
@@ -59,6 +60,7 @@ std::atomic<std::int64_t> g_step{0};
 thread_local ThreadState* t_state = nullptr;
 std::atomic<DeferCollective> g_defer{nullptr};
 std::atomic<Poller> g_poller{nullptr};
+std::atomic<std::uint32_t> g_yield_every{kDefaultYieldEvery};
 
 namespace {
 std::atomic<std::uint64_t> g_inactive_calls{0};
@@ -107,7 +109,7 @@ absl::Status Runtime::init(const Config& cfg) {
   // The watchdog ticks on this thread's wake-ups: wake at least twice per heartbeat.
   max_sleep_s_ = std::min(std::chrono::duration<double>(set->drain_interval).count(),
                           static_cast<double>(set->watchdog.interval_ns) * 0.5e-9);
-  yield_every_ = set->yield_every;
+  detail::g_yield_every.store(set->yield_every, std::memory_order_relaxed);
   dump_on_shutdown_ = set->dump_on_shutdown;
   console_policy_ = set->console;
   watchdog_cfg_ = set->watchdog;

@@ -138,7 +138,6 @@ class Runtime {
   std::atomic<std::uint32_t> ring_capacity_{detail::kDefaultRingCapacity};
   std::chrono::milliseconds metrics_interval_{10000};
   double max_sleep_s_ = 0.02;
-  std::uint64_t yield_every_ = 0;  // records between sched_yield()s in a drain; 0 = never
 
   // Background-thread state.
   std::vector<std::shared_ptr<Sink>> sinks_;

@@ -116,6 +116,11 @@ absl::StatusOr<Settings> resolve_settings(const Config& cfg) {
                                                      "' is not a record count (0 = never yield)"));
     }
   }
+  if (yield_every > (1u << 24)) {
+    return absl::InvalidArgumentError(absl::StrCat("yield interval ", yield_every,
+                                                   " records must be at most 16777216, or 0 for never "
+                                                   "(RANKSCOPE_YIELD_EVERY or Config::yield_every)"));
+  }
   auto flight = sized_setting(cfg.flight_recorder_entries, "RANKSCOPE_FLIGHT_ENTRIES",
                               "Config::flight_recorder_entries", "flight recorder size", 2048, 16, 1u << 20);
   if (!flight.ok()) return flight.status();

@@ -25,14 +25,11 @@ inline constexpr std::uint32_t kDefaultRingCapacity = 65536;
 // and counted at any interval longer than that.)
 inline constexpr std::chrono::milliseconds kDefaultDrainInterval{500};
 
-// The drain gives its core away (sched_yield) every this many records. Where
-// the background thread shares a core with training threads, a drain runs
-// for a millisecond or more, and a training thread that becomes runnable
-// meanwhile waits for it: on the 2-rank example (one core per rank), 86 % of
-// the background thread's running time had a training thread waiting on the
-// same core; yielding every 64 records (~15 us of work) cut that to 27 %.
-// With no one waiting a yield is a ~0.3 us system call (~5 ns per record).
-// benchmarks/sched_overhead.sh measures it.
+// Units of background work (records decoded, events formatted) between
+// sched_yield()s (yield_point.hpp). On the 2-rank example, one rank per core,
+// the share of the background thread's running time during which a training
+// thread waited for its core was ~90 % without yields and ~20 % at 64
+// (benchmarks/sched_overhead.sh); at 16 hardly less, at 256 ~50 %.
 inline constexpr std::uint32_t kDefaultYieldEvery = 64;
 
 struct Settings {

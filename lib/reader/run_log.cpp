@@ -66,7 +66,6 @@ bool decode(simdjson::dom::parser& parser, const char* p, std::size_t n, LogEven
           simdjson::dom::object env;
           if (v.get_object().get(env) != SUCCESS) break;
           if (env["cpu_affinity"].get_string().get(sv) == SUCCESS) e.cpu_affinity.assign(sv);
-          if (env["cpus"].get_int64().get(i64) == SUCCESS) e.cpus = static_cast<int>(i64);
         }
         break;
       case 'f':

@@ -45,7 +45,6 @@ struct LogEvent {
   int schema = 0;                             // run_start
   std::int64_t pid = 0;                       // run_start
   std::string cpu_affinity;                   // run_start: environment.cpu_affinity ("0-3,8")
-  int cpus = 0;                               // run_start: environment.cpus (online on the host)
   bool device_timing = false;                 // collective: dur is device time
   std::optional<std::int64_t> os_threads, communicators;  // stats lines
   std::uint64_t line_no = 0;                  // 1-based line in its file
@@ -61,7 +60,7 @@ struct LogEvent {
     step = -1;
     t = mono = dur = seq = count = line_no = 0;
     tid = 0;
-    depth = schema = cpus = 0;
+    depth = schema = 0;
     pid = 0;
     loss.reset();
     value.reset();

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <cmath>
-#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -127,7 +127,6 @@ RankDigest digest_rank(const std::string& path, const std::string& dump, int ran
       r.pid = e.pid;
       r.host = e.name;
       r.cpu_affinity = e.cpu_affinity;
-      r.cpus = e.cpus;
       r.schema = std::max(r.schema, e.schema);
       r.ended_cleanly = false;
       r.restores.clear();
@@ -347,52 +346,78 @@ class CollectiveMerger {
   std::map<std::string, Comm> comms_;
 };
 
-// "0-3,8" -> {0, 1, 2, 3, 8}; empty if it does not parse.
-std::vector<int> parse_cpu_list(const std::string& list) {
+// "0-3,8" -> {0, 1, 2, 3, 8}, sorted, each once; empty if it does not parse
+// or names more than 65,536 CPUs (a hostile line must not allocate much).
+std::vector<int> parse_cpu_list(std::string_view list) {
+  constexpr int kMaxCpu = 65535;
   std::vector<int> out;
-  std::size_t at = 0;
-  while (at < list.size()) {
-    std::size_t end = list.find(',', at);
-    if (end == std::string::npos) end = list.size();
-    const std::string part = list.substr(at, end - at);
+  while (!list.empty()) {
+    const std::size_t comma = list.find(',');
+    const std::string_view part = list.substr(0, comma);
+    list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
+    const char* const end = part.data() + part.size();
     int lo = 0, hi = 0;
-    char dash = 0;
-    const int n = std::sscanf(part.c_str(), "%d%c%d", &lo, &dash, &hi);
-    if (n == 1) hi = lo;
-    else if (n != 3 || dash != '-') return {};
-    if (lo < 0 || hi < lo || hi - lo > 4096) return {};
+    auto [p, ec] = std::from_chars(part.data(), end, lo);
+    if (ec != std::errc()) return {};
+    hi = lo;
+    if (p != end) {
+      if (*p != '-') return {};
+      auto [q, ec2] = std::from_chars(p + 1, end, hi);
+      if (ec2 != std::errc() || q != end) return {};
+    }
+    if (lo < 0 || hi < lo || hi > kMaxCpu || out.size() + static_cast<std::size_t>(hi - lo) >= kMaxCpu + 1u) return {};
     for (int c = lo; c <= hi; ++c) out.push_back(c);
-    at = end + 1;
   }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
 }
 
-// Ranks of one host pinned (to fewer CPUs than the host has) on overlapping
-// CPUs share cores they were each meant to have: a launcher's binding
-// mistake that shows up as stragglers and slow steps. Unpinned ranks share
-// every core by design and are left alone.
+// CPU binding that makes ranks of one host compete for cores: more ranks on a
+// set of CPUs than it has (ranks pinned to the same core, or unpinned ranks
+// oversubscribing a small host or container), and ranks pinned to sets that
+// overlap without being the same (a launcher's binding arithmetic gone
+// wrong). Ranks sharing a set at least as large as their number (unpinned on
+// a big host, or one container's cpuset) are fine and not reported.
 void add_binding_warnings(RunSummary& s) {
-  std::map<std::string, std::map<int, std::vector<int>>> pinned;  // host -> cpu -> ranks pinned there
-  std::map<int, const RankSummary*> by_rank;
+  std::map<std::string, std::map<std::vector<int>, std::vector<int>>> by_host;  // host -> CPU set -> its ranks
+  std::map<std::vector<int>, std::string> text;  // CPU set -> as the rank logged it
   for (const auto& r : s.ranks) {
-    const std::vector<int> cpus = parse_cpu_list(r.cpu_affinity);
-    if (cpus.empty() || r.cpus <= 0 || static_cast<int>(cpus.size()) >= r.cpus) continue;
-    by_rank[r.rank] = &r;
-    for (int c : cpus) pinned[r.host][c].push_back(r.rank);
+    std::vector<int> cpus = parse_cpu_list(r.cpu_affinity);
+    if (cpus.empty()) continue;
+    text.emplace(cpus, r.cpu_affinity);
+    by_host[r.host][std::move(cpus)].push_back(r.rank);
   }
-  for (const auto& [host, on_cpu] : pinned) {
-    std::set<int> sharing;
-    for (const auto& [cpu, ranks] : on_cpu) {
-      if (ranks.size() > 1) sharing.insert(ranks.begin(), ranks.end());
+  for (const auto& [host, sets] : by_host) {
+    for (const auto& [cpus, ranks] : sets) {
+      if (cpus.size() >= ranks.size()) continue;
+      s.warnings.push_back(fmt::format("host {}: {} share CPU{} {} ({} ranks on {} CPU{})", host, format_ranks(ranks),
+                                       cpus.size() == 1 ? "" : "s", text[cpus], ranks.size(), cpus.size(),
+                                       cpus.size() == 1 ? "" : "s"));
     }
-    if (sharing.empty()) continue;
+    std::set<int> overlapping;
     std::string which;
-    for (int rank : sharing) {
-      which += fmt::format("{}rank {} on {}", which.empty() ? "" : ", ", rank, by_rank[rank]->cpu_affinity);
+    for (auto a = sets.begin(); a != sets.end(); ++a) {
+      for (auto b = std::next(a); b != sets.end(); ++b) {
+        std::vector<int> both;
+        std::set_intersection(a->first.begin(), a->first.end(), b->first.begin(), b->first.end(),
+                              std::back_inserter(both));
+        if (both.empty()) continue;
+        for (const auto* side : {&*a, &*b}) {
+          for (int rank : side->second) {
+            if (overlapping.insert(rank).second) {
+              which += fmt::format("{}rank {} on {}", which.empty() ? "" : ", ", rank, text[side->first]);
+            }
+          }
+        }
+      }
     }
-    s.warnings.push_back(fmt::format("host {}: {} are pinned to overlapping CPUs ({}): they compete for the "
-                                     "same cores (check the launcher's CPU binding)",
-                                     host, format_ranks(std::vector<int>(sharing.begin(), sharing.end())), which));
+    if (!overlapping.empty()) {
+      s.warnings.push_back(fmt::format("host {}: {} are pinned to overlapping CPUs ({}): they compete for the same "
+                                       "cores (check the launcher's CPU binding)",
+                                       host, format_ranks(std::vector<int>(overlapping.begin(), overlapping.end())),
+                                       which));
+    }
   }
 }
 

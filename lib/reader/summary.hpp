@@ -100,7 +100,6 @@ struct RankSummary {
   std::vector<RestoreSample> restores;
   std::int64_t pid = 0;     // its last session's process (run_start)
   std::string cpu_affinity;  // the CPUs it may run on ("0-3"), its last session's
-  int cpus = 0;              // CPUs online on its host
   std::string dump_reason;  // its flight dump's reason ("signal SIGPIPE", "stall", ...), from that process
 };
 
