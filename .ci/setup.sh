@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
-# Idempotent machine setup: installs the Debian packages rankscope builds, tests
-# and runs against. Safe to run repeatedly; does nothing when all are present.
+# Idempotent machine setup (README, both commands start here):
+#  1. the Debian packages rankscope builds, tests and runs against (apt; root or sudo);
+#  2. the project virtualenv .venv/ (git-ignored) with the pinned torch from PyPI
+#     (requirements/torch.txt) and the build and test tools (requirements/dev.txt).
+# Safe to run repeatedly: it does nothing when everything is present.
 set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
 
 PACKAGES=(
   build-essential cmake ninja-build pkg-config
   libfmt-dev libabsl-dev catch2 libbenchmark-dev
-  libtorch-dev libgloo-dev python3-torch python3-pytest python3-numpy pybind11-dev
-  libopenblas0-pthread
+  libgloo-dev                      # gloo's headers: the C++ example's ProcessGroupGloo (libtorch is the wheel's)
   prometheus-cpp-dev libsimdjson-dev libcli11-dev libspdlog-dev
-  prometheus libcurl4-openssl-dev zlib1g-dev nodejs python3-prometheus-client
+  prometheus libcurl4-openssl-dev zlib1g-dev
+  python3-venv python3-dev
   valgrind clang libclang-rt-14-dev time
 )
 
@@ -19,34 +23,29 @@ for p in "${PACKAGES[@]}"; do
     missing+=("$p")
   fi
 done
-
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
 if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]}" >&2
-  SUDO=""
-  if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# Debian's default BLAS is the slow reference implementation; prefer OpenBLAS
-# (a small MLP step goes from ~54 ms to ~3 ms).
-if command -v update-alternatives >/dev/null; then
-  for alt in libblas.so.3-x86_64-linux-gnu liblapack.so.3-x86_64-linux-gnu; do
-    target=$(update-alternatives --list "$alt" 2>/dev/null | grep -m1 openblas-pthread || true)
-    if [[ -n "$target" ]]; then
-      ${SUDO:-} update-alternatives --set "$alt" "$target" >/dev/null 2>&1 || true
-    fi
-  done
+# The virtualenv: python3 on PATH (3.9+) makes it; pip installs the pinned
+# requirements only when they changed since the last successful install.
+py=${RANKSCOPE_SETUP_PYTHON:-python3}
+venv="$here/.venv"
+if [[ ! -x "$venv/bin/python" ]]; then
+  echo "setup: creating $venv with $($py --version 2>&1)" >&2
+  "$py" -m venv "$venv"
 fi
-# npm comes with nodesource's nodejs; Debian's nodejs needs the npm package.
-if ! command -v npm >/dev/null; then
-  ${SUDO:-$( [[ $(id -u) -ne 0 ]] && echo sudo )} apt-get install -y -qq --no-install-recommends npm >/dev/null
+stamp="$venv/.rankscope-requirements"
+want=$(cat "$here/requirements/torch.txt" "$here/requirements/dev.txt" | sha256sum | cut -d' ' -f1)
+if [[ ! -f "$stamp" || $(cat "$stamp") != "$want" ]]; then
+  echo "setup: pip install -r requirements/torch.txt -r requirements/dev.txt (torch is ~4 GB the first time)" >&2
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check \
+    -r "$here/requirements/torch.txt" -r "$here/requirements/dev.txt"
+  echo "$want" >"$stamp"
 fi
-# The OTLP test receiver: the OpenTelemetry project's generated protobuf code
-# (@opentelemetry/otlp-transformer, pinned by tests/otlp/package-lock.json).
-here=$(cd "$(dirname "$0")/.." && pwd)
-if [[ -f "$here/tests/otlp/package-lock.json" && ! -d "$here/tests/otlp/node_modules/@opentelemetry/otlp-transformer" ]]; then
-  (cd "$here/tests/otlp" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
-fi
-echo "setup: ok" >&2
+echo "setup: ok ($("$venv/bin/python" -c 'import torch; print("torch", torch.__version__)' 2>/dev/null))" >&2

@@ -14,9 +14,89 @@ endfunction()
 # The CUDA toolkit lives outside the default search path on most machines.
 set(_rankscope_cuda_hints $ENV{CUDA_HOME} $ENV{CUDA_PATH} /usr/local/cuda)
 
+# The Python interpreter of the Python bindings, the tests and the examples: the
+# project's virtualenv (.ci/setup.sh makes it, with the pinned torch), unless
+# Python_EXECUTABLE is given (scikit-build-core gives the one pip runs).
+if(NOT DEFINED Python_EXECUTABLE AND EXISTS ${PROJECT_SOURCE_DIR}/.venv/bin/python)
+  set(Python_EXECUTABLE ${PROJECT_SOURCE_DIR}/.venv/bin/python)
+endif()
+find_package(Python COMPONENTS Interpreter QUIET)
+set(RANKSCOPE_TEST_PYTHON "${Python_EXECUTABLE}" CACHE FILEPATH "Python interpreter the tests run (with torch)")
+
+# libtorch: the one inside the interpreter's torch wheel, so the C++ side and the
+# Python side run one torch. Only its CPU libraries (torch_cpu, c10) are linked:
+# the wheel is a CUDA build whose own CMake config wants a GPU (or its exact
+# toolkit) to configure, and libtorch.so would pull in libtorch_cuda and the
+# wheel's NCCL, which clashes with the toolkit's NCCL our hooks link. A libtorch found by
+# find_package(Torch) (Torch_DIR given) is used as it is.
+function(rankscope_find_torch)
+  if(Torch_DIR)
+    find_package(Torch QUIET)
+    set(RANKSCOPE_TORCH_FOUND ${Torch_FOUND} PARENT_SCOPE)
+    set(TORCH_LIBRARIES ${TORCH_LIBRARIES} PARENT_SCOPE)
+    set(TORCH_INCLUDE_DIRS ${TORCH_INCLUDE_DIRS} PARENT_SCOPE)
+    set(TORCH_INSTALL_PREFIX ${TORCH_INSTALL_PREFIX} PARENT_SCOPE)
+    return()
+  endif()
+  set(RANKSCOPE_TORCH_FOUND FALSE PARENT_SCOPE)
+  if(NOT Python_EXECUTABLE)
+    return()
+  endif()
+  execute_process(
+    COMMAND ${Python_EXECUTABLE} -c
+      "import os, torch; print(os.path.dirname(torch.__file__), int(torch._C._GLIBCXX_USE_CXX11_ABI), torch.__version__, sep=';', end='')"
+    OUTPUT_VARIABLE _out RESULT_VARIABLE _rc ERROR_QUIET)
+  if(NOT _rc EQUAL 0)
+    return()
+  endif()
+  list(GET _out 0 _root)
+  list(GET _out 1 _abi)
+  list(GET _out 2 _version)
+  find_library(RANKSCOPE_LIBTORCH_CPU torch_cpu PATHS ${_root}/lib NO_DEFAULT_PATH)
+  find_library(RANKSCOPE_LIBC10 c10 PATHS ${_root}/lib NO_DEFAULT_PATH)
+  if(NOT RANKSCOPE_LIBTORCH_CPU OR NOT RANKSCOPE_LIBC10)
+    return()
+  endif()
+  if(NOT TARGET rankscope_libtorch)
+    add_library(rankscope_libtorch INTERFACE IMPORTED GLOBAL)
+    set_target_properties(rankscope_libtorch PROPERTIES
+      INTERFACE_INCLUDE_DIRECTORIES "${_root}/include;${_root}/include/torch/csrc/api/include"
+      INTERFACE_LINK_LIBRARIES "${RANKSCOPE_LIBTORCH_CPU};${RANKSCOPE_LIBC10}"
+      # The wheel ships fmt's headers (a newer fmt than Debian's libfmt) in its
+      # include directory, where they shadow the system's: whoever includes
+      # torch uses that fmt header-only rather than link a library of another version.
+      INTERFACE_COMPILE_DEFINITIONS "_GLIBCXX_USE_CXX11_ABI=${_abi};FMT_HEADER_ONLY")
+  endif()
+  message(STATUS "rankscope: libtorch ${_version} from ${_root}")
+  set(RANKSCOPE_TORCH_FOUND TRUE PARENT_SCOPE)
+  set(TORCH_LIBRARIES rankscope_libtorch PARENT_SCOPE)
+  set(TORCH_INCLUDE_DIRS "${_root}/include;${_root}/include/torch/csrc/api/include" PARENT_SCOPE)
+  set(TORCH_INSTALL_PREFIX ${_root} PARENT_SCOPE)
+endfunction()
+# AUTO (pip install .): the torch part is built when the build's interpreter can
+# import torch (pip install --no-build-isolation), else left out.
+if(RANKSCOPE_WITH_TORCH STREQUAL "AUTO")
+  rankscope_find_torch()
+  if(RANKSCOPE_TORCH_FOUND)
+    set(RANKSCOPE_WITH_TORCH ON)
+  else()
+    set(RANKSCOPE_WITH_TORCH OFF)
+    message(STATUS "rankscope: no torch importable by ${Python_EXECUTABLE}: rankscope.torch will use Python hooks "
+                   "(pip install --no-build-isolation . builds the C++ ones)")
+  endif()
+endif()
 if(RANKSCOPE_WITH_TORCH)
-  find_package(Torch QUIET)
-  rankscope_require(Torch_FOUND RANKSCOPE_WITH_TORCH "libtorch (Debian: libtorch-dev libgloo-dev)")
+  rankscope_find_torch()
+  rankscope_require(RANKSCOPE_TORCH_FOUND RANKSCOPE_WITH_TORCH
+                    "libtorch (the torch wheel of ${Python_EXECUTABLE}: pip install -r requirements/torch.txt)")
+  if(RANKSCOPE_BUILD_EXAMPLES OR RANKSCOPE_BUILD_TESTS OR RANKSCOPE_BUILD_BENCHMARKS)
+    # The example trainer's ProcessGroupGloo.hpp includes gloo headers the wheel does not ship.
+    find_path(RANKSCOPE_GLOO_INCLUDE_DIR gloo/algorithm.h)
+    rankscope_require(RANKSCOPE_GLOO_INCLUDE_DIR RANKSCOPE_WITH_TORCH "gloo's headers (Debian: libgloo-dev)")
+    if(TARGET rankscope_libtorch)
+      set_property(TARGET rankscope_libtorch APPEND PROPERTY INTERFACE_INCLUDE_DIRECTORIES ${RANKSCOPE_GLOO_INCLUDE_DIR})
+    endif()
+  endif()
 endif()
 
 if(RANKSCOPE_WITH_NVTX OR RANKSCOPE_WITH_CUDA OR RANKSCOPE_WITH_NCCL)
@@ -38,14 +118,16 @@ if(RANKSCOPE_WITH_NCCL)
   rankscope_require(RANKSCOPE_NCCL_LIBRARY RANKSCOPE_WITH_NCCL "libnccl.so (CUDA toolkit or libnccl2)")
 endif()
 if(RANKSCOPE_WITH_PYTHON)
-  # Debian's interpreter (it has torch), not whatever python3 is first on PATH.
-  if(NOT DEFINED Python_EXECUTABLE AND EXISTS /usr/bin/python3)
-    set(Python_EXECUTABLE /usr/bin/python3)
-  endif()
   set(PYBIND11_FINDPYTHON ON)
   find_package(Python COMPONENTS Interpreter Development.Module QUIET)
+  # pybind11 from the interpreter's site-packages (PyPI), else the system's.
+  execute_process(COMMAND ${Python_EXECUTABLE} -c "import pybind11; print(pybind11.get_cmake_dir(), end='')"
+                  OUTPUT_VARIABLE _pybind11_dir RESULT_VARIABLE _rc ERROR_QUIET)
+  if(_rc EQUAL 0)
+    set(pybind11_DIR ${_pybind11_dir})
+  endif()
   find_package(pybind11 CONFIG QUIET)
-  rankscope_require(pybind11_FOUND RANKSCOPE_WITH_PYTHON "pybind11 (Debian: pybind11-dev python3-dev)")
+  rankscope_require(pybind11_FOUND RANKSCOPE_WITH_PYTHON "pybind11 (pip install -r requirements/dev.txt)")
 endif()
 if(RANKSCOPE_WITH_OTLP)
   find_package(CURL QUIET)

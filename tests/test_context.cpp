@@ -50,6 +50,26 @@ TEST_CASE("Slurm variables are used when torch's are absent", "[context]") {
   CHECK(c->launcher == rankscope::Launcher::kSlurm);
 }
 
+TEST_CASE("two job steps of one Slurm allocation are two runs", "[context]") {
+  FakeEnv env{{{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_JOB_ID", "777"}, {"SLURM_STEP_ID", "0"}}};
+  auto first = resolve_context({}, env.fn());
+  env.vars["SLURM_STEP_ID"] = "1";
+  auto second = resolve_context({}, env.fn());
+  REQUIRE(first.ok());
+  REQUIRE(second.ok());
+  CHECK(first->run_id == "777.0");
+  CHECK(second->run_id == "777.1");
+}
+
+TEST_CASE("torchrun's default run id 'none' names no job: the rendezvous port does", "[context]") {
+  FakeEnv env{{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"TORCHELASTIC_RUN_ID", "none"}, {"MASTER_ADDR", "127.0.0.1"},
+               {"MASTER_PORT", "41234"}}};
+  auto c = resolve_context({}, env.fn());
+  REQUIRE(c.ok());
+  CHECK(c->job_id.empty());
+  CHECK(c->run_id == "run-127.0.0.1-41234");
+}
+
 TEST_CASE("torch variables win over Slurm's under srun + torchrun", "[context]") {
   FakeEnv env{{{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"RANK", "7"}, {"WORLD_SIZE", "16"}}};
   auto c = resolve_context({}, env.fn());

@@ -9,11 +9,11 @@ bash "$(dirname "$0")/../examples/cpp/launch.sh" --ranks 2 --steps 20 --trainer 
   >"$work/launch.log" 2>&1 || { cat "$work/launch.log"; exit 1; }
 run=$(ls -d "$work"/*/)
 "$cli" timeline "$run" -o "$work/trace.json"
-/usr/bin/python3 "$(dirname "$0")/check_trace.py" "$work/trace.json" 2 20
+python3 "$(dirname "$0")/check_trace.py" "$work/trace.json" 2 20
 # A corrupt line and a torn tail are skipped, not fatal.
 printf '{"kind":"phase",garbage\n{"kind":"pha' >>"$run/rank-1.jsonl"
 "$cli" timeline "$run" -o - >"$work/trace2.json"
-/usr/bin/python3 "$(dirname "$0")/check_trace.py" "$work/trace2.json" 2 20
+python3 "$(dirname "$0")/check_trace.py" "$work/trace2.json" 2 20
 set +e
 "$cli" timeline "$work/nope" -o "$work/x.json" 2>"$work/err.txt"; rc=$?
 set -e

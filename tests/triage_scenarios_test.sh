@@ -13,7 +13,7 @@
 set -euo pipefail
 trainer=$1 cli=$2 work=$3
 launch="$(dirname "$0")/../examples/cpp/launch.sh"
-py=/usr/bin/python3
+py=python3
 rm -rf "$work"; mkdir -p "$work"
 export RANKSCOPE_HEARTBEAT_INTERVAL=0.25 RANKSCOPE_STALL_TIMEOUT=1.5
 pids_of() { for f in "$1"/rank-*.heartbeat.json; do grep -o '"pid":[0-9]*' "$f" | cut -d: -f2; done; }

@@ -5,7 +5,7 @@
 # --since/--until window, warnings for corrupt input, and exit codes.
 set -euo pipefail
 synth=$1 cli=$2 work=$3
-py=/usr/bin/python3
+py=python3
 rm -rf "$work"; mkdir -p "$work"
 fail() { echo "triage synth test ($name): $*"; echo "${tri:-}" | head -c 3000; exit 1; }
 

@@ -33,6 +33,8 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "pending_collective.hpp"
@@ -51,10 +53,25 @@ struct ReducerState : c10d::Reducer {
   static bool expects_hooks(const c10d::Reducer& r) { return r.*(&ReducerState::expect_autograd_hooks_); }
   // Advanced by every forward that prepares the reducer (prepare_for_forward).
   static long iteration(const c10d::Reducer& r) { return r.*(&ReducerState::num_iterations_); }
-  static const std::vector<std::shared_ptr<autograd::Node>>& accumulators(const c10d::Reducer& r) {
+  // shared_ptr<Node> before torch 2.10, intrusive_ptr<Node> since: whatever this torch holds.
+  static const auto& accumulators(const c10d::Reducer& r) {
     return r.*(&ReducerState::grad_accumulators_);
   }
 };
+
+// A weak reference to a gradient accumulator, of the pointer kind this torch uses.
+template <class Ptr>
+struct WeakOf;
+template <class T>
+struct WeakOf<std::shared_ptr<T>> {
+  using type = std::weak_ptr<T>;
+};
+template <class T>
+struct WeakOf<c10::intrusive_ptr<T>> {
+  using type = c10::weak_intrusive_ptr<T>;
+};
+using WeakNode =
+    typename WeakOf<std::decay_t<decltype(ReducerState::accumulators(std::declval<const c10d::Reducer&>()))>::value_type>::type;
 
 struct SpanParams {
   rankscope::Communicator* comm;
@@ -231,7 +248,7 @@ class DdpSync {
     for (const auto& node : ReducerState::accumulators(*reducer_)) {
       if (node == nullptr) continue;
       auto hook = std::make_unique<GradientHook>(state_);
-      hooked_.emplace_back(node, hook.get());
+      hooked_.emplace_back(WeakNode(node), hook.get());
       node->add_pre_hook(std::move(hook));
     }
   }
@@ -253,7 +270,7 @@ class DdpSync {
  private:
   std::shared_ptr<c10d::Reducer> reducer_;  // kept alive: the hooks read it
   std::shared_ptr<SyncState> state_;
-  std::vector<std::pair<std::weak_ptr<autograd::Node>, const GradientHook*>> hooked_;
+  std::vector<std::pair<WeakNode, const GradientHook*>> hooked_;
 };
 
 }  // namespace

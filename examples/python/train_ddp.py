@@ -1,20 +1,18 @@
 """A real multi-rank CPU training run (gloo, DDP) with every rankscope integration on.
 
-    PYTHONPATH=build/python /usr/bin/python3 examples/python/train_ddp.py --ranks 2 --epochs 2 --dir rankscope-runs
+    torchrun --standalone --nproc-per-node 2 examples/python/train_ddp.py --epochs 2
+    rankscope triage rankscope-runs/<the directory rank 0 prints last>
 
-Starts --ranks processes with torch.multiprocessing (torchrun is broken with
-Debian's torch 1.13 on Python 3.11), each with the environment torchrun would
-set; every rank writes to one run directory, which `rankscope triage` reads.
+Every rank writes to one run directory (./rankscope-runs/<run id>, the id agreed
+through torchrun's store), which `rankscope triage` reads.
 """
 import argparse
 import collections
 import os
-import sys
 import time
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
@@ -22,15 +20,13 @@ import rankscope
 import rankscope.torch as rst
 
 
-def train(rank, args, run_dir, port):
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(args.ranks), LOCAL_RANK=str(rank),
-                      LOCAL_WORLD_SIZE=str(args.ranks), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)     # as torchrun does (OMP_NUM_THREADS=1) for several ranks per node
+def train(args):
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])  # set by torchrun
     if args.bind:                # --bind: rank r on the r-th allowed CPU, as launch.sh --bind / Slurm --cpu-bind
         cpus = sorted(os.sched_getaffinity(0))
         os.sched_setaffinity(0, {cpus[rank % len(cpus)]})
-    rankscope.init(run_dir=run_dir, run_config={"model": "mlp", "batch": str(args.batch)})
-    dist.init_process_group("gloo", rank=rank, world_size=args.ranks)
+    rankscope.init(run_config={"model": "mlp", "batch": str(args.batch)})  # run id agreed through torchrun's store
+    dist.init_process_group("gloo")
     rst.instrument()             # torch.distributed calls -> collective spans
     rst.use_torch_exchange(30)   # invariant checks compare ranks online over the job's store
 
@@ -41,17 +37,17 @@ def train(rank, args, run_dir, port):
     x = torch.randn(args.samples, 128)
     y = x[:, :10].argmax(1)
     data = TensorDataset(x, y)
-    sampler = DistributedSampler(data, num_replicas=args.ranks, rank=rank, shuffle=True, seed=args.seed)
+    sampler = DistributedSampler(data, num_replicas=world, rank=rank, shuffle=True, seed=args.seed)
     loader = DataLoader(data, batch_size=args.batch, sampler=sampler)
     model = DDP(torch.nn.Sequential(torch.nn.Linear(128, args.hidden), torch.nn.ReLU(),
                                     torch.nn.Linear(args.hidden, args.hidden), torch.nn.ReLU(),
                                     torch.nn.Linear(args.hidden, 10)))
     rst.instrument_ddp(model)    # DDP's gradient all-reduce -> one collective span per backward
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    scaler = torch.cuda.amp.GradScaler(enabled=torch.cuda.is_available())
+    scaler = torch.amp.GradScaler("cuda", enabled=torch.cuda.is_available())
     amp = rst.AmpSkips(scaler)
-    rankscope.check_batch_math(micro_batch=args.batch, data_parallel=args.ranks, global_batch=args.batch * args.ranks)
-    acc = rankscope.BatchAccounting(dataset_size=args.samples, micro_batch=args.batch, data_parallel=args.ranks)
+    rankscope.check_batch_math(micro_batch=args.batch, data_parallel=world, global_batch=args.batch * world)
+    acc = rankscope.BatchAccounting(dataset_size=args.samples, micro_batch=args.batch, data_parallel=world)
     step = 0
     ab = ABRecorder(args.ab_block, args.ab_control) if args.ab_block else None
     for epoch in range(args.epochs):
@@ -80,9 +76,9 @@ def train(rank, args, run_dir, port):
             work = dist.all_reduce(t, async_op=True)
             work.wait()                             # measured to completion
         if rank == 0:
-            rankscope.info("epoch done", epoch=epoch, mean_loss=t.item() / args.ranks / 2)
-        rankscope.record_checkpoint_save(id=f"epoch-{epoch}", step=step, consumed_samples=step * args.batch * args.ranks,
-                                         world_size=args.ranks, global_batch=args.batch * args.ranks,
+            rankscope.info("epoch done", epoch=epoch, mean_loss=t.item() / world / 2)
+        rankscope.record_checkpoint_save(id=f"epoch-{epoch}", step=step, consumed_samples=step * args.batch * world,
+                                         world_size=world, global_batch=args.batch * world,
                                          optimizer_step=step)
     rankscope.set_enabled(True)
     if ab and rank == 0:
@@ -90,6 +86,8 @@ def train(rank, args, run_dir, port):
     dist.barrier()
     rst.uninstrument()
     dist.destroy_process_group()
+    if rank == 0:
+        print(rankscope.run_dir(), flush=True)  # the last line: what to give `rankscope triage`
     rankscope.shutdown()
 
 
@@ -151,31 +149,16 @@ class ABRecorder:
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--ranks", type=int, default=2)
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--samples", type=int, default=2048)
     p.add_argument("--batch", type=int, default=64, help="per rank")
     p.add_argument("--hidden", type=int, default=256, help="hidden width of the MLP (larger = longer steps)")
     p.add_argument("--bind", action="store_true", help="pin rank r to the r-th CPU it may use")
     p.add_argument("--seed", type=int, default=1234)
-    p.add_argument("--dir", default="rankscope-runs")
-    p.add_argument("--port", type=int, default=0)
     p.add_argument("--ab-block", type=int, default=0, help="A/B: alternate blocks of K steps on/off")
     p.add_argument("--ab-control", action="store_true", help="A/B schedule with both arms off (noise floor)")
-    args = p.parse_args()
-    run_dir = os.path.join(args.dir, time.strftime("python-%Y%m%d-%H%M%S-") + str(os.getpid()))
-    os.makedirs(run_dir, exist_ok=True)
-    port = args.port or 29600 + os.getpid() % 1000
-    # As torchrun does for several ranks per node, and before the ranks import
-    # torch: with more OpenMP threads than cores per rank, idle OpenMP workers
-    # spin on the cores the ranks train on.
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    mp.start_processes(train, args=(args, run_dir, port), nprocs=args.ranks, start_method="spawn")
-    print(run_dir)
-    text, code = rankscope.triage(run_dir)
-    sys.stderr.write(text)
-    return 0 if code in (0, 1) else code
+    train(p.parse_args())
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

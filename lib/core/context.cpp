@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <string_view>
 
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
@@ -124,13 +125,21 @@ absl::StatusOr<RunContext> resolve_context(const ContextOverrides& ov, const Get
   ctx.node_rank = node_rank.value_or(ctx.rank / ctx.local_world_size);
   ctx.restart_count = restarts.value_or(0);
 
-  if (const char* v = env_or_null(g, "SLURM_JOB_ID")) ctx.job_id = v;
-  else if (const char* t = env_or_null(g, "TORCHELASTIC_RUN_ID")) ctx.job_id = t;
+  // A Slurm job step is one run: two `srun`s of one allocation share the job id
+  // but not the step id. torchrun's "none" (no --rdzv-id) names no job at all:
+  // every job has it (the Python package agrees on an id through torchrun's store).
+  if (const char* v = env_or_null(g, "SLURM_JOB_ID")) {
+    ctx.job_id = v;
+    if (const char* step = env_or_null(g, "SLURM_STEP_ID")) absl::StrAppend(&ctx.job_id, ".", step);
+  } else if (const char* t = env_or_null(g, "TORCHELASTIC_RUN_ID"); t && std::string_view(t) != "none") {
+    ctx.job_id = t;
+  }
   if (const char* m = env_or_null(g, "MASTER_ADDR")) ctx.master_addr = m;
 
   // The run id must be the same on every rank without any communication, so it
   // comes only from what every rank shares: explicit config, RANKSCOPE_RUN_ID,
-  // the launcher's job id, or the rendezvous address.
+  // the launcher's job id, or the rendezvous address (torchrun --standalone
+  // picks a free port per job).
   if (ov.run_id) {
     ctx.run_id = *ov.run_id;
   } else if (const char* r = env_or_null(g, "RANKSCOPE_RUN_ID")) {

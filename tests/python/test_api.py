@@ -198,8 +198,12 @@ def test_cli_from_python(run_py, tmp_path):
         rankscope.shutdown()
     """)
     import subprocess, sys
-    env = dict(os.environ, PYTHONPATH=os.path.abspath(os.environ.get("RANKSCOPE_PYTHONPATH", "build/python")))
+    env = dict(os.environ)
     run = str(tmp_path / "run")
+    # The `rankscope` command pip installed beside the interpreter (the package's entry point).
+    cmd = subprocess.run([os.path.join(os.path.dirname(sys.executable), "rankscope"), "triage", run], env=env,
+                         capture_output=True, text=True)
+    assert cmd.returncode == 0 and "healthy" in cmd.stdout, cmd.stdout + cmd.stderr
     tri = subprocess.run([sys.executable, "-m", "rankscope", "triage", run, "--json"], env=env, capture_output=True,
                          text=True)
     assert tri.returncode == 0, tri.stderr

@@ -9,11 +9,13 @@ import sys
 
 import pytest
 
-ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+from conftest import ROOT
+
+RANKSCOPE = os.path.join(os.path.dirname(sys.executable), "rankscope")
 
 
 def _env():
-    return dict(os.environ, PYTHONPATH=os.path.abspath(os.environ.get("RANKSCOPE_PYTHONPATH", "build/python")))
+    return dict(os.environ)
 
 
 def _events(run_dir, kind):
@@ -24,15 +26,14 @@ def _events(run_dir, kind):
     return out
 
 
-def test_ddp_example_spans_every_collective_with_bytes_and_matching_sequence_numbers(tmp_path):
-    p = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "python", "train_ddp.py"), "--ranks", "2",
-                        "--epochs", "2", "--dir", str(tmp_path)], env=_env(), capture_output=True, text=True,
-                       timeout=240)
+def test_ddp_example_spans_every_collective_with_bytes_and_matching_sequence_numbers(tmp_path, torchrun):
+    p = torchrun(os.path.join(ROOT, "examples", "python", "train_ddp.py"), 2, "--epochs", "2")
     assert p.returncode == 0, p.stderr[-3000:]
-    run_dir = p.stdout.strip().splitlines()[-1]
+    run_dir = str(tmp_path / p.stdout.strip().splitlines()[-1])
+    t = subprocess.run([RANKSCOPE, "triage", run_dir], capture_output=True, text=True, timeout=60)
     # Healthy: no findings, or only slow steps (a 2-core VM running 2 ranks can stall one for 10+ ms).
-    findings = re.findall(r"^\d+\. \[(\w+)\]", p.stderr, re.M)
-    assert "no findings" in p.stderr or (findings and set(findings) == {"slow_steps"}), p.stderr[-3000:]
+    findings = re.findall(r"^\d+\. \[(\w+)\]", t.stdout, re.M)
+    assert "no findings" in t.stdout or (findings and set(findings) == {"slow_steps"}), t.stdout[-3000:]
     colls = _events(run_dir, "collective")
     kinds = collections.Counter((e["rank"], e["op"], e["count"], e["dtype"], e["bytes"]) for e in colls)
     # 2048 samples / 2 ranks / batch 64 = 16 steps per epoch, one DDP bucket (101386 float32 parameters) each.
@@ -54,14 +55,13 @@ def test_ddp_example_spans_every_collective_with_bytes_and_matching_sequence_num
 
 
 CHECK = r"""
-import os, sys, torch, torch.distributed as dist, torch.multiprocessing as mp
+import os, sys, torch, torch.distributed as dist
 import rankscope, rankscope.torch as rst
 
-def run(rank, world, run_dir, port, mode):
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
-                      MASTER_PORT=str(port))
+def run(run_dir, mode):
+    rank = int(os.environ["RANK"])            # torchrun's
     rankscope.init(run_dir=run_dir)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    dist.init_process_group("gloo")
     rst.use_torch_exchange(timeout_s=2)
     if mode == "seed":
         rankscope.check_sampler(seed=99 if rank == 1 else 7, epoch=0, fingerprint=rank + 1, num_indices=10)
@@ -94,49 +94,48 @@ def run(rank, world, run_dir, port, mode):
     rankscope.shutdown()
 
 if __name__ == "__main__":
-    mp.start_processes(run, args=(3, sys.argv[1], int(sys.argv[2]), sys.argv[3]), nprocs=3, start_method="spawn")
+    run(sys.argv[1], sys.argv[2])
 """
 
 
-def _run_check(tmp_path, mode, port):
+def _run_check(tmp_path, torchrun, mode, endpoint=None):
     script = tmp_path / "check.py"
     script.write_text(CHECK)
     run_dir = tmp_path / mode
-    p = subprocess.run([sys.executable, str(script), str(run_dir), str(port), mode], env=_env(), capture_output=True,
-                       text=True, timeout=120)
+    p = torchrun(script, 3, run_dir, mode, endpoint=endpoint, timeout=120)
     assert p.returncode == 0, p.stderr[-3000:]
     return p, str(run_dir)
 
 
-def test_torch_exchange_names_the_rank_with_another_seed(tmp_path):
-    _, run_dir = _run_check(tmp_path, "seed", 29711)
+def test_torch_exchange_names_the_rank_with_another_seed(tmp_path, torchrun):
+    _, run_dir = _run_check(tmp_path, torchrun, "seed")
     v = _events(run_dir, "violation")
     assert v and all(x["check"] == "sampler" and x["ranks"] == [1] for x in v)
     assert v[0]["values"]["seed"] == {"7": [0, 2], "99": [1]}
     assert {x["rank"] for x in v} == {0, 1, 2}  # every rank saw it
 
 
-def test_torch_exchange_reports_a_rank_that_never_arrives_instead_of_hanging(tmp_path):
-    p, run_dir = _run_check(tmp_path, "absent", 29712)
+def test_torch_exchange_reports_a_rank_that_never_arrives_instead_of_hanging(tmp_path, torchrun):
+    p, run_dir = _run_check(tmp_path, torchrun, "absent", endpoint=True)  # an explicit rendezvous endpoint
     assert "rank 0 raised: exchange 'sampler/0' timed out after 2000 ms: rank 2 did not arrive" in p.stdout
     assert "rank 1 raised:" in p.stdout
     v = _events(run_dir, "violation")
     assert {x["what"] for x in v} == {"exchange_timeout"} and all(x["ranks"] == [2] for x in v)
 
 
-def test_a_group_has_the_same_communicator_name_on_every_rank_whatever_order_ranks_first_use_it(tmp_path):
-    _, run_dir = _run_check(tmp_path, "groups", 29714)
+def test_a_group_has_the_same_communicator_name_on_every_rank_whatever_order_ranks_first_use_it(tmp_path, torchrun):
+    _, run_dir = _run_check(tmp_path, torchrun, "groups")
     names = {}
     for c in _events(run_dir, "collective"):
         names.setdefault(c["count"], set()).add((c["comm"], c["seq"]))
     assert names[3] == {("pg1", 1)} and names[5] == {("pg2", 1)}  # torch's group names, on all 3 ranks
-    t = subprocess.run([sys.executable, "-m", "rankscope", "triage", run_dir], env=_env(), capture_output=True,
+    t = subprocess.run([RANKSCOPE, "triage", run_dir], env=_env(), capture_output=True,
                        text=True, timeout=60)
     assert "mismatch" not in t.stdout, t.stdout
 
 
-def test_torch_exchange_keeps_only_the_last_two_rounds_in_the_store(tmp_path):
-    p, run_dir = _run_check(tmp_path, "rounds", 29713)
+def test_torch_exchange_keeps_only_the_last_two_rounds_in_the_store(tmp_path, torchrun):
+    p, run_dir = _run_check(tmp_path, torchrun, "rounds")
     # 6 rounds x 3 ranks x (payload + arrival counter) = 36 keys without cleanup;
     # each rank deletes its keys of round n-2 when it posts round n.
     assert "keys added 12" in p.stdout, p.stdout

@@ -48,7 +48,6 @@ from ._rankscope import (  # noqa: F401  (the public API)
     gauge,
     histogram,
     info,
-    init,
     initialized,
     log_enabled,
     phase,
@@ -66,6 +65,25 @@ from ._rankscope import (  # noqa: F401  (the public API)
 )
 
 __version__ = _rankscope.__version__
+
+
+def init(rank=None, world_size=None, local_rank=None, run_dir=None, run_id=None, enabled=None, run_config=None):
+    """Starts recording. Unset arguments come from the environment (torchrun's RANK, WORLD_SIZE,
+    LOCAL_RANK, ...; Slurm's; RANKSCOPE_*). Exporters too: RANKSCOPE_PROMETHEUS_PORT (/metrics on
+    127.0.0.1:port + local rank), RANKSCOPE_PROMETHEUS_TEXTFILE_DIR, OTEL_EXPORTER_OTLP_ENDPOINT and
+    the other OTEL_* variables. Under torchrun the ranks agree on a run id unique to the job through
+    torchrun's store (restarts of the job keep it). Raises ValueError naming the variable and the
+    fix on bad input."""
+    if run_id is None and run_dir is None and not _rankscope.initialized():
+        try:
+            from . import _run_identity
+            run_id = _run_identity.agreed_run_id()
+        except Exception as e:  # the store unreachable: the environment's id, said once
+            import sys
+            sys.stderr.write(f"rankscope: could not agree on a run id through torchrun's store ({type(e).__name__}: "
+                             f"{e}); using the environment's (set RANKSCOPE_RUN_ID to choose one)\n")
+    _rankscope.init(rank=rank, world_size=world_size, local_rank=local_rank, run_dir=run_dir, run_id=run_id,
+                    enabled=enabled, run_config=run_config)
 
 
 def _decorate(handle, fn):

@@ -1,0 +1,97 @@
+"""One run directory per job, one session per elastic restart: torchrun launches
+with the defaults users get (no --rdzv-id, so TORCHELASTIC_RUN_ID=none)."""
+import glob
+import json
+import os
+import subprocess
+import sys
+
+RANKSCOPE = os.path.join(os.path.dirname(sys.executable), "rankscope")
+
+JOB = r"""
+import os, sys, torch, torch.distributed as dist
+import rankscope, rankscope.torch as rst
+rankscope.init()
+dist.init_process_group("gloo")
+rst.instrument()
+rank, attempt = dist.get_rank(), int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+for step in range(5):
+    with rankscope.phase("forward"):
+        t = torch.ones(4)
+    dist.all_reduce(t)
+    rankscope.step(step)
+    if attempt == 0 and rank == 1 and step == 2 and "--fail-once" in sys.argv:
+        rankscope.shutdown()
+        os._exit(3)                            # the first attempt of rank 1 dies; torchrun restarts the job
+dist.barrier()
+dist.destroy_process_group()
+if rank == 0:
+    print(rankscope.run_dir(), flush=True)
+rankscope.shutdown()
+"""
+
+
+def _sessions(run_dir):
+    """(rank, restart_count) of every run_start in the run directory."""
+    out = []
+    for path in glob.glob(os.path.join(run_dir, "rank-*.jsonl")):
+        with open(path) as f:
+            out += [(e["rank"], e["restart"]) for e in map(json.loads, f) if e["kind"] == "run_start"]
+    return sorted(out)
+
+
+def _triage(run_dir):
+    p = subprocess.run([RANKSCOPE, "triage", run_dir, "--json"], capture_output=True, text=True, timeout=60)
+    assert p.returncode in (0, 1), p.stderr
+    return json.loads(p.stdout)
+
+
+def _jobs(tmp_path, torchrun, **kw):
+    script = tmp_path / "job.py"
+    script.write_text(JOB)
+    dirs = []
+    for _ in range(2):  # the same command twice, one after the other
+        p = torchrun(script, 2, timeout=180, **kw)
+        assert p.returncode == 0, p.stderr[-3000:]
+        dirs.append(str(tmp_path / p.stdout.strip().splitlines()[-1]))
+    return dirs
+
+
+def test_two_standalone_jobs_back_to_back_get_two_run_directories(tmp_path, torchrun):
+    first, second = _jobs(tmp_path, torchrun)
+    assert first != second
+    assert os.path.basename(first).startswith("torchrun-")  # not "none"
+    assert sorted(glob.glob(str(tmp_path / "rankscope-runs" / "*"))) == sorted([first, second])
+    for d in (first, second):
+        assert _sessions(d) == [(0, 0), (1, 0)]
+        kinds = {f["kind"] for f in _triage(d)["findings"]}
+        assert "restart" not in kinds, kinds
+
+
+def test_two_jobs_on_one_rendezvous_endpoint_get_two_run_directories(tmp_path, torchrun):
+    from conftest import free_port
+    port = free_port()  # identical environments: the same endpoint, no --rdzv-id
+    first, second = _jobs(tmp_path, torchrun, endpoint=port)
+    assert first != second
+    for d in (first, second):
+        assert _sessions(d) == [(0, 0), (1, 0)]
+
+
+def test_an_elastic_restart_is_a_new_session_in_the_same_run_directory(tmp_path, torchrun):
+    script = tmp_path / "job.py"
+    script.write_text(JOB)
+    p = torchrun(script, 2, "--fail-once", extra=["--max-restarts", "1"], timeout=180)
+    assert p.returncode == 0, p.stderr[-3000:]
+    run_dir = str(tmp_path / p.stdout.strip().splitlines()[-1])
+    assert glob.glob(str(tmp_path / "rankscope-runs" / "*")) == [run_dir]
+    assert _sessions(run_dir) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    restarts = [f for f in _triage(run_dir)["findings"] if f["kind"] == "restart"]
+    assert restarts and restarts[0]["ranks"] == [0, 1], restarts
+
+
+def test_an_explicit_run_id_wins(tmp_path, torchrun):
+    script = tmp_path / "job.py"
+    script.write_text(JOB)
+    p = torchrun(script, 2, env={"RANKSCOPE_RUN_ID": "mine"}, timeout=180)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.stdout.strip().splitlines()[-1] == os.path.join("rankscope-runs", "mine")
