@@ -32,20 +32,28 @@ if ((${#missing[@]})); then
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# The virtualenv: python3 on PATH (3.9+) makes it; pip installs the pinned
+# The virtualenvs: python3 on PATH (3.9+) makes them; pip installs the pinned
 # requirements only when they changed since the last successful install.
+#   .venv/            torch from requirements/torch.txt (the one everything builds against)
+#   .venv-torch-min/  the oldest tested torch (requirements/torch-min.txt), for the Python tests
 py=${RANKSCOPE_SETUP_PYTHON:-python3}
-venv="$here/.venv"
-if [[ ! -x "$venv/bin/python" ]]; then
-  echo "setup: creating $venv with $($py --version 2>&1)" >&2
-  "$py" -m venv "$venv"
+make_venv() {  # DIR REQUIREMENTS...
+  local venv="$here/$1"; shift
+  if [[ ! -x "$venv/bin/python" ]]; then
+    echo "setup: creating $venv with $($py --version 2>&1)" >&2
+    "$py" -m venv "$venv"
+  fi
+  local stamp="$venv/.rankscope-requirements" want args=()
+  want=$(cd "$here" && cat "$@" | sha256sum | cut -d' ' -f1)
+  if [[ ! -f "$stamp" || $(cat "$stamp") != "$want" ]]; then
+    for r in "$@"; do args+=(-r "$here/$r"); done
+    echo "setup: $1 ... into $venv (torch is ~4 GB the first time)" >&2
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check "${args[@]}"
+    echo "$want" >"$stamp"
+  fi
+}
+make_venv .venv requirements/torch.txt requirements/dev.txt
+if [[ -z "${RANKSCOPE_SETUP_NO_TORCH_MIN:-}" ]]; then
+  make_venv .venv-torch-min requirements/torch-min.txt requirements/dev.txt
 fi
-stamp="$venv/.rankscope-requirements"
-want=$(cat "$here/requirements/torch.txt" "$here/requirements/dev.txt" | sha256sum | cut -d' ' -f1)
-if [[ ! -f "$stamp" || $(cat "$stamp") != "$want" ]]; then
-  echo "setup: pip install -r requirements/torch.txt -r requirements/dev.txt (torch is ~4 GB the first time)" >&2
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check \
-    -r "$here/requirements/torch.txt" -r "$here/requirements/dev.txt"
-  echo "$want" >"$stamp"
-fi
-echo "setup: ok ($("$venv/bin/python" -c 'import torch; print("torch", torch.__version__)' 2>/dev/null))" >&2
+echo "setup: ok ($("$here/.venv/bin/python" -c 'import torch; print("torch", torch.__version__)' 2>/dev/null))" >&2

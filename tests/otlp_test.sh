@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # OTLP export against a receiver that decodes with the OpenTelemetry project's
-# own generated protobuf code (tests/otlp: @opentelemetry/otlp-transformer 0.52.1):
-#  - traces, logs and metrics checked field by field (tests/otlp/check.js) in
+# own generated protobuf code (tests/otlp/receiver.py: the opentelemetry-proto
+# package from PyPI, pinned in requirements/dev.txt):
+#  - traces, logs and metrics checked field by field (tests/otlp/check.py) in
 #    protobuf, protobuf+gzip and JSON encodings;
 #  - reliability: endpoint down, slow (accepts, never answers), returning 500s,
 #    returning 503/429 with Retry-After then recovering. Every time: no run-log
@@ -9,19 +10,17 @@
 #    lost batches counted; retries deliver once the endpoint recovers;
 #  - an unsupported OTEL_EXPORTER_OTLP_PROTOCOL is a clear error.
 set -euo pipefail
-emitter=$1 work=$2
+emitter=$1 work=$2 python=${3:-python3}
 here=$(cd "$(dirname "$0")" && pwd)
 rm -rf "$work"; mkdir -p "$work"
-[[ -d "$here/otlp/node_modules/@opentelemetry/otlp-transformer" ]] ||
-  (cd "$here/otlp" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
 fail() { echo "otlp test: $*"; exit 1; }
 recv_pid="" n=0
 start_receiver() {  # MODE -> sets port, recv_pid, rec (a fresh file per receiver)
   n=$((n + 1))
   rec="$work/rec-$n.jsonl"
-  node "$here/otlp/receiver.js" --port 0 --out "$rec" --mode "$1" >"$work/recv.out" 2>&1 &
+  "$python" "$here/otlp/receiver.py" --port 0 --out "$rec" --mode "$1" >"$work/recv.out" 2>&1 &
   recv_pid=$!
-  for _ in $(seq 1 100); do grep -q '^listening' "$work/recv.out" 2>/dev/null && break; sleep 0.05; done
+  for _ in $(seq 1 200); do grep -q '^listening' "$work/recv.out" 2>/dev/null && break; sleep 0.05; done
   port=$(awk '/^listening/{print $2}' "$work/recv.out")
   [[ -n "$port" ]] || fail "receiver did not start: $(cat "$work/recv.out")"
 }
@@ -37,7 +36,7 @@ for enc in protobuf gzip json; do
   OTEL_EXPORTER_OTLP_PROTOCOL=$proto OTEL_EXPORTER_OTLP_COMPRESSION=$comp \
     OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$port" "$emitter" "$work/run-$enc" 2>/dev/null
   stop_receiver
-  node "$here/otlp/check.js" "$rec" "${args[@]}" || fail "$enc: content check failed"
+  "$python" "$here/otlp/check.py" "$rec" "${args[@]}" || fail "$enc: content check failed"
 done
 
 # load MODE: a 4000-step load with the receiver in MODE ("down": nothing listens).
