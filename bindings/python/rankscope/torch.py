@@ -63,6 +63,12 @@ _OPS = {
     "reduce_scatter": "reduce_scatter",
     "reduce_scatter_tensor": "reduce_scatter",
     "_reduce_scatter_base": "reduce_scatter",
+    "all_gather_single": "all_gather",          # torch 2.10+ (FSDP2's all-gather)
+    "all_gather_coalesced": "all_gather",
+    "reduce_scatter_single": "reduce_scatter",  # torch 2.10+ (FSDP2's reduce-scatter)
+    "all_reduce_coalesced": "all_reduce",
+    "batch_isend_irecv": "other",               # a batch of point-to-point ops: one span
+    "monitored_barrier": "barrier",
     "all_to_all": "all_to_all",
     "all_to_all_single": "all_to_all",
     "barrier": "barrier",
@@ -124,8 +130,14 @@ def _describe(fn_name, args, kwargs):
     elif fn_name == "all_to_all":  # (output_list, input_list)
         tensors = list(args[1] if len(args) > 1 else kwargs.get("input_tensor_list", []))
     elif fn_name in ("all_gather_into_tensor", "_all_gather_base", "reduce_scatter_tensor", "_reduce_scatter_base",
-                     "all_to_all_single"):
+                     "all_to_all_single", "all_gather_single", "reduce_scatter_single"):
         tensors = [args[1] if len(args) > 1 else kwargs.get("input_tensor", kwargs.get("input"))]
+    elif fn_name == "all_reduce_coalesced":  # (tensors, ...)
+        tensors = list(args[0] if args else kwargs.get("tensors", []))
+    elif fn_name == "all_gather_coalesced":  # (output_tensor_lists, input_tensor_list)
+        tensors = list(args[1] if len(args) > 1 else kwargs.get("input_tensor_list", []))
+    elif fn_name == "batch_isend_irecv":  # ([P2POp, ...])
+        tensors = [getattr(o, "tensor", None) for o in (args[0] if args else kwargs.get("p2p_op_list", []))]
     else:
         tensors = [first]
     tensors = [t for t in tensors if isinstance(t, torch.Tensor)]
@@ -153,37 +165,61 @@ def _end_on_completion(fut, span):
     fut.then(done)
 
 
+class _SharedEnd:
+    """One span for several requests (a batch_isend_irecv): ends with the last of them,
+    as failed if any failed."""
+
+    def __init__(self, span, n):
+        self._span, self._left, self._ok = span, n, True
+
+    def end(self, ok=True):
+        self._ok = self._ok and ok
+        self._left -= 1
+        if self._left == 0:
+            self._span.end(self._ok)
+
+
 class _TimedWork:
-    """An async work handle whose wait() (or future) ends the collective span."""
+    """An async work handle whose wait() (or future) ends the collective span, once."""
 
     def __init__(self, work, span):
-        self._work, self._span = work, span
+        self._work, self._span, self._open = work, span, True
+
+    def _finish(self, ok):
+        if self._open:
+            self._open = False
+            self._span.end(ok)
 
     def wait(self, *args, **kwargs):
         try:
             r = self._work.wait(*args, **kwargs)
         except Exception:
-            self._span.end(False)
+            self._finish(False)
             raise
-        self._span.end(True)
+        self._finish(True)
         return r
 
     def get_future(self):
         fut = self._work.get_future()
-        _end_on_completion(fut, self._span)  # completion through the future ends the span too
+        _end_on_completion(fut, self)  # completion through the future ends the span too
         return fut
+
+    def end(self, ok=True):
+        self._finish(ok)
 
     def __del__(self):
         # Dropped without wait() (a fire-and-forget isend, stream-ordered NCCL
         # work): end the span when the work completes, or now if this backend's
         # work has no future; a span never ends as failed just for being dropped.
+        if not self._open:
+            return
         try:
             if self._work.is_completed():
-                self._span.end(True)
+                self._finish(True)
             else:
-                _end_on_completion(self._work.get_future(), self._span)
+                _end_on_completion(self._work.get_future(), self)
         except BaseException:
-            self._span.end(True)
+            self._finish(True)
 
     def __getattr__(self, name):
         return getattr(self._work, name)
@@ -191,10 +227,13 @@ class _TimedWork:
 
 def _wrap(fn_name, fn):
     op = _OPS[fn_name]
+    is_compiling = torch.compiler.is_compiling
 
     @functools.wraps(fn)
     def traced(*args, **kwargs):
-        if not rankscope.enabled() or not dist.is_initialized():
+        # Under torch.compile, dynamo traces the original (into functional
+        # collectives, which the dispatcher kernels record when the graph runs).
+        if is_compiling() or not rankscope.enabled() or not dist.is_initialized():
             return fn(*args, **kwargs)
         group = kwargs.get("group")
         count, dtype, peer = _describe(fn_name, args, kwargs)
@@ -206,26 +245,159 @@ def _wrap(fn_name, fn):
             raise
         if work is not None and hasattr(work, "wait") and (kwargs.get("async_op") or fn_name in ("isend", "irecv")):
             return _TimedWork(work, span)
+        if fn_name == "batch_isend_irecv" and work:  # ends when every request of the batch has completed
+            shared = _SharedEnd(span, len(work))
+            return [_TimedWork(w, shared) for w in work]
         span.end(True)
         return work
 
+    traced._rankscope_wrapped = True
     return traced
 
 
+# Functional collectives (torch.ops._c10d_functional): what DTensor, tensor
+# parallelism and torch.compile'd graphs issue. They never pass through
+# torch.distributed's Python functions, so they are seen at the dispatcher: a
+# kernel at the ADInplaceOrView key (which every tensor op passes and these ops
+# fall through) records the span and redispatches below it, leaving autograd
+# and the backends' kernels as they are. No private torch state is read.
+_FUNCTIONAL_OPS = {
+    "all_reduce": "all_reduce", "all_reduce_": "all_reduce",
+    "all_reduce_coalesced": "all_reduce", "all_reduce_coalesced_": "all_reduce",
+    "all_gather_into_tensor": "all_gather", "all_gather_into_tensor_out": "all_gather",
+    "all_gather_into_tensor_coalesced": "all_gather",
+    "reduce_scatter_tensor": "reduce_scatter", "reduce_scatter_tensor_coalesced": "reduce_scatter",
+    "all_to_all_single": "all_to_all", "broadcast": "broadcast", "broadcast_": "broadcast",
+}
+_functional_lib = None
+_functional_pending = {}  # storage address of an output -> its span, until wait_tensor or the output dies
+_functional_comms = {}    # group name -> communicator
+_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+
+
+def _communicator_named(group_name):
+    c = _functional_comms.get(group_name)
+    if c is None:
+        pg = dist.distributed_c10d._resolve_process_group(group_name)
+        c = _functional_comms[group_name] = _communicator(None if pg is dist.group.WORLD else pg)
+    return c
+
+
+def _end_pending(key, ok=True):
+    span = _functional_pending.pop(key, None)
+    if span is not None:
+        span.end(ok)
+
+
+def _functional_kernel(overload, op, group_arg):
+    below = torch._C._AutoDispatchBelowADInplaceOrView
+    enabled = rankscope.enabled
+
+    def kernel(*args, **kwargs):
+        first = args[0]
+        tensors = [t for t in (first if isinstance(first, (list, tuple)) else [first]) if isinstance(t, torch.Tensor)]
+        # Only real data: not while a compiler traces the op with fake or functional tensors.
+        if not enabled() or not all(type(t) in _PLAIN_TENSORS for t in tensors):
+            with below():
+                return overload(*args, **kwargs)
+        group = args[group_arg] if group_arg < len(args) else kwargs.get("group_name")
+        span = _rs.collective(_communicator_named(group), op, sum(t.numel() for t in tensors),
+                              str(tensors[0].dtype) if tensors else "unknown", -1)
+        try:
+            with below():
+                out = overload(*args, **kwargs)
+        except Exception:
+            span.end(False)
+            raise
+        # Complete when wait_tensor() is called on an output (or the output dies unwaited).
+        for t in out if isinstance(out, (list, tuple)) else [out]:
+            key = t.untyped_storage().data_ptr()
+            _functional_pending[key] = span
+            weakref.finalize(t, _end_pending, key)
+        return out
+
+    return kernel
+
+
+def _wait_kernel(overload):
+    below = torch._C._AutoDispatchBelowADInplaceOrView
+
+    def kernel(tensor):
+        with below():
+            out = overload(tensor)
+        if _functional_pending and type(tensor) in _PLAIN_TENSORS:
+            _end_pending(tensor.untyped_storage().data_ptr())
+        return out
+
+    return kernel
+
+
+def _instrument_functional():
+    global _functional_lib
+    ns = torch.ops._c10d_functional
+    lib = torch.library.Library("_c10d_functional", "IMPL")
+    for name, op in _FUNCTIONAL_OPS.items():
+        try:
+            overload = getattr(ns, name).default
+        except (AttributeError, RuntimeError):  # not in this torch
+            continue
+        group_arg = next((i for i, a in enumerate(overload._schema.arguments) if a.name == "group_name"), None)
+        if group_arg is not None:
+            lib.impl(name, _functional_kernel(overload, op, group_arg), "ADInplaceOrView")
+    lib.impl("wait_tensor", _wait_kernel(ns.wait_tensor.default), "ADInplaceOrView")
+    _functional_lib = lib
+
+
+def _p2p_op_class(base):
+    """P2POp accepts only torch's own isend/irecv (an identity check): given
+    dist.isend while it is wrapped, it is handed the original. The batch is one
+    span (batch_isend_irecv), not one per member."""
+
+    def unwrap(op):
+        return getattr(op, "__wrapped__", op) if getattr(op, "_rankscope_wrapped", False) else op
+
+    class P2POp(base):
+        def __new__(cls, op, *args, **kwargs):
+            return super().__new__(cls, unwrap(op), *args, **kwargs)
+
+        def __init__(self, op, *args, **kwargs):
+            super().__init__(unwrap(op), *args, **kwargs)
+
+    P2POp.__qualname__ = P2POp.__name__ = base.__name__
+    P2POp.__doc__ = base.__doc__
+    return P2POp
+
+
 def instrument():
-    """Wraps torch.distributed's collectives with rankscope collective spans (idempotent)."""
+    """Records every collective as a span (idempotent): torch.distributed's functions (wrapped),
+    and the functional collectives that DTensor and torch.compile'd graphs issue (at the dispatcher).
+    DDP's gradient all-reduce runs in C++: instrument_ddp() records it."""
     for name in _OPS:
         if name in _originals or not hasattr(dist, name):
             continue
         _originals[name] = getattr(dist, name)
         setattr(dist, name, _wrap(name, _originals[name]))
+    if "P2POp" not in _originals and hasattr(dist, "P2POp"):
+        _originals["P2POp"] = dist.P2POp
+        dist.P2POp = _p2p_op_class(dist.P2POp)
+    if _functional_lib is None:
+        try:
+            _instrument_functional()
+        except Exception as e:  # a torch without them, or another layout: say so once, record the rest
+            rankscope.warning("rankscope.torch: functional collectives (DTensor, compiled graphs) are not recorded",
+                              error=f"{type(e).__name__}: {e}")
 
 
 def uninstrument():
-    """Restores every function instrument() wrapped."""
+    """Restores every function instrument() wrapped and removes its dispatcher kernels."""
+    global _functional_lib
     for name, fn in _originals.items():
         setattr(dist, name, fn)
     _originals.clear()
+    if _functional_lib is not None:
+        _functional_lib._destroy()
+        _functional_lib = None
+    _functional_comms.clear()
 
 
 def _grad_tensors(out, found, depth=0):
