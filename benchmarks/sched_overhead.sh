@@ -26,8 +26,10 @@ bind=(--bind)
 [[ "${BIND:-1}" == 0 ]] && bind=()
 if [[ "${EXAMPLE:-cpp}" == python ]]; then
   # 16384 samples / 2 ranks / batch 64 = 128 steps per epoch.
-  run=(env PYTHONPATH="$build/python" /usr/bin/python3 "$here/../examples/python/train_ddp.py" --ranks 2
-       --samples 16384 --epochs $(((steps + 127) / 128)) --dir "$work/runs" "${bind[@]}" "${@:3}")
+  # torchrun from the project's .venv (the package pip-installed there), run in $work/runs.
+  mkdir -p "$work/runs"
+  run=(env -C "$work/runs" OMP_NUM_THREADS=1 "$here/../.venv/bin/torchrun" --standalone --nproc-per-node 2
+       "$here/../examples/python/train_ddp.py" --samples 16384 --epochs $(((steps + 127) / 128)) "${bind[@]}" "${@:3}")
 else
   run=(bash "$here/../examples/cpp/launch.sh" --ranks 2 --steps "$steps" "${bind[@]}"
        --trainer "$build/examples/cpp/rankscope_example_train" --dir "$work/runs" -- --checkpoint-every 0 "${@:3}")
@@ -37,11 +39,11 @@ perf record -q -k CLOCK_MONOTONIC -a -o "$work/sched.data" \
   "${run[@]}" > "$work/out.txt" 2>&1 || { cat "$work/out.txt" >&2; exit 1; }
 grep -E "^cost:" "$work/out.txt" || true
 log=$(ls "$work"/runs/*/rank-0.jsonl)
-read -r t0 t1 n ms < <(grep '"kind":"step_end"' "$log" | /usr/bin/python3 -c '
+read -r t0 t1 n ms < <(grep '"kind":"step_end"' "$log" | python3 -c '
 import json, sys
 ends = [json.loads(l) for l in sys.stdin]
 ends = [e for e in ends if e["step"] >= 200]
 print(ends[0]["mono"] / 1e9, ends[-1]["mono"] / 1e9, len(ends) - 1, (ends[-1]["mono"] - ends[0]["mono"]) / 1e6 / (len(ends) - 1))')
 echo "steps: $n per rank in the window, $(printf %.3f "$ms") ms per step (traced)"
 perf script -i "$work/sched.data" -F comm,pid,tid,cpu,time,event,trace 2>/dev/null |
-  /usr/bin/python3 "$here/sched_cost.py" --from "$t0" --to "$t1" --steps "$n" --ranks 2
+  python3 "$here/sched_cost.py" --from "$t0" --to "$t1" --steps "$n" --ranks 2

@@ -1,6 +1,6 @@
 """Per-call cost of rankscope's Python API next to same-run baselines.
 
-    PYTHONPATH=build/python /usr/bin/python3 benchmarks/python/bench_api.py [--quick]
+    .venv/bin/python benchmarks/python/bench_api.py [--quick]   (after pip install --no-build-isolation .)
 
 Each row: the best of 7 timeit repeats, in ns per call, and its ratio to the
 empty-`with` floor measured in the same run (the machine is shared and noisy).

@@ -1,6 +1,6 @@
 """What instrumenting DDP's gradient all-reduce costs per training step.
 
-    PYTHONPATH=build/python /usr/bin/python3 benchmarks/python/bench_ddp.py [--quick]
+    .venv/bin/python benchmarks/python/bench_ddp.py [--quick]   (after pip install --no-build-isolation .)
 
 One process, world size 1 over gloo, a small MLP (32-128-4: with the example's 128-256-256-10
 the two plain copies already differ by 8-15 us per step, which hides what this measures). Each variant is its own

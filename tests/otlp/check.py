@@ -91,14 +91,18 @@ def typed_attr(attrs, key, kind, where):
     return value[kind]
 
 
-def expect_string_attr(attrs, key, expected, where):
-    v = typed_attr(attrs, key, "stringValue", where)
-    if v is _MISSING:
-        return
+def _match(v, expected, what):
+    """expected is a value to equal, or a function that makes its own assertions."""
     if callable(expected):
         expected(v)
     else:
-        expect(v == expected, f"{where}: {key} = {describe(v)}, expected {describe(expected)}")
+        expect(v == expected, f"{what} = {describe(v)}, expected {describe(expected)}")
+
+
+def expect_string_attr(attrs, key, expected, where):
+    v = typed_attr(attrs, key, "stringValue", where)
+    if v is not _MISSING:
+        _match(v, expected, f"{where}: {key}")
 
 
 def expect_int_attr(attrs, key, expected, where):
@@ -106,12 +110,8 @@ def expect_int_attr(attrs, key, expected, where):
     if v is _MISSING:
         return
     n = to_int(v, f"{where} {key}")
-    if not expect(n is not None, f"{where}: {key} intValue is not an integer: {describe(v)}"):
-        return
-    if callable(expected):
-        expected(n)
-    else:
-        expect(n == expected, f"{where}: {key} = {n}, expected {expected}")
+    if expect(n is not None, f"{where}: {key} intValue is not an integer: {describe(v)}"):
+        _match(n, expected, f"{where}: {key}")
 
 
 def expect_double_attr(attrs, key, check, where):
