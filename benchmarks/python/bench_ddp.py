@@ -9,7 +9,6 @@ DDP model; rounds of 10 forward+backward steps rotate through them in the same p
 time of each is printed next to plain DDP's. A second plain copy shows the noise floor.
 """
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -21,6 +20,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import rankscope
 import rankscope.torch as rst
+from bench_util import print_medians
 
 ROUNDS = 60 if "--quick" in sys.argv else 600
 
@@ -63,11 +63,7 @@ def main():
         rankscope.set_enabled(True)
         if r % 50 == 0:
             rankscope.flush()
-    base = statistics.median(times["plain DDP"])
-    print(f"{'variant':48} {'us/step':>8} {'vs plain':>9}")
-    for name, v in times.items():
-        med = statistics.median(v)
-        print(f"{name:48} {med * 1e6:8.1f} {(med - base) * 1e6:+9.1f}")
+    print_medians(times, "plain DDP", 48)
     dist.destroy_process_group()
     rankscope.shutdown()
 

@@ -10,7 +10,6 @@ off (uninstrument(): plain FSDP2), in reverse order every other round; the media
 time of each is printed next to plain FSDP2's, with a second plain round as the noise floor.
 """
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -21,6 +20,7 @@ from torch.distributed.fsdp import fully_shard
 
 import rankscope
 import rankscope.torch as rst
+from bench_util import print_medians
 
 ROUNDS = 30 if "--quick" in sys.argv else 300
 
@@ -58,11 +58,7 @@ def main():
         rankscope.set_enabled(True)
         rankscope.flush()
     rst.uninstrument()
-    base = statistics.median(times["plain FSDP2"])
-    print(f"{'variant':36} {'us/step':>8} {'vs plain':>9}")
-    for arm, v in times.items():
-        med = statistics.median(v)
-        print(f"{arm:36} {med * 1e6:8.1f} {(med - base) * 1e6:+9.1f}")
+    print_medians(times, "plain FSDP2", 36)
     dist.destroy_process_group()
     rankscope.shutdown()
 

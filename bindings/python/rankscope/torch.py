@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 
 import rankscope
+from . import _functional
 from . import _rankscope as _rs
 
 
@@ -255,99 +256,6 @@ def _wrap(fn_name, fn):
     return traced
 
 
-# Functional collectives (torch.ops._c10d_functional): what DTensor, tensor
-# parallelism and torch.compile'd graphs issue. They never pass through
-# torch.distributed's Python functions, so they are seen at the dispatcher: a
-# kernel at the ADInplaceOrView key (which every tensor op passes and these ops
-# fall through) records the span and redispatches below it, leaving autograd
-# and the backends' kernels as they are. No private torch state is read.
-_FUNCTIONAL_OPS = {
-    "all_reduce": "all_reduce", "all_reduce_": "all_reduce",
-    "all_reduce_coalesced": "all_reduce", "all_reduce_coalesced_": "all_reduce",
-    "all_gather_into_tensor": "all_gather", "all_gather_into_tensor_out": "all_gather",
-    "all_gather_into_tensor_coalesced": "all_gather",
-    "reduce_scatter_tensor": "reduce_scatter", "reduce_scatter_tensor_coalesced": "reduce_scatter",
-    "all_to_all_single": "all_to_all", "broadcast": "broadcast", "broadcast_": "broadcast",
-}
-_functional_lib = None
-_functional_pending = {}  # storage address of an output -> its span, until wait_tensor or the output dies
-_functional_comms = {}    # group name -> communicator
-_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
-
-
-def _communicator_named(group_name):
-    c = _functional_comms.get(group_name)
-    if c is None:
-        pg = dist.distributed_c10d._resolve_process_group(group_name)
-        c = _functional_comms[group_name] = _communicator(None if pg is dist.group.WORLD else pg)
-    return c
-
-
-def _end_pending(key, ok=True):
-    span = _functional_pending.pop(key, None)
-    if span is not None:
-        span.end(ok)
-
-
-def _functional_kernel(overload, op, group_arg):
-    below = torch._C._AutoDispatchBelowADInplaceOrView
-    enabled = rankscope.enabled
-
-    def kernel(*args, **kwargs):
-        first = args[0]
-        tensors = [t for t in (first if isinstance(first, (list, tuple)) else [first]) if isinstance(t, torch.Tensor)]
-        # Only real data: not while a compiler traces the op with fake or functional tensors.
-        if not enabled() or not all(type(t) in _PLAIN_TENSORS for t in tensors):
-            with below():
-                return overload(*args, **kwargs)
-        group = args[group_arg] if group_arg < len(args) else kwargs.get("group_name")
-        span = _rs.collective(_communicator_named(group), op, sum(t.numel() for t in tensors),
-                              str(tensors[0].dtype) if tensors else "unknown", -1)
-        try:
-            with below():
-                out = overload(*args, **kwargs)
-        except Exception:
-            span.end(False)
-            raise
-        # Complete when wait_tensor() is called on an output (or the output dies unwaited).
-        for t in out if isinstance(out, (list, tuple)) else [out]:
-            key = t.untyped_storage().data_ptr()
-            _functional_pending[key] = span
-            weakref.finalize(t, _end_pending, key)
-        return out
-
-    return kernel
-
-
-def _wait_kernel(overload):
-    below = torch._C._AutoDispatchBelowADInplaceOrView
-
-    def kernel(tensor):
-        with below():
-            out = overload(tensor)
-        if _functional_pending and type(tensor) in _PLAIN_TENSORS:
-            _end_pending(tensor.untyped_storage().data_ptr())
-        return out
-
-    return kernel
-
-
-def _instrument_functional():
-    global _functional_lib
-    ns = torch.ops._c10d_functional
-    lib = torch.library.Library("_c10d_functional", "IMPL")
-    for name, op in _FUNCTIONAL_OPS.items():
-        try:
-            overload = getattr(ns, name).default
-        except (AttributeError, RuntimeError):  # not in this torch
-            continue
-        group_arg = next((i for i, a in enumerate(overload._schema.arguments) if a.name == "group_name"), None)
-        if group_arg is not None:
-            lib.impl(name, _functional_kernel(overload, op, group_arg), "ADInplaceOrView")
-    lib.impl("wait_tensor", _wait_kernel(ns.wait_tensor.default), "ADInplaceOrView")
-    _functional_lib = lib
-
-
 def _p2p_op_class(base):
     """P2POp accepts only torch's own isend/irecv (an identity check): given
     dist.isend while it is wrapped, it is handed the original. The batch is one
@@ -380,9 +288,9 @@ def instrument():
     if "P2POp" not in _originals and hasattr(dist, "P2POp"):
         _originals["P2POp"] = dist.P2POp
         dist.P2POp = _p2p_op_class(dist.P2POp)
-    if _functional_lib is None:
+    if not _functional.instrumented():
         try:
-            _instrument_functional()
+            _functional.instrument(_communicator)
         except Exception as e:  # a torch without them, or another layout: say so once, record the rest
             rankscope.warning("rankscope.torch: functional collectives (DTensor, compiled graphs) are not recorded",
                               error=f"{type(e).__name__}: {e}")
@@ -390,14 +298,10 @@ def instrument():
 
 def uninstrument():
     """Restores every function instrument() wrapped and removes its dispatcher kernels."""
-    global _functional_lib
     for name, fn in _originals.items():
         setattr(dist, name, fn)
     _originals.clear()
-    if _functional_lib is not None:
-        _functional_lib._destroy()
-        _functional_lib = None
-    _functional_comms.clear()
+    _functional.uninstrument()
 
 
 def _grad_tensors(out, found, depth=0):
