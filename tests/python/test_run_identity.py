@@ -102,3 +102,19 @@ def test_an_explicit_run_id_wins(tmp_path, torchrun):
     p = torchrun(script, 2, env={"RANKSCOPE_RUN_ID": "mine"}, timeout=180)
     assert p.returncode == 0, p.stderr[-3000:]
     assert p.stdout.strip().splitlines()[-1] == os.path.join("rankscope-runs", "mine")
+
+
+def test_an_unreachable_store_is_said_once_and_the_environment_decides(run_py, tmp_path):
+    from conftest import free_port
+    port = free_port()  # nothing listens there
+    p = run_py("""
+        import rankscope, rankscope._run_identity as ri
+        ri.agreed_run_id.__defaults__ = (2.0,)   # the store's connect timeout, shortened for the test
+        rankscope.init()
+        print(rankscope.context()["run_id"])
+        rankscope.shutdown()
+    """, env={"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "TORCHELASTIC_RUN_ID": "none",
+              "TORCHELASTIC_USE_AGENT_STORE": "True", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+              "RANKSCOPE_DIR": str(tmp_path / "run")})
+    assert p.stderr.count("could not agree on a run id through torchrun's store") == 1, p.stderr
+    assert p.stdout.strip().splitlines()[-1] == f"run-127.0.0.1-{port}"
