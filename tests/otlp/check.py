@@ -31,16 +31,19 @@ def expect(cond, msg):
 
 
 MIN_TIME_NS = 1600000000000000000  # 2020-09-13; anything older is not a real clock
-INT_RE = re.compile(r"-?\d+")
-NUM_RE = re.compile(r"NaN|-?Infinity|-?\d+(\.\d+)?([eE][-+]?\d+)?")
+INT_RE = re.compile(r"-?[0-9]+")
+NUM_RE = re.compile(r"NaN|-?Infinity|-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?")
 
 
 def to_int(v, what):
-    """An int64/uint64/int32 field as int, or None if invalid."""
+    """An int64/uint64/int32 field as int, or None if invalid. A JSON number counts
+    if it is integral (JSON does not tell 1.0 or 1e3 apart from 1 and 1000)."""
     if isinstance(v, str) and INT_RE.fullmatch(v):
         return int(v)
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
     if isinstance(v, int) and not isinstance(v, bool):
-        if abs(v) > 2**53:
+        if abs(v) >= 2**53:  # beyond JavaScript's safe integers: most consumers round it
             precision_warnings.add(what)
         return v
     return None
@@ -54,20 +57,35 @@ def as_number(v):
     return None
 
 
-def time_or_zero(v, what):  # absent proto3 scalars mean their default
-    return 0 if v is None else to_int(v, what)
+def time_or_zero(obj, key, what):
+    """An absent proto3 scalar means its default; a present one (even null) must be valid."""
+    return 0 if key not in obj else to_int(obj[key], what)
+
+
+def is_id(v, pattern):
+    """Lowercase hex of the right length and not all zero."""
+    return isinstance(v, str) and bool(pattern.fullmatch(v)) and set(v) != {"0"}
 
 
 def describe(v):
     return json.dumps(v)
 
 
+def as_list(v, where):
+    """A repeated field: absent means empty, anything but an array is a failure."""
+    if v is None:
+        return []
+    return v if expect(isinstance(v, list), f"{where} is not an array: {describe(v)}") else []
+
+
 # ---------------------------------------------------------------- attributes
 
-def attr_map(lst, where):
+def attr_map(obj, where):
+    """obj's attributes (KeyValue list) as key -> AnyValue. Duplicate keys are invalid in OTLP."""
     out = {}
-    if lst is None:
+    if "attributes" not in obj:
         return out
+    lst = obj["attributes"]
     if not expect(isinstance(lst, list), f"{where}: attributes is not an array: {describe(lst)}"):
         return out
     for kv in lst:
@@ -126,7 +144,7 @@ def expect_double_attr(attrs, key, check, where):
 def expect_bool_attr(attrs, key, expected, where):
     v = typed_attr(attrs, key, "boolValue", where)
     if v is not _MISSING:
-        expect(v is expected, f"{where}: {key} = {describe(v)}, expected {expected}")
+        expect(v is expected, f"{where}: {key} = {describe(v)}, expected {describe(expected)}")
 
 
 # ------------------------------------------------------------------ requests
@@ -140,21 +158,25 @@ RESOURCE_KEYS = [s[0] for s in SIGNALS.values()]
 
 
 def load_records(path):
+    try:
+        with open(path) as f:
+            lines = f.read().split("\n")
+    except OSError as e:
+        sys.exit(f"check.py: cannot read {path}: {e}")
     records = []
-    with open(path) as f:
-        for i, line in enumerate(f):
-            if line.strip():
-                try:
-                    records.append(json.loads(line))
-                except ValueError as e:
-                    fail(f"{path}:{i + 1}: not valid JSON: {e}")
+    for i, line in enumerate(lines):
+        if line.strip():
+            try:
+                records.append(json.loads(line))
+            except ValueError as e:
+                fail(f"{path}:{i + 1}: not valid JSON: {e}")
     return records
 
 
 def check_resource(resource, where):
     if not expect(isinstance(resource, dict), f"{where}: resource is missing"):
         return
-    attrs = attr_map(resource.get("attributes"), where)
+    attrs = attr_map(resource, where)
     expect_string_attr(attrs, "service.name", "trainer-test", where)
     expect_int_attr(attrs, "rankscope.rank", 1, where)
     expect_int_attr(attrs, "rankscope.local_rank", 1, where)
@@ -191,8 +213,8 @@ def check_request(rec, index, opts):
     items = []
     for ri, r in enumerate(resources):
         check_resource(r.get("resource"), f"{where} {resources_key}[{ri}].resource")
-        for scope in r.get(scopes_key) or []:
-            items += scope.get(items_key) or []
+        for si, scope in enumerate(as_list(r.get(scopes_key), f"{where} {resources_key}[{ri}].{scopes_key}")):
+            items += as_list(scope.get(items_key), f"{where} {resources_key}[{ri}].{scopes_key}[{si}].{items_key}")
     return path, items
 
 
@@ -202,24 +224,21 @@ HEX32 = re.compile(r"[0-9a-f]{32}")
 HEX16 = re.compile(r"[0-9a-f]{16}")
 
 
-def _nonzero_hex(v, pattern):
-    return bool(pattern.fullmatch(v)) and set(v) != {"0"}
-
-
 def check_traces(spans):
     seen = set()
     for i, s in enumerate(spans):
         where = f"span {describe(s.get('name'))} (#{i})"
         trace_id, span_id, parent = s.get("traceId", ""), s.get("spanId", ""), s.get("parentSpanId", "")
-        expect(_nonzero_hex(trace_id, HEX32),
+        expect(is_id(trace_id, HEX32),
                f"{where}: traceId {describe(trace_id)} is not 32 lowercase hex chars / is all zero")
-        expect(_nonzero_hex(span_id, HEX16),
+        expect(is_id(span_id, HEX16),
                f"{where}: spanId {describe(span_id)} is not 16 lowercase hex chars / is all zero")
-        expect(parent == "" or HEX16.fullmatch(parent), f"{where}: parentSpanId {describe(parent)} is malformed")
+        expect(parent == "" or (isinstance(parent, str) and HEX16.fullmatch(parent)),
+               f"{where}: parentSpanId {describe(parent)} is malformed")
         expect(span_id not in seen, f"{where}: spanId {span_id} is not unique")
         seen.add(span_id)
-        start = time_or_zero(s.get("startTimeUnixNano"), "span startTimeUnixNano")
-        end = time_or_zero(s.get("endTimeUnixNano"), "span endTimeUnixNano")
+        start = time_or_zero(s, "startTimeUnixNano", "span startTimeUnixNano")
+        end = time_or_zero(s, "endTimeUnixNano", "span endTimeUnixNano")
         if expect(start is not None and end is not None,
                   f"{where}: bad timestamps {describe(s.get('startTimeUnixNano'))} / {describe(s.get('endTimeUnixNano'))}"):
             expect(start > MIN_TIME_NS, f"{where}: startTimeUnixNano {start} is not > 1.6e18")
@@ -240,7 +259,7 @@ def check_traces(spans):
         expect(step.get("parentSpanId", "") == "",
                f"{where}: parentSpanId should be empty, got {describe(step.get('parentSpanId'))}")
         expect(to_int(step.get("kind"), "kind") == 1, f"{where}: kind {describe(step.get('kind'))}, expected 1 (SPAN_KIND_INTERNAL)")
-        expect_int_attr(attr_map(step.get("attributes"), where), "rankscope.step", n, where)
+        expect_int_attr(attr_map(step, where), "rankscope.step", n, where)
         expect(step.get("traceId") not in step_trace_ids, f"{where}: traceId {step.get('traceId')} is shared with another step")
         step_trace_ids.add(step.get("traceId"))
         children = [s for s in spans
@@ -256,7 +275,7 @@ def check_traces(spans):
 
 def check_all_reduce(span, n):
     where = f'span "all_reduce" under "step {n}"'
-    attrs = attr_map(span.get("attributes"), where)
+    attrs = attr_map(span, where)
     expect_string_attr(attrs, "rankscope.collective.op", "all_reduce", where)
     expect_string_attr(attrs, "rankscope.collective.comm", "world", where)
     expect_int_attr(attrs, "rankscope.collective.seq", n + 1, where)
@@ -280,7 +299,7 @@ def check_log_common(rec, number, text, where):
     expect(to_int(rec.get("severityNumber"), "severityNumber") == number,
            f"{where}: severityNumber {describe(rec.get('severityNumber'))}, expected {number}")
     expect(rec.get("severityText") == text, f"{where}: severityText {describe(rec.get('severityText'))}, expected {describe(text)}")
-    t = time_or_zero(rec.get("timeUnixNano"), "log timeUnixNano")
+    t = time_or_zero(rec, "timeUnixNano", "log timeUnixNano")
     expect(t is not None and t > MIN_TIME_NS, f"{where}: timeUnixNano {describe(rec.get('timeUnixNano'))} is not > 1.6e18")
 
 
@@ -289,7 +308,7 @@ def check_logs(records):
     if warn:
         where = 'log "slow checkpoint write"'
         check_log_common(warn, 13, "WARN", where)
-        attrs = attr_map(warn.get("attributes"), where)
+        attrs = attr_map(warn, where)
         expect_string_attr(attrs, "path", "/ckpt/x", where)
         expect_int_attr(attrs, "bytes", 4096, where)
         expect_double_attr(attrs, "ratio", lambda d: expect(d == 0.5, f"{where}: ratio {d}, expected 0.5"), where)
@@ -324,11 +343,11 @@ def check_metrics(metrics):
         if not expect(len(kinds) == 1, f"{where}: expected exactly one data kind, got {describe(kinds)}"):
             continue
         data = m[kinds[0]]
-        points = data.get("dataPoints") or []
+        points = as_list(data.get("dataPoints"), f"{where} dataPoints")
         for pi, p in enumerate(points):
             pw = f"{where} dataPoints[{pi}]"
-            start = time_or_zero(p.get("startTimeUnixNano"), "metric startTimeUnixNano")
-            t = time_or_zero(p.get("timeUnixNano"), "metric timeUnixNano")
+            start = time_or_zero(p, "startTimeUnixNano", "metric startTimeUnixNano")
+            t = time_or_zero(p, "timeUnixNano", "metric timeUnixNano")
             if not expect(start is not None and t is not None,
                           f"{pw}: bad timestamps {describe(p.get('startTimeUnixNano'))} / {describe(p.get('timeUnixNano'))}"):
                 continue
@@ -364,11 +383,11 @@ def check_metrics(metrics):
         _, data, p = hist
         expect(to_int(data.get("aggregationTemporality"), "aggregationTemporality") == 2,
                f"{where}: aggregationTemporality {describe(data.get('aggregationTemporality'))}, expected 2 (CUMULATIVE)")
-        bounds = [as_number(b) for b in p.get("explicitBounds") or []]
+        bounds = [as_number(b) for b in as_list(p.get("explicitBounds"), f"{where} explicitBounds")]
         expect(bounds == [0.1, 1, 10], f"{where}: explicitBounds {describe(p.get('explicitBounds'))}, expected [0.1,1,10]")
-        counts = [to_int(c, "bucketCounts") for c in p.get("bucketCounts") or []]
+        counts = [to_int(c, "bucketCounts") for c in as_list(p.get("bucketCounts"), f"{where} bucketCounts")]
         expect(counts == [1, 1, 1, 1], f"{where}: bucketCounts {describe(p.get('bucketCounts'))}, expected [1,1,1,1]")
-        expect(time_or_zero(p.get("count"), "count") == 4, f"{where}: count {describe(p.get('count'))}, expected 4")
+        expect(time_or_zero(p, "count", "count") == 4, f"{where}: count {describe(p.get('count'))}, expected 4")
         s = as_number(p["sum"]) if "sum" in p else None
         expect(s is not None and abs(s - 55.55) <= 1e-9, f"{where}: sum {describe(p.get('sum'))}, expected 55.55")
     expect(any(m.get("name") == "rankscope_events_dropped_total" for m in metrics),
@@ -388,13 +407,16 @@ def main():
     ok = [(i, r) for i, r in enumerate(records) if r.get("status") == 200]
     expect(ok, f"{opts.file}: no request was answered with 200 ({len(records)} recorded)")
     items = {p: [] for p in SIGNALS}
-    for i, r in ok:
-        path, got = check_request(r, i, opts)
-        if path in items:
-            items[path] += got
-    check_traces(items["/v1/traces"])
-    check_logs(items["/v1/logs"])
-    check_metrics(items["/v1/metrics"])
+    try:
+        for i, r in ok:
+            path, got = check_request(r, i, opts)
+            if path in items:
+                items[path] += got
+        check_traces(items["/v1/traces"])
+        check_logs(items["/v1/logs"])
+        check_metrics(items["/v1/metrics"])
+    except (AttributeError, TypeError, KeyError) as e:  # a body of a shape no OTLP message has
+        fail(f"unreadable body: {type(e).__name__}: {e}")
     for what in sorted(precision_warnings):
         sys.stderr.write(f"check.py: warning: {what} sent as a JSON number beyond 2^53 (precision lost); "
                          "ProtoJSON emits int64 as strings\n")

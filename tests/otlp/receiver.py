@@ -100,6 +100,8 @@ def main():
     p.add_argument("--out", required=True)
     p.add_argument("--mode", default="ok")
     a = p.parse_args()
+    if not 0 <= a.port <= 65535:
+        p.error("--port must be 0..65535")
     m = re.fullmatch(r"fail(503|429):(\d+)", a.mode)
     if a.mode not in ("ok", "status500", "slow") and not m:
         p.error(f"unknown mode {a.mode}")
@@ -128,8 +130,35 @@ def main():
         def log_message(self, *args):
             pass
 
+        def _body(self):
+            if "chunked" not in (self.headers.get("Transfer-Encoding") or "").lower():
+                return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            chunks = []
+            while size := int(self.rfile.readline().split(b";")[0], 16):
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline()
+            while self.rfile.readline().strip():  # trailers
+                pass
+            return b"".join(chunks)
+
         def _handle(self):
-            raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            try:
+                raw = self._body()
+            except (OSError, ValueError):  # client went away mid-body or sent a bad length: nothing to record
+                self.close_connection = True
+                return
+            try:
+                self._answer(raw)
+            except ConnectionError:
+                self.close_connection = True
+            except Exception as e:  # a receiver crash would look like an exporter failure: keep serving
+                sys.stderr.write(f"receiver.py: internal error: {e!r}\n")
+                self.close_connection = True
+                self.send_response(500)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        def _answer(self, raw):
             d = decode(self.command, self.path, self.headers, raw)
             entry = {"path": self.path, "contentType": self.headers.get("Content-Type"),
                      "contentEncoding": self.headers.get("Content-Encoding"), "status": None,
@@ -153,7 +182,7 @@ def main():
             self.end_headers()
             self.wfile.write(body)
 
-        do_POST = do_GET = do_PUT = _handle
+        do_POST = do_GET = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = _handle
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", a.port), Handler)
     server.daemon_threads = True  # `slow` holds connections forever: do not wait for them at exit
