@@ -1,5 +1,6 @@
 // Helper process for the signal tests: rank 5 of 8 writing into argv[1], then
-// `abort` (SIGABRT inside an open all-reduce), `term` (SIGTERM), `usr1`
+// `abort` (SIGABRT inside an open all-reduce), `term` (SIGTERM), `term_late`
+// (SIGTERM after 300 ms of heartbeats and run-log writes), `usr1`
 // (SIGUSR1, wait for the dump, keep recording, exit 0), `pipe` (a write to a
 // pipe nobody reads: SIGPIPE) or `pipe_ignored` (the same with SIGPIPE
 // ignored before init: EPIPE, keep recording, exit 0).
@@ -21,7 +22,17 @@ int main(int argc, char** argv) {
   cfg.run_dir = dir;
   cfg.context.rank = 5;
   cfg.context.world_size = 8;
+  if (mode == "term_late") cfg.heartbeat_interval = std::chrono::milliseconds(20);
   if (!rankscope::init(cfg).ok()) return 3;
+  if (mode == "term_late") {  // heartbeats rewritten many times (a spare file exists), the log's blocks reserved
+    for (int i = 0; i < 30; ++i) {
+      RANKSCOPE_PHASE("training");
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    rankscope::flush();
+    std::raise(SIGTERM);
+    return 5;
+  }
   auto& world = rankscope::communicator("world", 8, 5);
   { RANKSCOPE_PHASE("before_crash"); }
   if (mode == "usr1") {

@@ -1,11 +1,13 @@
 #include <catch2/catch.hpp>
 #include <simdjson.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
 
 #include <csignal>
+#include <filesystem>
 #include <set>
 #include <fstream>
 #include <sstream>
@@ -157,7 +159,7 @@ TEST_CASE("communicators registered by handle: leaks show up as a growing count"
   CHECK(live_communicators() == before);
 }
 
-TEST_CASE("collective lines in the run log carry bytes, bandwidth and fingerprint", "[collective][jsonl]") {
+TEST_CASE("collective lines in the run log carry bytes / bandwidth and fingerprint", "[collective][jsonl]") {
   TempDir tmp;
   REQUIRE(init(file_config(tmp.path)).ok());
   auto& c = communicator("test_log_comm", 4, 0);
@@ -363,7 +365,7 @@ TEST_CASE("a fatal signal flushes the run log and dumps before the default actio
                        Catch::Contains(R"("name":"all_reduce")"));
 }
 
-TEST_CASE("SIGTERM flushes and dumps, then terminates as before", "[flight][signals]") {
+TEST_CASE("SIGTERM flushes and dumps / then terminates as before", "[flight][signals]") {
   TempDir tmp;
   const int status = run_helper(tmp.path, "term");
   REQUIRE(WIFSIGNALED(status));
@@ -372,7 +374,23 @@ TEST_CASE("SIGTERM flushes and dumps, then terminates as before", "[flight][sign
   CHECK_THAT(slurp(tmp.path + "/rank-5.jsonl"), Catch::Contains(R"("name":"before_crash")"));
 }
 
-TEST_CASE("SIGPIPE at its default action flushes and dumps, an ignored one changes nothing", "[flight][signals]") {
+TEST_CASE("SIGTERM leaves no spare files and no disk reserved ahead of the run log", "[flight][signals]") {
+  TempDir tmp;
+  const int status = run_helper(tmp.path, "term_late");
+  REQUIRE(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGTERM);
+  for (const auto& f : std::filesystem::directory_iterator(tmp.path)) {
+    CHECK_THAT(f.path().filename().string(), !Catch::Contains(".tmp."));
+  }
+  CHECK(std::filesystem::exists(tmp.path + "/rank-5.heartbeat.json"));
+  struct stat st {};
+  REQUIRE(::stat((tmp.path + "/rank-5.jsonl").c_str(), &st) == 0);
+  // Blocks past the end were given back: at most the file's own size rounded
+  // up to the filesystem's allocation unit (the reservation was 1 MiB).
+  CHECK(static_cast<std::uint64_t>(st.st_blocks) * 512 <= static_cast<std::uint64_t>(st.st_size) + 64 * 1024);
+}
+
+TEST_CASE("SIGPIPE at its default action flushes and dumps / an ignored one changes nothing", "[flight][signals]") {
   {
     TempDir tmp;
     const int status = run_helper(tmp.path, "pipe");

@@ -19,7 +19,7 @@ struct FakeEnv {
 };
 }  // namespace
 
-TEST_CASE("torchrun variables give rank, world, local rank and run id", "[context]") {
+TEST_CASE("torchrun variables give rank / world / local rank and run id", "[context]") {
   FakeEnv env{{{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "4"},
                {"GROUP_RANK", "1"}, {"TORCHELASTIC_RUN_ID", "job42"}, {"TORCHELASTIC_RESTART_COUNT", "2"},
                {"MASTER_ADDR", "10.0.0.1"}}};

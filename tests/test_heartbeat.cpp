@@ -40,7 +40,7 @@ int count(const std::string& hay, const std::string& needle) {
 }
 }  // namespace
 
-TEST_CASE("a stall is reported once, names what the rank is inside, dumps, and resumes", "[heartbeat]") {
+TEST_CASE("a stall is reported once / names what the rank is inside / dumps / and resumes", "[heartbeat]") {
   TempDir tmp;
   REQUIRE(init(watchdog_config(tmp.path, 200ms)).ok());
   begin_step(1);
@@ -114,7 +114,7 @@ TEST_CASE("no stall while recording is disabled or progress() is called", "[hear
   CHECK(count(slurp(tmp.path + "/rank-0.jsonl"), R"("kind":"stall")") == 0);
 }
 
-TEST_CASE("a much slower step is reported as slow with the phase that grew, not as a stall", "[heartbeat]") {
+TEST_CASE("a much slower step is reported as slow with the phase that grew / not as a stall", "[heartbeat]") {
   TempDir tmp;
   auto cfg = watchdog_config(tmp.path, 10000ms);
   cfg.slow_factor = 5;
@@ -133,7 +133,7 @@ TEST_CASE("a much slower step is reported as slow with the phase that grew, not 
   CHECK(count(log, R"("kind":"stall")") == 0);
 }
 
-TEST_CASE("a microsecond step that takes a millisecond is a hiccup, not a slow step", "[heartbeat]") {
+TEST_CASE("a microsecond step that takes a millisecond is a hiccup / not a slow step", "[heartbeat]") {
   TempDir tmp;
   REQUIRE(init(watchdog_config(tmp.path, 10000ms)).ok());
   for (int s = 0; s < 12; ++s) {

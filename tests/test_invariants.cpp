@@ -110,18 +110,17 @@ TEST_CASE("rules: shards must differ across data groups and agree within one", "
   CHECK_THAT(found[0].message, Catch::Contains("data group 0"));
 }
 
-TEST_CASE("batch math: a violation is recorded, logged and returned by policy", "[invariants]") {
+TEST_CASE("batch math: a violation is recorded / logged and returned by policy", "[invariants]") {
   TempDir tmp;
   REQUIRE(init(inv_config(tmp.path)).ok());
   const auto before = violation_count();
   CHECK(check_batch_math({.micro_batch = 8, .grad_accum = 2, .data_parallel = 4, .global_batch = 64}).ok());
-  const absl::Status st = check_batch_math({.micro_batch = 8, .grad_accum = 2, .data_parallel = 2, .global_batch = 64});
+  const absl::Status st = check_batch_math({.micro_batch = 8, .grad_accum = 2, .data_parallel = 2, .global_batch = 64},
+                                           OnViolation::kFail);
   CHECK(st.code() == absl::StatusCode::kFailedPrecondition);
   CHECK_THAT(std::string(st.message()), Catch::Contains("8 x grad-accum 2 x data-parallel 2 = 32") &&
                                             Catch::Contains("configured as 64"));
-  CHECK(check_batch_math({.micro_batch = 8, .grad_accum = 2, .data_parallel = 2, .global_batch = 64},
-                         OnViolation::kWarn)
-            .ok());
+  CHECK(check_batch_math({.micro_batch = 8, .grad_accum = 2, .data_parallel = 2, .global_batch = 64}).ok());  // default: warn
   CHECK(violation_count() == before + 2);
   shutdown();
   const std::string log = slurp(tmp.path + "/rank-0.jsonl");
@@ -136,7 +135,7 @@ TEST_CASE("batch math: a violation is recorded, logged and returned by policy", 
   CHECK(n == 2);
 }
 
-TEST_CASE("batch accounting: expected count, skipped and repeated batches, epoch totals", "[invariants]") {
+TEST_CASE("batch accounting: expected count / skipped and repeated batches / epoch totals", "[invariants]") {
   // DistributedSampler semantics: 1000 samples over 4 ranks = 250 each; batches of 64.
   CHECK(BatchAccounting({.dataset_size = 1000, .micro_batch = 64, .data_parallel = 4}).expected_per_epoch() == 4);
   CHECK(BatchAccounting({.dataset_size = 1000, .micro_batch = 64, .data_parallel = 4, .drop_last = true})
@@ -145,8 +144,8 @@ TEST_CASE("batch accounting: expected count, skipped and repeated batches, epoch
 
   TempDir tmp;
   REQUIRE(init(inv_config(tmp.path)).ok());
-  BatchAccounting acc({.dataset_size = 1024, .micro_batch = 64, .data_parallel = 4});  // 4 per epoch
-  acc.start_epoch(0);
+  BatchAccounting acc({.dataset_size = 1024, .micro_batch = 64, .data_parallel = 4, .on = OnViolation::kFail});
+  acc.start_epoch(0);  // 4 batches per epoch
   for (int i = 0; i < 4; ++i) CHECK(acc.on_batch(i).ok());
   CHECK(acc.end_epoch().ok());
   acc.start_epoch(1);
@@ -176,7 +175,31 @@ TEST_CASE("batch accounting: expected count, skipped and repeated batches, epoch
   CHECK_THAT(log, Catch::Contains(R"("what":"skipped_batch","ranks":[0],"values":{"epoch":1,"expected_index":1,)"));
 }
 
-TEST_CASE("online checks: peers that disagree are named; the exchange key is per check and call", "[invariants]") {
+TEST_CASE("batch accounting without start_epoch(): one warning naming the call / epochs inferred / no violation",
+          "[invariants]") {
+  TempDir tmp;
+  REQUIRE(init(inv_config(tmp.path)).ok());
+  const auto before = violation_count();
+  // The README's loop as a user first writes it: on_batch() only, even under kFail.
+  BatchAccounting acc({.dataset_size = 256, .micro_batch = 64, .data_parallel = 2, .on = OnViolation::kFail});
+  for (int epoch = 0; epoch < 3; ++epoch) {
+    for (int i = 0; i < 2; ++i) CHECK(acc.on_batch(i).ok());
+  }
+  CHECK(violation_count() == before);
+  // A real repeat inside an inferred epoch is still caught.
+  CHECK(acc.on_batch(1).code() == absl::StatusCode::kFailedPrecondition);
+  shutdown();
+  const std::string log = slurp(tmp.path + "/rank-0.jsonl");
+  std::size_t n = 0;
+  for (auto p = log.find("start_epoch() was not called"); p != std::string::npos;
+       p = log.find("start_epoch() was not called", p + 1)) {
+    ++n;
+  }
+  CHECK(n == 1);  // said once, as a warning, not a violation
+  CHECK_THAT(log, Catch::Contains("repeated batch 1 of epoch 2"));
+}
+
+TEST_CASE("online checks: peers that disagree are named - the exchange key is per check and call", "[invariants]") {
   TempDir tmp;
   REQUIRE(init(inv_config(tmp.path)).ok());
   auto peers = std::make_shared<ScriptedPeers>(4, [](int r, std::string p) {
@@ -200,12 +223,14 @@ TEST_CASE("online checks: peers that disagree are named; the exchange key is per
                }),
                1s);
   const absl::Status resume = check_resume({.id = "ckpt-20", .step = 20, .consumed_samples = 20 * 256,
-                                            .world_size = 4, .global_batch = 256, .optimizer_step = 20});
+                                            .world_size = 4, .global_batch = 256, .optimizer_step = 20},
+                                           OnViolation::kFail);
   CHECK_THAT(std::string(resume.message()), Catch::Contains("rank 2 has ckpt-10") && Catch::Contains("rank 2 has 10;"));
   // Local rules need no peers.
   set_exchange(nullptr);
   const absl::Status local = check_resume({.id = "ckpt-5", .step = 5, .consumed_samples = 999, .world_size = 4,
-                                           .global_batch = 256, .optimizer_step = 4});
+                                           .global_batch = 256, .optimizer_step = 4},
+                                          OnViolation::kFail);
   CHECK_THAT(std::string(local.message()), Catch::Contains("optimizer step 4 does not match its model step 5") &&
                                                Catch::Contains("999 consumed samples, but step 5 x global batch 256"));
   shutdown();
@@ -214,7 +239,7 @@ TEST_CASE("online checks: peers that disagree are named; the exchange key is per
                                   R"("id":{"ckpt-10":[2],"ckpt-20":[0,1,3]},"step":{"10":[2],"20":[0,1,3]}})"));
 }
 
-TEST_CASE("local exchange group: all ranks gather; a missing rank is named after the timeout", "[invariants]") {
+TEST_CASE("local exchange group: all ranks gather - a missing rank is named after the timeout", "[invariants]") {
   LocalExchangeGroup group(3);
   CHECK(group.member(3) == nullptr);
   std::vector<absl::StatusOr<std::vector<std::string>>> got(3);
@@ -256,7 +281,7 @@ TEST_CASE("an exchange timeout is itself a violation naming the missing ranks", 
 
 TEST_CASE("checks before init or without a run log still apply their local rules", "[invariants]") {
   CHECK(!initialized());
-  CHECK(check_batch_math({.micro_batch = 2, .data_parallel = 2, .global_batch = 5}).code() ==
+  CHECK(check_batch_math({.micro_batch = 2, .data_parallel = 2, .global_batch = 5}, OnViolation::kFail).code() ==
         absl::StatusCode::kFailedPrecondition);
   CHECK(check_sampler({.seed = 1}).ok());
   record_checkpoint_save({.id = "x"});

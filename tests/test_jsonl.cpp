@@ -87,7 +87,7 @@ TEST_CASE("the run log holds every event as one JSON object per line", "[jsonl]"
   CHECK(metrics >= 1);
 }
 
-TEST_CASE("rank 0 writes run.json with the run context; other ranks do not", "[jsonl]") {
+TEST_CASE("rank 0 writes run.json with the run context - other ranks do not", "[jsonl]") {
   TempDir tmp;
   REQUIRE(init(file_config(tmp.path, 1, 2)).ok());
   shutdown();
@@ -244,7 +244,7 @@ TEST_CASE("a missing log is a clear reader error", "[reader]") {
   CHECK_THAT(std::string(r.status().message()), Catch::Contains("/nonexistent/rank-0.jsonl"));
 }
 
-TEST_CASE("write errors are counted, never thrown, and earlier lines survive", "[jsonl]") {
+TEST_CASE("write errors are counted / never thrown / and earlier lines survive", "[jsonl]") {
   // /dev/full accepts open() and fails every write with ENOSPC.
   auto sink = make_jsonl_sink("/dev/full");
   REQUIRE(sink.ok());
@@ -338,7 +338,7 @@ TEST_CASE("triage finds the straggler and stays quiet on a healthy run", "[triag
 
 #include "json_util.hpp"
 
-TEST_CASE("derived rates are written with six decimals, trailing zeros dropped", "[jsonl]") {
+TEST_CASE("derived rates are written with six decimals / trailing zeros dropped", "[jsonl]") {
   const auto rate = [](double v) {
     fmt::memory_buffer b;
     rankscope::detail::json_rate_to(b, v);
@@ -407,7 +407,7 @@ TEST_CASE("timestamps with a repeated prefix are written exactly", "[jsonl]") {
   }
 }
 
-TEST_CASE("numbers are the shortest form that reads back; float32 values in float's", "[jsonl]") {
+TEST_CASE("numbers are the shortest form that reads back - float32 values in float's", "[jsonl]") {
   const auto num = [](double v) {
     fmt::memory_buffer b;
     rankscope::detail::json_number_to(b, v);
@@ -430,7 +430,7 @@ TEST_CASE("numbers are the shortest form that reads back; float32 values in floa
   CHECK(num(-std::numeric_limits<double>::infinity()) == "\"-Infinity\"");
 }
 
-TEST_CASE("strings are escaped the JSON way, control characters as \\u00XX", "[jsonl]") {
+TEST_CASE("strings are escaped the JSON way / control characters as u00XX escapes", "[jsonl]") {
   fmt::memory_buffer b;
   rankscope::detail::json_escape_to(b, std::string_view("a\"b\\c\n\r\td\x01\x1f\x7f\xc3\xa9", 14));
   CHECK(std::string(b.data(), b.size()) == "\"a\\\"b\\\\c\\n\\r\\td\\u0001\\u001f\x7f\xc3\xa9\"");

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <sstream>
 #include <thread>
 
 #include "capture_sink.hpp"
@@ -47,7 +48,7 @@ struct StderrCapture {
 };
 }  // namespace
 
-TEST_CASE("log records land in the run log with level, message, fields, site and step", "[log]") {
+TEST_CASE("log records land in the run log with level / message / fields / site and step", "[log]") {
   TempDir tmp;
   REQUIRE(init(log_config(tmp.path)).ok());
   begin_step(12);
@@ -62,7 +63,7 @@ TEST_CASE("log records land in the run log with level, message, fields, site and
   CHECK_THAT(log, Catch::Contains(R"("level":"warn","msg":"slow checkpoint write","fields":{"path":"/ckpt/\"x\"","bytes":4096,"ratio":0.5,"ok":false})"));
 }
 
-TEST_CASE("records below the level are not recorded; RANKSCOPE_LOG_LEVEL sets it", "[log]") {
+TEST_CASE("records below the level are not recorded - RANKSCOPE_LOG_LEVEL sets it", "[log]") {
   TempDir tmp;
   {
     ScopedEnv e("RANKSCOPE_LOG_LEVEL", "warn");
@@ -142,7 +143,7 @@ TEST_CASE("an invalid log level or console policy is an init error", "[log]") {
   }
 }
 
-TEST_CASE("console policy: progress from rank 0, warnings and errors from every rank", "[log][console]") {
+TEST_CASE("console policy: progress from rank 0 / warnings and errors from every rank", "[log][console]") {
   using detail::ConsolePolicy;
   RunContext r0, r5;
   r0.rank = 0;
@@ -163,7 +164,7 @@ TEST_CASE("console policy: progress from rank 0, warnings and errors from every 
   CHECK_FALSE(detail::console_prints(ConsolePolicy::kNone, r0, Level::kFatal));
 }
 
-TEST_CASE("the console line carries the rank and readable fields; the run log gets every record", "[log][console]") {
+TEST_CASE("the console line carries the rank and readable fields - the run log gets every record", "[log][console]") {
   TempDir tmp;
   const std::string err = tmp.path + "/stderr.txt";
   {
@@ -277,7 +278,7 @@ TEST_CASE("an error survives a crash right after it", "[log][signals]") {
   CHECK_THAT(slurp(tmp.path + "/rank-5.jsonl"), !Catch::Contains(R"("reason":"signal)"));
 }
 
-TEST_CASE("the environment summary lists GPUs through NVML, or says there is none", "[log][environment]") {
+TEST_CASE("the environment summary lists GPUs through NVML / or says there is none", "[log][environment]") {
   TempDir tmp;
   {
     ScopedEnv e("RANKSCOPE_NVML_LIBRARY", RANKSCOPE_FAKE_NVML);
@@ -302,4 +303,47 @@ TEST_CASE("the environment summary lists GPUs through NVML, or says there is non
     shutdown();
   }
   CHECK_THAT(slurp(none.path + "/run.json"), Catch::Contains(R"("gpus":[],"gpu_info":"NVML not available")"));
+}
+
+#include <simdjson.h>
+
+TEST_CASE("large fields and long messages are cut at a member and a UTF-8 boundary - every line stays valid JSON",
+          "[log]") {
+  TempDir tmp;
+  REQUIRE(init(log_config(tmp.path)).ok());
+  std::string big(3000, 'x');
+  std::string accents;
+  while (accents.size() < 5000) accents += "\xc3\xa9";  // é: two bytes each
+  std::string quotes(1500, '"');                          // escaped: twice as long
+  RANKSCOPE_LOG_KV(Level::kInfo, {{"a", 1}, {"blob", big}, {"after", 2}}, "big field");
+  RANKSCOPE_LOG_KV(Level::kInfo, {{"q", quotes}}, "escaped field");
+  RANKSCOPE_LOG_KV(Level::kInfo, {{"e", accents}}, "{}", accents);
+  RANKSCOPE_LOG_KV(Level::kError, {{"blob", big}}, "inline error with a big field");
+  shutdown();
+  simdjson::dom::parser parser;
+  int logs = 0, cut = 0;
+  std::istringstream lines(slurp(tmp.path + "/rank-0.jsonl"));
+  for (std::string line; std::getline(lines, line);) {
+    simdjson::dom::element doc;
+    REQUIRE(parser.parse(line).get(doc) == simdjson::SUCCESS);  // valid JSON, valid UTF-8
+    std::string_view kind;
+    if (doc["kind"].get(kind) != simdjson::SUCCESS || kind != "log") continue;
+    ++logs;
+    simdjson::dom::object fields;
+    if (doc["fields"].get(fields) != simdjson::SUCCESS) continue;
+    bool truncated = false;
+    if (fields["fields_truncated"].get(truncated) == simdjson::SUCCESS && truncated) ++cut;
+    std::string_view blob;
+    if (fields["blob"].get(blob) == simdjson::SUCCESS) {
+      CHECK(blob.size() > 1500);  // a long string keeps what fits, not nothing
+      CHECK(blob.substr(blob.size() - 3) == "\xe2\x80\xa6");
+    }
+    int64_t a = 0;
+    if (fields["a"].get(a) == simdjson::SUCCESS) {
+      CHECK(a == 1);
+      CHECK(fields["after"].error() == simdjson::NO_SUCH_FIELD);  // dropped whole, after the cut one
+    }
+  }
+  CHECK(logs == 4);  // the inline error is written once (by its thread), not again by the drain
+  CHECK(cut == 4);
 }

@@ -8,7 +8,7 @@
 using namespace rankscope;
 using rankscope::test::ScopedRuntime;
 
-TEST_CASE("counters sum exactly across threads, including exited ones", "[metrics]") {
+TEST_CASE("counters sum exactly across threads / including exited ones", "[metrics]") {
   ScopedRuntime rt;
   auto& c = counter("test_counter_threads_total", "help text");
   const double before = c.value();
@@ -34,7 +34,7 @@ TEST_CASE("registration returns the same metric for the same name and labels", "
   CHECK(&a != &c);
 }
 
-TEST_CASE("invalid names and type clashes give a no-op metric, not a crash", "[metrics]") {
+TEST_CASE("invalid names and type clashes give a no-op metric / not a crash", "[metrics]") {
   ScopedRuntime rt;
   auto& bad = counter("bad name!");
   bad.add(5);

@@ -219,7 +219,7 @@ TEST_CASE("hooks pass arguments through unchanged and return the call's result",
   rankscope::nccl::hooks::ncclCommDestroy(comm);
 }
 
-TEST_CASE("device timing: the span completes when the device does, never by synchronizing", "[nccl]") {
+TEST_CASE("device timing: the span completes when the device does / never by synchronizing", "[nccl]") {
   fake::Scope f;
   test::TempDir tmp;
   Config cfg;
@@ -255,7 +255,7 @@ TEST_CASE("device timing: the span completes when the device does, never by sync
   shutdown();
 }
 
-TEST_CASE("event pools of exited threads are reused on the same device, never across devices", "[nccl]") {
+TEST_CASE("event pools of exited threads are reused on the same device / never across devices", "[nccl]") {
   fake::Scope f(2);
   ScopedRuntime rt;
   ncclComm_t comm = make_comm();
@@ -319,7 +319,7 @@ TEST_CASE("a device-timed collective dropped by a full ring completes at return 
   rankscope::nccl::hooks::ncclCommDestroy(comm);
 }
 
-TEST_CASE("failures are recorded with NCCL's messages, counted and returned unchanged", "[nccl]") {
+TEST_CASE("failures are recorded with NCCL's messages / counted and returned unchanged", "[nccl]") {
   fake::Scope f;
   ScopedRuntime rt;
   ncclComm_t comm = make_comm();

@@ -5,7 +5,7 @@
 
 static_assert(RANKSCOPE_ENABLED == 0);
 
-TEST_CASE("compiled out, the NCCL macro still makes the call", "[nccl][compiled_out]") {
+TEST_CASE("compiled out / the NCCL macro still makes the call", "[nccl][compiled_out]") {
   // The real ncclAllReduce with a null communicator fails fast without a GPU.
   float buf[1] = {0};
   const ncclResult_t r = RANKSCOPE_NCCL(ncclAllReduce(buf, buf, 1, ncclFloat, ncclSum, nullptr, nullptr));

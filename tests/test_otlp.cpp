@@ -8,7 +8,7 @@
 using namespace rankscope;
 using rankscope::test::ScopedEnv;
 
-TEST_CASE("otlp: endpoints, headers, resource attributes and switches from the OpenTelemetry env", "[otlp]") {
+TEST_CASE("otlp: endpoints / headers / resource attributes and switches from the OpenTelemetry env", "[otlp]") {
   ScopedEnv a("OTEL_EXPORTER_OTLP_ENDPOINT", "https://collector:4318/");
   ScopedEnv b("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT", "http://logs:9999/custom");
   ScopedEnv c("OTEL_EXPORTER_OTLP_HEADERS", "Authorization=Bearer%20abc, x-tenant = ml");
@@ -38,7 +38,7 @@ TEST_CASE("otlp: endpoints, headers, resource attributes and switches from the O
   CHECK(otlp_stats(**sink).sent == 0);
 }
 
-TEST_CASE("otlp: no endpoint means no sink; bad values are errors naming the variable", "[otlp]") {
+TEST_CASE("otlp: no endpoint means no sink - bad values are errors naming the variable", "[otlp]") {
   ::unsetenv("OTEL_EXPORTER_OTLP_ENDPOINT");
   auto none = otlp_sink_from_env();
   REQUIRE(none.ok());

@@ -16,8 +16,10 @@ using rankscope::test::TempDir;
 
 namespace {
 // GET path from 127.0.0.1:port; the whole response.
-std::string http_get(int port, const std::string& path) {
+std::string http_get(int port, const std::string& path, int timeout_s = 30) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  timeval tv{timeout_s, 0};  // a server that never answers fails the test instead of hanging it
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(static_cast<std::uint16_t>(port));
@@ -34,6 +36,19 @@ std::string http_get(int port, const std::string& path) {
   ::close(fd);
   return out;
 }
+// A TCP connection to 127.0.0.1:port that sends nothing (-1 if refused).
+int idle_connection(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<std::uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
 int free_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
@@ -47,7 +62,7 @@ int free_port() {
 }
 }  // namespace
 
-TEST_CASE("prometheus: training signals, user metrics and labels on /metrics and in the textfile", "[prometheus]") {
+TEST_CASE("prometheus: training signals / user metrics and labels on /metrics and in the textfile", "[prometheus]") {
   TempDir tmp;
   const int port = free_port();
   auto sink = make_prometheus_sink({.base_port = port, .textfile_dir = tmp.path, .local_rank = 0});
@@ -120,7 +135,7 @@ TEST_CASE("prometheus: environment configuration and its errors", "[prometheus]"
   CHECK(!make_prometheus_sink({.base_port = 70000}).ok());
 }
 
-TEST_CASE("samples per second come from the last 30 s of steps at 1,000 steps per second", "[prometheus]") {
+TEST_CASE("samples per second come from the last 30 s of steps at 1/000 steps per second", "[prometheus]") {
   auto sink = make_prometheus_sink({.base_port = free_port(), .local_rank = 0});
   REQUIRE(sink.ok());
   RunInfo info;
@@ -142,4 +157,35 @@ TEST_CASE("samples per second come from the last 30 s of steps at 1,000 steps pe
   REQUIRE(at != std::string::npos);
   const double rate = std::stod(text.substr(text.find("} ", at) + 2));
   CHECK(rate == Approx(8000.0).epsilon(0.01));
+}
+
+TEST_CASE("prometheus: a scrape is served while 100 idle and half-sent connections are held open", "[prometheus]") {
+  const int port = free_port();
+  auto sink = make_prometheus_sink({.base_port = port, .local_rank = 0});
+  REQUIRE(sink.ok());
+  RunInfo info;
+  info.context.run_id = "idle";
+  (*sink)->start(info);
+  std::vector<int> idle;
+  for (int i = 0; i < 100; ++i) {
+    const int fd = idle_connection(port);
+    REQUIRE(fd >= 0);
+    if (i % 2 == 1) (void)::send(fd, "GET /metr", 9, MSG_NOSIGNAL);  // a slow client, mid-request
+    idle.push_back(fd);
+  }
+  // The old server handled one connection at a time with a 2 s timeout each:
+  // this scrape waited ~200 s. Now it is answered at once (~1 ms here); the
+  // client gives up after 5 s, not a timing bar, a hang detector.
+  for (int i = 0; i < 3; ++i) {
+    const std::string resp = http_get(port, "/metrics", /*timeout_s=*/5);
+    CHECK_THAT(resp, Catch::StartsWith("HTTP/1.0 200 OK") && Catch::Contains("rankscope_"));
+  }
+  for (int fd : idle) ::close(fd);
+  // More clients than the server keeps: the longest-idle make room, scrapes still work.
+  idle.clear();
+  for (int i = 0; i < 300; ++i) idle.push_back(idle_connection(port));
+  CHECK_THAT(http_get(port, "/metrics", 5), Catch::StartsWith("HTTP/1.0 200 OK"));
+  for (int fd : idle) {
+    if (fd >= 0) ::close(fd);
+  }
 }

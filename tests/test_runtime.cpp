@@ -64,7 +64,7 @@ TEST_CASE("shutdown flushes what was recorded", "[runtime]") {
   CHECK(sink->final_stats.events_dropped == dropped_before);
 }
 
-TEST_CASE("the background thread's own CPU time is in the stats, and kept after shutdown", "[runtime]") {
+TEST_CASE("the background thread's own CPU time is in the stats / and kept after shutdown", "[runtime]") {
   std::uint64_t running = 0;
   {
     test::ScopedRuntime rt;
@@ -159,7 +159,7 @@ TEST_CASE("bad environment values are clear init errors", "[runtime]") {
   CHECK_FALSE(initialized());
 }
 
-TEST_CASE("RANKSCOPE_ENABLED=0 starts disabled; set_enabled turns it on", "[runtime]") {
+TEST_CASE("RANKSCOPE_ENABLED=0 starts disabled - set_enabled turns it on", "[runtime]") {
   ScopedEnv e("RANKSCOPE_ENABLED", "0");
   test::ScopedRuntime rt;
   CHECK_FALSE(enabled());

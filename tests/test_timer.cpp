@@ -16,7 +16,7 @@ static_assert(classify_phase("checkpoint_save") == PhaseKind::kCheckpoint);
 static_assert(classify_phase("all_reduce") == PhaseKind::kCollective);
 static_assert(classify_phase("misc") == PhaseKind::kOther);
 
-TEST_CASE("a phase records its name, kind, duration and step", "[timer]") {
+TEST_CASE("a phase records its name / kind / duration and step", "[timer]") {
   ScopedRuntime rt;
   begin_step(7);
   {
@@ -96,7 +96,7 @@ TEST_CASE("dynamic names are interned once", "[timer]") {
   CHECK(intern("layer0") == phases[0].site);
 }
 
-TEST_CASE("past the name limit, new run-time names share one site per kind", "[timer]") {
+TEST_CASE("past the name limit / new run-time names share one site per kind", "[timer]") {
   const Site* known = intern("bounded_known");
   detail::set_intern_limit(0);  // the table counts as full from here on
   const Site* a = intern("bounded_new_a");

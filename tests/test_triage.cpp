@@ -15,7 +15,7 @@
 namespace reader = rankscope::reader;
 using rankscope::test::TempDir;
 
-TEST_CASE("time arguments (--since, --until) accept epoch, ISO-8601 and offsets from the run start", "[triage]") {
+TEST_CASE("time arguments (--since / --until) accept epoch / ISO-8601 and offsets from the run start", "[triage]") {
   const std::uint64_t start = 1'790'000'000'000'000'000ull;
   CHECK(*reader::parse_time_arg("1790000000", start) == 1'790'000'000'000'000'000ull);
   CHECK(*reader::parse_time_arg("1790000000123456789", start) / 1000 == 1'790'000'000'123'456ull);
@@ -39,7 +39,7 @@ TEST_CASE("rank lists read as ranges", "[triage]") {
   CHECK(rankscope::format_ranks({0, 1, 2, 3, 5, 7, 8, 9}) == "ranks 0-3,5,7-9");
 }
 
-TEST_CASE("hostile run directories give warnings, never a crash", "[triage]") {
+TEST_CASE("hostile run directories give warnings / never a crash", "[triage]") {
   TempDir tmp;
   // A heartbeat whose content claims another rank (found by the fuzzer: it indexed by the claim).
   std::ofstream(tmp.path + "/rank-0.heartbeat.json") << R"({"rank":-7,"state":"running","liveness_wall_ns":1})";
@@ -127,7 +127,7 @@ TEST_CASE("a live job whose logs lag by a flush is not a hang", "[triage]") {
   CHECK_THAT(r->headline, Catch::Contains("still running"));
 }
 
-TEST_CASE("a mismatch behind a hang is named first, from the flight dumps' fingerprints", "[triage]") {
+TEST_CASE("a mismatch behind a hang is named first / from the flight dumps' fingerprints", "[triage]") {
   TempDir tmp;
   for (int rank = 0; rank < 3; ++rank) {
     std::string log = log_through(rank, 2);
@@ -213,7 +213,7 @@ TEST_CASE("a rank that died outranks the ranks that stalled waiting for it outsi
   CHECK_THAT(evidence, Catch::Contains("ranks 0,1,3 stalled meanwhile") && Catch::Contains("waiting on rank 2"));
 }
 
-TEST_CASE("time arguments out of range are errors, not undefined casts", "[triage]") {
+TEST_CASE("time arguments out of range are errors / not undefined casts", "[triage]") {
   for (const char* bad : {"+1e300h", "nan", "inf", "1e30", "+nanm", "2026-01-01T00:00:00.5e30Z"}) {
     INFO(bad);
     CHECK_FALSE(reader::parse_time_arg(bad, 1).ok());

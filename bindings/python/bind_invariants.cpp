@@ -31,7 +31,7 @@ void bind_invariants(py::module_& m) {
       [](std::int64_t micro, std::int64_t accum, std::int64_t dp, std::int64_t global, bool fail) {
         raise_if(rankscope::check_batch_math({micro, accum, dp, global}, policy(fail)));
       },
-      py::kw_only(), "micro_batch"_a, "grad_accum"_a = 1, "data_parallel"_a, "global_batch"_a, "fail"_a = true,
+      py::kw_only(), "micro_batch"_a, "grad_accum"_a = 1, "data_parallel"_a, "global_batch"_a, "fail"_a = false,
       "micro_batch x grad_accum x data_parallel must equal global_batch (at init and after resume).");
   m.def(
       "check_sampler",
@@ -81,14 +81,14 @@ void bind_invariants(py::module_& m) {
         raise_if(st);
       },
       py::kw_only(), "id"_a, "step"_a, "consumed_samples"_a, "world_size"_a, "global_batch"_a, "config_hash"_a = 0,
-      "optimizer_step"_a, "rng_fingerprint"_a = 0, "fail"_a = true,
+      "optimizer_step"_a, "rng_fingerprint"_a = 0, "fail"_a = false,
       "On resume: optimizer step == step, consumed == step x global batch; with an exchange, every rank\n"
       "loaded the same checkpoint.");
   py::class_<rankscope::BatchAccounting>(m, "BatchAccounting", "Batches per epoch against the sampler's count.")
       .def(py::init([](std::int64_t n, std::int64_t micro, std::int64_t dp, bool drop_last, bool fail) {
              return new rankscope::BatchAccounting({n, micro, dp, drop_last, policy(fail)});
            }),
-           py::kw_only(), "dataset_size"_a, "micro_batch"_a, "data_parallel"_a, "drop_last"_a = false, "fail"_a = true)
+           py::kw_only(), "dataset_size"_a, "micro_batch"_a, "data_parallel"_a, "drop_last"_a = false, "fail"_a = false)
       .def_property_readonly("expected_per_epoch", &rankscope::BatchAccounting::expected_per_epoch)
       .def("start_epoch", &rankscope::BatchAccounting::start_epoch, "epoch"_a, "resume_at"_a = 0)
       .def("on_batch", [](rankscope::BatchAccounting& a, std::int64_t index) { raise_if(a.on_batch(index)); },

@@ -14,8 +14,10 @@
 // `rankscope triage` compares ranks offline with no communication. With an
 // exchange set (exchange.hpp) the check also compares ranks online, at the
 // call. A violation is a `violation` event naming the ranks and the differing
-// values, logged on the console; OnViolation::kFail also returns it as an
-// error (FailedPrecondition) for the caller to act on. Checks never throw.
+// values, logged on the console. Every check defaults to OnViolation::kWarn:
+// observing a run never ends it unless asked; kFail also returns the
+// violation as an error (FailedPrecondition) for the caller to act on.
+// Checks never throw.
 // Cross-rank checks must be called at the same point on every rank: facts are
 // matched across ranks by check name and call number.
 // Thread-safety: the free functions from any thread; a BatchAccounting from one.
@@ -45,7 +47,7 @@ struct BatchMath {
 };
 /// At init, and again after every resume (a world-size change without a
 /// batch-math update is the classic). Local: no exchange needed.
-absl::Status check_batch_math(const BatchMath& m, OnViolation on = OnViolation::kFail);
+absl::Status check_batch_math(const BatchMath& m, OnViolation on = OnViolation::kWarn);
 
 /// Batches a rank consumes per epoch, against the count its sampler implies:
 /// samples per rank = dataset_size / data_parallel (rounded up, or down with
@@ -58,7 +60,9 @@ class BatchAccounting {
     std::int64_t micro_batch = 1;
     std::int64_t data_parallel = 1;
     bool drop_last = false;
-    OnViolation on = OnViolation::kFail;
+    // Observability never ends a run by default: violations are recorded and
+    // logged; kFail makes on_batch()/end_epoch() return them as errors.
+    OnViolation on = OnViolation::kWarn;
   };
   explicit BatchAccounting(const Options& o) noexcept;
   std::int64_t expected_per_epoch() const noexcept { return expected_; }
@@ -67,7 +71,9 @@ class BatchAccounting {
   void start_epoch(std::int64_t epoch, std::int64_t resume_at = 0) noexcept;
   /// One batch about to be trained on; `index` = its position in the epoch
   /// (-1 if unknown: then only the count is checked). A gap (a skipped batch)
-  /// or a repeat is a violation at the current step.
+  /// or a repeat is a violation at the current step. Without start_epoch()
+  /// the first call starts epoch 0 and batch index 0 starts the next epoch,
+  /// with one warning that names the missed call (never a violation).
   absl::Status on_batch(std::int64_t index = -1) noexcept;
   /// Records the epoch's count (a fact) and checks it against the expected
   /// count, and against the other ranks when an exchange is set.
@@ -81,6 +87,7 @@ class BatchAccounting {
   std::int64_t next_index_ = 0;
   std::int64_t skipped_ = 0, repeated_ = 0;
   std::int64_t first_divergence_step_ = -1;
+  bool implicit_epochs_ = false;  // start_epoch() was never called: epochs are inferred
 };
 
 /// The sampler of one epoch. Data-parallel ranks must agree on seed, epoch and
@@ -118,7 +125,7 @@ void record_checkpoint_save(const CheckpointMeta& m) noexcept;
 /// On resume, per rank: optimizer step == step, consumed samples == step x
 /// global batch; across ranks (exchange or triage): the same checkpoint, step,
 /// samples, optimizer step, global batch and config hash.
-absl::Status check_resume(const CheckpointMeta& m, OnViolation on = OnViolation::kFail);
+absl::Status check_resume(const CheckpointMeta& m, OnViolation on = OnViolation::kWarn);
 
 /// Optional per-batch data fingerprint (fingerprint_bytes of the index or
 /// token tensor); compared across ranks like the sampler fingerprint.

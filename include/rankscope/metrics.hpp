@@ -108,11 +108,12 @@ class Histogram {
     std::uint64_t count = 0;
     double sum = 0.0;
   };
-  Snapshot snapshot() const noexcept;
+  Snapshot snapshot() const noexcept;  // empty if memory runs out
   const std::vector<double>& bounds() const noexcept { return bounds_; }
   const std::string& name() const noexcept { return name_; }
 
  private:
+  Snapshot snapshot_or_throw() const;
   friend class MetricRegistry;
   friend void detail::observe_ungated(Histogram& h, double v) noexcept;
   Histogram(std::string name, std::vector<double> bounds, std::uint32_t slot)

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
@@ -300,6 +301,9 @@ void Runtime::handle_signal(int sig) {
   }
   if (sig != SIGUSR1) {
     for (auto& s : sinks_) s->flush(deadline);
+    // Nothing left behind by a terminated rank: no spare files, no reserved blocks.
+    for (auto& s : sinks_) s->before_exit();
+    watchdog_.before_exit();
   }
   detail::g_signal_acks.fetch_add(1, std::memory_order_release);
 }
@@ -335,12 +339,69 @@ void Runtime::run_background() {
   if (detail::t_state == nullptr) detail::register_thread(/*force=*/true);
   detail::set_background_thread_self();
   std::vector<Event> batch;
-  batch.reserve(kBatch);
+  try {
+    batch.reserve(kBatch);  // else it grows on first use
+  } catch (...) {
+  }
   auto sleep = std::chrono::microseconds(1000);
   auto last_wake = std::chrono::steady_clock::now();
   double rate = 0;
   std::uint64_t flush_seen = 0;
   for (;;) {
+    try {
+      if (background_iteration(batch, sleep, last_wake, rate, flush_seen)) return;
+    } catch (const std::exception& e) {
+      background_failed(batch, e.what());
+    } catch (...) {
+      background_failed(batch, "unknown exception");
+    }
+  }
+}
+
+// The exception boundary of the background thread: an allocation failure (or
+// any other exception) while draining must not end the trainer. What was
+// being decoded is lost and counted as dropped; one line per second at most
+// says so; the next wake-up starts afresh. A failure during shutdown still
+// releases the threads waiting for it.
+void Runtime::background_failed(std::vector<Event>& batch, const char* what) noexcept {
+  lost_.fetch_add(batch.size(), std::memory_order_relaxed);
+  batch.clear();
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_failure_report_ >= std::chrono::seconds(1)) {
+    last_failure_report_ = now;
+    std::fprintf(stderr, "[rankscope] rank %d: background thread: %s; the events being written are dropped and "
+                         "counted (events_dropped), recording continues\n",
+                 context_.rank, what);
+  }
+  std::unique_lock<std::mutex> lk(mu_, std::defer_lock);
+  try {
+    lk.lock();
+  } catch (...) {
+    return;
+  }
+  if (stop_requested_) {
+    sinks_.clear();
+    bg_clock_valid_.store(false, std::memory_order_release);
+    bg_done_ = true;
+    flush_done_ = flush_requested_;
+    dump_done_ = dump_requested_;
+    try {
+      dump_result_ = absl::InternalError(what);
+    } catch (...) {
+    }
+    cv_.notify_all();
+    bg_failed_stop_ = true;
+  } else {
+    lk.unlock();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));  // let a transient shortage pass
+  }
+}
+
+bool Runtime::background_iteration(std::vector<Event>& batch, std::chrono::microseconds& sleep,
+                                   std::chrono::steady_clock::time_point& last_wake, double& rate,
+                                   std::uint64_t& flush_seen) {
+  if (bg_failed_stop_) return true;
+  {
     bool stop;
     std::uint64_t flush_target, dump_target;
     std::string dump_reason;
@@ -405,7 +466,7 @@ void Runtime::run_background() {
       bg_done_ = true;
       flush_done_ = flush_requested_;
       cv_.notify_all();
-      return;
+      return true;
     }
     // Adaptive polling. On a machine whose cores are all busy training, every
     // wake-up of this thread preempts a rank, so wake as rarely as the rings
@@ -431,6 +492,7 @@ void Runtime::run_background() {
     }
     (void)n;
   }
+  return false;
 }
 
 }  // namespace rankscope::detail

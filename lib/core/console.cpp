@@ -80,15 +80,25 @@ namespace {
 class ConsoleSink final : public Sink {
  public:
   explicit ConsoleSink(ConsolePolicy p) : policy_(p) {}
-  void start(const RunInfo& info) noexcept override { ctx_ = info.context; }
-  void export_events(std::span<const Event> batch) noexcept override {
-    buf_.clear();
-    for (const Event& e : batch) {
-      if ((e.kind != EventKind::kLog && e.kind != EventKind::kViolation) || e.written_inline) continue;
-      if (!console_prints(policy_, ctx_, static_cast<Level>(e.depth))) continue;
-      format_console_line(e, ctx_.rank, console_colour(), buf_);
+  void start(const RunInfo& info) noexcept override {
+    try {
+      ctx_ = info.context;
+    } catch (...) {
+      ++errors_;
     }
-    if (buf_.size() != 0 && !write_all(2, buf_.data(), buf_.size())) ++errors_;
+  }
+  void export_events(std::span<const Event> batch) noexcept override {
+    try {
+      buf_.clear();
+      for (const Event& e : batch) {
+        if ((e.kind != EventKind::kLog && e.kind != EventKind::kViolation) || e.written_inline) continue;
+        if (!console_prints(policy_, ctx_, static_cast<Level>(e.depth))) continue;
+        format_console_line(e, ctx_.rank, console_colour(), buf_);
+      }
+      if (buf_.size() != 0 && !write_all(2, buf_.data(), buf_.size())) ++errors_;
+    } catch (...) {  // out of memory: these lines are lost, counted
+      ++errors_;
+    }
   }
   std::uint64_t errors() const noexcept override { return errors_; }
 

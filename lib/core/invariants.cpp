@@ -13,6 +13,7 @@
 #include "json_util.hpp"
 #include "payload.hpp"
 #include "rankscope/exchange.hpp"
+#include "rankscope/log.hpp"
 #include "rankscope/runtime.hpp"
 #include "rankscope/step.hpp"
 
@@ -187,6 +188,7 @@ BatchAccounting::BatchAccounting(const Options& o) noexcept : o_(o) {
 }
 
 void BatchAccounting::start_epoch(std::int64_t epoch, std::int64_t resume_at) noexcept {
+  implicit_epochs_ = false;
   epoch_ = epoch;
   count_ = next_index_ = resume_at;
   skipped_ = repeated_ = 0;
@@ -194,6 +196,21 @@ void BatchAccounting::start_epoch(std::int64_t epoch, std::int64_t resume_at) no
 }
 
 absl::Status BatchAccounting::on_batch(std::int64_t index) noexcept {
+  if (epoch_ < 0) {
+    // The README's loop without start_epoch(): a forgotten call is not a
+    // data problem, so it is said once and the epochs are inferred.
+    start_epoch(0);
+    implicit_epochs_ = true;
+    try {
+      RANKSCOPE_LOG_WARN(
+          "BatchAccounting: start_epoch() was not called before on_batch(): call start_epoch(epoch) at the start "
+          "of every epoch; until then batch index 0 is taken to start a new epoch (counting from epoch 0)");
+    } catch (...) {
+    }
+  } else if (implicit_epochs_ && index == 0 && count_ > 0) {
+    start_epoch(epoch_ + 1);  // end_epoch() is the caller's: it may exchange with the other ranks
+    implicit_epochs_ = true;
+  }
   ++count_;
   if (index < 0 || index == next_index_) {
     next_index_ = index < 0 ? count_ : index + 1;

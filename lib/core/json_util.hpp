@@ -112,4 +112,40 @@ inline void json_rate_to(fmt::memory_buffer& out, double v) {
   out.append(std::string_view(text, static_cast<std::size_t>(json_rate_at(text, v) - text)));
 }
 
+// The length of the longest prefix of `s` of at most `max` bytes that does not
+// end inside a UTF-8 sequence: a cut message stays valid UTF-8 (the reader
+// rejects a line that is not).
+inline std::size_t utf8_prefix(std::string_view s, std::size_t max) {
+  if (s.size() <= max) return s.size();
+  std::size_t n = max;
+  while (n > 0 && max - n < 4 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
+  return n;
+}
+
+// `members` is a JSON object's inside ("k":v,"k2":v2): the length of its
+// longest prefix of at most `max` bytes that ends at a member boundary, so a
+// cut list of members is still valid JSON (never cut mid-member).
+inline std::size_t json_members_prefix(std::string_view members, std::size_t max) {
+  if (members.size() <= max) return members.size();
+  std::size_t last = 0;
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (std::size_t i = 0; i <= max; ++i) {
+    const char c = members[i];
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') in_string = true;
+    else if (c == '{' || c == '[') ++depth;
+    else if (c == '}' || c == ']') --depth;
+    else if (c == ',' && depth == 0) last = i;
+  }
+  return last;
+}
+// The member that says members were cut (run-log schema: `fields_truncated`).
+inline constexpr std::string_view kFieldsTruncated = "\"fields_truncated\":true";
+
 }  // namespace rankscope::detail

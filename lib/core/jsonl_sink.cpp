@@ -47,6 +47,10 @@ const char* metric_type_name(MetricSample::Type t) {
 class JsonlSink final : public Sink {
  public:
   JsonlSink(int fd, std::string path) : fd_(fd), path_(std::move(path)) {
+    auto& h = detail::run_log_health();  // a new run log starts healthy
+    h.error.store(0);
+    h.since_step.store(-1);
+    h.lines_dropped.store(0);
     const off_t end = ::lseek(fd_, 0, SEEK_END);  // appending to a restarted rank's log
     end_ = reserved_ = end > 0 ? end : 0;
   }
@@ -54,8 +58,9 @@ class JsonlSink final : public Sink {
     if (fd_ >= 0) ::close(fd_);
   }
 
-  void start(const RunInfo& info) noexcept override {
+  void start_impl(const RunInfo& info) {
     fmt_.set_rank(info.context.rank);
+    rank_ = info.context.rank;
     const RunContext& c = info.context;
     begin_line("run_start", info.start_wall_ns, info.start_mono_ns, 0, 0);
     auto out = fmt::appender(buf_);
@@ -84,16 +89,15 @@ class JsonlSink final : public Sink {
   // ~5 us besides its bytes (the inode's times, the journal), and 256 KiB
   // appends cost ~15 % less per byte than 92 KiB ones here.
   static constexpr std::size_t kWriteFrom = 256 << 10;
-  void export_events(std::span<const Event> batch) noexcept override {
+  void export_events_impl(std::span<const Event> batch) {
     for (const Event& e : batch) {
       format_event(e);
       if (detail::yield_due()) sched_yield();  // formatting 512 events takes ~50 us (yield_point.hpp)
     }
     if (buf_.size() >= kWriteFrom) write_out();
   }
-  void write_pending() noexcept { write_out(); }
 
-  void export_metrics(const MetricsSnapshot& s) noexcept override {
+  void export_metrics_impl(const MetricsSnapshot& s) {
     for (const MetricSample& m : s.metrics) {
       begin_line("metric", s.wall_ns, s.mono_ns, s.step, 0);
       field_str("name", m.name);
@@ -132,17 +136,37 @@ class JsonlSink final : public Sink {
     write_out();
   }
 
+  // The Sink interface. Each entry point is an exception boundary: an
+  // allocation failure drops what was being formatted (counted: errors(),
+  // lines dropped) and never reaches std::terminate through noexcept.
+  void start(const RunInfo& info) noexcept override { guarded([&] { start_impl(info); }); }
+  void export_events(std::span<const Event> batch) noexcept override {
+    guarded([&] { export_events_impl(batch); });
+  }
+  void export_metrics(const MetricsSnapshot& s) noexcept override { guarded([&] { export_metrics_impl(s); }); }
   bool flush(Deadline) noexcept override {
-    write_out();
+    guarded([&] { write_out(); });
     return true;
   }
-
   void shutdown(Deadline deadline, const Stats& st) noexcept override {
+    guarded([&] { shutdown_impl(deadline, st); });
+    if (fd_ >= 0) {  // closed even when the last lines could not be formatted
+      ::close(fd_);
+      fd_ = -1;
+    }
+  }
+  void before_exit() noexcept override { guarded([&] { before_exit_impl(); }); }
+  void write_pending() noexcept { guarded([&] { write_out(); }); }
+
+  void shutdown_impl(Deadline deadline, const Stats& st) {
     const std::uint64_t mono = detail_mono_now();
+    write_out();  // the last events (or, on a full disk, their count)
     begin_line("run_end", detail_wall_now(), mono, -1, 0);
     stats_fields(st);
+    if (dropped_lines_ != 0) fmt::format_to(fmt::appender(buf_), ",\"run_log_lines_dropped\":{}", dropped_lines_);
     end_line();
-    write_out();
+    if (stopped_) write_reserved();  // kTailReserve keeps room for it
+    else write_out();
     // An error line another thread is writing inline (log.cpp) must land
     // before the file is shrunk and closed; past the deadline, keep the blocks.
     if (detail::wait_inline_writers(deadline)) release_reserve();
@@ -153,10 +177,35 @@ class JsonlSink final : public Sink {
     }
   }
 
+  // The 1 MiB reserved ahead of the log is given back, as at shutdown. A line
+  // another thread is writing inline must not be cut by the shrink: inline
+  // writes pause (they skip the file for these microseconds) and resume.
+  void before_exit_impl() {
+    write_out();
+    const int inline_fd = detail::g_runlog_fd.exchange(-1);
+    if (detail::wait_inline_writers(std::chrono::steady_clock::now() + std::chrono::milliseconds(100))) {
+      release_reserve();
+    }
+    if (inline_fd >= 0) detail::g_runlog_fd.store(inline_fd);
+  }
+
   std::uint64_t errors() const noexcept override { return errors_; }
   int fd() const { return fd_; }
 
  private:
+  template <typename Fn>
+  void guarded(Fn&& fn) noexcept {
+    try {
+      fn();
+    } catch (...) {
+      ++errors_;
+      dropped_lines_ += pending_lines_;
+      pending_lines_ = 0;
+      pending_step_ = -1;
+      buf_.clear();
+    }
+  }
+
   static std::uint64_t detail_mono_now() {
     timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -169,7 +218,15 @@ class JsonlSink final : public Sink {
   }
 
   void begin_line(const char* kind, std::uint64_t wall, std::uint64_t mono, std::int64_t step, std::int32_t tid) {
+    note_line(step);
     fmt_.begin(buf_, kind, wall, mono, step, tid);
+  }
+  void note_line(std::int64_t step) {
+    ++pending_lines_;
+    if (step >= 0) {
+      last_step_ = std::max(last_step_, step);
+      if (pending_step_ < 0) pending_step_ = step;
+    }
   }
   void end_line() { buf_.append(std::string_view("}\n")); }
   void field_str(const char* key, std::string_view v) {
@@ -185,40 +242,124 @@ class JsonlSink final : public Sink {
   }
   void format_event(const Event& e) {
     if (e.written_inline) return;  // an error the calling thread already wrote
+    note_line(e.step);
     fmt_.format(e, buf_);
     buf_.push_back('\n');
   }
 
   // One write(2) of whole lines. On failure the batch is dropped and counted;
   // the file keeps every line written before.
+  //
+  // A full disk stops the log cleanly instead of tearing it: blocks are
+  // reserved ahead (below) with kTailReserve always kept back, so when no
+  // more can be reserved the log ends with a whole `log_stopped` line (why, at
+  // which step) written into that reserve, the console says so at once, the
+  // heartbeat carries it, and later lines are dropped and counted. Every 5 s
+  // the sink tries again; when space is back it writes `log_resumed` (with the
+  // count of lines lost) and goes on. run_end always fits in the reserve.
   void write_out() {
     if (buf_.size() == 0) return;
-    reserve_ahead(buf_.size());
-    if (fd_ < 0 || !write_all(fd_, buf_.data(), buf_.size())) {
-      ++errors_;
-    } else {
-      end_ += static_cast<off_t>(buf_.size());
+    if (stopped_ && !try_resume()) {
+      drop_pending();
+      return;
     }
+    if (!room_for(buf_.size())) {
+      drop_pending();
+      stop(ENOSPC);
+      return;
+    }
+    if (fd_ < 0 || !write_all(fd_, buf_.data(), buf_.size())) {
+      const int err = fd_ < 0 ? EBADF : errno;
+      ++errors_;
+      drop_pending();
+      if (fd_ >= 0) stop(err);  // no space without fallocate, a quota, an I/O error
+      return;
+    }
+    end_ += static_cast<off_t>(buf_.size());
+    pending_lines_ = 0;
+    pending_step_ = -1;
     buf_.clear();
+  }
+  void drop_pending() {
+    dropped_lines_ += pending_lines_;
+    detail::run_log_health().lines_dropped.store(dropped_lines_, std::memory_order_relaxed);
+    pending_lines_ = 0;
+    buf_.clear();
+  }
+  // Writes what is in buf_ (one marker or run_end line) into the tail reserve.
+  void write_reserved() {
+    if (fd_ >= 0 && write_all(fd_, buf_.data(), buf_.size())) end_ += static_cast<off_t>(buf_.size());
+    else ++errors_;
+    pending_lines_ = 0;
+    pending_step_ = -1;
+    buf_.clear();
+  }
+  void stop(int err) {
+    if (stopped_) return;
+    stopped_ = true;
+    retry_at_ = std::chrono::steady_clock::now() + kRetryEvery;
+    const std::int64_t step = pending_step_ >= 0 ? pending_step_ : last_step_;
+    pending_step_ = -1;
+    begin_line("log_stopped", detail_wall_now(), detail_mono_now(), step, 0);
+    field_str("error", std::strerror(err));
+    fmt::format_to(fmt::appender(buf_), ",\"errno\":{},\"lines_dropped\":{}", err, dropped_lines_);
+    end_line();
+    write_reserved();
+    auto& h = detail::run_log_health();
+    h.since_step.store(step, std::memory_order_relaxed);
+    h.error.store(err, std::memory_order_release);
+    std::fprintf(stderr,
+                 "[rankscope] rank %d: run log %s stopped at step %lld: %s. Training goes on; rankscope drops and "
+                 "counts its events until the file can be written again (retried every 5 s).\n",
+                 rank_, path_.c_str(), static_cast<long long>(step), std::strerror(err));
+  }
+  bool try_resume() {
+    const auto now = std::chrono::steady_clock::now();
+    if (now < retry_at_) return false;
+    retry_at_ = now + kRetryEvery;
+    if (can_reserve_ && !room_for(buf_.size() + kReserveStep)) return false;  // still full
+    stopped_ = false;
+    std::string pending(buf_.data(), buf_.size());  // the lines waiting go after the marker
+    buf_.clear();
+    begin_line("log_resumed", detail_wall_now(), detail_mono_now(), last_step_, 0);
+    fmt::format_to(fmt::appender(buf_), ",\"lines_dropped\":{}", dropped_lines_);
+    end_line();
+    buf_.append(pending);
+    detail::run_log_health().error.store(0, std::memory_order_release);
+    std::fprintf(stderr, "[rankscope] rank %d: run log %s resumed at step %lld (%llu lines were dropped)\n", rank_,
+                 path_.c_str(), static_cast<long long>(last_step_), static_cast<unsigned long long>(dropped_lines_));
+    return true;
   }
 
   // Disk blocks are reserved ahead of the log, kReserveStep at a time, with
   // fallocate(KEEP_SIZE): readers see the same file, and appends land in
   // allocated blocks instead of taking ext4's per-page delayed-allocation
   // path, about a quarter less kernel CPU per byte written (see
-  // benchmarks/README.md). A filesystem without fallocate, or a full disk,
-  // simply ends the reserving; the writes themselves are unchanged.
+  // benchmarks/README.md). Returns whether `n` more bytes fit with the tail
+  // reserve kept back; a filesystem without fallocate always says yes (its
+  // writes find out for themselves).
   static constexpr off_t kReserveStep = off_t{1} << 20;
-  void reserve_ahead(std::size_t n) {
-    if (!reserving_ || fd_ < 0 || end_ + static_cast<off_t>(n) <= reserved_) return;
+  static constexpr off_t kTailReserve = off_t{16} << 10;
+  static constexpr auto kRetryEvery = std::chrono::seconds(5);
+  bool room_for(std::size_t n) {
+    if (!can_reserve_ || fd_ < 0) return true;
+    const off_t need = end_ + static_cast<off_t>(n) + kTailReserve;
+    if (need <= reserved_) return true;
     const off_t from = std::max(reserved_, end_);
-    const off_t len = (static_cast<off_t>(n) / kReserveStep + 1) * kReserveStep;
     reserved_any_ = true;  // even a failed call (ENOSPC) may leave blocks allocated
-    if (::fallocate(fd_, FALLOC_FL_KEEP_SIZE, from, len) != 0) {
-      reserving_ = false;
-      return;
+    if (::fallocate(fd_, FALLOC_FL_KEEP_SIZE, from, ((need - from) / kReserveStep + 1) * kReserveStep) == 0) {
+      reserved_ = from + ((need - from) / kReserveStep + 1) * kReserveStep;
+      return true;
     }
-    reserved_ = from + len;
+    if (errno != ENOSPC && errno != EDQUOT) {
+      can_reserve_ = false;  // not supported here: plain appends
+      return true;
+    }
+    if (::fallocate(fd_, FALLOC_FL_KEEP_SIZE, from, need - from) == 0) {  // nearly full: just what is needed
+      reserved_ = need;
+      return true;
+    }
+    return false;
   }
   // At the end, what was reserved past the last line is given back
   // (ftruncate to the file's own size frees blocks past the end).
@@ -231,10 +372,16 @@ class JsonlSink final : public Sink {
 
   int fd_;
   std::string path_;
+  int rank_ = 0;
   off_t end_ = 0;       // where this sink's next write lands (other writers' lines aside)
   off_t reserved_ = 0;  // blocks are reserved up to here
-  bool reserving_ = true;
+  bool can_reserve_ = true;    // fallocate works on this filesystem
   bool reserved_any_ = false;  // fallocate was called: blocks past the end may exist
+  bool stopped_ = false;       // the disk was full: lines are dropped until a retry succeeds
+  std::chrono::steady_clock::time_point retry_at_{};
+  std::uint64_t pending_lines_ = 0, dropped_lines_ = 0;
+  std::int64_t pending_step_ = -1;  // the step of the first line in buf_
+  std::int64_t last_step_ = -1;     // the newest step seen
   std::uint64_t errors_ = 0;
   fmt::memory_buffer buf_;
   detail::EventFormatter fmt_;
@@ -253,6 +400,11 @@ absl::StatusOr<std::shared_ptr<Sink>> make_jsonl_sink(const std::string& path) {
 }
 
 namespace detail {
+RunLogHealth& run_log_health() {
+  static auto* h = new RunLogHealth;  // leaked: read by exit-time heartbeats
+  return *h;
+}
+
 int jsonl_sink_fd(const Sink& s) {
   const auto* j = dynamic_cast<const JsonlSink*>(&s);
   return j != nullptr ? j->fd() : -1;

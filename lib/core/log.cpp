@@ -161,13 +161,21 @@ namespace detail {
 namespace {
 constexpr std::size_t kMaxPayload = 4096;
 
-// `"key":value` members, comma-separated, into a fixed buffer (truncated).
+// `"key":value` members, comma-separated, into a fixed buffer of `cap` bytes.
+// What does not fit is cut at a member boundary, never inside one: a string
+// value keeps the UTF-8-safe prefix that fits and ends in "…", later members
+// are dropped, and `"fields_truncated":true` says so.
 std::size_t fields_json(std::initializer_list<Field> fields, char* out, std::size_t cap) {
+  static constexpr std::string_view kEllipsis = "\xe2\x80\xa6";  // …
+  const std::size_t room = cap - kFieldsTruncated.size() - 1;
   fmt::memory_buffer b;
+  bool cut = false;
   for (const Field& f : fields) {
-    if (b.size() != 0) b.push_back(',');
+    const std::size_t start = b.size();
+    if (start != 0) b.push_back(',');
     json_escape_to(b, f.key != nullptr ? f.key : "");
     b.push_back(':');
+    const std::size_t value_at = b.size();
     switch (f.type) {
       case Field::Type::kInt: fmt::format_to(fmt::appender(b), "{}", f.i); break;
       case Field::Type::kUInt: fmt::format_to(fmt::appender(b), "{}", f.u); break;
@@ -175,6 +183,24 @@ std::size_t fields_json(std::initializer_list<Field> fields, char* out, std::siz
       case Field::Type::kBool: b.append(std::string_view(f.b ? "true" : "false")); break;
       case Field::Type::kString: json_escape_to(b, f.s); break;
     }
+    if (b.size() <= room) continue;
+    cut = true;
+    // Dropping `over` raw bytes drops at least `over` escaped ones.
+    const std::size_t over = b.size() - room + kEllipsis.size();
+    if (f.type == Field::Type::kString && value_at + 2 + kEllipsis.size() < room && f.s.size() > over) {
+      b.resize(value_at);
+      json_escape_to(b, f.s.substr(0, utf8_prefix(f.s, f.s.size() - over)));
+      b.resize(b.size() - 1);  // the closing quote
+      b.append(kEllipsis);
+      b.push_back('"');
+    } else {
+      b.resize(start);
+    }
+    break;
+  }
+  if (cut) {
+    if (b.size() != 0) b.push_back(',');
+    b.append(kFieldsTruncated);
   }
   const std::size_t n = std::min(b.size(), cap);
   std::memcpy(out, b.data(), n);
@@ -216,10 +242,15 @@ void emit_payload(RecordKind kind, Level level, const LogSite* site, std::uint16
   ThreadState* st = thread_state();
   if (st == nullptr) return;
   char payload[kMaxPayload];
-  const std::size_t msg_n = std::min(text.size(), kMaxPayload / 2);
+  const std::size_t msg_n = utf8_prefix(text, kMaxPayload / 2);
   std::memcpy(payload, text.data(), msg_n);
-  const std::size_t fld_n = std::min(fields.size(), kMaxPayload - msg_n);
+  std::size_t fld_n = json_members_prefix(fields, kMaxPayload - msg_n - kFieldsTruncated.size() - 1);
   if (fld_n != 0) std::memcpy(payload + msg_n, fields.data(), fld_n);
+  if (fld_n < fields.size()) {  // cut at a member boundary, and said so
+    if (fld_n != 0) payload[msg_n + fld_n++] = ',';
+    std::memcpy(payload + msg_n + fld_n, kFieldsTruncated.data(), kFieldsTruncated.size());
+    fld_n += kFieldsTruncated.size();
+  }
   const std::uint64_t t = now_ticks();
   const std::int64_t step = g_step.load(std::memory_order_relaxed);
   if (write_now) {

@@ -129,6 +129,14 @@ class MetricRegistry {
 double Counter::value() const noexcept { return detail::registry().slot_sum(slot_); }
 
 Histogram::Snapshot Histogram::snapshot() const noexcept {
+  try {
+    return snapshot_or_throw();
+  } catch (...) {  // out of memory: an empty snapshot, never std::terminate
+    return {};
+  }
+}
+
+Histogram::Snapshot Histogram::snapshot_or_throw() const {
   Snapshot s;
   s.bounds = bounds_;
   const std::uint32_t nb = static_cast<std::uint32_t>(bounds_.size());

@@ -206,7 +206,7 @@ bool Runtime::flush(std::chrono::milliseconds deadline) noexcept {
 Stats Runtime::stats() noexcept {
   Stats s;
   s.events_recorded = recorded_.load(std::memory_order_relaxed);
-  s.events_dropped = detail::registry().dropped_total();
+  s.events_dropped = detail::registry().dropped_total() + lost_.load(std::memory_order_relaxed);
   s.inactive_calls = g_inactive_calls.load(std::memory_order_relaxed);
   s.threads = detail::registry().threads_ever();
   s.export_errors = export_errors_.load(std::memory_order_relaxed);

@@ -40,6 +40,13 @@ extern std::atomic<int> g_runlog_fd;
 // false if the deadline passed first.
 bool wait_inline_writers(std::chrono::steady_clock::time_point deadline);
 int jsonl_sink_fd(const Sink& s);
+// Whether the run log is being written, for the heartbeat (jsonl_sink.cpp).
+struct RunLogHealth {
+  std::atomic<int> error{0};                 // the errno that stopped the log; 0 = writing
+  std::atomic<std::int64_t> since_step{-1};  // the step at which it stopped
+  std::atomic<std::uint64_t> lines_dropped{0};
+};
+RunLogHealth& run_log_health();
 // Writes the lines a JSONL sink holds back (nothing for other sinks); called
 // when a drain is complete.
 void jsonl_write_pending(Sink& s);
@@ -101,6 +108,10 @@ class Runtime {
 
  private:
   void run_background();
+  // One wake-up of the background thread; true once it has shut down.
+  bool background_iteration(std::vector<Event>& batch, std::chrono::microseconds& sleep,
+                            std::chrono::steady_clock::time_point& last_wake, double& rate, std::uint64_t& flush_seen);
+  void background_failed(std::vector<Event>& batch, const char* what) noexcept;
   std::size_t drain_all(std::vector<Event>& batch);
   void deliver(std::vector<Event>& batch);
   void write_pending();  // the end of a drain: sinks that hold lines back write them
@@ -150,6 +161,9 @@ class Runtime {
   detail::WatchdogConfig watchdog_cfg_;
   std::vector<Event> extra_;  // events derived while decoding (slow steps), delivered with the batch
   std::atomic<std::uint64_t> recorded_{0};
+  std::atomic<std::uint64_t> lost_{0};  // events lost to an exception in the background thread
+  std::chrono::steady_clock::time_point last_failure_report_{};  // background thread only
+  bool bg_failed_stop_ = false;  // background thread only: it failed while stopping
   // The background thread's CPU clock while it runs; its final reading after.
   std::atomic<bool> bg_clock_valid_{false};
   std::atomic<clockid_t> bg_clock_{0};

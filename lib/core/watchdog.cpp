@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 
 #include "flight.hpp"
 #include "json_util.hpp"
+#include "runtime_impl.hpp"
 #include "rankscope/export/jsonl.hpp"
 #include "rankscope/metrics.hpp"
 
@@ -237,12 +239,25 @@ bool Watchdog::tick(std::uint64_t now_mono, const TickClock& clock, const std::v
 }
 
 void Watchdog::finish(const TickClock& clock, const std::vector<ThreadState*>& threads) {
+  quiet_until_mono_ = 0;  // a clean shutdown after a survived signal still says "exited"
   write_heartbeat(monotonic_ns(), clock, threads, "exited");
-  if (!path_.empty()) remove_spare_file(path_);
+  before_exit();
+}
+
+void Watchdog::before_exit() noexcept {
+  // No heartbeat for the next 2 s, or the next one would leave a spare file
+  // behind the dying process; a program that survives its signal resumes
+  // beating after that (well within the 3 intervals a reader allows).
+  quiet_until_mono_ = monotonic_ns() + 2'000'000'000ull;
+  try {
+    if (!path_.empty()) remove_spare_file(path_);
+  } catch (...) {
+  }
 }
 
 void Watchdog::write_heartbeat(std::uint64_t now_mono, const TickClock& clock,
                                const std::vector<ThreadState*>& threads, const char* state) {
+  if (now_mono < quiet_until_mono_) return;  // the process is ending by a signal (before_exit)
   std::string inside_json;
   const std::string inside = describe_inside(now_ticks(), clock, threads, inside_json);
   const std::int64_t offset = static_cast<std::int64_t>(realtime_ns()) - static_cast<std::int64_t>(monotonic_ns());
@@ -267,6 +282,15 @@ void Watchdog::write_heartbeat(std::uint64_t now_mono, const TickClock& clock,
   json_escape_to(b, inside);
   b.push_back(',');
   b.append(inside_json);
+  // A run log that stopped (a full disk) is said here too: this small file is
+  // rewritten in place, so it is still written when the log no longer can be.
+  const RunLogHealth& log = run_log_health();
+  if (const int err = log.error.load(std::memory_order_acquire); err != 0) {
+    b.append(std::string_view(",\"run_log\":{\"error\":"));
+    json_escape_to(b, std::strerror(err));
+    fmt::format_to(it, ",\"errno\":{},\"since_step\":{},\"lines_dropped\":{}}}", err,
+                   log.since_step.load(std::memory_order_relaxed), log.lines_dropped.load(std::memory_order_relaxed));
+  }
   b.append(std::string_view("}\n"));
   const std::string doc(b.data(), b.size());
   if (!path_.empty()) (void)write_file_atomic(path_, doc, /*durable=*/false);

@@ -39,6 +39,8 @@ class Watchdog {
             std::vector<Event>& out);
   // Final heartbeat at shutdown: state "exited".
   void finish(const TickClock& clock, const std::vector<ThreadState*>& threads);
+  // The process is ending by a signal: remove the heartbeat's spare file.
+  void before_exit() noexcept;
   HeartbeatStatus status();
   void set_publisher(std::function<void(std::string_view)> fn);
 
@@ -74,6 +76,7 @@ class Watchdog {
   std::mutex publisher_mu_;
   std::function<void(std::string_view)> publisher_;  // Requires publisher_mu_ held.
   std::uint64_t publish_errors_ = 0;
+  std::uint64_t quiet_until_mono_ = 0;  // no heartbeat writes before this (a terminating signal)
   std::mutex status_mu_;
   HeartbeatStatus status_;  // Requires status_mu_ held.
 };

@@ -1,5 +1,8 @@
 // A minimal HTTP/1.0 server for GET endpoints (Prometheus /metrics): one
-// thread, one connection at a time, Connection: close.
+// thread multiplexing up to kMaxConnections non-blocking connections with
+// poll(2), Connection: close. Idle or slow clients cannot delay a scrape:
+// each connection only costs a slot, a slot idle for kIdleTimeout is closed,
+// and when every slot is taken the longest-idle connection makes room.
 //
 // Why not civetweb (prometheus-cpp's Exposer)? Debian's civetweb creates its
 // threads with a small fixed stack size, which glibc refuses in any process
@@ -33,9 +36,16 @@ class HttpServer {
   HttpServer& operator=(const HttpServer&) = delete;
 
  private:
+  struct Connection;
+  static constexpr std::size_t kMaxConnections = 256;
+  static constexpr int kIdleTimeoutMs = 10'000;
+
   HttpServer(int fd, int port);
   void run();
-  void handle(int conn);
+  void serve_round(std::vector<Connection>& conns);
+  void accept_pending(std::vector<Connection>& conns);
+  // The whole response to a complete request header.
+  std::string respond(const std::string& request);
 
   int fd_;
   int port_;

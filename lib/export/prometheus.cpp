@@ -90,41 +90,62 @@ class PrometheusSink final : public Sink {
     });
   }
 
+  // Every entry point catches: an allocation failure is counted, never
+  // thrown into the background thread (these are noexcept).
   void start(const RunInfo& info) noexcept override {
-    std::lock_guard<std::mutex> lk(mu_);
-    labels_ = {{"host", info.context.host},
-               {"local_rank", std::to_string(info.context.local_rank)},
-               {"rank", std::to_string(info.context.rank)},
-               {"run_id", info.context.run_id}};
-    restarts_ = info.context.restart_count;
-    rank_ = info.context.rank;
-    last_update_ = now_seconds();
+    try {
+      std::lock_guard<std::mutex> lk(mu_);
+      labels_ = {{"host", info.context.host},
+                 {"local_rank", std::to_string(info.context.local_rank)},
+                 {"rank", std::to_string(info.context.rank)},
+                 {"run_id", info.context.run_id}};
+      restarts_ = info.context.restart_count;
+      rank_ = info.context.rank;
+      last_update_ = now_seconds();
+    } catch (...) {
+      ++errors_;
+    }
   }
 
   void export_events(std::span<const Event> batch) noexcept override {
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      last_update_ = now_seconds();
-      for (const Event& e : batch) observe(e);
+    try {
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        last_update_ = now_seconds();
+        for (const Event& e : batch) observe(e);
+      }
+      maybe_write_textfile(false);
+    } catch (...) {
+      ++errors_;
     }
-    maybe_write_textfile(false);
   }
 
   void export_metrics(const MetricsSnapshot& snap) noexcept override {
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      last_update_ = now_seconds();
-      snapshot_ = snap;
+    try {
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        last_update_ = now_seconds();
+        snapshot_ = snap;
+      }
+      maybe_write_textfile(false);
+    } catch (...) {
+      ++errors_;
     }
-    maybe_write_textfile(false);
   }
 
   void shutdown(Deadline, const Stats& final_stats) noexcept override {
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      snapshot_.stats = final_stats;
+    try {
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        snapshot_.stats = final_stats;
+      }
+      maybe_write_textfile(true);
+    } catch (...) {
+      ++errors_;
     }
-    maybe_write_textfile(true);
+    before_exit();
+  }
+  void before_exit() noexcept override {
     try {
       if (!o_.textfile_dir.empty()) remove_spare_file(textfile_path());
     } catch (...) {

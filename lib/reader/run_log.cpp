@@ -61,6 +61,7 @@ bool decode(simdjson::dom::parser& parser, const char* p, std::size_t n, LogEven
         break;
       case 'e':
         if (k == "events_dropped" && v.get_uint64().get(u64) == SUCCESS) e.events_dropped = u64;
+        else if (k == "error" && kind == "log_stopped") str(e.msg);
         else if (k == "events_recorded" && v.get_uint64().get(u64) == SUCCESS) e.events_recorded = u64;
         else if (k == "environment" && kind == "run_start") {
           simdjson::dom::object env;
@@ -102,6 +103,8 @@ bool decode(simdjson::dom::parser& parser, const char* p, std::size_t n, LogEven
         else if (k == "loss") {
           if (v.get_double().get(d) == SUCCESS) e.loss = d;
           else if (v.get_string().get(sv) == SUCCESS) e.loss = sv == "NaN" ? NAN : (sv == "-Infinity" ? -INFINITY : INFINITY);
+        } else if (k == "lines_dropped" && v.get_uint64().get(u64) == SUCCESS) {
+          e.count = u64;  // log_stopped, log_resumed
         }
         break;
       case 'm':

@@ -66,6 +66,12 @@ bool parse(const std::string& path, std::uint64_t now, RankHeartbeat& hb) {
                               get<std::uint64_t>(c, "age_ns", 0)});
     }
   }
+  simdjson::dom::element log;
+  if (doc["run_log"].get(log) == simdjson::SUCCESS) {
+    hb.run_log_error = std::string(get<std::string_view>(log, "error", "write error"));
+    hb.run_log_since_step = get<std::int64_t>(log, "since_step", -1);
+    hb.run_log_lines_dropped = get<std::uint64_t>(log, "lines_dropped", 0);
+  }
   // The file's ages are as of its writing; the live ones grow since.
   return true;
 }
@@ -171,7 +177,18 @@ void classify(StatusReport& r) {
                             n - static_cast<int>(exited.size() + missing.size()), n);
   }
   if (!dead.empty() && !stalled.empty()) r.verdict += fmt::format(" (and rank{} {} not alive)", dead.size() > 1 ? "s" : "", rank_list(dead));
-  r.exit_code = (dead.empty() && stalled.empty() && slow.empty() && missing.empty()) ? 0 : 1;
+  std::vector<int> log_stopped;
+  for (const auto& h : r.ranks) {
+    if (h.run_log_error.empty()) continue;
+    log_stopped.push_back(h.rank);
+    r.findings.push_back(fmt::format("rank {}: run log stopped at step {}: {} ({} lines dropped so far); training goes on",
+                                     h.rank, h.run_log_since_step, h.run_log_error, h.run_log_lines_dropped));
+  }
+  if (!log_stopped.empty()) {
+    r.verdict += fmt::format("; run log of rank{} {} stopped: {}", log_stopped.size() > 1 ? "s" : "",
+                             rank_list(log_stopped), r.ranks[static_cast<std::size_t>(log_stopped.front())].run_log_error);
+  }
+  r.exit_code = (dead.empty() && stalled.empty() && slow.empty() && missing.empty() && log_stopped.empty()) ? 0 : 1;
 }
 
 }  // namespace

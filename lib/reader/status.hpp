@@ -31,6 +31,9 @@ struct RankHeartbeat {
   std::string host, inside;
   std::vector<OpenPhaseInfo> phases;
   std::vector<InFlight> in_flight;
+  std::string run_log_error;  // the run log stopped (a full disk): why, since which step
+  std::int64_t run_log_since_step = -1;
+  std::uint64_t run_log_lines_dropped = 0;
   bool stalled() const { return alive && (state == "stalled" || progress_age_ns > stall_timeout_ns); }
 };
 

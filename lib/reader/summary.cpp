@@ -41,7 +41,8 @@ T median(std::vector<T>& v) {
 bool known_kind(std::string_view k) {
   static const std::set<std::string_view> kinds = {
       "run_start", "phase", "step_begin", "step_end", "collective", "comm_error", "log",  "progress",
-      "stall",     "stall_end", "slow_step", "metric", "stats",      "run_end",    "fact", "violation"};
+      "stall",     "stall_end", "slow_step", "metric", "stats",      "run_end",    "fact", "violation",
+      "log_stopped", "log_resumed"};
   return kinds.contains(k);
 }
 
@@ -188,6 +189,13 @@ RankDigest digest_rank(const std::string& path, const std::string& dump, int ran
           (*s)->ended = true;
           (*s)->stalled_ns = e.dur;
         }
+      }
+    } else if (e.kind == "log_stopped") {
+      if (!r.log_stopped) r.log_stopped = LogStopRecord{e.msg, e.step, e.t, false, 0, evidence(rank, e)};
+    } else if (e.kind == "log_resumed") {
+      if (r.log_stopped) {
+        r.log_stopped->resumed = true;
+        r.log_stopped->lines_dropped = e.count;
       }
     } else if (e.kind == "slow_step") {
       ++r.slow_steps;

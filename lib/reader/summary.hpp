@@ -63,6 +63,16 @@ struct StallRecord {
   EvidenceLine line;
 };
 
+/// The run log stopped being written (a full disk): log_stopped, or the heartbeat.
+struct LogStopRecord {
+  std::string error;            // strerror's text: "No space left on device"
+  std::int64_t step = -1;       // the step of the first line that could not be written
+  std::uint64_t t = 0;
+  bool resumed = false;         // a log_resumed followed: space came back
+  std::uint64_t lines_dropped = 0;  // lines lost while it was stopped (as of the resume)
+  EvidenceLine line;
+};
+
 /// Process threads and live communicators right after a restore (a `resume`
 /// fact), from the next `stats` line: growth across restores is the
 /// leaked-communicator signature.
@@ -94,6 +104,7 @@ struct RankSummary {
   // Watchdog and log facts.
   std::uint64_t stalls = 0, slow_steps = 0, errors = 0;
   std::optional<StallRecord> first_stall, last_stall;
+  std::optional<LogStopRecord> log_stopped;  // the first time its run log stopped
   std::string last_slow_phase, first_error;
   std::uint64_t first_error_t = 0;
   EvidenceLine first_error_line, last_line;

@@ -3,9 +3,11 @@
 #include <time.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <iterator>
 #include <map>
+#include <optional>
 #include <set>
 #include <tuple>
 
@@ -45,6 +47,23 @@ std::string fmt_time(std::uint64_t ns) {
 std::uint64_t aligned(const RankSummary& r, std::uint64_t t) {
   if (t == 0 || !r.clock_offset_ms) return t;
   return t - static_cast<std::uint64_t>(static_cast<std::int64_t>(std::llround(*r.clock_offset_ms * 1e6)));
+}
+
+// Where a rank's run log stopped: its own log_stopped line, else its
+// heartbeat (a filesystem without fallocate has no room left for the line).
+std::optional<LogStopRecord> log_stop_of(const RankSummary& r, const StatusReport* live) {
+  if (r.log_stopped) return r.log_stopped;
+  if (live == nullptr) return std::nullopt;
+  for (const auto& h : live->ranks) {
+    if (h.rank == r.rank && !h.run_log_error.empty()) {
+      LogStopRecord s;
+      s.error = h.run_log_error;
+      s.step = h.run_log_since_step;
+      s.lines_dropped = h.run_log_lines_dropped;
+      return s;
+    }
+  }
+  return std::nullopt;
 }
 
 // Desync: the violations the ranks recorded, plus the cross-rank rules
@@ -490,6 +509,17 @@ absl::StatusOr<TriageReport> triage(const std::string& run_dir, const TriageOpti
     if (rk.errors != 0) {
       f.push_back({"errors", {rk.rank}, fmt::format("rank {} logged {} error(s); first: {}", rk.rank, rk.errors, rk.first_error),
                    {}, aligned(rk, rk.first_error_t), -1, {rk.first_error_line}});
+    }
+    if (const auto stop = log_stop_of(rk, live)) {
+      std::string error = stop->error.empty() ? std::string("write error") : stop->error;
+      error[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(error[0])));
+      f.push_back({"run_log", {rk.rank},
+                   fmt::format("rank {}: run log truncated: {} at step {}{}", rk.rank, error, stop->step,
+                               stop->resumed ? fmt::format(" (resumed later; {} lines lost)", stop->lines_dropped)
+                                             : std::string(" (nothing after it was recorded)")),
+                   {"the events of that time are missing from the log: findings about it may be incomplete"},
+                   aligned(rk, stop->t), stop->step, stop->line ? std::vector<EvidenceLine>{stop->line}
+                                                                 : std::vector<EvidenceLine>{}});
     }
     if (rk.sessions > 1) {
       f.push_back({"restart", {rk.rank}, fmt::format("rank {} restarted {} time(s) (sessions in its log)", rk.rank,

@@ -18,7 +18,7 @@ namespace rankscope::reader {
 
 struct Finding {
   // hang, dead_rank, missing_rank, collective_mismatch, desync, straggler,
-  // stall, slow_steps, errors, resource_growth, restart
+  // stall, slow_steps, errors, resource_growth, restart, run_log
   std::string kind;
   std::vector<int> ranks;  // at fault (the culprits, not the ranks waiting for them)
   std::string summary;

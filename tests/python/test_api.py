@@ -162,11 +162,11 @@ def test_invariants_raise_or_record_by_policy(run_py, tmp_path):
         import os, rankscope
         rankscope.init(rank=0, world_size=1, run_dir=os.environ["RUN_DIR"])
         try:
-            rankscope.check_batch_math(micro_batch=8, grad_accum=2, data_parallel=2, global_batch=64)
+            rankscope.check_batch_math(micro_batch=8, grad_accum=2, data_parallel=2, global_batch=64, fail=True)
         except rankscope.InvariantViolation as e:
             print("raised:", e)
-        rankscope.check_batch_math(micro_batch=8, grad_accum=2, data_parallel=2, global_batch=64, fail=False)
-        acc = rankscope.BatchAccounting(dataset_size=1000, micro_batch=64, data_parallel=4)
+        rankscope.check_batch_math(micro_batch=8, grad_accum=2, data_parallel=2, global_batch=64)  # default: warn
+        acc = rankscope.BatchAccounting(dataset_size=1000, micro_batch=64, data_parallel=4, fail=True)
         print("expected", acc.expected_per_epoch)
         acc.start_epoch(0)
         acc.on_batch(0)
@@ -185,6 +185,25 @@ def test_invariants_raise_or_record_by_policy(run_py, tmp_path):
     assert "violations 3" in p.stdout
     facts = [e for e in events(tmp_path / "run") if e["kind"] == "fact"]
     assert {f["name"] for f in facts} >= {"batch_math", "sampler"}
+
+
+def test_batch_accounting_by_default_never_ends_training(run_py, tmp_path):
+    """The loop users write first: no start_epoch(), epochs restart at batch 0. One warning, no exception."""
+    p = run_py("""
+        import os, rankscope
+        rankscope.init(rank=0, world_size=1, run_dir=os.environ["RUN_DIR"])
+        acc = rankscope.BatchAccounting(dataset_size=512, micro_batch=64, data_parallel=2)
+        for epoch in range(3):
+            for i in range(4):
+                acc.on_batch(i)
+        acc.on_batch(2)  # a real repeat: recorded and warned, never raised by default
+        rankscope.shutdown()
+        print("survived, violations", rankscope.violation_count())
+    """)
+    assert "survived, violations 1" in p.stdout
+    assert p.stderr.count("start_epoch() was not called") == 1, p.stderr
+    warned = [e for e in events(tmp_path / "run") if e["kind"] == "log" and "start_epoch()" in e.get("msg", "")]
+    assert len(warned) == 1 and warned[0]["level"] == "warn"
 
 
 def test_cli_from_python(run_py, tmp_path):

@@ -122,6 +122,11 @@ class Sink {
   virtual void shutdown(Deadline deadline, const Stats& final_stats) noexcept {
     (void)deadline; (void)final_stats;
   }
+  /// The process is about to end by a signal (SIGTERM, a crash), after the
+  /// final flush: give back what is held for later (spare files, disk
+  /// reserved ahead of a file). If the program survives the signal, exports
+  /// go on as before.
+  virtual void before_exit() noexcept {}
   /// Failed writes so far (counted into Stats::export_errors).
   virtual std::uint64_t errors() const noexcept { return 0; }
 };
