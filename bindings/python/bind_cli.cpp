@@ -1,9 +1,12 @@
-// The command-line tools as functions, for `python -m rankscope triage|status|timeline|summary`.
+// The command-line tools: the `rankscope` command (_cli_main) and the same
+// reports as functions returning (text, exit code) for Python callers.
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <fstream>
 #include <sstream>
 
+#include "cli.hpp"
 #include "summary.hpp"
 #include "status.hpp"
 #include "timeline.hpp"
@@ -24,6 +27,14 @@ py::tuple run(Fn&& fn) {
 }
 
 void bind_cli(py::module_& m) {
+  // The `rankscope` command itself (lib/cli/cli.cpp): the pip-installed script
+  // and `python -m rankscope` run exactly what the installed binary runs.
+  m.def("_cli_main", [](const std::vector<std::string>& args) {
+    std::vector<const char*> argv;
+    for (const auto& a : args) argv.push_back(a.c_str());
+    py::gil_scoped_release release;
+    return rankscope::cli::run(static_cast<int>(argv.size()), argv.data());
+  }, "argv"_a);
   namespace r = rankscope::reader;
   using Out = std::pair<std::string, int>;
   auto failed = [](const absl::Status& st) { return Out{std::string(st.message()) + "\n", 2}; };
@@ -52,7 +63,7 @@ void bind_cli(py::module_& m) {
     return run([&]() -> Out {
       auto s = r::summarize_run(dir);
       if (!s.ok()) return failed(s.status());
-      return {json ? r::format_summary_json(*s) : r::format_summary(*s), 0};
+      return {json ? r::format_summary_json(*s) : r::format_summary(*s), r::summary_exit_code(*s)};
     });
   }, "run_dir"_a, "json"_a = false);
   m.def("_timeline", [failed](const std::string& dir, const std::string& out) {

@@ -47,6 +47,16 @@ void bind_invariants(py::module_& m) {
       "data_group"_a = -1, "fail"_a = false,
       "Records the sampler state; with an exchange, ranks must agree on seed/epoch and not share shards.");
   m.def(
+      "check_data",
+      [](std::uint64_t fingerprint, int data_group, bool fail) {
+        py::gil_scoped_release release;  // may wait on the exchange
+        const absl::Status st = rankscope::check_data(fingerprint, data_group, policy(fail));
+        py::gil_scoped_acquire acquire;
+        raise_if(st);
+      },
+      "fingerprint"_a, "data_group"_a = -1, "fail"_a = false,
+      "A batch's fingerprint: ranks of one data_group must agree, different groups must differ.");
+  m.def(
       "fingerprint_indices",
       [](const std::vector<std::int64_t>& idx, std::size_t first_k) { return rankscope::fingerprint_indices(idx, first_k); },
       "indices"_a, "first_k"_a = 1024, "FNV-1a of the first first_k indices (int64 little-endian).");

@@ -73,4 +73,20 @@ void bind_log(py::module_& m) {
   m.def(
       "log_enabled", [](int level) { return rankscope::detail::log_enabled(static_cast<rankscope::Level>(level)); },
       "level"_a, "Would a record at `level` (0 debug .. 4 fatal) be recorded? (skip building costly messages)");
+  // Levels by name, as RANKSCOPE_LOG_LEVEL spells them ("warning" as Python's logging does).
+  m.def(
+      "set_log_level",
+      [](const std::string& name) {
+        for (int l = 0; l <= 4; ++l) {
+          const auto level = static_cast<rankscope::Level>(l);
+          if (name == rankscope::level_name(level) || (name == "warning" && l == 2)) {
+            rankscope::set_log_level(level);
+            return;
+          }
+        }
+        throw py::value_error("set_log_level('" + name + "'): a level is debug, info, warning (or warn), error, fatal");
+      },
+      "level"_a, "Records below `level` are not recorded (debug, info, warning, error, fatal).");
+  m.def("log_level", [] { return std::string(rankscope::level_name(rankscope::log_level())); },
+        "The level below which records are not recorded.");
 }

@@ -93,6 +93,26 @@ void bind_runtime(py::module_& m) {
       },
       "rankscope's own counters: events recorded and dropped, export errors, calls before init or after\n"
       "shutdown, threads that recorded, and the CPU time (ns) its background thread used.");
+  m.def(
+      "heartbeat_status",
+      [] {
+        const auto h = rankscope::heartbeat_status();
+        return py::dict("stalled"_a = h.stalled, "progress_age_s"_a = std::chrono::duration<double>(h.progress_age).count(),
+                        "step"_a = h.step, "stalls"_a = h.stalls, "slow_steps"_a = h.slow_steps);
+      },
+      "This rank's liveness as its watchdog last saw it: stalled, seconds since progress, step, stalls, slow steps.");
+  m.def(
+      "last_step_breakdown",
+      [] {
+        const auto b = rankscope::last_step_breakdown();
+        py::dict by_kind;
+        for (int k = 0; k < rankscope::kPhaseKindCount; ++k) {
+          by_kind[py::str(std::string(rankscope::phase_kind_name(static_cast<rankscope::PhaseKind>(k))))] =
+              static_cast<double>(b.by_kind_ns[k]) * 1e-9;
+        }
+        return py::dict("step"_a = b.step, "total_s"_a = static_cast<double>(b.total_ns) * 1e-9, "by_kind_s"_a = by_kind);
+      },
+      "The last finished step's time by phase kind (seconds); other = step time outside any top-level phase.");
   m.def("begin_step", &rankscope::begin_step, "step"_a, "Marks the start of step `step` (stamps later events).");
   m.def("current_step", &rankscope::current_step);
   m.def("progress", &rankscope::progress, "Marks progress without a step (evaluation loops, long setup).");

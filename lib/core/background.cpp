@@ -15,6 +15,7 @@
 #include "flight.hpp"
 #include "rankscope/export/jsonl.hpp"
 #include "runtime_impl.hpp"
+#include "schema.hpp"
 #include "signals.hpp"
 #include "yield_point.hpp"
 
@@ -282,7 +283,7 @@ absl::StatusOr<std::string> Runtime::dump_now(std::string_view reason) {
   } catch (const std::exception& e) {
     return absl::ResourceExhaustedError(absl::StrCat("flight recorder dump failed: ", e.what()));
   }
-  const std::string path = absl::StrCat(run_dir_, "/rank-", context_.rank, ".flight.json");
+  const std::string path = schema::flight_path(run_dir_, context_.rank);
   if (auto st = write_file_atomic(path, doc); !st.ok()) return st;
   return path;
 }

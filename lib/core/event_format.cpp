@@ -7,8 +7,12 @@
 #include "decimal.hpp"
 #include "json_util.hpp"
 #include "rankscope/log.hpp"
+#include "schema.hpp"
 
 namespace rankscope::detail {
+
+using schema::Kind;
+using schema::kind_name;
 
 namespace {
 const char* result_name(CollectiveResult r) {
@@ -113,7 +117,7 @@ void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
       const std::string& name = quoted(e.site);
       const std::string* parent = e.parent != nullptr ? &quoted(e.parent) : nullptr;
       RawLine o(out, kBeginMost + 96 + name.size() + (parent ? parent->size() : 0));
-      begin_raw(o, clocks_, "phase", e.wall_ns, e.mono_ns, rank_, e.step, e.tid);
+      begin_raw(o, clocks_, kind_name(Kind::kPhase), e.wall_ns, e.mono_ns, rank_, e.step, e.tid);
       o << ",\"name\":" << name << ",\"phase_kind\":\"" << phase_kind_name(e.site->kind) << "\",\"dur\":";
       o.num(e.dur_ns) << ",\"depth\":";
       o.num(static_cast<int>(e.depth));
@@ -122,13 +126,13 @@ void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
     }
     case EventKind::kStepBegin: {
       RawLine o(out, kBeginMost);
-      begin_raw(o, clocks_, "step_begin", e.wall_ns, e.mono_ns, rank_, e.step, e.tid);
+      begin_raw(o, clocks_, kind_name(Kind::kStepBegin), e.wall_ns, e.mono_ns, rank_, e.step, e.tid);
       break;
     }
     case EventKind::kStepEnd: {
       const StepScalars& sc = e.scalars;
       RawLine o(out, kBeginMost + 48 + 3 * (16 + kJsonNumberMost) + 2 * (16 + 20) + 16);
-      begin_raw(o, clocks_, "step_end", e.wall_ns, e.mono_ns, rank_, e.step, e.tid);
+      begin_raw(o, clocks_, kind_name(Kind::kStepEnd), e.wall_ns, e.mono_ns, rank_, e.step, e.tid);
       if (e.dur_ns) (o << ",\"dur\":").num(e.dur_ns);
       if (sc.loss) (o << ",\"loss\":").number(*sc.loss);
       if (sc.lr) (o << ",\"lr\":").number(*sc.lr);
@@ -139,7 +143,7 @@ void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
       break;
     }
     case EventKind::kMark:
-      begin(out, "mark", e.wall_ns, e.mono_ns, e.step, e.tid);
+      begin(out, kind_name(Kind::kMark), e.wall_ns, e.mono_ns, e.step, e.tid);
       out.append(std::string_view(",\"name\":"));
       out.append(quoted(e.site));
       out.append(std::string_view(",\"value\":"));
@@ -153,7 +157,7 @@ void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
       {
         RawLine o(out, kBeginMost + 640 + op.size() + dtype.size() + json_escaped_most(comm) +
                            (phase != nullptr ? phase->size() : 0));
-        begin_raw(o, clocks_, "collective", e.wall_ns, e.mono_ns, rank_, e.step, e.tid);
+        begin_raw(o, clocks_, kind_name(Kind::kCollective), e.wall_ns, e.mono_ns, rank_, e.step, e.tid);
         o << ",\"op\":\"" << op << "\",\"comm\":";
         o.escaped(comm);
         (o << ",\"comm_id\":").num(e.comm != nullptr ? e.comm->id() : 0);
@@ -180,12 +184,14 @@ void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
       break;
     }
     case EventKind::kProgress:
-      begin(out, "progress", e.wall_ns, e.mono_ns, e.step, e.tid);
+      begin(out, kind_name(Kind::kProgress), e.wall_ns, e.mono_ns, e.step, e.tid);
       break;
     case EventKind::kStall:
     case EventKind::kStallEnd:
     case EventKind::kSlowStep:
-      begin(out, e.kind == EventKind::kStall ? "stall" : (e.kind == EventKind::kStallEnd ? "stall_end" : "slow_step"),
+      begin(out, kind_name(e.kind == EventKind::kStall      ? Kind::kStall
+                           : e.kind == EventKind::kStallEnd ? Kind::kStallEnd
+                                                             : Kind::kSlowStep),
             e.wall_ns, e.mono_ns, e.step, e.tid);
       fmt::format_to(it, FMT_COMPILE(",\"dur\":{}"), e.dur_ns);
       if (!e.text.empty()) {  // a stall: where the rank is
@@ -198,7 +204,7 @@ void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
       }
       break;
     case EventKind::kLog: {
-      begin(out, "log", e.wall_ns, e.mono_ns, e.step, e.tid);
+      begin(out, kind_name(Kind::kLog), e.wall_ns, e.mono_ns, e.step, e.tid);
       fmt::format_to(it, FMT_COMPILE(",\"level\":\"{}\",\"msg\":"), level_name(static_cast<Level>(e.depth)));
       json_escape_to(out, e.text);
       if (e.logger != nullptr) {
@@ -219,7 +225,7 @@ void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
       break;
     }
     case EventKind::kFact:
-      begin(out, "fact", e.wall_ns, e.mono_ns, e.step, e.tid);
+      begin(out, kind_name(Kind::kFact), e.wall_ns, e.mono_ns, e.step, e.tid);
       out.append(std::string_view(",\"name\":"));
       json_escape_to(out, e.text);
       out.append(std::string_view(",\"fields\":{"));
@@ -227,7 +233,7 @@ void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
       out.push_back('}');
       break;
     case EventKind::kViolation:
-      begin(out, "violation", e.wall_ns, e.mono_ns, e.step, e.tid);
+      begin(out, kind_name(Kind::kViolation), e.wall_ns, e.mono_ns, e.step, e.tid);
       fmt::format_to(it, FMT_COMPILE(",\"level\":\"{}\",\"msg\":"), level_name(static_cast<Level>(e.depth)));
       json_escape_to(out, e.text);
       if (!e.fields.empty()) {
@@ -236,7 +242,7 @@ void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
       }
       break;
     case EventKind::kCommError:
-      begin(out, "comm_error", e.wall_ns, e.mono_ns, e.step, e.tid);
+      begin(out, kind_name(Kind::kCommError), e.wall_ns, e.mono_ns, e.step, e.tid);
       out.append(std::string_view(",\"comm\":"));
       json_escape_to(out, e.comm != nullptr ? std::string_view(e.comm->name()) : std::string_view());
       fmt::format_to(it, FMT_COMPILE(",\"comm_id\":{},\"last_seq\":{}"), e.comm != nullptr ? e.comm->id() : 0,

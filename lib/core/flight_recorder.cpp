@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <memory>
 
+#include "schema.hpp"
 #include "flight.hpp"
 #include "json_util.hpp"
 #include "rankscope/config.hpp"
@@ -125,7 +126,7 @@ std::string build_flight_dump(const DumpInput& in, EventFormatter& fmt) {
   fmt::memory_buffer b;
   auto it = fmt::appender(b);
   fmt::format_to(it, "{{\n\"schema\":{},\"kind\":\"flight_recorder\",\"library_version\":\"{}\",\"reason\":",
-                 rankscope::kFlightRecorderSchema, RANKSCOPE_VERSION_STRING);
+                 schema::kFlightVersion, RANKSCOPE_VERSION_STRING);
   json_escape_to(b, in.reason);
   fmt::format_to(it, ",\"rank\":{},\"world_size\":{},\"local_rank\":{},\"pid\":{},\"run_id\":", c.rank, c.world_size,
                  c.local_rank, c.pid);

@@ -25,6 +25,7 @@
 #include "rankscope/config.hpp"
 #include "rankscope/export/jsonl.hpp"
 #include "runtime_impl.hpp"
+#include "schema.hpp"
 #include "yield_point.hpp"
 
 namespace rankscope {
@@ -62,7 +63,7 @@ class JsonlSink final : public Sink {
     fmt_.set_rank(info.context.rank);
     rank_ = info.context.rank;
     const RunContext& c = info.context;
-    begin_line("run_start", info.start_wall_ns, info.start_mono_ns, 0, 0);
+    begin_line(schema::kind_name(schema::Kind::kRunStart), info.start_wall_ns, info.start_mono_ns, 0, 0);
     auto out = fmt::appender(buf_);
     fmt::format_to(out, ",\"schema\":{},\"version\":\"{}\",\"world_size\":{},\"local_rank\":{},\"local_world_size\":{}",
                    RANKSCOPE_SCHEMA_VERSION, RANKSCOPE_VERSION_STRING, c.world_size, c.local_rank,
@@ -99,7 +100,7 @@ class JsonlSink final : public Sink {
 
   void export_metrics_impl(const MetricsSnapshot& s) {
     for (const MetricSample& m : s.metrics) {
-      begin_line("metric", s.wall_ns, s.mono_ns, s.step, 0);
+      begin_line(schema::kind_name(schema::Kind::kMetric), s.wall_ns, s.mono_ns, s.step, 0);
       field_str("name", m.name);
       fmt::format_to(fmt::appender(buf_), ",\"type\":\"{}\"", metric_type_name(m.type));
       if (!m.labels.empty()) {
@@ -130,7 +131,7 @@ class JsonlSink final : public Sink {
       }
       end_line();
     }
-    begin_line("stats", s.wall_ns, s.mono_ns, s.step, 0);
+    begin_line(schema::kind_name(schema::Kind::kStats), s.wall_ns, s.mono_ns, s.step, 0);
     stats_fields(s.stats);
     end_line();
     write_out();
@@ -161,7 +162,7 @@ class JsonlSink final : public Sink {
   void shutdown_impl(Deadline deadline, const Stats& st) {
     const std::uint64_t mono = detail_mono_now();
     write_out();  // the last events (or, on a full disk, their count)
-    begin_line("run_end", detail_wall_now(), mono, -1, 0);
+    begin_line(schema::kind_name(schema::Kind::kRunEnd), detail_wall_now(), mono, -1, 0);
     stats_fields(st);
     if (dropped_lines_ != 0) fmt::format_to(fmt::appender(buf_), ",\"run_log_lines_dropped\":{}", dropped_lines_);
     end_line();
@@ -217,7 +218,7 @@ class JsonlSink final : public Sink {
     return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
   }
 
-  void begin_line(const char* kind, std::uint64_t wall, std::uint64_t mono, std::int64_t step, std::int32_t tid) {
+  void begin_line(std::string_view kind, std::uint64_t wall, std::uint64_t mono, std::int64_t step, std::int32_t tid) {
     note_line(step);
     fmt_.begin(buf_, kind, wall, mono, step, tid);
   }
@@ -300,7 +301,7 @@ class JsonlSink final : public Sink {
     retry_at_ = std::chrono::steady_clock::now() + kRetryEvery;
     const std::int64_t step = pending_step_ >= 0 ? pending_step_ : last_step_;
     pending_step_ = -1;
-    begin_line("log_stopped", detail_wall_now(), detail_mono_now(), step, 0);
+    begin_line(schema::kind_name(schema::Kind::kLogStopped), detail_wall_now(), detail_mono_now(), step, 0);
     field_str("error", std::strerror(err));
     fmt::format_to(fmt::appender(buf_), ",\"errno\":{},\"lines_dropped\":{}", err, dropped_lines_);
     end_line();
@@ -321,7 +322,7 @@ class JsonlSink final : public Sink {
     stopped_ = false;
     std::string pending(buf_.data(), buf_.size());  // the lines waiting go after the marker
     buf_.clear();
-    begin_line("log_resumed", detail_wall_now(), detail_mono_now(), last_step_, 0);
+    begin_line(schema::kind_name(schema::Kind::kLogResumed), detail_wall_now(), detail_mono_now(), last_step_, 0);
     fmt::format_to(fmt::appender(buf_), ",\"lines_dropped\":{}", dropped_lines_);
     end_line();
     buf_.append(pending);

@@ -3,6 +3,7 @@
 #include "rankscope/runtime.hpp"
 
 #include "runtime_impl.hpp"
+#include "schema.hpp"
 
 #include <errno.h>
 #include <pthread.h>
@@ -96,7 +97,7 @@ absl::Status Runtime::init(const Config& cfg) {
   if (!set.ok()) return set.status();
   std::vector<std::shared_ptr<Sink>> sinks = cfg.sinks;
   if (!set->run_dir.empty()) {
-    auto sink = make_jsonl_sink(absl::StrCat(set->run_dir, "/rank-", set->context.rank, ".jsonl"));
+    auto sink = make_jsonl_sink(schema::run_log_path(set->run_dir, set->context.rank));
     if (!sink.ok()) return sink.status();
     sinks.insert(sinks.begin(), *sink);
   }
@@ -148,7 +149,7 @@ absl::Status Runtime::init(const Config& cfg) {
   }
 
   watchdog_.start(watchdog_cfg_, context_,
-                  run_dir_.empty() ? std::string() : absl::StrCat(run_dir_, "/rank-", context_.rank, ".heartbeat.json"),
+                  run_dir_.empty() ? std::string() : schema::heartbeat_path(run_dir_, context_.rank),
                   mono0);
   RunInfo info{context_, run_dir_, clock_.source(), clock_.ticks_per_second(), wall0, mono0,
                detail::environment_json(context_)};

@@ -2,6 +2,7 @@
 // needs to know is decided here, before anything starts, so a bad value is an
 // error naming the variable and nothing half-started is left behind.
 #include "settings.hpp"
+#include "schema.hpp"
 
 #include <unistd.h>
 
@@ -233,7 +234,7 @@ absl::Status write_run_json(const std::string& run_dir, const RunContext& c, con
     json_escape_to(b, v);
   }
   b.append(std::string_view(first ? "}\n}\n" : "\n  }\n}\n"));
-  return write_file_atomic(run_dir + "/run.json", std::string(b.data(), b.size()));
+  return write_file_atomic(schema::run_json_path(run_dir), std::string(b.data(), b.size()));
 }
 
 }  // namespace rankscope::detail

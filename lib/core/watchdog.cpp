@@ -9,6 +9,7 @@
 #include "flight.hpp"
 #include "json_util.hpp"
 #include "runtime_impl.hpp"
+#include "schema.hpp"
 #include "rankscope/export/jsonl.hpp"
 #include "rankscope/metrics.hpp"
 
@@ -267,7 +268,7 @@ void Watchdog::write_heartbeat(std::uint64_t now_mono, const TickClock& clock,
   fmt::memory_buffer b;
   auto it = fmt::appender(b);
   fmt::format_to(it, "{{\"schema\":{},\"kind\":\"heartbeat\",\"rank\":{},\"world_size\":{},\"local_rank\":{},\"pid\":{}",
-                 kHeartbeatSchema, ctx_.rank, ctx_.world_size, ctx_.local_rank, ctx_.pid);
+                 schema::kHeartbeatVersion, ctx_.rank, ctx_.world_size, ctx_.local_rank, ctx_.pid);
   b.append(std::string_view(",\"host\":"));
   json_escape_to(b, ctx_.host);
   b.append(std::string_view(",\"run_id\":"));

@@ -35,8 +35,10 @@ bool decode(simdjson::dom::parser& parser, const char* p, std::size_t n, LogEven
   if (obj["kind"].get_string().get(kind) != SUCCESS) return false;
   e.clear();
   e.kind.assign(kind);
+  e.k = schema::kind_from_name(kind);  // decoded once; readers switch on it
   e.raw = std::string_view(p, n);
-  const bool fact = kind == "fact", violation = kind == "violation", stall = kind == "stall";
+  const bool fact = e.k == schema::Kind::kFact, violation = e.k == schema::Kind::kViolation,
+             stall = e.k == schema::Kind::kStall;
   for (auto field : obj) {
     const std::string_view k = field.key;
     const simdjson::dom::element v = field.value;
@@ -61,9 +63,9 @@ bool decode(simdjson::dom::parser& parser, const char* p, std::size_t n, LogEven
         break;
       case 'e':
         if (k == "events_dropped" && v.get_uint64().get(u64) == SUCCESS) e.events_dropped = u64;
-        else if (k == "error" && kind == "log_stopped") str(e.msg);
+        else if (k == "error" && e.k == schema::Kind::kLogStopped) str(e.msg);
         else if (k == "events_recorded" && v.get_uint64().get(u64) == SUCCESS) e.events_recorded = u64;
-        else if (k == "environment" && kind == "run_start") {
+        else if (k == "environment" && e.k == schema::Kind::kRunStart) {
           simdjson::dom::object env;
           if (v.get_object().get(env) != SUCCESS) break;
           if (env["cpu_affinity"].get_string().get(sv) == SUCCESS) e.cpu_affinity.assign(sv);

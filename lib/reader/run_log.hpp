@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "rankscope/runtime.hpp"
+#include "schema.hpp"
 
 namespace rankscope::reader {
 
@@ -20,6 +21,7 @@ namespace rankscope::reader {
 /// line itself for everything else.
 struct LogEvent {
   std::string kind;
+  schema::Kind k = schema::Kind::kUnknown;  // `kind`, decoded
   int rank = -1;
   std::int64_t step = -1;
   std::uint64_t t = 0;
@@ -56,6 +58,7 @@ struct LogEvent {
                            &level, &msg, &check, &what, &values_json, &cpu_affinity}) {
       s->clear();
     }
+    k = schema::Kind::kUnknown;
     rank = -1;
     step = -1;
     t = mono = dur = seq = count = line_no = 0;

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "schema.hpp"
 
 namespace rankscope::reader {
 namespace {
@@ -203,7 +204,7 @@ absl::StatusOr<StatusReport> read_status(const std::string& run_dir, std::uint64
   {
     simdjson::dom::parser p;
     simdjson::dom::element doc;
-    if (p.load(run_dir + "/run.json").get(doc) == simdjson::SUCCESS) {
+    if (p.load(schema::run_json_path(run_dir)).get(doc) == simdjson::SUCCESS) {
       const std::int64_t w = get<std::int64_t>(doc, "world_size", 0);
       r.world_size = w > 0 && w <= kMaxWorldSize ? static_cast<int>(w) : 0;  // else: not a world size
     }
@@ -211,13 +212,10 @@ absl::StatusOr<StatusReport> read_status(const std::string& run_dir, std::uint64
   std::map<int, RankHeartbeat> found;
   for (const auto& entry : fs::directory_iterator(run_dir, ec)) {
     const std::string name = entry.path().filename().string();
-    int rank = -1;
-    if (std::sscanf(name.c_str(), "rank-%d.heartbeat.json", &rank) != 1 ||
-        name != fmt::format("rank-{}.heartbeat.json", rank)) {
-      continue;
-    }
+    const auto rank = schema::rank_of_heartbeat(name);
+    if (!rank) continue;
     RankHeartbeat hb;
-    if (parse(entry.path().string(), now, hb)) found[rank] = hb;
+    if (parse(entry.path().string(), now, hb)) found[*rank] = hb;
   }
   if (found.empty()) {
     return absl::NotFoundError(absl::StrCat("no rank-<R>.heartbeat.json in '", run_dir, "' (is rankscope running there?)"));

@@ -16,6 +16,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "json_util.hpp"
 #include "rankscope/exchange.hpp"
 #include "step_breakdown.hpp"
 
@@ -38,13 +39,6 @@ T median(std::vector<T>& v) {
   return v[v.size() / 2];
 }
 
-bool known_kind(std::string_view k) {
-  static const std::set<std::string_view> kinds = {
-      "run_start", "phase", "step_begin", "step_end", "collective", "comm_error", "log",  "progress",
-      "stall",     "stall_end", "slow_step", "metric", "stats",      "run_end",    "fact", "violation",
-      "log_stopped", "log_resumed"};
-  return kinds.contains(k);
-}
 
 EvidenceLine evidence(int rank, const LogEvent& e) {
   return {rank, e.line_no, std::string(e.raw.substr(0, kEvidenceChars)) + (e.raw.size() > kEvidenceChars ? "..." : "")};
@@ -123,7 +117,7 @@ RankDigest digest_rank(const std::string& path, const std::string& dump, int ran
     return r.sessions > 1 ? fmt::format("{} (session {})", comm, r.sessions) : comm;
   };
   auto res = read_run_log(path, [&](const LogEvent& e) {
-    if (e.kind == "run_start") {  // always read: sessions and host frame the rest
+    if (e.k == schema::Kind::kRunStart) {  // always read: sessions and host frame the rest
       ++r.sessions;
       r.pid = e.pid;
       r.host = e.name;
@@ -140,16 +134,21 @@ RankDigest digest_rank(const std::string& path, const std::string& dump, int ran
     if (r.first_t == 0) r.first_t = e.t;
     r.last_t = std::max(r.last_t, e.t);
     r.last_line = evidence(rank, e);
-    if (e.kind == "phase") {
+    switch (e.k) {
+    case schema::Kind::kPhase: {
       ++r.phases;
       builder.on_phase(e.tid, e.depth, kind_from_name(e.phase_kind), e.mono, e.dur);
       if (e.t + e.dur >= last_phase_end) {
         last_phase_end = e.t + e.dur;
         r.last_phase = e.name;
       }
-    } else if (e.kind == "step_begin") {
+      break;
+    }
+    case schema::Kind::kStepBegin: {
       builder.on_step_begin(e.tid, e.step, e.mono);
-    } else if (e.kind == "step_end") {
+      break;
+    }
+    case schema::Kind::kStepEnd: {
       ++r.steps;
       if (r.first_step < 0) r.first_step = e.step;
       r.last_step = e.step;
@@ -159,15 +158,20 @@ RankDigest digest_rank(const std::string& path, const std::string& dump, int ran
         step_ms.push_back(static_cast<double>(b->total_ns) / 1e6);
         for (int k = 0; k < kPhaseKindCount; ++k) kind_ms[k].push_back(static_cast<double>(b->by_kind_ns[k]) / 1e6);
       }
-    } else if (e.kind == "collective") {
+      break;
+    }
+    case schema::Kind::kCollective: {
       const bool ok = e.result == "ok";
       d.colls[comm_key(e.comm)].push_back({e.seq, parse_fp(e.fingerprint), e.count, e.t,
                                            ok && !e.device_timing ? e.t + e.dur : 0, e.op, e.dtype,
                                            ok ? std::string("completed") : e.result});
-    } else if (e.kind == "stats" || e.kind == "run_end") {
+      break;
+    }
+    case schema::Kind::kStats:
+    case schema::Kind::kRunEnd: {
       if (e.events_recorded) r.events_recorded = *e.events_recorded;
       if (e.events_dropped) r.events_dropped = *e.events_dropped;
-      if (e.kind == "run_end") r.ended_cleanly = true;
+      if (e.k == schema::Kind::kRunEnd) r.ended_cleanly = true;
       if (e.os_threads) threads_now = e.os_threads;
       if (e.communicators) comms_now = e.communicators;
       if (restore_pending && e.os_threads) {
@@ -175,7 +179,9 @@ RankDigest digest_rank(const std::string& path, const std::string& dump, int ran
         r.restores.back().communicators = e.communicators.value_or(-1);
         restore_pending = false;
       }
-    } else if (e.kind == "stall") {
+      break;
+    }
+    case schema::Kind::kStall: {
       StallRecord s{e.t, e.t > e.dur ? e.t - e.dur : e.t, e.step, e.inside, e.name, e.op, e.comm, e.seq, false, 0,
                     evidence(rank, e)};
       if (r.stalls++ == 0) r.first_stall = s;
@@ -183,30 +189,42 @@ RankDigest digest_rank(const std::string& path, const std::string& dump, int ran
       if (!e.comm.empty() && e.seq != 0) {  // entered and never left: progress evidence
         d.colls[comm_key(e.comm)].push_back({e.seq, 0, e.count, e.t, 0, e.op, "", "in flight"});
       }
-    } else if (e.kind == "stall_end") {
+      break;
+    }
+    case schema::Kind::kStallEnd: {
       for (auto* s : {&r.first_stall, &r.last_stall}) {
         if (*s && !(*s)->ended) {
           (*s)->ended = true;
           (*s)->stalled_ns = e.dur;
         }
       }
-    } else if (e.kind == "log_stopped") {
+      break;
+    }
+    case schema::Kind::kLogStopped: {
       if (!r.log_stopped) r.log_stopped = LogStopRecord{e.msg, e.step, e.t, false, 0, evidence(rank, e)};
-    } else if (e.kind == "log_resumed") {
+      break;
+    }
+    case schema::Kind::kLogResumed: {
       if (r.log_stopped) {
         r.log_stopped->resumed = true;
         r.log_stopped->lines_dropped = e.count;
       }
-    } else if (e.kind == "slow_step") {
+      break;
+    }
+    case schema::Kind::kSlowStep: {
       ++r.slow_steps;
       r.last_slow_phase = e.grown_phase;
-    } else if (e.kind == "log") {
+      break;
+    }
+    case schema::Kind::kLog: {
       if ((e.level == "error" || e.level == "fatal") && r.errors++ == 0) {
         r.first_error_t = e.t;
         r.first_error = e.msg;
         r.first_error_line = evidence(rank, e);
       }
-    } else if (e.kind == "fact") {
+      break;
+    }
+    case schema::Kind::kFact: {
       FactRecord f{rank, std::max(r.sessions - 1, 0), e.name, 0, e.step, -1, e.t, {}};
       for (const auto& [k, v] : e.fields) {
         if (k == "seq") f.seq = std::strtoll(v.c_str(), nullptr, 10);
@@ -219,11 +237,19 @@ RankDigest digest_rank(const std::string& path, const std::string& dump, int ran
         restore_pending = true;
       }
       d.facts.push_back(std::move(f));
-    } else if (e.kind == "violation") {
+      break;
+    }
+    case schema::Kind::kViolation: {
       d.violations.push_back({rank, e.check, e.what, e.msg, e.level, e.values_json, e.ranks, e.step, e.t,
                               evidence(rank, e)});
-    } else if (!known_kind(e.kind)) {
+      break;
+    }
+    case schema::Kind::kUnknown: {
       ++r.unknown_kinds;
+      break;
+    }
+    default:
+      break;
     }
   });
   if (!res.ok()) {
@@ -456,14 +482,14 @@ void add_warnings(RunSummary& s) {
 }  // namespace
 
 std::string format_evidence(const EvidenceLine& e) {
-  return e ? absl::StrCat("rank-", e.rank, ".jsonl:", e.line, ": ", e.text) : std::string();
+  return e ? absl::StrCat(schema::run_log_name(e.rank), ":", e.line, ": ", e.text) : std::string();
 }
 
 std::uint64_t run_start_time(const std::string& run_dir) {
   simdjson::dom::parser p;
   simdjson::dom::element doc;
   std::uint64_t t = 0;
-  if (p.load(run_dir + "/run.json").get(doc) == simdjson::SUCCESS &&
+  if (p.load(schema::run_json_path(run_dir)).get(doc) == simdjson::SUCCESS &&
       doc["start_time_ns"].get_uint64().get(t) != simdjson::SUCCESS) {
     t = 0;
   }
@@ -482,13 +508,13 @@ absl::StatusOr<RunSummary> summarize_run(const std::string& run_dir, const Summa
     simdjson::dom::parser p;
     simdjson::dom::element doc;
     std::int64_t w = 0;
-    if (p.load(run_dir + "/run.json").get(doc) == simdjson::SUCCESS) {
+    if (p.load(schema::run_json_path(run_dir)).get(doc) == simdjson::SUCCESS) {
       if (doc["world_size"].get_int64().get(w) == simdjson::SUCCESS) {
         if (w > 0 && w <= (1 << 20)) out.world_size = static_cast<int>(w);
         else out.warnings.push_back(fmt::format("run.json: world_size {} is not a world size; ignored", w));
       }
       if (doc["start_time_ns"].get_uint64().get(out.start_time_ns) != simdjson::SUCCESS) out.start_time_ns = 0;
-    } else if (fs::exists(run_dir + "/run.json", ec)) {
+    } else if (fs::exists(schema::run_json_path(run_dir), ec)) {
       out.warnings.push_back("run.json is unreadable: world size unknown, missing ranks cannot be named");
     }
   }
@@ -501,7 +527,9 @@ absl::StatusOr<RunSummary> summarize_run(const std::string& run_dir, const Summa
   for (const auto& entry : fs::directory_iterator(run_dir, ec)) {
     const std::string name = entry.path().filename().string();
     int rank = -1;
-    if (std::sscanf(name.c_str(), "rank-%d.jsonl", &rank) != 1 || name != fmt::format("rank-{}.jsonl", rank)) continue;
+    const auto parsed = schema::rank_of_run_log(name);
+    if (!parsed) continue;
+    rank = *parsed;
     files.push_back({rank, entry.path().string(), static_cast<std::uint64_t>(entry.file_size(ec))});
   }
   if (files.empty()) return absl::NotFoundError(absl::StrCat("no rank-<R>.jsonl files in '", run_dir, "'"));
@@ -514,7 +542,7 @@ absl::StatusOr<RunSummary> summarize_run(const std::string& run_dir, const Summa
   out.reference_rank = files.front().rank;
   std::vector<RankDigest> digests(files.size());
   auto work = [&](std::size_t i) {
-    digests[i] = digest_rank(files[i].path, fmt::format("{}/rank-{}.flight.json", run_dir, files[i].rank),
+    digests[i] = digest_rank(files[i].path, schema::flight_path(run_dir, files[i].rank),
                              files[i].rank, opts);
     RankDigest& d = digests[i];
     if (d.status.ok()) d.sum.clock_offset_ms = merger.merge(files[i].rank, d.colls);
@@ -613,6 +641,12 @@ std::string format_summary(const RunSummary& s) {
   return o;
 }
 
+int summary_exit_code(const RunSummary& s) {
+  bool findings = !s.missing_ranks.empty();
+  for (const auto& c : s.communicators) findings |= c.mismatch_seq != 0 || !c.behind.empty();
+  return findings ? 1 : 0;
+}
+
 std::string format_summary_json(const RunSummary& s) {
   std::string o = fmt::format("{{\"world_size\":{},\"missing_ranks\":[{}],\"ranks\":[", s.world_size,
                               fmt::join(s.missing_ranks, ","));
@@ -631,8 +665,8 @@ std::string format_summary_json(const RunSummary& s) {
   o += "],\"communicators\":[";
   for (std::size_t i = 0; i < s.communicators.size(); ++i) {
     const auto& c = s.communicators[i];
-    o += fmt::format("{}{{\"comm\":\"{}\",\"max_seq\":{},\"ranks\":[{}],\"mismatch_seq\":{},\"behind\":[", i ? "," : "",
-                     c.comm, c.max_seq, fmt::join(c.ranks, ","), c.mismatch_seq);
+    o += fmt::format("{}{{\"comm\":{},\"max_seq\":{},\"ranks\":[{}],\"mismatch_seq\":{},\"behind\":[", i ? "," : "",
+                     detail::json_quoted(c.comm), c.max_seq, fmt::join(c.ranks, ","), c.mismatch_seq);
     for (std::size_t j = 0; j < c.behind.size(); ++j) {
       o += fmt::format("{}{{\"rank\":{},\"seq\":{}}}", j ? "," : "", c.behind[j].first, c.behind[j].second);
     }

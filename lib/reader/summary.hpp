@@ -167,6 +167,9 @@ struct RunSummary {
 absl::StatusOr<RunSummary> summarize_run(const std::string& run_dir, const SummaryOptions& opts = {});
 std::string format_summary(const RunSummary& s);
 std::string format_summary_json(const RunSummary& s);
+/// `rankscope summary`'s exit code: 1 when ranks are missing or collectives
+/// mismatch or stop short, else 0.
+int summary_exit_code(const RunSummary& s);
 
 /// Reads `run_dir`/run.json's start_time_ns (0 if absent).
 std::uint64_t run_start_time(const std::string& run_dir);

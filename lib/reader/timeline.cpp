@@ -32,10 +32,7 @@ absl::Status write_timeline(const std::string& run_dir, std::ostream& out, Timel
   std::vector<std::pair<int, std::string>> logs;
   for (const auto& entry : fs::directory_iterator(run_dir, ec)) {
     const std::string name = entry.path().filename().string();
-    int rank = -1;
-    if (std::sscanf(name.c_str(), "rank-%d.jsonl", &rank) == 1 && name == fmt::format("rank-{}.jsonl", rank)) {
-      logs.emplace_back(rank, entry.path().string());
-    }
+    if (const auto rank = schema::rank_of_run_log(name)) logs.emplace_back(*rank, entry.path().string());
   }
   if (logs.empty()) return absl::NotFoundError(fmt::format("no rank-<R>.jsonl files in '{}'", run_dir));
   std::sort(logs.begin(), logs.end());
@@ -63,7 +60,7 @@ absl::Status write_timeline(const std::string& run_dir, std::ostream& out, Timel
     auto res = read_run_log(path, [&](const LogEvent& e) {
       const int pid = rank;
       const std::int32_t tid = e.tid != 0 ? e.tid : 0;
-      if (e.kind == "run_start") {
+      if (e.k == schema::Kind::kRunStart) {
         host = e.name;
         emit(fmt::format(R"({{"ph":"M","name":"process_name","pid":{},"args":{{"name":{}}}}})", pid,
                          detail::json_quoted(fmt::format("rank {} ({})", rank, host))));
@@ -74,13 +71,13 @@ absl::Status write_timeline(const std::string& run_dir, std::ostream& out, Timel
         emit(fmt::format(R"({{"ph":"M","name":"thread_name","pid":{},"tid":{},"args":{{"name":{}}}}})", pid, tid,
                          detail::json_quoted(fmt::format("thread {}", tid))));
       }
-      if (e.kind == "phase") {
+      if (e.k == schema::Kind::kPhase) {
         ++st.slices;
         emit(fmt::format(R"({{"ph":"X","cat":"phase","name":{},"pid":{},"tid":{},"ts":{:.3f},"dur":{:.3f},)"
                          R"("args":{{"step":{},"phase_kind":{}}}}})",
                          detail::json_quoted(e.name), pid, tid, us(e.t), static_cast<double>(e.dur) / 1000.0, e.step,
                          detail::json_quoted(e.phase_kind)));
-      } else if (e.kind == "collective") {
+      } else if (e.k == schema::Kind::kCollective) {
         ++st.slices;
         const double ts = us(e.t);
         emit(fmt::format(R"({{"ph":"X","cat":"collective","name":{},"pid":{},"tid":{},"ts":{:.3f},"dur":{:.3f},)"
@@ -100,15 +97,15 @@ absl::Status write_timeline(const std::string& run_dir, std::ostream& out, Timel
                            R"("ts":{:.3f}}})",
                            flow_id(e.comm, e.seq, rank), pid, tid, mid));
         }
-      } else if (e.kind == "step_end") {
+      } else if (e.k == schema::Kind::kStepEnd) {
         ++st.instants;
         emit(fmt::format(R"({{"ph":"i","s":"t","cat":"step","name":{},"pid":{},"tid":{},"ts":{:.3f}}})",
                          detail::json_quoted(fmt::format("step {}", e.step)), pid, tid, us(e.t)));
-      } else if (e.kind == "stall" || e.kind == "violation" || e.kind == "slow_step" ||
-                 (e.kind == "log" && (e.level == "error" || e.level == "fatal"))) {
+      } else if (e.k == schema::Kind::kStall || e.k == schema::Kind::kViolation || e.k == schema::Kind::kSlowStep ||
+                 (e.k == schema::Kind::kLog && (e.level == "error" || e.level == "fatal"))) {
         ++st.instants;
-        const std::string what = e.kind == "stall" ? fmt::format("stall: {}", e.inside)
-                                 : e.kind == "slow_step" ? fmt::format("slow step {} ({})", e.step, e.grown_phase)
+        const std::string what = e.k == schema::Kind::kStall ? fmt::format("stall: {}", e.inside)
+                                 : e.k == schema::Kind::kSlowStep ? fmt::format("slow step {} ({})", e.step, e.grown_phase)
                                                          : fmt::format("{}: {}", e.kind, e.msg);
         emit(fmt::format(R"({{"ph":"i","s":"p","cat":{},"name":{},"pid":{},"tid":{},"ts":{:.3f}}})", detail::json_quoted(e.kind),
                          detail::json_quoted(what), pid, tid, us(e.t)));

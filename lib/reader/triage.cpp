@@ -314,14 +314,14 @@ void straggler_onset(const std::string& run_dir, const RankSummary& r, PhaseKind
   detail::StepBreakdownBuilder builder;
   EvidenceLine last_phase_line;
   bool found = false;
-  (void)read_run_log(fmt::format("{}/rank-{}.jsonl", run_dir, r.rank), [&](const LogEvent& e) {
+  (void)read_run_log(schema::run_log_path(run_dir, r.rank), [&](const LogEvent& e) {
     if (found || e.t < opts.since_ns || e.t > opts.until_ns) return;
-    if (e.kind == "phase") {
+    if (e.k == schema::Kind::kPhase) {
       builder.on_phase(e.tid, e.depth, e.phase_kind == phase_kind_name(kind) ? kind : PhaseKind::kOther, e.mono, e.dur);
       if (e.phase_kind == phase_kind_name(kind)) last_phase_line = {r.rank, e.line_no, std::string(e.raw.substr(0, 400))};
-    } else if (e.kind == "step_begin") {
+    } else if (e.k == schema::Kind::kStepBegin) {
       builder.on_step_begin(e.tid, e.step, e.mono);
-    } else if (e.kind == "step_end") {
+    } else if (e.k == schema::Kind::kStepEnd) {
       auto b = builder.on_step_end(e.tid, e.mono);
       if (b && static_cast<double>(b->by_kind_ns[static_cast<int>(kind)]) / 1e6 > threshold_ms) {
         found = true;

@@ -283,3 +283,35 @@ def test_pyi_files_cover_the_public_api():
                                                    or inspect.isbuiltin(obj))
                   and getattr(obj, "__module__", "").startswith("rankscope")}
         assert public <= declared, f"{pyi} lacks {sorted(public - declared)}"
+
+
+def test_one_command_layer_same_exit_codes_and_valid_json(run_py, tmp_path):
+    """The installed script, `python -m rankscope` and the Python functions are one
+    implementation: the same exit codes (summary: 1 when a rank is missing) and
+    JSON that parses even with a quote in a communicator's name."""
+    run_py("""
+        import os, rankscope
+        rankscope.init(rank=0, world_size=2, run_dir=os.environ["RUN_DIR"])
+        comm = rankscope.communicator('tp"0', 2, 0)
+        for n in range(3):
+            with rankscope.collective(comm, "all_reduce", 16, "float32"):
+                pass
+            rankscope.step(n)
+        rankscope.shutdown()
+    """)
+    import subprocess, sys
+    import rankscope
+    run = str(tmp_path / "run")
+    script = os.path.join(os.path.dirname(sys.executable), "rankscope")
+    codes = set()
+    for cmd in ([script], [sys.executable, "-m", "rankscope"]):
+        p = subprocess.run(cmd + ["summary", run, "--json"], capture_output=True, text=True)
+        codes.add(p.returncode)
+        report = json.loads(p.stdout)
+        assert report["missing_ranks"] == [1] and report["communicators"][0]["comm"] == 'tp"0', p.stdout
+        h = subprocess.run(cmd + ["--help"], capture_output=True, text=True)
+        assert h.returncode == 0 and "triage" in h.stdout
+        bad = subprocess.run(cmd + ["triage"], capture_output=True, text=True)  # RUN_DIR missing
+        assert bad.returncode == 2, bad.stdout + bad.stderr
+    codes.add(rankscope.summary(run, json=True)[1])
+    assert codes == {1}
