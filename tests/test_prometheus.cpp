@@ -15,30 +15,13 @@ using rankscope::test::slurp;
 using rankscope::test::TempDir;
 
 namespace {
-// GET path from 127.0.0.1:port; the whole response.
-std::string http_get(int port, const std::string& path, int timeout_s = 30) {
+// A TCP connection to 127.0.0.1:port that sends nothing yet (-1 if refused);
+// its reads give up after timeout_s, so a server that never answers fails the
+// test instead of hanging it.
+int connect_loopback(int port, int timeout_s = 30) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  timeval tv{timeout_s, 0};  // a server that never answers fails the test instead of hanging it
+  timeval tv{timeout_s, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<std::uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
-    ::close(fd);
-    return "";
-  }
-  const std::string req = "GET " + path + " HTTP/1.0\r\n\r\n";
-  (void)::send(fd, req.data(), req.size(), 0);
-  std::string out;
-  char buf[4096];
-  for (ssize_t n; (n = ::recv(fd, buf, sizeof(buf), 0)) > 0;) out.append(buf, static_cast<std::size_t>(n));
-  ::close(fd);
-  return out;
-}
-// A TCP connection to 127.0.0.1:port that sends nothing (-1 if refused).
-int idle_connection(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(static_cast<std::uint16_t>(port));
@@ -48,6 +31,19 @@ int idle_connection(int port) {
     return -1;
   }
   return fd;
+}
+int idle_connection(int port) { return connect_loopback(port); }
+// GET path from 127.0.0.1:port; the whole response.
+std::string http_get(int port, const std::string& path, int timeout_s = 30) {
+  const int fd = connect_loopback(port, timeout_s);
+  if (fd < 0) return "";
+  const std::string req = "GET " + path + " HTTP/1.0\r\n\r\n";
+  (void)::send(fd, req.data(), req.size(), 0);
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = ::recv(fd, buf, sizeof(buf), 0)) > 0;) out.append(buf, static_cast<std::size_t>(n));
+  ::close(fd);
+  return out;
 }
 int free_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);

@@ -29,7 +29,7 @@ namespace rankscope {
 absl::StatusOr<std::string> dump_flight_recorder(std::string_view reason = "api",
                                                  std::chrono::milliseconds deadline = std::chrono::milliseconds(5000));
 
-/// Version of the dump's JSON layout (README: "Flight recorder dump").
+/// Version of the dump's JSON layout (docs/run-log-schema.md, `rank-<R>.flight.json`).
 inline constexpr int kFlightRecorderSchema = 1;
 
 }  // namespace rankscope

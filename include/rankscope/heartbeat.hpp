@@ -44,7 +44,7 @@ HeartbeatStatus heartbeat_status() noexcept;
 /// An empty function stops publishing.
 void set_heartbeat_publisher(std::function<void(std::string_view json)> publish);
 
-/// Version of `rank-<R>.heartbeat.json` (README: "Heartbeat file").
+/// Version of `rank-<R>.heartbeat.json` (docs/run-log-schema.md, `rank-<R>.heartbeat.json`).
 inline constexpr int kHeartbeatSchema = 1;
 
 }  // namespace rankscope

@@ -1,5 +1,5 @@
 // Console output for people: one line per log record on stderr, prefixed with
-// the rank, colour only on a terminal; who prints is a policy (README).
+// the rank, colour only on a terminal; who prints is a policy (docs/configuration.md, RANKSCOPE_CONSOLE).
 #pragma once
 
 #include <memory>

@@ -110,7 +110,7 @@ struct DumpInput {
   const absl::flat_hash_map<std::int32_t, RecentEvents>* recent = nullptr;
 };
 
-// The dump's JSON document (README: "Flight recorder dump").
+// The dump's JSON document (docs/run-log-schema.md, `rank-<R>.flight.json`).
 std::string build_flight_dump(const DumpInput& in, EventFormatter& fmt);
 
 std::vector<const Communicator*> all_communicators();

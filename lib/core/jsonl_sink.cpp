@@ -1,4 +1,4 @@
-// The per-rank JSON Lines run log (schema: README "Run log schema").
+// The per-rank JSON Lines run log (schema: docs/run-log-schema.md).
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>

@@ -1,6 +1,6 @@
 // Settings resolved once by init(): Config fields win over RANKSCOPE_* / OTEL
-// environment variables, which win over defaults. See README "Run context and
-// configuration" for every knob.
+// environment variables, which win over defaults. See docs/configuration.md
+// ("Run context and configuration") for every knob.
 #pragma once
 
 #include <chrono>

@@ -154,3 +154,26 @@ def test_cmake_block_is_what_the_consumer_test_builds(block):
         stmt = text.split("#")[0].strip().replace("(trainer ", "(consumer ")
         if stmt:
             assert stmt in consumer, f"{path}:{line}: `{stmt}` is not in tests/consumer/CMakeLists.txt"
+
+
+def test_cross_references_in_code_point_at_places_that_exist():
+    """A comment naming a docs/<page>.md, a benchmarks/ or tests/ file, or a quoted
+    section of the README must name something that exists."""
+    ref = re.compile(r"\b((?:docs|benchmarks|tests|examples)/[A-Za-z0-9_./-]+\.(?:md|sh|py|cpp|hpp))")
+    section = re.compile(r'README[,:]? \(?"([^"]+)"')
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    bad = []
+    for top in ("include", "lib", "bindings", "examples", "benchmarks", "tests"):
+        for dirpath, _, files in os.walk(os.path.join(ROOT, top)):
+            for f in files:
+                if not f.endswith((".cpp", ".hpp", ".h", ".py", ".sh", ".c")):
+                    continue
+                path = os.path.join(dirpath, f)
+                text = open(path, encoding="utf-8", errors="replace").read()
+                for m in ref.finditer(text):
+                    if not os.path.exists(os.path.join(ROOT, m.group(1))):
+                        bad.append(f"{os.path.relpath(path, ROOT)}: {m.group(1)}")
+                for m in section.finditer(text):
+                    if m.group(1) not in readme:
+                        bad.append(f"{os.path.relpath(path, ROOT)}: README section {m.group(1)!r}")
+    assert not bad, "references to places that do not exist:\n" + "\n".join(bad)

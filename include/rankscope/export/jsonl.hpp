@@ -2,7 +2,7 @@
 //
 // The default sink: `rank-<R>.jsonl` in the run directory, one JSON object per
 // line, each line written whole (whole lines per write(2), O_APPEND). The
-// schema is documented in the README ("Run log schema") and versioned by
+// schema is documented in docs/run-log-schema.md and versioned by
 // RANKSCOPE_SCHEMA_VERSION. Thread-safety: background thread only.
 #pragma once
 

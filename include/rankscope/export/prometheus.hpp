@@ -12,7 +12,7 @@
 // RANKSCOPE_PROMETHEUS_TEXTFILE_DIR (node_exporter's textfile collector: the
 // same text written atomically to <dir>/rankscope_rank<R>.prom).
 //
-// What is exported (README, "Prometheus"): the training signals derived from
+// What is exported (docs/exporters.md, "Prometheus"): the training signals derived from
 // the events (last step timestamp, step, loss, lr, grad norm, samples/s,
 // skipped steps, loader wait, checkpoint latency and age, collective time,
 // bandwidth and failures), rankscope's own health (heartbeat age, dropped
