@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <cstring>
 #include <string_view>
+#include <type_traits>
+#include <vector>
 
 #include <fmt/compile.h>
 #include <fmt/format.h>
@@ -147,5 +149,107 @@ inline std::size_t json_members_prefix(std::string_view members, std::size_t max
 }
 // The member that says members were cut (run-log schema: `fields_truncated`).
 inline constexpr std::string_view kFieldsTruncated = "\"fields_truncated\":true";
+
+// The cold-path JSON writer: objects, arrays, escaped strings and numbers that
+// read back, with the commas placed for you. Every `--json` output and the
+// files written outside the hot formatter (event_format.cpp) go through it, so
+// escaping has one implementation. Not for the hot path (it allocates).
+//
+//   JsonWriter w;
+//   w.begin_object().field("rank", 3).field("host", host).key("ranks").begin_array();
+//   for (int r : ranks) w.value(r);
+//   w.end_array().end_object();
+//   std::string doc = w.take();
+class JsonWriter {
+ public:
+  JsonWriter& begin_object() { return open('{'); }
+  JsonWriter& end_object() { return close('}'); }
+  JsonWriter& begin_array() { return open('['); }
+  JsonWriter& end_array() { return close(']'); }
+  JsonWriter& key(std::string_view k) {
+    comma();
+    json_escape_to(b_, k);
+    b_.push_back(':');
+    after_key_ = true;
+    return *this;
+  }
+  JsonWriter& value(std::string_view s) {
+    comma();
+    json_escape_to(b_, s);
+    return *this;
+  }
+  JsonWriter& value(const char* s) { return value(std::string_view(s != nullptr ? s : "")); }
+  JsonWriter& value(const std::string& s) { return value(std::string_view(s)); }
+  JsonWriter& value(bool v) { return raw(v ? "true" : "false"); }
+  template <typename T, typename = std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>>>
+  JsonWriter& value(T v) {
+    comma();
+    fmt::format_to(fmt::appender(b_), "{}", v);
+    return *this;
+  }
+  JsonWriter& value(double v) {  // shortest form that reads back; NaN/Infinity as strings (json_number_at)
+    comma();
+    json_number_to(b_, v);
+    return *this;
+  }
+  // `v` with `digits` decimals (times in ms for people and tools alike); null if not finite.
+  JsonWriter& fixed(double v, int digits) {
+    if (!std::isfinite(v)) return null();
+    comma();
+    fmt::format_to(fmt::appender(b_), "{:.{}f}", v, digits);
+    return *this;
+  }
+  JsonWriter& null() { return raw("null"); }
+  template <typename T>
+  JsonWriter& field(std::string_view k, const T& v) {
+    key(k);
+    return value(v);
+  }
+  template <typename Range>
+  JsonWriter& array(std::string_view k, const Range& values) {
+    key(k).begin_array();
+    for (const auto& v : values) value(v);
+    return end_array();
+  }
+  /// The document, with a trailing newline; the writer is empty after.
+  std::string take() {
+    b_.push_back('\n');
+    std::string out(b_.data(), b_.size());
+    b_.clear();
+    first_.clear();
+    return out;
+  }
+
+ private:
+  JsonWriter& open(char c) {
+    comma();
+    b_.push_back(c);
+    first_.push_back(true);
+    return *this;
+  }
+  JsonWriter& close(char c) {
+    b_.push_back(c);
+    if (!first_.empty()) first_.pop_back();
+    return *this;
+  }
+  JsonWriter& raw(std::string_view text) {
+    comma();
+    b_.append(text);
+    return *this;
+  }
+  // A comma before every member or element but the first of its container.
+  void comma() {
+    if (after_key_) {
+      after_key_ = false;
+      return;
+    }
+    if (first_.empty()) return;
+    if (!first_.back()) b_.push_back(',');
+    first_.back() = false;
+  }
+  fmt::memory_buffer b_;
+  std::vector<bool> first_;  // per open container: nothing written in it yet
+  bool after_key_ = false;
+};
 
 }  // namespace rankscope::detail

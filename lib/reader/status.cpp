@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "json_util.hpp"
 #include "schema.hpp"
 
 namespace rankscope::reader {
@@ -253,27 +254,21 @@ std::string format_status(const StatusReport& r) {
 }
 
 std::string format_status_json(const StatusReport& r) {
-  auto q = [](const std::string& s) {
-    std::string o = "\"";
-    for (char c : s) {
-      if (c == '"' || c == '\\') o.push_back('\\');
-      if (static_cast<unsigned char>(c) < 0x20) { o += fmt::format("\\u{:04x}", c); continue; }
-      o.push_back(c);
+  detail::JsonWriter w;
+  w.begin_object().field("run_dir", r.run_dir).field("verdict", r.verdict).field("exit_code", r.exit_code);
+  w.array("findings", r.findings).key("ranks").begin_array();
+  for (const auto& h : r.ranks) {
+    w.begin_object().field("rank", h.rank).field("present", h.present).field("alive", h.alive);
+    w.field("stalled", h.stalled()).field("state", h.state).field("step", h.step);
+    w.field("liveness_age_ns", h.liveness_age_ns).field("progress_age_ns", h.progress_age_ns).field("pid", h.pid);
+    w.field("host", h.host).field("inside", h.inside);
+    if (!h.run_log_error.empty()) {
+      w.key("run_log").begin_object().field("error", h.run_log_error).field("since_step", h.run_log_since_step);
+      w.field("lines_dropped", h.run_log_lines_dropped).end_object();
     }
-    return o + "\"";
-  };
-  std::string o = fmt::format("{{\"run_dir\":{},\"verdict\":{},\"exit_code\":{},\"findings\":[", q(r.run_dir),
-                              q(r.verdict), r.exit_code);
-  for (std::size_t i = 0; i < r.findings.size(); ++i) o.append(i ? "," : "").append(q(r.findings[i]));
-  o += "],\"ranks\":[";
-  for (std::size_t i = 0; i < r.ranks.size(); ++i) {
-    const auto& h = r.ranks[i];
-    o += fmt::format("{}{{\"rank\":{},\"present\":{},\"alive\":{},\"stalled\":{},\"state\":{},\"step\":{},"
-                     "\"liveness_age_ns\":{},\"progress_age_ns\":{},\"pid\":{},\"host\":{},\"inside\":{}}}",
-                     i ? "," : "", h.rank, h.present, h.alive, h.stalled(), q(h.state), h.step, h.liveness_age_ns,
-                     h.progress_age_ns, h.pid, q(h.host), q(h.inside));
+    w.end_object();
   }
-  return o + "]}\n";
+  return w.end_array().end_object().take();
 }
 
 }  // namespace rankscope::reader

@@ -648,31 +648,32 @@ int summary_exit_code(const RunSummary& s) {
 }
 
 std::string format_summary_json(const RunSummary& s) {
-  std::string o = fmt::format("{{\"world_size\":{},\"missing_ranks\":[{}],\"ranks\":[", s.world_size,
-                              fmt::join(s.missing_ranks, ","));
-  for (std::size_t i = 0; i < s.ranks.size(); ++i) {
-    const auto& r = s.ranks[i];
-    o += fmt::format("{}{{\"rank\":{},\"steps\":{},\"first_step\":{},\"last_step\":{},\"median_step_ms\":{:.3f},"
-                     "\"events_recorded\":{},\"events_dropped\":{},\"ended_cleanly\":{},\"torn_tail\":{},"
-                     "\"bad_lines\":{},\"median_phase_ms\":{{",
-                     i ? "," : "", r.rank, r.steps, r.first_step, r.last_step, r.median_step_ms, r.events_recorded,
-                     r.events_dropped, r.ended_cleanly, r.torn_tail, r.bad_lines);
+  detail::JsonWriter w;
+  w.begin_object().field("world_size", s.world_size).array("missing_ranks", s.missing_ranks).key("ranks").begin_array();
+  for (const auto& r : s.ranks) {
+    w.begin_object().field("rank", r.rank).field("steps", r.steps).field("first_step", r.first_step);
+    w.field("last_step", r.last_step).key("median_step_ms").fixed(r.median_step_ms, 3);
+    w.field("events_recorded", r.events_recorded).field("events_dropped", r.events_dropped);
+    w.field("ended_cleanly", r.ended_cleanly).field("torn_tail", r.torn_tail).field("bad_lines", r.bad_lines);
+    w.key("median_phase_ms").begin_object();
     for (int k = 0; k < kPhaseKindCount; ++k) {
-      o += fmt::format("{}\"{}\":{:.3f}", k ? "," : "", phase_kind_name(static_cast<PhaseKind>(k)), r.median_kind_ms[k]);
+      w.key(phase_kind_name(static_cast<PhaseKind>(k))).fixed(r.median_kind_ms[k], 3);
     }
-    o += "}}";
-  }
-  o += "],\"communicators\":[";
-  for (std::size_t i = 0; i < s.communicators.size(); ++i) {
-    const auto& c = s.communicators[i];
-    o += fmt::format("{}{{\"comm\":{},\"max_seq\":{},\"ranks\":[{}],\"mismatch_seq\":{},\"behind\":[", i ? "," : "",
-                     detail::json_quoted(c.comm), c.max_seq, fmt::join(c.ranks, ","), c.mismatch_seq);
-    for (std::size_t j = 0; j < c.behind.size(); ++j) {
-      o += fmt::format("{}{{\"rank\":{},\"seq\":{}}}", j ? "," : "", c.behind[j].first, c.behind[j].second);
+    w.end_object();
+    if (r.log_stopped) {
+      w.key("run_log_stopped").begin_object().field("error", r.log_stopped->error).field("step", r.log_stopped->step);
+      w.field("resumed", r.log_stopped->resumed).end_object();
     }
-    o += "]}";
+    w.end_object();
   }
-  return o + "]}\n";
+  w.end_array().key("communicators").begin_array();
+  for (const auto& c : s.communicators) {
+    w.begin_object().field("comm", c.comm).field("max_seq", c.max_seq).array("ranks", c.ranks);
+    w.field("mismatch_seq", c.mismatch_seq).key("behind").begin_array();
+    for (const auto& [rank, seq] : c.behind) w.begin_object().field("rank", rank).field("seq", seq).end_object();
+    w.end_array().end_object();
+  }
+  return w.end_array().end_object().take();
 }
 
 }  // namespace rankscope::reader

@@ -31,7 +31,6 @@ double median_of(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-std::string q(const std::string& s) { return detail::json_quoted(s); }
 
 std::string fmt_time(std::uint64_t ns) {
   if (ns == 0) return "?";
@@ -607,42 +606,35 @@ std::string format_triage(const TriageReport& r) {
 }
 
 std::string format_triage_json(const TriageReport& r) {
-  std::string o = fmt::format("{{\"schema\":{},\"run_dir\":{},\"world_size\":{},\"exit_code\":{},\"healthy\":{},"
-                              "\"headline\":{},\"findings\":[",
-                              q(TriageReport::kSchema), q(r.run_dir), r.world_size, r.exit_code, r.exit_code == 0,
-                              q(r.headline));
-  for (std::size_t i = 0; i < r.findings.size(); ++i) {
-    const auto& f = r.findings[i];
-    o += fmt::format("{}{{\"kind\":{},\"ranks\":[{}],\"summary\":{},\"t_ns\":{},\"step\":{},\"evidence\":[", i ? "," : "",
-                     q(f.kind), absl::StrJoin(f.ranks, ","), q(f.summary), f.t, f.step);
-    for (std::size_t j = 0; j < f.evidence.size(); ++j) o.append(j ? "," : "").append(q(f.evidence[j]));
-    o += "],\"lines\":[";
-    bool first = true;
+  detail::JsonWriter w;
+  w.begin_object().field("schema", TriageReport::kSchema).field("run_dir", r.run_dir).field("world_size", r.world_size);
+  w.field("exit_code", r.exit_code).field("healthy", r.exit_code == 0).field("headline", r.headline);
+  w.key("findings").begin_array();
+  for (const auto& f : r.findings) {
+    w.begin_object().field("kind", f.kind).array("ranks", f.ranks).field("summary", f.summary).field("t_ns", f.t);
+    w.field("step", f.step).array("evidence", f.evidence).key("lines").begin_array();
     for (const auto& l : f.lines) {
-      if (!l) continue;
-      o += fmt::format("{}{{\"rank\":{},\"line\":{},\"text\":{}}}", first ? "" : ",", l.rank, l.line, q(l.text));
-      first = false;
+      if (l) w.begin_object().field("rank", l.rank).field("line", l.line).field("text", l.text).end_object();
     }
-    o += "]}";
+    w.end_array().end_object();
   }
-  o += "],\"ranks\":[";
-  for (std::size_t i = 0; i < r.ranks.size(); ++i) {
-    const auto& w = r.ranks[i];
-    o += fmt::format("{}{{\"rank\":{},\"host\":{},\"state\":{},\"last_step\":{},\"phase\":{},\"comm\":{},\"last_seq\":{},"
-                     "\"step_ms\":{:.3f},\"step_ratio\":{:.3f},\"clock_offset_ms\":{}}}",
-                     i ? "," : "", w.rank, q(w.host), q(w.state), w.last_step, q(w.phase), q(w.comm), w.last_seq,
-                     w.step_ms, w.step_ratio, w.clock_offset_ms ? fmt::format("{:.3f}", *w.clock_offset_ms) : "null");
+  w.end_array().key("ranks").begin_array();
+  for (const auto& x : r.ranks) {
+    w.begin_object().field("rank", x.rank).field("host", x.host).field("state", x.state);
+    w.field("last_step", x.last_step).field("phase", x.phase).field("comm", x.comm).field("last_seq", x.last_seq);
+    w.key("step_ms").fixed(x.step_ms, 3).key("step_ratio").fixed(x.step_ratio, 3).key("clock_offset_ms");
+    if (x.clock_offset_ms) w.fixed(*x.clock_offset_ms, 3);
+    else w.null();
+    w.end_object();
   }
-  o += fmt::format("],\"reference_rank\":{},\"clock_skew\":[", r.reference_rank);
-  for (std::size_t i = 0; i < r.clock_skew.size(); ++i) {
-    const auto& k = r.clock_skew[i];
-    o += fmt::format("{}{{\"host\":{},\"offset_ms\":{:.3f},\"ranks\":{}}}", i ? "," : "", q(k.host), k.offset_ms, k.ranks);
+  w.end_array().field("reference_rank", r.reference_rank).key("clock_skew").begin_array();
+  for (const auto& k : r.clock_skew) {
+    w.begin_object().field("host", k.host).key("offset_ms").fixed(k.offset_ms, 3).field("ranks", k.ranks).end_object();
   }
-  o += "],\"warnings\":[";
-  for (std::size_t i = 0; i < r.warnings.size(); ++i) o.append(i ? "," : "").append(q(r.warnings[i]));
-  o += fmt::format("],\"window\":{{\"since_ns\":{},\"until_ns\":{}}}}}\n", r.since_ns,
-                   r.until_ns == UINT64_MAX ? std::string("null") : std::to_string(r.until_ns));
-  return o;
+  w.end_array().array("warnings", r.warnings).key("window").begin_object().field("since_ns", r.since_ns).key("until_ns");
+  if (r.until_ns == UINT64_MAX) w.null();
+  else w.value(r.until_ns);
+  return w.end_object().end_object().take();
 }
 
 absl::StatusOr<std::uint64_t> parse_time_arg(const std::string& v, std::uint64_t run_start_ns) {
