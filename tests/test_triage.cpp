@@ -253,3 +253,43 @@ TEST_CASE("CPU binding that makes ranks of a host compete for cores is a warning
   CHECK_THAT(warnings, Catch::Contains("host d: ranks 7-9 share CPUs 0-1 (3 ranks on 2 CPUs)"));
   CHECK_THAT(warnings, !Catch::Contains("host b") && !Catch::Contains("host e") && !Catch::Contains("rank 2 "));
 }
+
+TEST_CASE("a NaN loss is a numerics finding naming the rank that had it first and those that followed", "[triage]") {
+  TempDir tmp;
+  const std::uint64_t now = 1'800'000'000'000'000'000ull;
+  for (int rank = 0; rank < 3; ++rank) {
+    std::string log = log_through(rank, 3);
+    for (int step = 0; step < 20; ++step) {
+      // Rank 1's loss goes NaN at step 10; the all-reduce spreads it to the others one step later.
+      const bool nan = (rank == 1 && step >= 10) || step >= 11;
+      log += fmt::format(R"({{"kind":"step_end","t":{},"mono":{},"rank":{},"step":{},"loss":{}}})" "\n",
+                         100000000 + step * 1000000, step, rank, step, nan ? R"("NaN")" : "0.5");
+    }
+    log += R"({"kind":"run_end","t":900000000,"mono":99,"rank":)" + std::to_string(rank) + "}\n";
+    write(fmt::format("{}/rank-{}.jsonl", tmp.path, rank), log);
+    heartbeat(tmp.path, rank, "exited", now);
+  }
+  auto r = reader::triage(tmp.path, {{}, now});
+  REQUIRE(r.ok());
+  CHECK(r->exit_code == 1);
+  REQUIRE_FALSE(r->findings.empty());
+  const auto& f = r->findings.front();
+  CHECK(f.kind == "numerics");
+  CHECK(f.ranks == std::vector<int>{1});
+  CHECK(f.step == 10);
+  CHECK_THAT(f.summary, Catch::Contains("rank 1: loss is NaN from step 10") && Catch::Contains("ranks 0,2 followed"));
+  // A clean run of the same shape stays healthy.
+  TempDir clean;
+  for (int rank = 0; rank < 2; ++rank) {
+    std::string log = log_through(rank, 3);
+    for (int step = 0; step < 20; ++step) {
+      log += fmt::format(R"({{"kind":"step_end","t":{},"mono":{},"rank":{},"step":{},"loss":0.5}})" "\n",
+                         100000000 + step * 1000000, step, rank, step);
+    }
+    log += R"({"kind":"run_end","t":900000000,"mono":99,"rank":)" + std::to_string(rank) + "}\n";
+    write(fmt::format("{}/rank-{}.jsonl", clean.path, rank), log);
+  }
+  auto c = reader::triage(clean.path, {{}, now});
+  REQUIRE(c.ok());
+  for (const auto& x : c->findings) CHECK(x.kind != "numerics");
+}

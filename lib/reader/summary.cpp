@@ -153,6 +153,9 @@ RankDigest digest_rank(const std::string& path, const std::string& dump, int ran
       if (r.first_step < 0) r.first_step = e.step;
       r.last_step = e.step;
       if (e.loss) r.last_loss = e.loss;
+      if (e.loss && !std::isfinite(*e.loss) && !r.first_bad_loss) {
+        r.first_bad_loss = BadLossRecord{*e.loss, e.step, e.t, evidence(rank, e)};
+      }
       if (e.samples) r.samples += *e.samples;
       if (auto b = builder.on_step_end(e.tid, e.mono)) {
         step_ms.push_back(static_cast<double>(b->total_ns) / 1e6);

@@ -73,6 +73,14 @@ struct LogStopRecord {
   EvidenceLine line;
 };
 
+/// The first step whose loss was NaN or infinite.
+struct BadLossRecord {
+  double loss = 0;
+  std::int64_t step = -1;
+  std::uint64_t t = 0;
+  EvidenceLine line;
+};
+
 /// Process threads and live communicators right after a restore (a `resume`
 /// fact), from the next `stats` line: growth across restores is the
 /// leaked-communicator signature.
@@ -105,6 +113,7 @@ struct RankSummary {
   std::uint64_t stalls = 0, slow_steps = 0, errors = 0;
   std::optional<StallRecord> first_stall, last_stall;
   std::optional<LogStopRecord> log_stopped;  // the first time its run log stopped
+  std::optional<BadLossRecord> first_bad_loss;  // its first NaN or infinite loss
   std::string last_slow_phase, first_error;
   std::uint64_t first_error_t = 0;
   EvidenceLine first_error_line, last_line;

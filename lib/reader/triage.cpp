@@ -65,6 +65,34 @@ std::optional<LogStopRecord> log_stop_of(const RankSummary& r, const StatusRepor
   return std::nullopt;
 }
 
+// Numerics: a NaN or infinite loss. It spreads through the gradient
+// all-reduce, so the rank that had it first (on the reference clock) is the
+// culprit and the others followed; a tie names every rank that had it first.
+void numerics_findings(const RunSummary& sum, std::vector<Finding>& out) {
+  std::vector<const RankSummary*> bad;
+  for (const auto& r : sum.ranks) {
+    if (r.first_bad_loss) bad.push_back(&r);
+  }
+  if (bad.empty()) return;
+  auto when = [](const RankSummary* r) { return std::make_pair(r->first_bad_loss->step, aligned(*r, r->first_bad_loss->t)); };
+  std::sort(bad.begin(), bad.end(), [&](const RankSummary* a, const RankSummary* b) { return when(a) < when(b); });
+  const std::int64_t first_step = bad.front()->first_bad_loss->step;
+  std::vector<int> first, followed;
+  for (const auto* r : bad) (r->first_bad_loss->step == first_step ? first : followed).push_back(r->rank);
+  const double v = bad.front()->first_bad_loss->loss;
+  Finding f{"numerics", first,
+            fmt::format("{}: loss is {} from step {}{}", format_ranks(first),
+                        std::isnan(v) ? "NaN" : (v > 0 ? "+Infinity" : "-Infinity"), first_step,
+                        followed.empty() ? std::string(" (no other rank followed)")
+                                         : fmt::format("; {} followed (the all-reduce spreads it)", format_ranks(followed))),
+            {}, aligned(*bad.front(), bad.front()->first_bad_loss->t), first_step, {}};
+  for (const auto* r : bad) {
+    f.evidence.push_back(fmt::format("rank {}: first non-finite loss at step {}", r->rank, r->first_bad_loss->step));
+    if (r->first_bad_loss->line && f.lines.size() < 4) f.lines.push_back(r->first_bad_loss->line);
+  }
+  out.push_back(std::move(f));
+}
+
 // Desync: the violations the ranks recorded, plus the cross-rank rules
 // applied offline to their facts (which catches what no online check saw).
 std::vector<Finding> desync_findings(const RunSummary& sum) {
@@ -477,6 +505,7 @@ absl::StatusOr<TriageReport> triage(const std::string& run_dir, const TriageOpti
   }
   straggler_findings(*sum, opts.read, f);
   growth_findings(*sum, f);
+  numerics_findings(*sum, f);
   // With a cause named (straggler, stall, hang, dead rank), the ranks'
   // slow-step events are its evidence, not findings of their own.
   const auto cause = std::find_if(f.begin(), f.end(), [](const Finding& x) {

@@ -315,3 +315,20 @@ def test_one_command_layer_same_exit_codes_and_valid_json(run_py, tmp_path):
         assert bad.returncode == 2, bad.stdout + bad.stderr
     codes.add(rankscope.summary(run, json=True)[1])
     assert codes == {1}
+
+
+def test_a_nan_loss_is_not_healthy(run_py, tmp_path):
+    run_py("""
+        import os, rankscope
+        rankscope.init(rank=0, world_size=1, run_dir=os.environ["RUN_DIR"])
+        for n in range(20):
+            with rankscope.phase("forward"):
+                pass
+            rankscope.step(n, loss=float("nan") if n >= 10 else 1.0 / (n + 1))
+        rankscope.shutdown()
+    """)
+    import rankscope
+    text, code = rankscope.triage(str(tmp_path / "run"), json=True)
+    report = json.loads(text)
+    assert code == 1 and report["findings"][0]["kind"] == "numerics", text
+    assert "rank 0: loss is NaN from step 10" in report["findings"][0]["summary"]
