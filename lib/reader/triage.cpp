@@ -31,17 +31,6 @@ double median_of(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-
-std::string fmt_time(std::uint64_t ns) {
-  if (ns == 0) return "?";
-  const time_t secs = static_cast<time_t>(ns / 1000000000ull);
-  tm utc{};
-  gmtime_r(&secs, &utc);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%H:%M:%S", &utc);
-  return fmt::format("{}.{:03d}Z", buf, static_cast<int>(ns / 1000000ull % 1000));
-}
-
 // Times on the reference rank's clock, so ranks on skewed hosts order correctly.
 std::uint64_t aligned(const RankSummary& r, std::uint64_t t) {
   if (t == 0 || !r.clock_offset_ms) return t;
@@ -288,10 +277,10 @@ void stall_findings(const RunSummary& sum, const StatusReport* live, std::vector
     if (kind != "stall" && c.last_line && (!cs || cs->line.line != c.last_line.line)) f.lines.push_back(c.last_line);
     if (cs != nullptr) {
       f.evidence.push_back(fmt::format("rank {}'s watchdog at {}: no progress for {:.1f} s, inside: {}", c.rank,
-                                       fmt_time(cs->t), (cs->t - cs->since) / 1e9, cs->inside));
+                                       format_clock_time(cs->t), (cs->t - cs->since) / 1e9, cs->inside));
     }
     f.evidence.push_back(fmt::format("rank {}: last event {} at step {}, last phase '{}', last collective seq {} on '{}'",
-                                     c.rank, fmt_time(c.last_t), c.last_step, c.last_phase, c.last_seq, c.last_comm));
+                                     c.rank, format_clock_time(c.last_t), c.last_step, c.last_phase, c.last_seq, c.last_comm));
   }
   if (!bystanders.empty()) {
     std::vector<int> ranks;
@@ -309,7 +298,7 @@ void stall_findings(const RunSummary& sum, const StatusReport* live, std::vector
   if (ws != nullptr) {
     f.lines.push_back(ws->line);
     f.evidence.push_back(fmt::format("{} stopped progressing at {} inside {}", format_ranks(waiting_ranks),
-                                     fmt_time(ws->since), in_what));
+                                     format_clock_time(ws->since), in_what));
     if (f.t == 0) f.t = aligned(*w0, ws->since);
   }
   for (const auto& [rk, seq] : behind) {
@@ -389,7 +378,7 @@ void straggler_findings(const RunSummary& sum, const SummaryOptions& opts, std::
       if (f.step >= 0) {
         f.summary += fmt::format(", from step {}", f.step);
         f.evidence.push_back(fmt::format("its {} time first exceeded {:.1f} ms at step {} ({})", phase_kind_name(kind),
-                                         (mine + typical) / 2, f.step, fmt_time(f.t)));
+                                         (mine + typical) / 2, f.step, format_clock_time(f.t)));
       }
       out.push_back(std::move(f));
     }
@@ -586,126 +575,14 @@ absl::StatusOr<TriageReport> triage(const std::string& run_dir, const TriageOpti
   return r;
 }
 
-std::string format_triage(const TriageReport& r) {
-  std::string o = fmt::format("rankscope triage {}: {}\n", r.run_dir, r.headline);
-  o += fmt::format("\n{:>5}  {:<10}  {:<10}  {:>6}  {:<24}  {:>8}  {:>7}  {:>6}\n", "rank", "host", "state", "step",
-                   "phase", "coll seq", "step ms", "ratio");
-  // Large runs: the ranks the findings name and the unfinished ones first, up to 32 rows.
-  std::set<int> named;
-  for (const auto& f : r.findings) named.insert(f.ranks.begin(), f.ranks.end());
-  std::vector<const RankRow*> rows;
-  for (const auto& row : r.ranks) rows.push_back(&row);
-  constexpr std::size_t kRows = 32;
-  if (rows.size() > 2 * kRows) {
-    std::stable_sort(rows.begin(), rows.end(), [&](const RankRow* a, const RankRow* b) {
-      auto score = [&](const RankRow* x) { return named.contains(x->rank) ? 0 : (x->state != "finished" ? 1 : 2); };
-      return score(a) < score(b);
-    });
-    rows.resize(kRows);
-    std::sort(rows.begin(), rows.end(), [](const RankRow* a, const RankRow* b) { return a->rank < b->rank; });
-  }
-  for (const RankRow* row : rows) {
-    o += fmt::format("{:>5}  {:<10}  {:<10}  {:>6}  {:<24}  {:>8}  {:>7.1f}  {:>5.2f}x\n", row->rank,
-                     row->host.substr(0, 10), row->state, row->last_step, row->phase.substr(0, 24), row->last_seq,
-                     row->step_ms, row->step_ratio);
-  }
-  if (rows.size() < r.ranks.size()) {
-    o += fmt::format("  ({} of {} ranks shown: those named below and unfinished ones first; all in --json)\n",
-                     rows.size(), r.ranks.size());
-  }
-  if (!r.findings.empty()) {
-    o += fmt::format("\n{} finding(s), the earliest anomaly first:\n", r.findings.size());
-    for (std::size_t i = 0; i < r.findings.size(); ++i) {
-      const auto& f = r.findings[i];
-      o += fmt::format("{}. [{}] {}\n", i + 1, f.kind, f.summary);
-      if (f.t != 0) o += fmt::format("     - at {}{}\n", fmt_time(f.t), f.step >= 0 ? fmt::format(", step {}", f.step) : "");
-      for (const auto& e : f.evidence) o += "     - " + e + "\n";
-      for (const auto& l : f.lines) {
-        if (l) o += "     > " + format_evidence(l) + "\n";
-      }
-    }
-  }
-  for (const auto& k : r.clock_skew) {
-    o += fmt::format("clock: host {} is {:+.1f} ms off rank {}'s clock ({} rank(s); estimated from collective ends; "
-                     "times above are on rank {}'s clock)\n",
-                     k.host, k.offset_ms, r.reference_rank, k.ranks, r.reference_rank);
-  }
-  for (const auto& w : r.warnings) o += "warning: " + w + "\n";
-  return o;
-}
-
-std::string format_triage_json(const TriageReport& r) {
-  detail::JsonWriter w;
-  w.begin_object().field("schema", TriageReport::kSchema).field("run_dir", r.run_dir).field("world_size", r.world_size);
-  w.field("exit_code", r.exit_code).field("healthy", r.exit_code == 0).field("headline", r.headline);
-  w.key("findings").begin_array();
-  for (const auto& f : r.findings) {
-    w.begin_object().field("kind", f.kind).array("ranks", f.ranks).field("summary", f.summary).field("t_ns", f.t);
-    w.field("step", f.step).array("evidence", f.evidence).key("lines").begin_array();
-    for (const auto& l : f.lines) {
-      if (l) w.begin_object().field("rank", l.rank).field("line", l.line).field("text", l.text).end_object();
-    }
-    w.end_array().end_object();
-  }
-  w.end_array().key("ranks").begin_array();
-  for (const auto& x : r.ranks) {
-    w.begin_object().field("rank", x.rank).field("host", x.host).field("state", x.state);
-    w.field("last_step", x.last_step).field("phase", x.phase).field("comm", x.comm).field("last_seq", x.last_seq);
-    w.key("step_ms").fixed(x.step_ms, 3).key("step_ratio").fixed(x.step_ratio, 3).key("clock_offset_ms");
-    if (x.clock_offset_ms) w.fixed(*x.clock_offset_ms, 3);
-    else w.null();
-    w.end_object();
-  }
-  w.end_array().field("reference_rank", r.reference_rank).key("clock_skew").begin_array();
-  for (const auto& k : r.clock_skew) {
-    w.begin_object().field("host", k.host).key("offset_ms").fixed(k.offset_ms, 3).field("ranks", k.ranks).end_object();
-  }
-  w.end_array().array("warnings", r.warnings).key("window").begin_object().field("since_ns", r.since_ns).key("until_ns");
-  if (r.until_ns == UINT64_MAX) w.null();
-  else w.value(r.until_ns);
-  return w.end_object().end_object().take();
-}
-
-absl::StatusOr<std::uint64_t> parse_time_arg(const std::string& v, std::uint64_t run_start_ns) {
-  auto bad = [&] {
-    return absl::InvalidArgumentError(
-        absl::StrCat("bad time '", v, "': use ns or s since the epoch, 2026-11-22T05:30:00Z, or +DURATION after the "
-                                      "run's start (+90s, +15m, +2h, +500ms)"));
-  };
-  if (v.empty()) return bad();
-  if (v[0] == '+') {
-    if (run_start_ns == 0) return absl::FailedPreconditionError("relative time needs run.json's start_time_ns");
-    char* end = nullptr;
-    const double n = std::strtod(v.c_str() + 1, &end);
-    const std::string unit(end);
-    double scale = 0;
-    if (unit == "ms") scale = 1e6;
-    else if (unit == "s" || unit.empty()) scale = 1e9;
-    else if (unit == "m") scale = 60e9;
-    else if (unit == "h") scale = 3600e9;
-    if (scale == 0 || end == v.c_str() + 1 || !std::isfinite(n) || n < 0 || n * scale > 1e19) return bad();
-    return run_start_ns + static_cast<std::uint64_t>(n * scale);
-  }
-  if (v.find('T') != std::string::npos) {
-    tm t{};
-    const char* rest = strptime(v.c_str(), "%Y-%m-%dT%H:%M:%S", &t);
-    if (rest == nullptr) return bad();
-    std::uint64_t frac_ns = 0;
-    if (*rest == '.') {
-      char* end = nullptr;
-      const double frac = std::strtod(rest, &end);
-      if (!std::isfinite(frac) || frac < 0 || frac >= 1) return bad();
-      frac_ns = static_cast<std::uint64_t>(frac * 1e9);
-      rest = end;
-    }
-    if (*rest == 'Z') ++rest;
-    if (*rest != '\0') return bad();
-    return static_cast<std::uint64_t>(timegm(&t)) * 1000000000ull + frac_ns;
-  }
-  char* end = nullptr;
-  const double n = std::strtod(v.c_str(), &end);
-  if (end == v.c_str() || *end != '\0' || !std::isfinite(n) || n < 0 || n > 1.8e19) return bad();
-  return n < 1e10 ? static_cast<std::uint64_t>(n * 1e9) : static_cast<std::uint64_t>(n);
+std::string format_clock_time(std::uint64_t ns) {
+  if (ns == 0) return "?";
+  const time_t secs = static_cast<time_t>(ns / 1000000000ull);
+  tm utc{};
+  gmtime_r(&secs, &utc);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%H:%M:%S", &utc);
+  return fmt::format("{}.{:03d}Z", buf, static_cast<int>(ns / 1000000ull % 1000));
 }
 
 }  // namespace rankscope::reader
