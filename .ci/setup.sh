@@ -47,6 +47,15 @@ make_venv() {  # DIR REQUIREMENTS...
   want=$(cd "$here" && cat "$@" | sha256sum | cut -d' ' -f1)
   if [[ ! -f "$stamp" || $(cat "$stamp") != "$want" ]]; then
     for r in "$@"; do args+=(-r "$here/$r"); done
+    # torch with its CUDA libraries unpacks to ~5.5 GB per virtualenv; say so
+    # up front instead of letting pip fail halfway with ENOSPC.
+    local need_kb=$((7 * 1024 * 1024)) free_kb
+    free_kb=$(df -Pk "$here" | awk 'NR==2 {print $4}')
+    if [[ -n "$free_kb" && "$free_kb" -lt "$need_kb" ]]; then
+      echo "setup: only $((free_kb / 1024)) MiB free on $(df -P "$here" | awk 'NR==2 {print $6}');" \
+           "installing torch into $venv needs about 7 GiB (free space, or clean old checkouts' .venv*/)" >&2
+      exit 1
+    fi
     echo "setup: $1 ... into $venv (torch is ~4 GB the first time)" >&2
     "$venv/bin/python" -m pip install -q --disable-pip-version-check "${args[@]}"
     echo "$want" >"$stamp"
