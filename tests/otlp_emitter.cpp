@@ -95,7 +95,7 @@ int main(int argc, char** argv) {
   const auto st = rankscope::stats();
   rankscope::shutdown(std::chrono::milliseconds(2000));
   const double shutdown_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count() - flush_s;
-  const auto o = rankscope::otlp_stats(**otlp);
+  const auto o = (*otlp)->stats();
   std::printf("steps=%d train_s=%.3f recorded=%llu dropped_events=%llu otlp_sent=%llu otlp_dropped=%llu "
               "otlp_retries=%llu rss_growth_kib=%ld flush_s=%.3f flushed=%d shutdown_s=%.3f\n",
               load_steps, train_s, static_cast<unsigned long long>(st.events_recorded),

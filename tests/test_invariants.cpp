@@ -2,6 +2,7 @@
 
 #include <thread>
 
+#include "attribute_codec.hpp"
 #include "invariant_rules.hpp"
 #include "rankscope/rankscope.hpp"
 #include "temp_dir.hpp"
@@ -65,7 +66,9 @@ TEST_CASE("rules: the minority of ranks that disagree is named with every value"
   CHECK(found[0].ranks == std::vector<int>{2});
   CHECK(found[0].values_json == R"({"seed":{"1234":[0,1,3],"99":[2]}})");
   CHECK(found[0].message == "sampler: rank 2 disagrees on seed (rank 2 has 99; ranks 0,1,3 have 1234)");
-  CHECK(detail::finding_fields_json(found[0]) ==
+  fmt::memory_buffer members;
+  detail::attributes_json_to(detail::finding_attributes(found[0]), members);
+  CHECK(fmt::to_string(members) ==
         R"("check":"sampler","what":"seed","ranks":[2],"values":{"seed":{"1234":[0,1,3],"99":[2]}})");
   // One culprit on several keys is one finding; another culprit is another.
   std::vector<detail::RankFact> resume;

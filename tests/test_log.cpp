@@ -314,7 +314,7 @@ TEST_CASE("large fields and long messages are cut at a member and a UTF-8 bounda
   std::string big(3000, 'x');
   std::string accents;
   while (accents.size() < 5000) accents += "\xc3\xa9";  // é: two bytes each
-  std::string quotes(1500, '"');                          // escaped: twice as long
+  std::string quotes(2500, '"');  // over the 2 KiB budget (raw bytes); twice that once escaped
   RANKSCOPE_LOG_KV(Level::kInfo, {{"a", 1}, {"blob", big}, {"after", 2}}, "big field");
   RANKSCOPE_LOG_KV(Level::kInfo, {{"q", quotes}}, "escaped field");
   RANKSCOPE_LOG_KV(Level::kInfo, {{"e", accents}}, "{}", accents);

@@ -35,7 +35,7 @@ TEST_CASE("otlp: endpoints / headers / resource attributes and switches from the
   auto sink = otlp_sink_from_env();
   REQUIRE(sink.ok());
   CHECK(*sink != nullptr);
-  CHECK(otlp_stats(**sink).sent == 0);
+  CHECK((*sink)->stats().sent == 0);
 }
 
 TEST_CASE("otlp: no endpoint means no sink - bad values are errors naming the variable", "[otlp]") {

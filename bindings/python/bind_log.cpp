@@ -45,18 +45,25 @@ const rankscope::detail::LogSite* caller_site() {
 
 void emit(rankscope::Level level, std::string_view msg, const py::kwargs& fields) {
   if (!rankscope::detail::log_enabled(level)) return;
-  fmt::memory_buffer b;
+  rankscope::Attributes a;
   for (auto [k, v] : fields) {
-    if (b.size() != 0) b.push_back(',');
-    rankscope::detail::json_escape_to(b, py::str(k).cast<std::string>());
-    b.push_back(':');
-    if (py::isinstance<py::bool_>(v)) b.append(std::string_view(v.cast<bool>() ? "true" : "false"));
-    else if (py::isinstance<py::int_>(v)) fmt::format_to(fmt::appender(b), "{}", v.cast<long long>());
-    else if (py::isinstance<py::float_>(v)) rankscope::detail::json_number_to(b, v.cast<double>());
-    else rankscope::detail::json_escape_to(b, py::str(v).cast<std::string>());
+    const std::string key = py::str(k).cast<std::string>();
+    if (py::isinstance<py::bool_>(v)) {
+      a.add(key, v.cast<bool>());
+    } else if (py::isinstance<py::int_>(v)) {
+      try {
+        a.add(key, static_cast<std::int64_t>(v.cast<long long>()));
+      } catch (const py::cast_error&) {  // beyond 64 bits: its digits
+        a.add(key, std::string_view(py::str(v).cast<std::string>()));
+      }
+    } else if (py::isinstance<py::float_>(v)) {
+      a.add(key, v.cast<double>());
+    } else {
+      a.add(key, std::string_view(py::str(v).cast<std::string>()));
+    }
   }
-  rankscope::detail::emit_payload(rankscope::detail::RecordKind::kLog, level, caller_site(), 0, msg,
-                                  std::string_view(b.data(), b.size()), level >= rankscope::Level::kError);
+  rankscope::detail::emit_payload(rankscope::detail::RecordKind::kLog, level, caller_site(), 0, msg, a,
+                                  level >= rankscope::Level::kError);
 }
 }  // namespace
 

@@ -89,13 +89,17 @@ class Logger {
   std::atomic<std::uint8_t> level_;
 };
 
-namespace detail {
-
-struct LogSite {
+/// Where a log record was written (static storage: a log call site's, or an
+/// interned Python frame's).
+struct SourceLocation {
   const char* file;
   const char* function;
   std::uint32_t line;
 };
+
+namespace detail {
+
+using LogSite = SourceLocation;
 
 extern std::atomic<std::uint8_t> g_log_level;
 

@@ -96,11 +96,10 @@ void Runtime::decode(ThreadState* st, const Record& r, const Record* next, std::
       if (next != nullptr && next->kind == RecordKind::kCollectiveExtra) {
         e.in_group = (next->aux & 1) != 0;
         e.error = next->v[2].site != nullptr ? next->v[2].site->name : nullptr;
-        e.flight_id = static_cast<std::uint64_t>(next->v[1].i);
         if (next->v[0].ptr != nullptr) {
           e.enqueue_ns = e.dur_ns;
           auto defer = g_defer.load(std::memory_order_acquire);
-          if (defer != nullptr && defer(e, next->v[0].ptr)) {  // emitted when the device finishes
+          if (defer != nullptr && defer(e, next->v[0].ptr, static_cast<std::uint64_t>(next->v[1].i))) {  // emitted when the device finishes
             batch.pop_back();
             return;
           }
@@ -138,12 +137,12 @@ std::uint64_t Runtime::decode_log(ThreadState* st, std::uint64_t at, std::vector
   const auto t = clock_.convert(h.t0);
   e.mono_ns = t.mono_ns;
   e.wall_ns = t.wall_ns;
-  e.depth = static_cast<std::uint8_t>(h.aux & 0xff);
+  e.level = static_cast<Level>(std::min(h.aux & 0xff, 4));
   e.written_inline = (h.aux & 0x100) != 0;
-  e.log_site = h.v[0].ptr;
+  e.source = static_cast<const SourceLocation*>(h.v[0].ptr);
   e.logger = detail::logger_name(static_cast<std::uint16_t>(h.pad));
   e.text.assign(payload, 0, msg_n);
-  e.fields.assign(payload, msg_n);
+  e.attributes = Attributes::from_encoded(std::string_view(payload).substr(msg_n));
   return nrec;
 }
 
@@ -189,13 +188,13 @@ void Runtime::deliver(std::vector<Event>& batch) {
 }
 
 void Runtime::write_pending() {
-  for (auto& s : sinks_) detail::jsonl_write_pending(*s);
+  if (run_log_ != nullptr) run_log_->write_pending();
   count_export_errors();  // after every delivery: most run-log writes happen here
 }
 
 void Runtime::count_export_errors() {
   std::uint64_t errors = 0;
-  for (const auto& s : sinks_) errors += s->errors();
+  for (const auto& s : sinks_) errors += s->stats().errors;
   export_errors_.store(errors, std::memory_order_relaxed);
 }
 

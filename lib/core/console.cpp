@@ -3,12 +3,15 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/ascii.h"
-#include "fd_io.hpp"
 #include "absl/strings/str_cat.h"
+#include "attribute_codec.hpp"
+#include "fd_io.hpp"
 #include "rankscope/log.hpp"
 
 namespace rankscope::detail {
@@ -47,7 +50,7 @@ bool console_prints(ConsolePolicy policy, const RunContext& ctx, Level level) {
 void format_console_line(const Event& e, int rank, bool colour, fmt::memory_buffer& out) {
   static constexpr const char* kTag[] = {"D", "I", "W", "E", "F"};
   static constexpr const char* kColour[] = {"\x1b[2m", "", "\x1b[33m", "\x1b[31m", "\x1b[1;31m"};
-  const int lv = e.depth <= 4 ? e.depth : 1;
+  const int lv = std::min(static_cast<int>(e.level), 4);
   const time_t secs = static_cast<time_t>(e.wall_ns / 1000000000ull);
   struct tm tm;
   localtime_r(&secs, &tm);
@@ -55,22 +58,15 @@ void format_console_line(const Event& e, int rank, bool colour, fmt::memory_buff
   fmt::format_to(it, "[r{}] {:02}:{:02}:{:02}.{:03} {}{}{} ", rank, tm.tm_hour, tm.tm_min, tm.tm_sec,
                  (e.wall_ns / 1000000ull) % 1000, colour ? kColour[lv] : "", kTag[lv], colour ? "\x1b[0m" : "");
   out.append(std::string_view(e.text));
-  if (!e.fields.empty()) {
-    // Human-readable fields: k=v, the JSON quoting dropped where it is noise.
-    out.append(std::string_view("  "));
-    bool in_string = false, escaped = false;
-    for (char c : e.fields) {
-      if (in_string) {
-        if (escaped) escaped = false;
-        else if (c == '\\') escaped = true;
-        else if (c == '"') { in_string = false; continue; }
-        out.push_back(c);
-        continue;
-      }
-      if (c == '"') { in_string = true; continue; }
-      if (c == ':') { out.push_back('='); continue; }
-      if (c == ',') { out.push_back(' '); continue; }
-      out.push_back(c);
+  if (!e.attributes.empty()) {
+    // Human-readable fields: k=v, strings unquoted.
+    out.append(std::string_view(" "));
+    for (const Attribute& a : e.attributes) {
+      out.push_back(' ');
+      out.append(a.key);
+      out.push_back('=');
+      if (a.type == Attribute::Type::kString) out.append(a.s);
+      else attribute_value_json_to(a, out);
     }
   }
   out.push_back('\n');
@@ -92,7 +88,7 @@ class ConsoleSink final : public Sink {
       buf_.clear();
       for (const Event& e : batch) {
         if ((e.kind != EventKind::kLog && e.kind != EventKind::kViolation) || e.written_inline) continue;
-        if (!console_prints(policy_, ctx_, static_cast<Level>(e.depth))) continue;
+        if (!console_prints(policy_, ctx_, e.level)) continue;
         format_console_line(e, ctx_.rank, console_colour(), buf_);
       }
       if (buf_.size() != 0 && !write_all(2, buf_.data(), buf_.size())) ++errors_;
@@ -100,13 +96,13 @@ class ConsoleSink final : public Sink {
       ++errors_;
     }
   }
-  std::uint64_t errors() const noexcept override { return errors_; }
+  SinkStats stats() const noexcept override { return {.errors = errors_}; }
 
  private:
   ConsolePolicy policy_;
   RunContext ctx_;
   fmt::memory_buffer buf_;
-  std::uint64_t errors_ = 0;
+  std::atomic<std::uint64_t> errors_{0};  // written by the background thread
 };
 }  // namespace
 

@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "attribute_codec.hpp"
 #include "decimal.hpp"
 #include "json_util.hpp"
 #include "rankscope/log.hpp"
@@ -198,25 +199,25 @@ void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
         out.append(std::string_view(",\"inside\":"));
         json_escape_to(out, e.text);
       }
-      if (!e.fields.empty()) {
+      if (!e.attributes.empty()) {
         out.push_back(',');
-        out.append(std::string_view(e.fields));
+        attributes_json_to(e.attributes, out);
       }
       break;
     case EventKind::kLog: {
       begin(out, kind_name(Kind::kLog), e.wall_ns, e.mono_ns, e.step, e.tid);
-      fmt::format_to(it, FMT_COMPILE(",\"level\":\"{}\",\"msg\":"), level_name(static_cast<Level>(e.depth)));
+      fmt::format_to(it, FMT_COMPILE(",\"level\":\"{}\",\"msg\":"), level_name(e.level));
       json_escape_to(out, e.text);
       if (e.logger != nullptr) {
         out.append(std::string_view(",\"logger\":"));
         json_escape_to(out, e.logger);
       }
-      if (!e.fields.empty()) {
+      if (!e.attributes.empty()) {
         out.append(std::string_view(",\"fields\":{"));
-        out.append(std::string_view(e.fields));
+        attributes_json_to(e.attributes, out);
         out.push_back('}');
       }
-      if (const auto* site = static_cast<const LogSite*>(e.log_site)) {
+      if (const SourceLocation* site = e.source) {
         out.append(std::string_view(",\"file\":"));
         json_escape_to(out, site->file);
         fmt::format_to(it, FMT_COMPILE(",\"line\":{},\"function\":"), site->line);
@@ -229,16 +230,16 @@ void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
       out.append(std::string_view(",\"name\":"));
       json_escape_to(out, e.text);
       out.append(std::string_view(",\"fields\":{"));
-      out.append(std::string_view(e.fields));
+      attributes_json_to(e.attributes, out);
       out.push_back('}');
       break;
     case EventKind::kViolation:
       begin(out, kind_name(Kind::kViolation), e.wall_ns, e.mono_ns, e.step, e.tid);
-      fmt::format_to(it, FMT_COMPILE(",\"level\":\"{}\",\"msg\":"), level_name(static_cast<Level>(e.depth)));
+      fmt::format_to(it, FMT_COMPILE(",\"level\":\"{}\",\"msg\":"), level_name(e.level));
       json_escape_to(out, e.text);
-      if (!e.fields.empty()) {
+      if (!e.attributes.empty()) {
         out.push_back(',');
-        out.append(std::string_view(e.fields));
+        attributes_json_to(e.attributes, out);
       }
       break;
     case EventKind::kCommError:

@@ -166,18 +166,12 @@ std::vector<Finding> compare_facts(std::string_view check, const std::vector<Ran
   return out;
 }
 
-std::string finding_fields_json(const Finding& f) {
-  fmt::memory_buffer b;
-  b.append(std::string_view("\"check\":"));
-  json_escape_to(b, f.check);
-  b.append(std::string_view(",\"what\":"));
-  json_escape_to(b, f.what);
-  fmt::format_to(fmt::appender(b), ",\"ranks\":[{}]", fmt::join(f.ranks, ","));
-  if (!f.values_json.empty()) {
-    b.append(std::string_view(",\"values\":"));
-    b.append(f.values_json);
-  }
-  return fmt::to_string(b);
+Attributes finding_attributes(const Finding& f) {
+  Attributes a;
+  a.add("check", std::string_view(f.check)).add("what", std::string_view(f.what));
+  a.add_json("ranks", fmt::format("[{}]", fmt::join(f.ranks, ",")));
+  if (!f.values_json.empty()) a.add_json("values", f.values_json);
+  return a;
 }
 
 }  // namespace rankscope::detail

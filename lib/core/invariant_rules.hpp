@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "rankscope/export/attributes.hpp"
+
 namespace rankscope::detail {
 
 // One rank's fact for one call of a check: key -> canonical value text
@@ -31,7 +33,7 @@ struct Finding {
 // Compares the facts of one call of `check` (one per rank) by its rules.
 std::vector<Finding> compare_facts(std::string_view check, const std::vector<RankFact>& facts);
 
-// The `"check":..,"what":..,"ranks":[..],"values":{..}` members of a violation event.
-std::string finding_fields_json(const Finding& f);
+// A violation event's attributes: check, what, ranks (a JSON array), values (a JSON object).
+Attributes finding_attributes(const Finding& f);
 
 }  // namespace rankscope::detail

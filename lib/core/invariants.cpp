@@ -29,16 +29,22 @@ constexpr std::string_view kCheckName[kCheckCount] = {"batch_math", "epoch_batch
                                                       "resume",     "data",          "checkpoint_save"};
 std::atomic<std::int64_t> g_calls[kCheckCount];
 
+// A checked value: typed for the run log, as text for the cross-rank exchange.
 struct Value {
   std::string key, text;
-  bool quoted;
+  Attribute::Type type;
+  std::int64_t i = 0;
+  std::uint64_t u = 0;
 };
 using Values = std::vector<Value>;
 
-Value num(std::string key, std::int64_t v) { return {std::move(key), std::to_string(v), false}; }
-Value hex(std::string key, std::uint64_t v) { return {std::move(key), fmt::format("{:016x}", v), true}; }
-Value str(std::string key, std::string v) { return {std::move(key), std::move(v), true}; }
-Value flag(std::string key, bool v) { return {std::move(key), v ? "true" : "false", false}; }
+Value num(std::string key, std::int64_t v) { return {std::move(key), std::to_string(v), Attribute::Type::kInt, v}; }
+Value unum(std::string key, std::uint64_t v) {
+  return {std::move(key), std::to_string(v), Attribute::Type::kUInt, 0, v};
+}
+Value hex(std::string key, std::uint64_t v) { return {std::move(key), fmt::format("{:016x}", v), Attribute::Type::kString}; }
+Value str(std::string key, std::string v) { return {std::move(key), std::move(v), Attribute::Type::kString}; }
+Value flag(std::string key, bool v) { return {std::move(key), v ? "true" : "false", Attribute::Type::kBool, v}; }
 
 int my_rank() {
   const auto ex = exchange();
@@ -46,17 +52,17 @@ int my_rank() {
 }
 
 void record_fact(Check c, std::int64_t seq, int group, const Values& values) {
-  fmt::memory_buffer b;
-  fmt::format_to(fmt::appender(b), "\"seq\":{},\"data_group\":{}", seq, group);
+  Attributes a;
+  a.add("seq", seq).add("data_group", group);
   for (const Value& v : values) {
-    b.push_back(',');
-    detail::json_escape_to(b, v.key);
-    b.push_back(':');
-    if (v.quoted) detail::json_escape_to(b, v.text);
-    else b.append(v.text);
+    switch (v.type) {
+      case Attribute::Type::kInt: a.add(v.key, v.i); break;
+      case Attribute::Type::kUInt: a.add(v.key, v.u); break;
+      case Attribute::Type::kBool: a.add(v.key, v.i != 0); break;
+      default: a.add(v.key, std::string_view(v.text)); break;
+    }
   }
-  detail::emit_payload(detail::RecordKind::kFact, Level::kInfo, nullptr, 0, kCheckName[c],
-                       std::string_view(b.data(), b.size()), /*write_now=*/true);
+  detail::emit_payload(detail::RecordKind::kFact, Level::kInfo, nullptr, 0, kCheckName[c], a, /*write_now=*/true);
 }
 
 // Keeps every violation's message, not only the first (absl::Status::Update).
@@ -70,7 +76,7 @@ void merge(absl::Status& acc, const absl::Status& s) {
 absl::Status violate(OnViolation on, const detail::Finding& f) {
   g_violations.fetch_add(1, std::memory_order_relaxed);
   detail::emit_payload(detail::RecordKind::kViolation, on == OnViolation::kFail ? Level::kError : Level::kWarn,
-                       nullptr, 0, f.message, detail::finding_fields_json(f), /*write_now=*/true);
+                       nullptr, 0, f.message, detail::finding_attributes(f), /*write_now=*/true);
   return on == OnViolation::kFail ? absl::FailedPreconditionError(f.message) : absl::OkStatus();
 }
 
@@ -263,7 +269,7 @@ absl::Status BatchAccounting::end_epoch() noexcept {
 }
 
 absl::Status check_sampler(const SamplerState& s, OnViolation on) {
-  const Values v = {Value{"seed", std::to_string(s.seed), false},
+  const Values v = {unum("seed", s.seed),
                     num("epoch", s.epoch), flag("shuffle", s.shuffle), hex("fingerprint", s.fingerprint),
                     num("num_indices", s.num_indices)};
   return run_check(kSampler, s.data_group, v, on, [] { return absl::OkStatus(); });

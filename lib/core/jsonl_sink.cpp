@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -45,9 +46,10 @@ const char* metric_type_name(MetricSample::Type t) {
   return "counter";
 }
 
-class JsonlSink final : public Sink {
+class JsonlSink final : public detail::RunLogSink {
  public:
-  JsonlSink(int fd, std::string path) : fd_(fd), path_(std::move(path)) {
+  JsonlSink(int fd, std::string path, bool held_by_runtime)
+      : fd_(fd), path_(std::move(path)), held_by_runtime_(held_by_runtime) {
     auto& h = detail::run_log_health();  // a new run log starts healthy
     h.error.store(0);
     h.since_step.store(-1);
@@ -95,7 +97,9 @@ class JsonlSink final : public Sink {
       format_event(e);
       if (detail::yield_due()) sched_yield();  // formatting 512 events takes ~50 us (yield_point.hpp)
     }
-    if (buf_.size() >= kWriteFrom) write_out();
+    // The runtime's own run log waits for write_pending() (one write per
+    // drain); a JSONL sink a user added writes each batch.
+    if (buf_.size() >= kWriteFrom || !held_by_runtime_) write_out();
   }
 
   void export_metrics_impl(const MetricsSnapshot& s) {
@@ -157,7 +161,7 @@ class JsonlSink final : public Sink {
     }
   }
   void before_exit() noexcept override { guarded([&] { before_exit_impl(); }); }
-  void write_pending() noexcept { guarded([&] { write_out(); }); }
+  void write_pending() noexcept override { guarded([&] { write_out(); }); }
 
   void shutdown_impl(Deadline deadline, const Stats& st) {
     const std::uint64_t mono = detail_mono_now();
@@ -190,8 +194,8 @@ class JsonlSink final : public Sink {
     if (inline_fd >= 0) detail::g_runlog_fd.store(inline_fd);
   }
 
-  std::uint64_t errors() const noexcept override { return errors_; }
-  int fd() const { return fd_; }
+  SinkStats stats() const noexcept override { return {.errors = errors_}; }
+  int fd() const noexcept override { return fd_; }
 
  private:
   template <typename Fn>
@@ -383,21 +387,36 @@ class JsonlSink final : public Sink {
   std::uint64_t pending_lines_ = 0, dropped_lines_ = 0;
   std::int64_t pending_step_ = -1;  // the step of the first line in buf_
   std::int64_t last_step_ = -1;     // the newest step seen
-  std::uint64_t errors_ = 0;
+  std::atomic<std::uint64_t> errors_{0};  // written by the background thread
+  bool held_by_runtime_;
   fmt::memory_buffer buf_;
   detail::EventFormatter fmt_;
 };
 
-}  // namespace
-
-absl::StatusOr<std::shared_ptr<Sink>> make_jsonl_sink(const std::string& path) {
+absl::StatusOr<std::shared_ptr<JsonlSink>> open_jsonl(const std::string& path, bool held_by_runtime) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) {
     return absl::PermissionDeniedError(absl::StrCat("cannot open run log '", path, "' for writing: ",
                                                     std::strerror(errno),
                                                     " (set RANKSCOPE_DIR or Config::run_dir to a writable directory)"));
   }
-  return std::shared_ptr<Sink>(std::make_shared<JsonlSink>(fd, path));
+  return std::make_shared<JsonlSink>(fd, path, held_by_runtime);
+}
+
+}  // namespace
+
+namespace detail {
+absl::StatusOr<std::shared_ptr<RunLogSink>> make_run_log(const std::string& path) {
+  auto s = open_jsonl(path, /*held_by_runtime=*/true);
+  if (!s.ok()) return s.status();
+  return std::shared_ptr<RunLogSink>(*s);
+}
+}  // namespace detail
+
+absl::StatusOr<std::shared_ptr<Sink>> make_jsonl_sink(const std::string& path) {
+  auto s = open_jsonl(path, /*held_by_runtime=*/false);
+  if (!s.ok()) return s.status();
+  return std::shared_ptr<Sink>(*s);
 }
 
 namespace detail {
@@ -406,13 +425,6 @@ RunLogHealth& run_log_health() {
   return *h;
 }
 
-int jsonl_sink_fd(const Sink& s) {
-  const auto* j = dynamic_cast<const JsonlSink*>(&s);
-  return j != nullptr ? j->fd() : -1;
-}
-void jsonl_write_pending(Sink& s) {
-  if (auto* j = dynamic_cast<JsonlSink*>(&s)) j->write_pending();
-}
 }  // namespace detail
 
 namespace {

@@ -21,6 +21,7 @@
 #include "event_format.hpp"
 #include "fd_io.hpp"
 #include "json_util.hpp"
+#include "attribute_codec.hpp"
 #include "payload.hpp"
 #include <chrono>
 #include <thread>
@@ -160,53 +161,6 @@ namespace detail {
 
 namespace {
 constexpr std::size_t kMaxPayload = 4096;
-
-// `"key":value` members, comma-separated, into a fixed buffer of `cap` bytes.
-// What does not fit is cut at a member boundary, never inside one: a string
-// value keeps the UTF-8-safe prefix that fits and ends in "…", later members
-// are dropped, and `"fields_truncated":true` says so.
-std::size_t fields_json(std::initializer_list<Field> fields, char* out, std::size_t cap) {
-  static constexpr std::string_view kEllipsis = "\xe2\x80\xa6";  // …
-  const std::size_t room = cap - kFieldsTruncated.size() - 1;
-  fmt::memory_buffer b;
-  bool cut = false;
-  for (const Field& f : fields) {
-    const std::size_t start = b.size();
-    if (start != 0) b.push_back(',');
-    json_escape_to(b, f.key != nullptr ? f.key : "");
-    b.push_back(':');
-    const std::size_t value_at = b.size();
-    switch (f.type) {
-      case Field::Type::kInt: fmt::format_to(fmt::appender(b), "{}", f.i); break;
-      case Field::Type::kUInt: fmt::format_to(fmt::appender(b), "{}", f.u); break;
-      case Field::Type::kDouble: json_number_to(b, f.d); break;
-      case Field::Type::kBool: b.append(std::string_view(f.b ? "true" : "false")); break;
-      case Field::Type::kString: json_escape_to(b, f.s); break;
-    }
-    if (b.size() <= room) continue;
-    cut = true;
-    // Dropping `over` raw bytes drops at least `over` escaped ones.
-    const std::size_t over = b.size() - room + kEllipsis.size();
-    if (f.type == Field::Type::kString && value_at + 2 + kEllipsis.size() < room && f.s.size() > over) {
-      b.resize(value_at);
-      json_escape_to(b, f.s.substr(0, utf8_prefix(f.s, f.s.size() - over)));
-      b.resize(b.size() - 1);  // the closing quote
-      b.append(kEllipsis);
-      b.push_back('"');
-    } else {
-      b.resize(start);
-    }
-    break;
-  }
-  if (cut) {
-    if (b.size() != 0) b.push_back(',');
-    b.append(kFieldsTruncated);
-  }
-  const std::size_t n = std::min(b.size(), cap);
-  std::memcpy(out, b.data(), n);
-  return n;
-}
-
 }  // namespace
 
 // Errors and fatals: the calling thread writes the run-log line and the
@@ -238,39 +192,48 @@ EventKind event_kind_of(RecordKind k) {
 }  // namespace
 
 void emit_payload(RecordKind kind, Level level, const LogSite* site, std::uint16_t logger_id, std::string_view text,
-                  std::string_view fields, bool write_now) noexcept {
+                  const Attributes& attributes, bool write_now) noexcept {
   ThreadState* st = thread_state();
   if (st == nullptr) return;
   char payload[kMaxPayload];
   const std::size_t msg_n = utf8_prefix(text, kMaxPayload / 2);
   std::memcpy(payload, text.data(), msg_n);
-  std::size_t fld_n = json_members_prefix(fields, kMaxPayload - msg_n - kFieldsTruncated.size() - 1);
-  if (fld_n != 0) std::memcpy(payload + msg_n, fields.data(), fld_n);
-  if (fld_n < fields.size()) {  // cut at a member boundary, and said so
-    if (fld_n != 0) payload[msg_n + fld_n++] = ',';
-    std::memcpy(payload + msg_n + fld_n, kFieldsTruncated.data(), kFieldsTruncated.size());
-    fld_n += kFieldsTruncated.size();
+  const std::string_view encoded = attributes.encoded();
+  const std::size_t room = kMaxPayload / 2 - (kFieldsTruncatedKey.size() + 3);  // 2 KiB of fields
+  std::size_t fld_n = attributes_prefix(encoded, room);
+  if (fld_n != 0) std::memcpy(payload + msg_n, encoded.data(), fld_n);
+  if (fld_n < encoded.size()) {  // cut at an entry boundary, and said so
+    Attributes marker;
+    marker.add(kFieldsTruncatedKey, true);
+    std::memcpy(payload + msg_n + fld_n, marker.encoded().data(), marker.encoded().size());
+    fld_n += marker.encoded().size();
   }
+  emit_encoded(st, kind, level, site, logger_id, std::string_view(payload, msg_n),
+               std::string_view(payload + msg_n, fld_n), write_now);
+}
+
+void emit_encoded(ThreadState* st, RecordKind kind, Level level, const LogSite* site, std::uint16_t logger_id,
+                  std::string_view text, std::string_view encoded, bool write_now) noexcept {
   const std::uint64_t t = now_ticks();
   const std::int64_t step = g_step.load(std::memory_order_relaxed);
   if (write_now) {
     try {
       Event e;
       e.kind = event_kind_of(kind);
-      e.depth = static_cast<std::uint8_t>(level);
+      e.level = level;
       e.tid = st->tid;
       e.step = step;
       e.mono_ns = monotonic_ns();
       e.wall_ns = realtime_ns();
-      e.log_site = site;
+      e.source = site;
       e.logger = logger_name(logger_id);
-      e.text.assign(payload, msg_n);
-      e.fields.assign(payload + msg_n, fld_n);
+      e.text.assign(text);
+      e.attributes = Attributes::from_encoded(encoded);
       write_inline(e);
     } catch (...) {
     }
   }
-  const std::size_t total = msg_n + fld_n;
+  const std::size_t total = text.size() + encoded.size();
   const std::uint64_t nrec = 1 + (total + sizeof(Record) - 1) / sizeof(Record);
   if (!st->try_reserve(nrec)) return;
   Record& h = st->slot(0);
@@ -282,25 +245,28 @@ void emit_payload(RecordKind kind, Level level, const LogSite* site, std::uint16
   h.aux = static_cast<std::uint16_t>(static_cast<unsigned>(level) | (write_now ? 0x100u : 0u));
   h.pad = logger_id;
   h.v[0].ptr = site;
-  h.v[1].i = static_cast<std::int64_t>(msg_n);
-  h.v[2].i = static_cast<std::int64_t>(fld_n);
+  h.v[1].i = static_cast<std::int64_t>(text.size());
+  h.v[2].i = static_cast<std::int64_t>(encoded.size());
+  // text and encoded are adjacent in the caller's payload buffer
+  const char* bytes = text.data();
   for (std::uint64_t i = 1; i < nrec; ++i) {
     const std::size_t off = static_cast<std::size_t>(i - 1) * sizeof(Record);
-    std::memcpy(static_cast<void*>(&st->slot(i)), payload + off, std::min(sizeof(Record), total - off));
+    std::memcpy(static_cast<void*>(&st->slot(i)), bytes + off, std::min(sizeof(Record), total - off));
   }
   st->commit(nrec);
 }
 
 void log_emit(const LogSite& site, Level level, std::string_view message, std::initializer_list<Field> fields,
               const Logger* logger) noexcept {
-  char buf[kMaxPayload];
-  std::size_t fld_n = 0;
-  try {
-    fld_n = fields.size() != 0 ? fields_json(fields, buf, kMaxPayload / 2) : 0;
-  } catch (...) {
-  }
-  emit_payload(RecordKind::kLog, level, &site, logger != nullptr ? logger->id() : 0, message,
-               std::string_view(buf, fld_n), level >= Level::kError);
+  ThreadState* st = thread_state();
+  if (st == nullptr) return;
+  // Message and fields side by side in one buffer: the ring copy is one pass.
+  char payload[kMaxPayload];
+  const std::size_t msg_n = utf8_prefix(message, kMaxPayload / 2);
+  std::memcpy(payload, message.data(), msg_n);
+  const std::size_t fld_n = fields.size() != 0 ? encode_fields(fields, payload + msg_n, kMaxPayload / 2) : 0;
+  emit_encoded(st, RecordKind::kLog, level, &site, logger != nullptr ? logger->id() : 0,
+               std::string_view(payload, msg_n), std::string_view(payload + msg_n, fld_n), level >= Level::kError);
 }
 
 bool Throttle::allow(std::uint32_t n, std::uint64_t per_ms, std::uint64_t& suppressed) noexcept {

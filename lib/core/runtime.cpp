@@ -96,10 +96,12 @@ absl::Status Runtime::init(const Config& cfg) {
   auto set = detail::resolve_settings(cfg);
   if (!set.ok()) return set.status();
   std::vector<std::shared_ptr<Sink>> sinks = cfg.sinks;
+  std::shared_ptr<detail::RunLogSink> run_log;
   if (!set->run_dir.empty()) {
-    auto sink = make_jsonl_sink(schema::run_log_path(set->run_dir, set->context.rank));
+    auto sink = detail::make_run_log(schema::run_log_path(set->run_dir, set->context.rank));
     if (!sink.ok()) return sink.status();
-    sinks.insert(sinks.begin(), *sink);
+    run_log = *sink;
+    sinks.insert(sinks.begin(), run_log);
   }
   if (set->console != detail::ConsolePolicy::kNone) sinks.push_back(detail::make_console_sink(set->console));
 
@@ -120,7 +122,8 @@ absl::Status Runtime::init(const Config& cfg) {
   detail::install_flight_ring(set->flight_entries);
   if (set->signals) detail::install_signal_handlers();
   sinks_ = std::move(sinks);
-  detail::g_runlog_fd.store(cfg.write_run_log ? detail::jsonl_sink_fd(*sinks_.front()) : -1, std::memory_order_release);
+  run_log_ = std::move(run_log);
+  detail::g_runlog_fd.store(cfg.write_run_log && run_log_ != nullptr ? run_log_->fd() : -1, std::memory_order_release);
   detail::retry_gpu_memory();
   export_errors_.store(0, std::memory_order_relaxed);
   owner_pid_ = ::getpid();

@@ -39,7 +39,15 @@ extern std::atomic<int> g_runlog_fd;
 // Waits until no thread is writing an inline line to g_runlog_fd's file;
 // false if the deadline passed first.
 bool wait_inline_writers(std::chrono::steady_clock::time_point deadline);
-int jsonl_sink_fd(const Sink& s);
+// The run log: a Sink with two more duties (jsonl_sink.cpp).
+class RunLogSink : public Sink {
+ public:
+  // The file, for errors the calling thread writes inline (g_runlog_fd).
+  virtual int fd() const noexcept = 0;
+  // Writes the lines held back to batch write(2)s; called when a drain is complete.
+  virtual void write_pending() noexcept = 0;
+};
+absl::StatusOr<std::shared_ptr<RunLogSink>> make_run_log(const std::string& path);
 // Whether the run log is being written, for the heartbeat (jsonl_sink.cpp).
 struct RunLogHealth {
   std::atomic<int> error{0};                 // the errno that stopped the log; 0 = writing
@@ -47,9 +55,6 @@ struct RunLogHealth {
   std::atomic<std::uint64_t> lines_dropped{0};
 };
 RunLogHealth& run_log_health();
-// Writes the lines a JSONL sink holds back (nothing for other sinks); called
-// when a drain is complete.
-void jsonl_write_pending(Sink& s);
 const char* logger_name(std::uint16_t id);
 void poll_gpu_memory();   // gpu_memory.cpp
 void retry_gpu_memory();
@@ -152,6 +157,7 @@ class Runtime {
 
   // Background-thread state.
   std::vector<std::shared_ptr<Sink>> sinks_;
+  std::shared_ptr<RunLogSink> run_log_;  // also sinks_.front(), when there is a run directory
   detail::TickClock clock_;
   detail::StepBreakdownBuilder breakdown_;
   absl::flat_hash_map<std::int32_t, RecentEvents> recent_;  // last events per thread, for dumps

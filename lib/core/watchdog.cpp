@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 
@@ -108,9 +109,10 @@ void Watchdog::on_step(const StepBreakdown& b, std::int32_t, std::uint64_t mono_
       e.mono_ns = mono_ns;
       e.dur_ns = b.total_ns;
       const double factor = static_cast<double>(b.total_ns) / static_cast<double>(usual);
-      e.fields = fmt::format("\"usual_ns\":{},\"factor\":{:.2f},\"grown_phase\":\"{}\",\"grown_by_ns\":{}",
-                                         usual, factor, phase_kind_name(static_cast<PhaseKind>(grown)),
-                                         static_cast<std::uint64_t>(std::max(0.0, grown_by)));
+      e.attributes.add("usual_ns", std::uint64_t{usual})
+          .add("factor", std::round(factor * 100.0) / 100.0)
+          .add("grown_phase", phase_kind_name(static_cast<PhaseKind>(grown)))
+          .add("grown_by_ns", static_cast<std::uint64_t>(std::max(0.0, grown_by)));
       // Every slow step is in the run log; the console gets one line per 10 s.
       if (slow_printed_mono_ == 0 || mono_ns - slow_printed_mono_ >= 10'000'000'000ull) {
         const std::string more =
@@ -134,10 +136,10 @@ void Watchdog::on_step(const StepBreakdown& b, std::int32_t, std::uint64_t mono_
 }
 
 std::string Watchdog::describe_inside(std::uint64_t now_tick, const TickClock& clock,
-                                      const std::vector<ThreadState*>& threads, std::string& json) const {
+                                      const std::vector<ThreadState*>& threads, InsideJson& json) const {
   std::string text;
   fmt::memory_buffer j;
-  j.append(std::string_view("\"open_phases\":["));
+  j.push_back('[');
   bool first = true;
   for (ThreadState* st : threads) {
     std::string chain;
@@ -156,7 +158,10 @@ std::string Watchdog::describe_inside(std::uint64_t now_tick, const TickClock& c
     }
     if (!chain.empty()) text += fmt::format("{}tid {}: {}", text.empty() ? "" : "; ", st->tid, chain);
   }
-  j.append(std::string_view("],\"in_flight\":["));
+  j.push_back(']');
+  json.open_phases.assign(j.data(), j.size());
+  j.clear();
+  j.push_back('[');
   first = true;
   std::string coll;
   if (const FlightRing* ring = flight_ring()) {
@@ -176,7 +181,7 @@ std::string Watchdog::describe_inside(std::uint64_t now_tick, const TickClock& c
     }
   }
   j.push_back(']');
-  json.assign(j.data(), j.size());
+  json.in_flight.assign(j.data(), j.size());
   if (text.empty() && coll.empty()) return "between steps (no open phase, no collective in flight)";
   if (!coll.empty()) text += (text.empty() ? "" : "; ") + std::string("in flight: ") + coll;
   return text;
@@ -201,11 +206,14 @@ bool Watchdog::tick(std::uint64_t now_mono, const TickClock& clock, const std::v
     began = true;
     ++stalls_;
     stall_began_mono_ = now_mono;
-    std::string json;
+    InsideJson json;
     const std::string inside = describe_inside(now_ticks(), clock, threads, json);
     Event e = make_event(EventKind::kStall, now_mono, clock);
     e.dur_ns = age;
-    e.fields = fmt::format("\"progress_age_ns\":{},\"timeout_ns\":{},{}", age, cfg_.stall_timeout_ns, json);
+    e.attributes.add("progress_age_ns", std::uint64_t{age})
+        .add("timeout_ns", std::uint64_t{cfg_.stall_timeout_ns})
+        .add_json("open_phases", json.open_phases)
+        .add_json("in_flight", json.in_flight);
     e.text = inside;  // owned: interning it would add a name per stall (ages make each unique)
     std::fprintf(stderr, "[rankscope] rank %d: STALLED: no progress for %.1f s (step %lld); inside: %s\n", ctx_.rank,
                  secs(age), static_cast<long long>(step_), inside.c_str());
@@ -259,7 +267,7 @@ void Watchdog::before_exit() noexcept {
 void Watchdog::write_heartbeat(std::uint64_t now_mono, const TickClock& clock,
                                const std::vector<ThreadState*>& threads, const char* state) {
   if (now_mono < quiet_until_mono_) return;  // the process is ending by a signal (before_exit)
-  std::string inside_json;
+  InsideJson inside_json;
   const std::string inside = describe_inside(now_ticks(), clock, threads, inside_json);
   const std::int64_t offset = static_cast<std::int64_t>(realtime_ns()) - static_cast<std::int64_t>(monotonic_ns());
   const auto wall = [&](std::uint64_t mono) { return static_cast<std::uint64_t>(static_cast<std::int64_t>(mono) + offset); };
@@ -281,8 +289,10 @@ void Watchdog::write_heartbeat(std::uint64_t now_mono, const TickClock& clock,
                  now_mono > progress_mono_ ? now_mono - progress_mono_ : 0, step_, last_step_ns_, median_of(totals),
                  stalls_, slow_steps_);
   json_escape_to(b, inside);
-  b.push_back(',');
-  b.append(inside_json);
+  b.append(std::string_view(",\"open_phases\":"));
+  b.append(inside_json.open_phases);
+  b.append(std::string_view(",\"in_flight\":"));
+  b.append(inside_json.in_flight);
   // A run log that stopped (a full disk) is said here too: this small file is
   // rewritten in place, so it is still written when the log no longer can be.
   const RunLogHealth& log = run_log_health();

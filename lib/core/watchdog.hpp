@@ -45,8 +45,13 @@ class Watchdog {
   void set_publisher(std::function<void(std::string_view)> fn);
 
  private:
+  // Where the rank is: open phases per thread and collectives in flight, as
+  // JSON arrays (the stall event's and the heartbeat's `open_phases`, `in_flight`).
+  struct InsideJson {
+    std::string open_phases, in_flight;
+  };
   std::string describe_inside(std::uint64_t now_tick, const TickClock& clock,
-                              const std::vector<ThreadState*>& threads, std::string& json) const;
+                              const std::vector<ThreadState*>& threads, InsideJson& json) const;
   void write_heartbeat(std::uint64_t now_mono, const TickClock& clock, const std::vector<ThreadState*>& threads,
                        const char* state);
   Event make_event(EventKind k, std::uint64_t now_mono, const TickClock& clock) const;

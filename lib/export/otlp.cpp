@@ -3,6 +3,7 @@
 // and handed to the sender thread.
 #include "rankscope/export/otlp.hpp"
 
+#include <atomic>
 #include <cstdlib>
 
 #include <fmt/format.h>
@@ -37,54 +38,24 @@ std::array<std::uint8_t, 8> span_id(std::string_view key) {
   return id;
 }
 
-// The typed `"k":v,...` members of a log record (rankscope writes them: keys
-// and strings are JSON strings, values are numbers, true/false or strings).
-o::Attrs parse_fields(std::string_view s) {
-  o::Attrs out;
-  std::size_t i = 0;
-  auto read_string = [&](std::string& dst) {
-    ++i;  // opening quote
-    while (i < s.size() && s[i] != '"') {
-      if (s[i] == '\\' && i + 1 < s.size()) {
-        const char e = s[++i];
-        dst.push_back(e == 'n' ? '\n' : e == 't' ? '\t' : e == 'r' ? '\r' : e);
-        if (e == 'u' && i + 4 < s.size()) {  // \u00XX: control characters only
-          dst.back() = static_cast<char>(std::strtol(std::string(s.substr(i + 1, 4)).c_str(), nullptr, 16));
-          i += 4;
-        }
-      } else {
-        dst.push_back(s[i]);
-      }
-      ++i;
+// An event's typed attributes as OTLP attributes, keys prefixed (or not).
+// Nested values (kJson) travel as their JSON text.
+void append_attrs(const Attributes& attrs, std::string_view prefix, o::Attrs& out) {
+  for (const Attribute& a : attrs) {
+    std::string key(prefix);
+    key.append(a.key);
+    switch (a.type) {
+      case Attribute::Type::kInt: out.push_back(Attr::integer(std::move(key), a.i)); break;
+      case Attribute::Type::kUInt:  // OTLP integers are signed 64-bit
+        if (a.u <= static_cast<std::uint64_t>(INT64_MAX)) out.push_back(Attr::integer(std::move(key), static_cast<std::int64_t>(a.u)));
+        else out.push_back(Attr::real(std::move(key), static_cast<double>(a.u)));
+        break;
+      case Attribute::Type::kDouble: out.push_back(Attr::real(std::move(key), a.d)); break;
+      case Attribute::Type::kBool: out.push_back(Attr::boolean(std::move(key), a.b)); break;
+      case Attribute::Type::kString:
+      case Attribute::Type::kJson: out.push_back(Attr::str(std::move(key), std::string(a.s))); break;
     }
-    ++i;  // closing quote
-  };
-  while (i < s.size()) {
-    if (s[i] != '"') {
-      ++i;
-      continue;
-    }
-    std::string key;
-    read_string(key);
-    if (i >= s.size() || s[i] != ':') break;
-    ++i;
-    if (i < s.size() && s[i] == '"') {
-      std::string v;
-      read_string(v);
-      out.push_back(Attr::str(key, v));
-      continue;
-    }
-    const std::size_t end = std::min(s.find(',', i), s.size());
-    const std::string tok(s.substr(i, end - i));
-    i = end;
-    std::int64_t iv;
-    double dv;
-    if (tok == "true" || tok == "false") out.push_back(Attr::boolean(key, tok == "true"));
-    else if (absl::SimpleAtoi(tok, &iv)) out.push_back(Attr::integer(key, iv));
-    else if (absl::SimpleAtod(tok, &dv)) out.push_back(Attr::real(key, dv));
-    else out.push_back(Attr::str(key, tok));
   }
-  return out;
 }
 
 class OtlpSink final : public Sink {
@@ -181,8 +152,9 @@ class OtlpSink final : public Sink {
     sender_.stop(deadline);
   }
 
-  std::uint64_t errors() const noexcept override { return errors_; }
-  OtlpStats stats() const { return {sender_.sent(), sender_.dropped(), sender_.retries(), sender_.queued()}; }
+  SinkStats stats() const noexcept override {
+    return {sender_.sent(), sender_.dropped(), sender_.retries(), sender_.queued(), errors_};
+  }
 
  private:
   static std::vector<std::string> headers(const OtlpOptions& o) {
@@ -259,7 +231,7 @@ class OtlpSink final : public Sink {
         if (o_.logs_url.empty()) return;
         static constexpr int kSeverity[] = {5, 9, 13, 17, 21};
         static constexpr const char* kText[] = {"DEBUG", "INFO", "WARN", "ERROR", "FATAL"};
-        const int lv = std::min<int>(e.depth, 4);
+        const int lv = std::min<int>(static_cast<int>(e.level), 4);
         o::LogRecord l;
         l.time_ns = e.wall_ns;
         l.observed_ns = e.wall_ns;
@@ -267,15 +239,16 @@ class OtlpSink final : public Sink {
         l.severity_text = kText[lv];
         l.body = e.text;
         if (e.kind == EventKind::kLog) {
-          l.attrs = parse_fields(e.fields);
-          if (const auto* site = static_cast<const detail::LogSite*>(e.log_site)) {
+          append_attrs(e.attributes, "", l.attrs);
+          if (const SourceLocation* site = e.source) {
             l.attrs.push_back(Attr::str("code.filepath", site->file));
             l.attrs.push_back(Attr::integer("code.lineno", site->line));
             l.attrs.push_back(Attr::str("code.function", site->function));
           }
           if (e.logger != nullptr) l.attrs.push_back(Attr::str("rankscope.logger", e.logger));
         } else {
-          l.attrs = {Attr::str("event.name", "rankscope.violation"), Attr::str("rankscope.violation", "{" + e.fields + "}")};
+          l.attrs = {Attr::str("event.name", "rankscope.violation")};
+          append_attrs(e.attributes, "rankscope.", l.attrs);  // check, what, ranks, values
         }
         l.attrs.push_back(Attr::integer("rankscope.step", e.step));
         logs_.push_back(std::move(l));
@@ -302,6 +275,7 @@ class OtlpSink final : public Sink {
         l.body = fmt::format("{}: {} ms{}{}", what, e.dur_ns / 1000000, detail.empty() ? "" : ": ", detail);
         l.attrs = {Attr::str("event.name", what), Attr::integer("rankscope.step", e.step),
                    Attr::integer("rankscope.duration_ns", static_cast<std::int64_t>(e.dur_ns))};
+        append_attrs(e.attributes, "rankscope.", l.attrs);  // the watchdog's measurements
         logs_.push_back(std::move(l));
         break;
       }
@@ -339,7 +313,7 @@ class OtlpSink final : public Sink {
   std::vector<o::Span> spans_;      // background thread only
   std::vector<o::LogRecord> logs_;  // background thread only
   std::chrono::steady_clock::time_point last_send_ = std::chrono::steady_clock::now();
-  std::uint64_t errors_ = 0;
+  std::atomic<std::uint64_t> errors_{0};  // written by the background thread
 };
 
 // "k1=v1,k2=v2" with percent-encoded values (W3C Baggage style, as the
@@ -453,11 +427,6 @@ absl::StatusOr<std::shared_ptr<Sink>> otlp_sink_from_env() {
   if (!o.ok()) return o.status();
   if (o->traces_url.empty() && o->logs_url.empty() && o->metrics_url.empty()) return std::shared_ptr<Sink>();
   return make_otlp_sink(*o);
-}
-
-OtlpStats otlp_stats(const Sink& sink) {
-  const auto* s = dynamic_cast<const OtlpSink*>(&sink);
-  return s != nullptr ? s->stats() : OtlpStats{};
 }
 
 }  // namespace rankscope

@@ -3,6 +3,7 @@
 // /metrics endpoint (its civetweb threads) and the node_exporter textfile.
 #include "rankscope/export/prometheus.hpp"
 
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -152,7 +153,7 @@ class PrometheusSink final : public Sink {
     }
   }
 
-  std::uint64_t errors() const noexcept override { return errors_; }
+  SinkStats stats() const noexcept override { return {.errors = errors_}; }
 
   std::vector<MetricFamily> Collect() const {
     std::lock_guard<std::mutex> lk(mu_);
@@ -301,7 +302,7 @@ class PrometheusSink final : public Sink {
            T::Gauge, now - last_update_);
     scalar(out, "rankscope_restarts", "Restarts of this job so far (the launcher's restart count)", T::Gauge, restarts_);
     scalar(out, "rankscope_process_threads", "Threads in this process", T::Gauge, detail::process_threads());
-    const Stats st = stats();  // rankscope's own counters, current (atomics)
+    const Stats st = rankscope::stats();  // rankscope's own counters, current (atomics)
     scalar(out, "rankscope_events_dropped_total", "Events dropped because a ring was full", T::Counter,
            static_cast<double>(st.events_dropped));
     scalar(out, "rankscope_events_recorded_total", "Events recorded", T::Counter,
@@ -368,7 +369,7 @@ class PrometheusSink final : public Sink {
   std::map<std::string, std::uint64_t> failed_;
   MetricsSnapshot snapshot_;
   std::chrono::steady_clock::time_point last_textfile_{};
-  std::uint64_t errors_ = 0;  // background thread only
+  std::atomic<std::uint64_t> errors_{0};  // written by the background thread
 };
 
 }  // namespace

@@ -248,12 +248,13 @@ ncclResult_t run(ncclComm_t handle, CollectiveOp op, size_t count, ncclDataType_
 struct Pending {
   Event event;
   EventPair* pair;
+  std::uint64_t flight_id;  // the collective's flight-recorder entry
 };
 std::vector<Pending>* g_pending = new std::vector<Pending>;  // background thread only
 
-bool defer(const Event& e, const void* handle) {
+bool defer(const Event& e, const void* handle, std::uint64_t flight_id) {
   auto* pair = static_cast<EventPair*>(const_cast<void*>(handle));
-  g_pending->push_back(Pending{e, pair});
+  g_pending->push_back(Pending{e, pair, flight_id});
   return true;
 }
 
@@ -279,7 +280,7 @@ void poll(std::vector<Event>& out) {
     }
     p.pair->busy.store(false, std::memory_order_release);
     // The collective is done when the device says so, not when the call returned.
-    detail::flight_complete(e.flight_id, detail::now_ticks(), e.result);
+    detail::flight_complete(p.flight_id, detail::now_ticks(), e.result);
     if (e.comm != nullptr) const_cast<Communicator*>(e.comm)->note_completed(e.seq);
     out.push_back(e);
   }

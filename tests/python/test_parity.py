@@ -31,7 +31,7 @@ CPP_ONLY = {  # why Python has no counterpart
     "launcher_name": "context()['launcher'] spelling helper", "missing_ranks": "C++ Status helper",
     "format_ranks": "formatting helper", "set_heartbeat_publisher": "rankscope.torch publishes to the store",
     "level_name": "Python levels are names already", "Logger": "Python code uses the logging module's names",
-    "LogSite": "macro internals", "Throttle": "RANKSCOPE_LOG_THROTTLED internals",
+    "SourceLocation": "a log call site (file, function, line); Python records the caller's frame itself", "Throttle": "RANKSCOPE_LOG_THROTTLED internals",
     "observe_ungated": "internal", "Site": "macro internals", "intern": "Python phases intern on creation",
     "intern_limit": "macro internals", "set_intern_limit": "tests only", "DynamicName": "Python names are dynamic",
     "Sink": "custom sinks are C++ (export/sink.hpp)", "OnViolation": "fail=True/False",

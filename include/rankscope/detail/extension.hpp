@@ -12,7 +12,7 @@ namespace rankscope::detail {
 
 // A collective whose completion is measured on a device: returns true when
 // the extension takes the event and emits it later from its poller.
-using DeferCollective = bool (*)(const Event& host_part, const void* device_handle);
+using DeferCollective = bool (*)(const Event& host_part, const void* device_handle, std::uint64_t flight_id);
 // Called on every background iteration; appends finished events.
 using Poller = void (*)(std::vector<Event>& out);
 

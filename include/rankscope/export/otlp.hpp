@@ -56,10 +56,4 @@ absl::StatusOr<std::shared_ptr<Sink>> make_otlp_sink(const OtlpOptions& options)
 absl::StatusOr<OtlpOptions> otlp_options_from_env();
 absl::StatusOr<std::shared_ptr<Sink>> otlp_sink_from_env();
 
-/// Counters of a sink made above.
-struct OtlpStats {
-  std::uint64_t sent = 0, dropped = 0, retries = 0, queued = 0;
-};
-OtlpStats otlp_stats(const Sink& otlp_sink);
-
 }  // namespace rankscope

@@ -10,11 +10,12 @@
 #include <cstdint>
 #include <span>
 #include <string>
-#include <string>
 #include <vector>
 
 #include "rankscope/collective.hpp"
 #include "rankscope/context.hpp"
+#include "rankscope/export/attributes.hpp"
+#include "rankscope/log.hpp"
 #include "rankscope/metrics.hpp"
 #include "rankscope/runtime.hpp"
 #include "rankscope/site.hpp"
@@ -39,9 +40,12 @@ enum class EventKind : std::uint8_t {
 };
 
 /// One decoded record. Times are nanoseconds; wall = since the Unix epoch.
+/// Every member is a value or points at storage that lives as long as the
+/// process (sites, communicators, source locations).
 struct Event {
   EventKind kind = EventKind::kMark;
-  std::uint8_t depth = 0;
+  std::uint8_t depth = 0;     // phases: nesting depth on the thread (0 = outermost)
+  Level level = Level::kInfo; // logs and violations
   std::int32_t tid = 0;
   std::int64_t step = 0;
   std::uint64_t mono_ns = 0;  // start of a span, or the instant
@@ -63,15 +67,16 @@ struct Event {
   bool in_group = false;         // issued inside an NCCL group
   std::uint64_t enqueue_ns = 0;  // host time inside the call (device-timed collectives)
   const char* error = nullptr;   // failed collectives / comm errors: the backend's message
-  std::uint64_t flight_id = 0;   // internal: the collective's flight-recorder entry
-  // Logs: level in `depth`, the call site, the message and the typed fields as
-  // JSON members (`"k":v,...`); `written_inline` when the calling thread already
-  // wrote it to the run log and the console (errors and fatals). Watchdog
-  // events (stall, stall_end, slow_step) carry their extra members in `fields`.
-  const void* log_site = nullptr;
-  const char* logger = nullptr;  // named Logger, if any
+  // Logs: the message, the call site, the named Logger (if any) and the typed
+  // fields. Facts: text = the check's name. Violations: text = the message.
+  // Stalls: text = where the rank is. Attributes: a log's fields, a fact's or
+  // violation's values, the watchdog's measurements.
   std::string text;
-  std::string fields;
+  const SourceLocation* source = nullptr;
+  const char* logger = nullptr;
+  Attributes attributes;
+  // Errors and fatals: the calling thread already wrote the run-log and
+  // console lines before the call returned (a crash right after loses nothing).
   bool written_inline = false;
 };
 
@@ -107,6 +112,15 @@ struct MetricsSnapshot {
 
 using Deadline = std::chrono::steady_clock::time_point;
 
+/// A sink's own counters (Sink::stats()); what does not apply stays 0.
+struct SinkStats {
+  std::uint64_t sent = 0;     // requests or batches delivered
+  std::uint64_t dropped = 0;  // given up on (queue full, retries exhausted)
+  std::uint64_t retries = 0;
+  std::uint64_t queued = 0;   // waiting to be sent now
+  std::uint64_t errors = 0;   // failed writes (summed into Stats::export_errors)
+};
+
 class Sink {
  public:
   virtual ~Sink() = default;
@@ -127,8 +141,9 @@ class Sink {
   /// reserved ahead of a file). If the program survives the signal, exports
   /// go on as before.
   virtual void before_exit() noexcept {}
-  /// Failed writes so far (counted into Stats::export_errors).
-  virtual std::uint64_t errors() const noexcept { return 0; }
+  /// The exporter's own counters (read from the background thread, and by
+  /// anyone holding the sink: implementations keep them atomic).
+  virtual SinkStats stats() const noexcept { return {}; }
 };
 
 }  // namespace rankscope
