@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "rankscope/export/otlp.hpp"
+#include "rankscope/rankscope.hpp"
 #include "temp_dir.hpp"
 
 using namespace rankscope;
@@ -64,4 +65,17 @@ TEST_CASE("otlp: no endpoint means no sink - bad values are errors naming the va
   CHECK(!make_otlp_sink({}).ok());
   CHECK_THAT(std::string(make_otlp_sink({.traces_url = "collector:4318"}).status().message()),
              Catch::Contains("must start with http:// or https://"));
+}
+
+TEST_CASE("otlp: init() reads OTEL_EXPORTER_OTLP_* itself - a bad variable fails init naming it", "[otlp]") {
+  rankscope::test::TempDir tmp;
+  rankscope::Config cfg;
+  cfg.run_dir = tmp.path;
+  cfg.context.rank = 0;
+  cfg.context.world_size = 1;
+  ScopedEnv base("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318");
+  ScopedEnv grpc("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc");
+  const absl::Status st = rankscope::init(cfg);
+  REQUIRE_FALSE(st.ok());
+  CHECK_THAT(std::string(st.message()), Catch::Contains("OTEL_EXPORTER_OTLP_PROTOCOL='grpc' is not supported"));
 }

@@ -185,3 +185,38 @@ TEST_CASE("prometheus: a scrape is served while 100 idle and half-sent connectio
     if (fd >= 0) ::close(fd);
   }
 }
+
+TEST_CASE("prometheus: init() adds the exporter the environment asks for - a configured one wins", "[prometheus]") {
+  TempDir tmp;
+  const int env_port = free_port();
+  ::setenv("RANKSCOPE_PROMETHEUS_PORT", std::to_string(env_port).c_str(), 1);
+  Config cfg;
+  cfg.run_dir = tmp.path;
+  cfg.context.rank = 0;
+  cfg.context.world_size = 1;
+  cfg.context.local_rank = 0;
+  REQUIRE(init(cfg).ok());  // no sink in the config: the environment's
+  CHECK_THAT(http_get(env_port, "/metrics"), Catch::Contains("rankscope_skipped_steps_total{"));
+  shutdown();
+
+  const int code_port = free_port();
+  auto mine = make_prometheus_sink({.base_port = code_port, .local_rank = 0});
+  REQUIRE(mine.ok());
+  cfg.sinks = {*mine};
+  REQUIRE(init(cfg).ok());  // one of that kind configured in code: the environment is not used
+  CHECK_THAT(http_get(code_port, "/metrics"), Catch::Contains("rankscope_skipped_steps_total{"));
+  CHECK(connect_loopback(env_port) < 0);
+  shutdown();
+
+  cfg.sinks.clear();
+  ::setenv("RANKSCOPE_PROMETHEUS_PORT", "http", 1);
+  const absl::Status bad = init(cfg);  // a malformed variable fails init, naming it
+  ::unsetenv("RANKSCOPE_PROMETHEUS_PORT");
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(std::string(bad.message()), Catch::Contains("RANKSCOPE_PROMETHEUS_PORT='http'"));
+  cfg.exporters_from_env = false;
+  ::setenv("RANKSCOPE_PROMETHEUS_PORT", "http", 1);
+  CHECK(init(cfg).ok());  // opted out: the variable is not read
+  ::unsetenv("RANKSCOPE_PROMETHEUS_PORT");
+  shutdown();
+}

@@ -5,12 +5,6 @@
 #include <optional>
 
 #include "rankscope/flight_recorder.hpp"
-#if RANKSCOPE_PY_OTLP
-#include "rankscope/export/otlp.hpp"
-#endif
-#if RANKSCOPE_PY_PROMETHEUS
-#include "rankscope/export/prometheus.hpp"
-#endif
 #include "rankscope/heartbeat.hpp"
 #include "rankscope/runtime.hpp"
 #include "rankscope/step.hpp"
@@ -32,22 +26,8 @@ void bind_runtime(py::module_& m) {
         cfg.run_dir = run_dir;
         cfg.enabled = enabled;
         if (run_config) cfg.run_config.assign(run_config->begin(), run_config->end());
-        // Exporters from the environment, as a C++ trainer would add them:
-        // RANKSCOPE_PROMETHEUS_PORT / _BIND / _TEXTFILE_DIR and OTEL_EXPORTER_OTLP_*.
-#if RANKSCOPE_PY_PROMETHEUS
-        if (!rankscope::initialized()) {
-          auto prom = rankscope::prometheus_sink_from_env();
-          if (!prom.ok()) throw py::value_error(std::string(prom.status().message()));
-          if (*prom) cfg.sinks.push_back(*prom);
-        }
-#endif
-#if RANKSCOPE_PY_OTLP
-        if (!rankscope::initialized()) {
-          auto otlp = rankscope::otlp_sink_from_env();
-          if (!otlp.ok()) throw py::value_error(std::string(otlp.status().message()));
-          if (*otlp) cfg.sinks.push_back(*otlp);
-        }
-#endif
+        // Exporters from the environment (RANKSCOPE_PROMETHEUS_*, OTEL_EXPORTER_OTLP_*)
+        // are added by init() itself, as for a C++ trainer (Config::exporters_from_env).
         absl::Status st;
         {
           py::gil_scoped_release release;

@@ -29,12 +29,6 @@
 #include <string>
 #include <thread>
 
-#if RANKSCOPE_EXAMPLE_PROMETHEUS
-#include <rankscope/export/prometheus.hpp>
-#endif
-#if RANKSCOPE_EXAMPLE_OTLP
-#include <rankscope/export/otlp.hpp>
-#endif
 
 #include "ab_recorder.hpp"
 #include "checkpoint.hpp"
@@ -155,24 +149,8 @@ int main(int argc, char** argv) {
                                           {"hidden", std::to_string(args.hidden)},
                                           {"dataset", std::to_string(args.dataset)},
                                           {"steps", std::to_string(args.steps)}}};
-#if RANKSCOPE_EXAMPLE_PROMETHEUS
-  // /metrics when RANKSCOPE_PROMETHEUS_PORT (or a textfile directory) is set.
-  auto prom = rankscope::prometheus_sink_from_env();
-  if (!prom.ok()) {
-    std::fprintf(stderr, "rank: %s\n", std::string(prom.status().message()).c_str());
-    return 1;
-  }
-  if (*prom) rs_config.sinks.push_back(*prom);
-#endif
-#if RANKSCOPE_EXAMPLE_OTLP
-  // Traces, logs and metrics to a collector when OTEL_EXPORTER_OTLP_ENDPOINT is set.
-  auto otlp = rankscope::otlp_sink_from_env();
-  if (!otlp.ok()) {
-    std::fprintf(stderr, "rank: %s\n", std::string(otlp.status().message()).c_str());
-    return 1;
-  }
-  if (*otlp) rs_config.sinks.push_back(*otlp);
-#endif
+  // Exporters need no code: linked in (CMake), init() adds /metrics when
+  // RANKSCOPE_PROMETHEUS_PORT is set and OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is.
   if (auto st = rankscope::init(rs_config); !st.ok()) {
     std::fprintf(stderr, "rankscope init failed: %s\n", std::string(st.message()).c_str());
     return 1;

@@ -70,6 +70,12 @@ struct Config {
   std::chrono::milliseconds metrics_interval{10000};
   /// Extra sinks (tests, custom exporters); called on the background thread.
   std::vector<std::shared_ptr<Sink>> sinks;
+  /// Add the exporters linked into the program (rankscope::otlp,
+  /// rankscope::prometheus) that the environment configures:
+  /// OTEL_EXPORTER_OTLP_*, RANKSCOPE_PROMETHEUS_PORT / _TEXTFILE_DIR — unless
+  /// `sinks` already holds one of that kind (Sink::name()). A malformed
+  /// variable fails init() with a message naming it.
+  bool exporters_from_env = true;
   /// Free-form run configuration recorded in run.json (e.g. global batch).
   std::vector<std::pair<std::string, std::string>> run_config;
 };

@@ -96,6 +96,7 @@ class ConsoleSink final : public Sink {
       ++errors_;
     }
   }
+  std::string_view name() const noexcept override { return "console"; }
   SinkStats stats() const noexcept override { return {.errors = errors_}; }
 
  private:

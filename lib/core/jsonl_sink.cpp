@@ -194,6 +194,8 @@ class JsonlSink final : public detail::RunLogSink {
     if (inline_fd >= 0) detail::g_runlog_fd.store(inline_fd);
   }
 
+  std::string_view name() const noexcept override { return "jsonl"; }
+
   SinkStats stats() const noexcept override { return {.errors = errors_}; }
   int fd() const noexcept override { return fd_; }
 

@@ -96,6 +96,9 @@ absl::Status Runtime::init(const Config& cfg) {
   auto set = detail::resolve_settings(cfg);
   if (!set.ok()) return set.status();
   std::vector<std::shared_ptr<Sink>> sinks = cfg.sinks;
+  if (cfg.exporters_from_env) {
+    if (auto st = detail::add_env_sinks(sinks); !st.ok()) return st;
+  }
   std::shared_ptr<detail::RunLogSink> run_log;
   if (!set->run_dir.empty()) {
     auto sink = detail::make_run_log(schema::run_log_path(set->run_dir, set->context.rank));
@@ -235,6 +238,49 @@ void count_inactive_call() noexcept { g_inactive_calls.fetch_add(1, std::memory_
 void set_collective_extension(DeferCollective defer, Poller poll) noexcept {
   g_defer.store(defer, std::memory_order_release);
   g_poller.store(poll, std::memory_order_release);
+}
+
+namespace {
+struct EnvSinks {
+  std::mutex mu;
+  std::vector<std::pair<std::string, EnvSinkFactory>> factories;  // Requires mu held.
+};
+EnvSinks& env_sinks() {
+  static auto* r = new EnvSinks;  // leaked: registered from libraries' static initialisers
+  return *r;
+}
+}  // namespace
+
+bool register_env_sink(std::string_view name, EnvSinkFactory factory) noexcept {
+  try {
+    auto& r = env_sinks();
+    std::lock_guard<std::mutex> lk(r.mu);
+    for (const auto& f : r.factories) {
+      if (f.first == name) return true;
+    }
+    r.factories.emplace_back(std::string(name), factory);
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+// The exporters the environment configures, for those not in `sinks` yet.
+absl::Status add_env_sinks(std::vector<std::shared_ptr<Sink>>& sinks) {
+  std::vector<std::pair<std::string, EnvSinkFactory>> factories;
+  {
+    auto& r = env_sinks();
+    std::lock_guard<std::mutex> lk(r.mu);
+    factories = r.factories;
+  }
+  for (const auto& [name, make] : factories) {
+    const bool present = std::any_of(sinks.begin(), sinks.end(), [&](const auto& s) { return s && s->name() == name; });
+    if (present) continue;
+    auto sink = make();
+    if (!sink.ok()) return sink.status();
+    if (*sink) sinks.push_back(*sink);
+  }
+  return absl::OkStatus();
 }
 EventTime convert_ticks(std::uint64_t ticks) noexcept {
   const auto t = Runtime::get().clock().convert(ticks);

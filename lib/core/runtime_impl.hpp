@@ -48,6 +48,9 @@ class RunLogSink : public Sink {
   virtual void write_pending() noexcept = 0;
 };
 absl::StatusOr<std::shared_ptr<RunLogSink>> make_run_log(const std::string& path);
+// Appends the exporters the environment configures (register_env_sink) that
+// `sinks` has none of yet.
+absl::Status add_env_sinks(std::vector<std::shared_ptr<Sink>>& sinks);
 // Whether the run log is being written, for the heartbeat (jsonl_sink.cpp).
 struct RunLogHealth {
   std::atomic<int> error{0};                 // the errno that stopped the log; 0 = writing

@@ -15,6 +15,7 @@
 #include "otlp_sender.hpp"
 #include "rankscope/collective.hpp"
 #include "rankscope/config.hpp"
+#include "rankscope/detail/extension.hpp"
 #include "rankscope/log.hpp"
 #include "rankscope/runtime.hpp"
 
@@ -151,6 +152,8 @@ class OtlpSink final : public Sink {
     send_pending();
     sender_.stop(deadline);
   }
+
+  std::string_view name() const noexcept override { return "otlp"; }
 
   SinkStats stats() const noexcept override {
     return {sender_.sent(), sender_.dropped(), sender_.retries(), sender_.queued(), errors_};
@@ -428,5 +431,13 @@ absl::StatusOr<std::shared_ptr<Sink>> otlp_sink_from_env() {
   if (o->traces_url.empty() && o->logs_url.empty() && o->metrics_url.empty()) return std::shared_ptr<Sink>();
   return make_otlp_sink(*o);
 }
+
+// Linking rankscope::otlp is enough: init() reads OTEL_EXPORTER_OTLP_* itself.
+// link_otlp.cpp, compiled into every program that links the library, refers
+// to the symbol below so that an as-needed linker keeps the library loaded.
+extern "C" __attribute__((visibility("default"))) const int rankscope_otlp_linked = 1;
+namespace {
+[[maybe_unused]] const bool g_registered = detail::register_env_sink("otlp", &otlp_sink_from_env);
+}  // namespace
 
 }  // namespace rankscope

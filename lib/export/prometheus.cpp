@@ -21,6 +21,7 @@
 
 #include "rankscope/collective.hpp"
 #include "rankscope/context.hpp"
+#include "rankscope/detail/extension.hpp"
 #include "rankscope/export/jsonl.hpp"
 #include "rankscope/runtime.hpp"
 
@@ -152,6 +153,8 @@ class PrometheusSink final : public Sink {
     } catch (...) {
     }
   }
+
+  std::string_view name() const noexcept override { return "prometheus"; }
 
   SinkStats stats() const noexcept override { return {.errors = errors_}; }
 
@@ -409,6 +412,13 @@ absl::StatusOr<std::shared_ptr<Sink>> prometheus_sink_from_env() {
   if (dir != nullptr) o.textfile_dir = dir;
   return make_prometheus_sink(o);
 }
+
+// Linking rankscope::prometheus is enough: init() reads RANKSCOPE_PROMETHEUS_*
+// itself (link_prometheus.cpp refers to this symbol to keep the library loaded).
+extern "C" __attribute__((visibility("default"))) const int rankscope_prometheus_linked = 1;
+namespace {
+[[maybe_unused]] const bool g_registered = detail::register_env_sink("prometheus", &prometheus_sink_from_env);
+}  // namespace
 
 std::string prometheus_text(const Sink& sink) {
   const auto* p = dynamic_cast<const PrometheusSink*>(&sink);

@@ -4,7 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <string_view>
 #include <vector>
+
+#include "absl/status/statusor.h"
 
 #include "rankscope/export/sink.hpp"
 
@@ -17,6 +21,12 @@ using DeferCollective = bool (*)(const Event& host_part, const void* device_hand
 using Poller = void (*)(std::vector<Event>& out);
 
 void set_collective_extension(DeferCollective defer, Poller poll) noexcept;
+
+// An exporter library registers how it builds itself from the environment
+// when it is loaded; init() calls every factory (Config::exporters_from_env).
+// A null sink means "not configured".
+using EnvSinkFactory = absl::StatusOr<std::shared_ptr<Sink>> (*)();
+bool register_env_sink(std::string_view name, EnvSinkFactory factory) noexcept;
 
 struct EventTime {
   std::uint64_t mono_ns;

@@ -1,6 +1,8 @@
 // rankscope/export/otlp.hpp — OTLP/HTTP export of traces, logs and metrics
 // (target rankscope::otlp).
 //
+// Linking this library is enough: init() calls otlp_sink_from_env() itself
+// (Config::exporters_from_env). In code:
 //   auto otlp = rankscope::otlp_sink_from_env();   // OTEL_EXPORTER_OTLP_* (below)
 //   if (!otlp.ok()) return fail(otlp.status());   // a bad variable: named, with the fix
 //   if (*otlp) config.sinks.push_back(*otlp);

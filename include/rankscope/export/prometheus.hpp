@@ -6,7 +6,8 @@
 //   cfg.sinks.push_back(*prom);
 //   rankscope::init(cfg);
 //
-// Or from the environment: prometheus_sink_from_env() reads
+// Or from the environment — linking this library is enough: init() calls
+// prometheus_sink_from_env() itself (Config::exporters_from_env). It reads
 // RANKSCOPE_PROMETHEUS_PORT (base port), RANKSCOPE_PROMETHEUS_BIND (default
 // 127.0.0.1; anything else is an explicit choice that logs a warning) and
 // RANKSCOPE_PROMETHEUS_TEXTFILE_DIR (node_exporter's textfile collector: the

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "rankscope/collective.hpp"
@@ -141,6 +142,10 @@ class Sink {
   /// reserved ahead of a file). If the program survives the signal, exports
   /// go on as before.
   virtual void before_exit() noexcept {}
+  /// What kind of exporter this is ("jsonl", "console", "otlp",
+  /// "prometheus"; yours: anything else). The runtime adds an exporter the
+  /// environment configures only when no sink of its name is there already.
+  virtual std::string_view name() const noexcept { return "custom"; }
   /// The exporter's own counters (read from the background thread, and by
   /// anyone holding the sink: implementations keep them atomic).
   virtual SinkStats stats() const noexcept { return {}; }
