@@ -1,8 +1,11 @@
 // The triage engine's pieces that scenario tests reach only indirectly: time
-// arguments, rank lists, hostile heartbeat files, and schema/version warnings.
+// arguments, rank lists, hostile heartbeat files, and schema/version warnings;
+// and each rule of the rule table alone, on a summary built in the test.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <fstream>
+#include <set>
 
 #include <fmt/format.h>
 #include <string>
@@ -11,6 +14,7 @@
 #include "rankscope/exchange.hpp"
 #include "temp_dir.hpp"
 #include "triage.hpp"
+#include "triage_rules.hpp"
 
 namespace reader = rankscope::reader;
 using rankscope::test::TempDir;
@@ -145,10 +149,10 @@ TEST_CASE("a mismatch behind a hang is named first / from the flight dumps' fing
   auto r = reader::triage(tmp.path);
   REQUIRE(r.ok());
   REQUIRE(r->findings.size() >= 2);
-  CHECK(r->findings[0].kind == "collective_mismatch");
+  CHECK(r->findings[0].kind == reader::FindingKind::kCollectiveMismatch);
   CHECK(r->findings[0].ranks == std::vector<int>{1});
   CHECK_THAT(r->findings[0].summary, Catch::Contains("seq 3"));
-  CHECK(r->findings[1].kind == "hang");
+  CHECK(r->findings[1].kind == reader::FindingKind::kHang);
 }
 
 TEST_CASE("a rank that SIGPIPE killed after a peer died is a consequence and not the culprit", "[triage]") {
@@ -166,7 +170,7 @@ TEST_CASE("a rank that SIGPIPE killed after a peer died is a consequence and not
   }
   write(tmp.path + "/rank-3.flight.json", R"({"reason":"signal SIGPIPE","collectives":[]})");
   const auto [f, evidence] = first_finding(tmp.path, now);
-  CHECK(f.kind == "dead_rank");
+  CHECK(f.kind == reader::FindingKind::kDeadRank);
   CHECK(f.ranks == std::vector<int>{2});
   CHECK_THAT(evidence, Catch::Contains("rank 3 died of SIGPIPE"));
 
@@ -184,7 +188,7 @@ TEST_CASE("a rank that SIGPIPE killed after a peer died is a consequence and not
   // When every dead rank died of SIGPIPE, none is demoted: they stay the finding.
   write(tmp.path + "/rank-2.flight.json", R"({"reason":"signal SIGPIPE","collectives":[]})");
   const auto [all_pipe, _] = first_finding(tmp.path, now);
-  CHECK(all_pipe.kind == "dead_rank");
+  CHECK(all_pipe.kind == reader::FindingKind::kDeadRank);
   CHECK(all_pipe.ranks.size() == 2);
 }
 
@@ -208,7 +212,7 @@ TEST_CASE("a rank that died outranks the ranks that stalled waiting for it outsi
     heartbeat(tmp.path, rank, rank == 2 ? "running" : "exited", 9000000);
   }
   const auto [f, evidence] = first_finding(tmp.path, now);
-  CHECK(f.kind == "dead_rank");
+  CHECK(f.kind == reader::FindingKind::kDeadRank);
   CHECK(f.ranks == std::vector<int>{2});
   CHECK_THAT(evidence, Catch::Contains("ranks 0,1,3 stalled meanwhile") && Catch::Contains("waiting on rank 2"));
 }
@@ -274,7 +278,7 @@ TEST_CASE("a NaN loss is a numerics finding naming the rank that had it first an
   CHECK(r->exit_code == 1);
   REQUIRE_FALSE(r->findings.empty());
   const auto& f = r->findings.front();
-  CHECK(f.kind == "numerics");
+  CHECK(f.kind == reader::FindingKind::kNumerics);
   CHECK(f.ranks == std::vector<int>{1});
   CHECK(f.step == 10);
   CHECK_THAT(f.summary, Catch::Contains("rank 1: loss is NaN from step 10") && Catch::Contains("ranks 0,2 followed"));
@@ -291,5 +295,272 @@ TEST_CASE("a NaN loss is a numerics finding naming the rank that had it first an
   }
   auto c = reader::triage(clean.path, {{}, now});
   REQUIRE(c.ok());
-  for (const auto& x : c->findings) CHECK(x.kind != "numerics");
+  for (const auto& x : c->findings) CHECK(x.kind != reader::FindingKind::kNumerics);
+}
+
+// Each rule alone, on a run summary built here (no files): its kind, ranks and step.
+namespace {
+namespace rules = rankscope::reader::rules;
+using reader::FindingKind;
+
+reader::RankSummary finished_rank(int rank) {
+  reader::RankSummary r;
+  r.rank = rank;
+  r.host = "h";
+  r.ended_cleanly = true;
+  r.sessions = 1;
+  r.last_step = 9;
+  return r;
+}
+reader::RunSummary run_of(int ranks) {
+  reader::RunSummary sum;
+  sum.run_dir = "/nonexistent/rankscope-rule-test";
+  for (int rank = 0; rank < ranks; ++rank) sum.ranks.push_back(finished_rank(rank));
+  return sum;
+}
+reader::StallRecord stall_in(const char* comm, std::int64_t step, bool ended) {
+  reader::StallRecord s;
+  s.t = 9'000;
+  s.since = 4'000;
+  s.step = step;
+  s.inside = comm[0] != '\0' ? "all_reduce" : "data loading";
+  s.phase = comm[0] != '\0' ? "" : "loader";
+  s.op = comm[0] != '\0' ? "all_reduce" : "";
+  s.comm = comm;
+  s.seq = comm[0] != '\0' ? 3 : 0;
+  s.ended = ended;
+  return s;
+}
+void stalled(reader::RankSummary& r, const char* comm, bool ended) {
+  r.first_stall = r.last_stall = stall_in(comm, 7, ended);
+  r.stalls = 1;
+  r.ended_cleanly = ended;
+}
+std::vector<reader::Finding> run_rule(rules::RuleFn rule, const reader::RunSummary& sum) {
+  const reader::TriageOptions opts;
+  const rules::TriageInput in = rules::make_triage_input(sum, nullptr, opts);
+  std::vector<reader::Finding> out;
+  rule(in, out);
+  return out;
+}
+}  // namespace
+
+TEST_CASE("the rule table has one rule per finding kind named as the kind", "[triage]") {
+  std::set<FindingKind> kinds;
+  for (const rules::Rule& rule : rules::kTriageRules) {
+    INFO(rule.name);
+    CHECK(rule.run != nullptr);
+    CHECK(rule.name == reader::finding_kind_name(rule.kind));
+    CHECK(kinds.insert(rule.kind).second);
+  }
+  CHECK(kinds.size() == static_cast<std::size_t>(reader::kFindingKindCount));
+  CHECK(reader::finding_kind_name(FindingKind::kDeadRank) == "dead_rank");
+  CHECK(reader::finding_kind_name(FindingKind::kCollectiveMismatch) == "collective_mismatch");
+}
+
+TEST_CASE("rule collective_mismatch names the odd rank out", "[triage]") {
+  auto sum = run_of(3);
+  reader::CommunicatorCheck c;
+  c.comm = "world";
+  c.mismatch_seq = 3;
+  c.mismatch_minority = {1};
+  c.mismatch_t = 500;
+  sum.communicators.push_back(c);
+  const auto out = run_rule(rules::collective_mismatch_rule, sum);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].kind == FindingKind::kCollectiveMismatch);
+  CHECK(out[0].ranks == std::vector<int>{1});
+  CHECK(out[0].t == 500);
+  CHECK(out[0].step == -1);
+  CHECK(run_rule(rules::collective_mismatch_rule, run_of(3)).empty());
+}
+
+TEST_CASE("rule hang names every rank inside one collective as a communication-level hang", "[triage]") {
+  auto sum = run_of(2);
+  for (auto& r : sum.ranks) stalled(r, "world", false);
+  const auto out = run_rule(rules::hang_rule, sum);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].kind == FindingKind::kHang);
+  CHECK(out[0].ranks == std::vector<int>{0, 1});
+  CHECK(out[0].step == 7);
+  CHECK_THAT(out[0].summary, Catch::StartsWith("communication-level hang: every rank is inside all_reduce seq 3"));
+  CHECK(run_rule(rules::dead_rank_rule, sum).empty());
+  CHECK(run_rule(rules::stall_rule, sum).empty());
+}
+
+TEST_CASE("rule hang names the rank blocked outside the collective the others wait in", "[triage]") {
+  auto sum = run_of(2);
+  stalled(sum.ranks[0], "", false);
+  stalled(sum.ranks[1], "world", false);
+  const auto out = run_rule(rules::hang_rule, sum);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].kind == FindingKind::kHang);
+  CHECK(out[0].ranks == std::vector<int>{0});
+  CHECK(out[0].step == 7);
+  CHECK_THAT(out[0].summary,
+             Catch::StartsWith("HANG: rank 0 did not reach all_reduce seq 3 on 'world' while rank 1 waits in it: "
+                               "it is blocked in loader at step 7"));
+}
+
+TEST_CASE("rule dead_rank names a rank behind the others whose log ends in a torn line", "[triage]") {
+  auto sum = run_of(3);
+  reader::RankSummary& dead = sum.ranks[2];
+  dead.ended_cleanly = false;
+  dead.torn_tail = true;
+  dead.last_step = 3;
+  reader::CommunicatorCheck c;
+  c.comm = "world";
+  c.max_seq = 5;
+  c.ranks = {0, 1, 2};
+  c.behind = {{2, 3}};
+  sum.communicators.push_back(c);
+  const auto out = run_rule(rules::dead_rank_rule, sum);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].kind == FindingKind::kDeadRank);
+  CHECK(out[0].ranks == std::vector<int>{2});
+  CHECK(out[0].step == 3);
+  CHECK_THAT(out[0].summary, Catch::StartsWith("rank died: rank 2 did not reach seq 5 on 'world'"));
+  CHECK(run_rule(rules::hang_rule, sum).empty());
+}
+
+TEST_CASE("rule stall names a rank that held the others up and recovered", "[triage]") {
+  auto sum = run_of(3);
+  stalled(sum.ranks[0], "", true);
+  stalled(sum.ranks[1], "world", true);
+  const auto out = run_rule(rules::stall_rule, sum);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].kind == FindingKind::kStall);
+  CHECK(out[0].ranks == std::vector<int>{0});
+  CHECK(out[0].step == 7);
+  CHECK(out[0].t == 4'000);
+  CHECK_THAT(out[0].summary, Catch::StartsWith("stall: rank 0 held up all_reduce seq 3 on 'world' while rank 1 "
+                                               "waited in it: it was blocked in loader at step 7"));
+  CHECK(run_rule(rules::hang_rule, sum).empty());
+  CHECK(run_rule(rules::stall_rule, run_of(3)).empty());
+}
+
+TEST_CASE("rule missing_rank names the ranks without a run log", "[triage]") {
+  auto sum = run_of(2);
+  sum.world_size = 4;
+  sum.missing_ranks = {2, 3};
+  const auto out = run_rule(rules::missing_rank_rule, sum);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].kind == FindingKind::kMissingRank);
+  CHECK(out[0].ranks == std::vector<int>{2, 3});
+  CHECK(out[0].step == -1);
+}
+
+TEST_CASE("rule desync merges one violation recorded by several ranks", "[triage]") {
+  auto sum = run_of(3);
+  for (int rank = 0; rank < 3; ++rank) {
+    reader::ViolationRecord v;
+    v.rank = rank;
+    v.check = v.what = "seed";
+    v.msg = "seeds differ";
+    v.level = "error";
+    v.ranks = {2};
+    v.step = 4;
+    v.t = 100 + static_cast<std::uint64_t>(rank);
+    v.line = {rank, 7, "{}"};
+    sum.violations.push_back(v);
+  }
+  const auto out = run_rule(rules::desync_rule, sum);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].kind == FindingKind::kDesync);
+  CHECK(out[0].ranks == std::vector<int>{2});
+  CHECK(out[0].step == 4);
+  CHECK(out[0].t == 100);
+}
+
+TEST_CASE("rule straggler names the rank far slower than the others in one phase kind", "[triage]") {
+  auto sum = run_of(3);
+  const int fwd = static_cast<int>(rankscope::PhaseKind::kForward);
+  sum.ranks[0].median_kind_ms[fwd] = sum.ranks[1].median_kind_ms[fwd] = 10;
+  sum.ranks[2].median_kind_ms[fwd] = 50;
+  const auto out = run_rule(rules::straggler_rule, sum);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].kind == FindingKind::kStraggler);
+  CHECK(out[0].ranks == std::vector<int>{2});
+  CHECK(out[0].step == -1);  // no run log to find the onset in
+  CHECK_THAT(out[0].summary, Catch::StartsWith("rank 2 is a straggler in forward: 50.0 ms per step vs 10.0 ms"));
+}
+
+TEST_CASE("rule resource_growth names a rank whose threads grow with each restore", "[triage]") {
+  auto sum = run_of(2);
+  sum.ranks[1].restores = {{-1, 10, 2}, {5, 14, 4}, {9, 18, 6}};
+  const auto out = run_rule(rules::resource_growth_rule, sum);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].kind == FindingKind::kResourceGrowth);
+  CHECK(out[0].ranks == std::vector<int>{1});
+  CHECK(out[0].step == -1);
+  CHECK_THAT(out[0].summary, Catch::Contains("process threads and live communicators grow"));
+}
+
+TEST_CASE("rule numerics names the rank whose loss went NaN first", "[triage]") {
+  auto sum = run_of(3);
+  sum.ranks[0].first_bad_loss = reader::BadLossRecord{NAN, 11, 2'000, {}};
+  sum.ranks[1].first_bad_loss = reader::BadLossRecord{NAN, 10, 1'000, {}};
+  const auto out = run_rule(rules::numerics_rule, sum);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].kind == FindingKind::kNumerics);
+  CHECK(out[0].ranks == std::vector<int>{1});
+  CHECK(out[0].step == 10);
+  CHECK_THAT(out[0].summary,
+             Catch::StartsWith("rank 1: loss is NaN from step 10") && Catch::Contains("rank 0 followed"));
+}
+
+TEST_CASE("rule slow_steps names ranks with slow steps only while no cause is named", "[triage]") {
+  auto sum = run_of(2);
+  sum.ranks[1].slow_steps = 3;
+  sum.ranks[1].last_slow_phase = "forward";
+  const auto out = run_rule(rules::slow_steps_rule, sum);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].kind == FindingKind::kSlowSteps);
+  CHECK(out[0].ranks == std::vector<int>{1});
+  CHECK(out[0].step == -1);
+  stalled(sum.ranks[0], "", true);  // a stall verdict takes them as its evidence
+  CHECK(run_rule(rules::slow_steps_rule, sum).empty());
+  const auto stall = run_rule(rules::stall_rule, sum);
+  REQUIRE(stall.size() == 1);
+  CHECK(stall[0].evidence.back() == "slow_step events: rank 1 (3, forward grew)");
+}
+
+TEST_CASE("rule errors names each rank that logged an error", "[triage]") {
+  auto sum = run_of(2);
+  sum.ranks[0].errors = 2;
+  sum.ranks[0].first_error = "boom";
+  sum.ranks[0].first_error_t = 77;
+  const auto out = run_rule(rules::errors_rule, sum);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].kind == FindingKind::kErrors);
+  CHECK(out[0].ranks == std::vector<int>{0});
+  CHECK(out[0].step == -1);
+  CHECK(out[0].t == 77);
+  CHECK(out[0].summary == "rank 0 logged 2 error(s); first: boom");
+}
+
+TEST_CASE("rule run_log names a rank whose run log stopped", "[triage]") {
+  auto sum = run_of(2);
+  sum.ranks[1].log_stopped = reader::LogStopRecord{"No space left on device", 9, 50, false, 0, {}};
+  const auto out = run_rule(rules::run_log_rule, sum);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].kind == FindingKind::kRunLog);
+  CHECK(out[0].ranks == std::vector<int>{1});
+  CHECK(out[0].step == 9);
+  CHECK_THAT(out[0].summary, Catch::StartsWith("rank 1: run log truncated: no space left on device at step 9"));
+}
+
+TEST_CASE("rule restart names one rank alone and several ranks together", "[triage]") {
+  auto sum = run_of(3);
+  sum.ranks[2].sessions = 3;
+  auto out = run_rule(rules::restart_rule, sum);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].kind == FindingKind::kRestart);
+  CHECK(out[0].ranks == std::vector<int>{2});
+  CHECK(out[0].step == -1);
+  CHECK(out[0].summary == "rank 2 restarted 2 time(s) (sessions in its log)");
+  sum.ranks[0].sessions = 2;
+  out = run_rule(rules::restart_rule, sum);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].ranks == std::vector<int>{0, 2});
 }

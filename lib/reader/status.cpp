@@ -86,99 +86,111 @@ std::string innermost(const RankHeartbeat& h) {
 
 std::string rank_list(const std::vector<int>& v) { return absl::StrJoin(v, ","); }
 
-void classify(StatusReport& r) {
+const RankHeartbeat& at(const StatusReport& r, int rank) { return r.ranks[static_cast<std::size_t>(rank)]; }
+
+// The ranks by what their heartbeats say, the worst state first.
+struct RankStates {
   std::vector<int> dead, stalled, slow, exited, missing;
+};
+
+RankStates states_of(const StatusReport& r) {
+  RankStates s;
   for (const auto& h : r.ranks) {
-    if (!h.present) missing.push_back(h.rank);
-    else if (h.state == "exited") exited.push_back(h.rank);
-    else if (!h.alive) dead.push_back(h.rank);
-    else if (h.stalled()) stalled.push_back(h.rank);
-    else if (h.state == "slow") slow.push_back(h.rank);
+    if (!h.present) s.missing.push_back(h.rank);
+    else if (h.state == "exited") s.exited.push_back(h.rank);
+    else if (!h.alive) s.dead.push_back(h.rank);
+    else if (h.stalled()) s.stalled.push_back(h.rank);
+    else if (h.state == "slow") s.slow.push_back(h.rank);
   }
-  const int n = static_cast<int>(r.ranks.size());
-  for (int m : missing) r.findings.push_back(fmt::format("rank {}: no heartbeat file: never started, or no run log", m));
-  for (int d : dead) {
-    const auto& h = r.ranks[static_cast<std::size_t>(d)];
+  return s;
+}
+
+void dead_findings(StatusReport& r, const RankStates& s) {
+  for (int m : s.missing) r.findings.push_back(fmt::format("rank {}: no heartbeat file: never started, or no run log", m));
+  for (int d : s.dead) {
+    const auto& h = at(r, d);
     r.findings.push_back(fmt::format(
         "rank {} is NOT ALIVE: last heartbeat {:.1f} s ago (pid {} on {}), at step {}, inside: {} -> crash, OOM kill "
         "or node failure; check the scheduler's log and dmesg on {}",
         d, secs(h.liveness_age_ns), h.pid, h.host, h.step, h.inside, h.host));
   }
-  if (!stalled.empty()) {
-    // Who holds everyone up? A stalled rank outside any collective, while
-    // others wait in one, is the culprit; else the rank(s) behind on a sequence.
-    std::vector<int> waiting, blocked;
-    for (int s : stalled) (r.ranks[static_cast<std::size_t>(s)].in_flight.empty() ? blocked : waiting).push_back(s);
-    for (int b : blocked) {
-      const auto& h = r.ranks[static_cast<std::size_t>(b)];
-      r.findings.push_back(fmt::format("rank {} is alive with no progress for {:.1f} s, blocked in {} outside any "
-                                       "collective (step {})",
-                                       b, secs(h.progress_age_ns), innermost(h), h.step));
-    }
-    if (!waiting.empty()) {
-      std::map<std::string, std::map<std::uint64_t, std::vector<int>>> by_comm;
-      for (int w : waiting) {
-        const auto& f = r.ranks[static_cast<std::size_t>(w)].in_flight.front();
-        by_comm[f.comm][f.seq].push_back(w);
-      }
-      for (const auto& [comm, seqs] : by_comm) {
-        for (const auto& [seq, ranks] : seqs) {
-          const auto& f = r.ranks[static_cast<std::size_t>(ranks.front())].in_flight.front();
-          r.findings.push_back(fmt::format("rank{} {} wait{} in {} seq {} on '{}' ({:.1f} s)", ranks.size() > 1 ? "s" : "",
-                                           rank_list(ranks), ranks.size() > 1 ? "" : "s", f.op, seq, comm,
-                                           secs(f.age_ns)));
-        }
-        if (seqs.size() > 1 && blocked.empty()) {
-          r.findings.push_back(fmt::format("ranks {} are behind on '{}': they did not reach seq {}",
-                                           rank_list(seqs.begin()->second), comm, seqs.rbegin()->first));
-        }
-      }
-    }
-    std::string culprit;
-    if (!blocked.empty()) {
-      const auto& h = r.ranks[static_cast<std::size_t>(blocked.front())];
-      culprit = fmt::format("rank {} is blocked in {}{}", rank_list(blocked), innermost(h),
-                            waiting.empty() ? "" : fmt::format(" while rank{} {} wait in a collective",
-                                                               waiting.size() > 1 ? "s" : "", rank_list(waiting)));
-    } else if (!waiting.empty()) {
-      std::map<std::string, std::set<std::uint64_t>> seqs;
-      for (int w : waiting) {
-        const auto& f = r.ranks[static_cast<std::size_t>(w)].in_flight.front();
-        seqs[f.comm].insert(f.seq);
-      }
-      const auto& [comm, set] = *seqs.begin();
-      if (set.size() == 1 && static_cast<int>(waiting.size()) == n) {
-        culprit = fmt::format("every rank is inside the same collective (seq {} on '{}') and none finishes: a "
-                              "communication-level hang (network, NCCL, a dead peer)",
-                              *set.begin(), comm);
-      } else {
-        std::vector<int> behind;
-        for (int w : waiting) {
-          if (r.ranks[static_cast<std::size_t>(w)].in_flight.front().seq == *set.begin()) behind.push_back(w);
-        }
-        culprit = fmt::format("rank{} {} {} behind on '{}' (seq {})", behind.size() > 1 ? "s" : "", rank_list(behind),
-                              behind.size() > 1 ? "are" : "is", comm, *set.begin());
-      }
-    }
-    r.verdict = fmt::format("HANG: alive, no progress (deadlock or blocked I/O): {}", culprit);
-  } else if (!dead.empty()) {
-    r.verdict = fmt::format("rank{} {} not alive: crash, OOM or node issue", dead.size() > 1 ? "s" : "", rank_list(dead));
-  } else if (!slow.empty()) {
-    for (int s : slow) {
-      const auto& h = r.ranks[static_cast<std::size_t>(s)];
-      r.findings.push_back(fmt::format("rank {}: last step {:.1f} ms vs usual {:.1f} ms ({:.1f}x)", s,
-                                       secs(h.last_step_ns) * 1e3, secs(h.usual_step_ns) * 1e3,
-                                       h.usual_step_ns ? static_cast<double>(h.last_step_ns) / h.usual_step_ns : 0.0));
-    }
-    r.verdict = fmt::format("SLOW, not a hang: progress is moving; rank{} {} slower than usual", slow.size() > 1 ? "s" : "",
-                            rank_list(slow));
-  } else if (!exited.empty() && exited.size() == r.ranks.size()) {
-    r.verdict = fmt::format("finished: all {} ranks exited cleanly", n);
-  } else {
-    r.verdict = fmt::format("healthy: {} of {} ranks alive and making progress",
-                            n - static_cast<int>(exited.size() + missing.size()), n);
+}
+
+// Who holds everyone up? A stalled rank outside any collective (blocked),
+// while others wait in one, is the culprit; else the rank(s) behind on a sequence.
+void stalled_findings(StatusReport& r, const std::vector<int>& blocked, const std::vector<int>& waiting) {
+  for (int b : blocked) {
+    const auto& h = at(r, b);
+    r.findings.push_back(fmt::format("rank {} is alive with no progress for {:.1f} s, blocked in {} outside any "
+                                     "collective (step {})",
+                                     b, secs(h.progress_age_ns), innermost(h), h.step));
   }
-  if (!dead.empty() && !stalled.empty()) r.verdict += fmt::format(" (and rank{} {} not alive)", dead.size() > 1 ? "s" : "", rank_list(dead));
+  if (waiting.empty()) return;
+  std::map<std::string, std::map<std::uint64_t, std::vector<int>>> by_comm;
+  for (int w : waiting) {
+    const auto& f = at(r, w).in_flight.front();
+    by_comm[f.comm][f.seq].push_back(w);
+  }
+  for (const auto& [comm, seqs] : by_comm) {
+    for (const auto& [seq, ranks] : seqs) {
+      const auto& f = at(r, ranks.front()).in_flight.front();
+      r.findings.push_back(fmt::format("rank{} {} wait{} in {} seq {} on '{}' ({:.1f} s)", ranks.size() > 1 ? "s" : "",
+                                       rank_list(ranks), ranks.size() > 1 ? "" : "s", f.op, seq, comm,
+                                       secs(f.age_ns)));
+    }
+    if (seqs.size() > 1 && blocked.empty()) {
+      r.findings.push_back(fmt::format("ranks {} are behind on '{}': they did not reach seq {}",
+                                       rank_list(seqs.begin()->second), comm, seqs.rbegin()->first));
+    }
+  }
+}
+
+std::string hang_culprit(const StatusReport& r, const std::vector<int>& blocked, const std::vector<int>& waiting) {
+  if (!blocked.empty()) {
+    return fmt::format("rank {} is blocked in {}{}", rank_list(blocked), innermost(at(r, blocked.front())),
+                       waiting.empty() ? "" : fmt::format(" while rank{} {} wait in a collective",
+                                                          waiting.size() > 1 ? "s" : "", rank_list(waiting)));
+  }
+  if (waiting.empty()) return "";
+  std::map<std::string, std::set<std::uint64_t>> seqs;
+  for (int w : waiting) {
+    const auto& f = at(r, w).in_flight.front();
+    seqs[f.comm].insert(f.seq);
+  }
+  const auto& [comm, set] = *seqs.begin();
+  if (set.size() == 1 && waiting.size() == r.ranks.size()) {
+    return fmt::format("every rank is inside the same collective (seq {} on '{}') and none finishes: a "
+                       "communication-level hang (network, NCCL, a dead peer)",
+                       *set.begin(), comm);
+  }
+  std::vector<int> behind;
+  for (int w : waiting) {
+    if (at(r, w).in_flight.front().seq == *set.begin()) behind.push_back(w);
+  }
+  return fmt::format("rank{} {} {} behind on '{}' (seq {})", behind.size() > 1 ? "s" : "", rank_list(behind),
+                     behind.size() > 1 ? "are" : "is", comm, *set.begin());
+}
+
+std::string hang_verdict(StatusReport& r, const std::vector<int>& stalled) {
+  std::vector<int> waiting, blocked;
+  for (int s : stalled) (at(r, s).in_flight.empty() ? blocked : waiting).push_back(s);
+  stalled_findings(r, blocked, waiting);
+  return fmt::format("HANG: alive, no progress (deadlock or blocked I/O): {}", hang_culprit(r, blocked, waiting));
+}
+
+std::string slow_verdict(StatusReport& r, const std::vector<int>& slow) {
+  for (int s : slow) {
+    const auto& h = at(r, s);
+    r.findings.push_back(fmt::format("rank {}: last step {:.1f} ms vs usual {:.1f} ms ({:.1f}x)", s,
+                                     secs(h.last_step_ns) * 1e3, secs(h.usual_step_ns) * 1e3,
+                                     h.usual_step_ns ? static_cast<double>(h.last_step_ns) / h.usual_step_ns : 0.0));
+  }
+  return fmt::format("SLOW, not a hang: progress is moving; rank{} {} slower than usual", slow.size() > 1 ? "s" : "",
+                     rank_list(slow));
+}
+
+// Run logs that stopped (a full disk): findings, and a note on the verdict.
+std::vector<int> log_stop_findings(StatusReport& r) {
   std::vector<int> log_stopped;
   for (const auto& h : r.ranks) {
     if (h.run_log_error.empty()) continue;
@@ -188,9 +200,32 @@ void classify(StatusReport& r) {
   }
   if (!log_stopped.empty()) {
     r.verdict += fmt::format("; run log of rank{} {} stopped: {}", log_stopped.size() > 1 ? "s" : "",
-                             rank_list(log_stopped), r.ranks[static_cast<std::size_t>(log_stopped.front())].run_log_error);
+                             rank_list(log_stopped), at(r, log_stopped.front()).run_log_error);
   }
-  r.exit_code = (dead.empty() && stalled.empty() && slow.empty() && missing.empty() && log_stopped.empty()) ? 0 : 1;
+  return log_stopped;
+}
+
+void classify(StatusReport& r) {
+  const RankStates s = states_of(r);
+  const int n = static_cast<int>(r.ranks.size());
+  dead_findings(r, s);
+  if (!s.stalled.empty()) {
+    r.verdict = hang_verdict(r, s.stalled);
+  } else if (!s.dead.empty()) {
+    r.verdict = fmt::format("rank{} {} not alive: crash, OOM or node issue", s.dead.size() > 1 ? "s" : "", rank_list(s.dead));
+  } else if (!s.slow.empty()) {
+    r.verdict = slow_verdict(r, s.slow);
+  } else if (!s.exited.empty() && s.exited.size() == r.ranks.size()) {
+    r.verdict = fmt::format("finished: all {} ranks exited cleanly", n);
+  } else {
+    r.verdict = fmt::format("healthy: {} of {} ranks alive and making progress",
+                            n - static_cast<int>(s.exited.size() + s.missing.size()), n);
+  }
+  if (!s.dead.empty() && !s.stalled.empty()) {
+    r.verdict += fmt::format(" (and rank{} {} not alive)", s.dead.size() > 1 ? "s" : "", rank_list(s.dead));
+  }
+  const std::vector<int> log_stopped = log_stop_findings(r);
+  r.exit_code = (s.dead.empty() && s.stalled.empty() && s.slow.empty() && s.missing.empty() && log_stopped.empty()) ? 0 : 1;
 }
 
 }  // namespace

@@ -18,265 +18,14 @@
 #include "absl/strings/str_cat.h"
 #include "json_util.hpp"
 #include "rankscope/exchange.hpp"
-#include "step_breakdown.hpp"
+#include "summary_digest.hpp"
 
 namespace rankscope::reader {
 namespace {
 
-constexpr std::size_t kEvidenceChars = 400;
-
-PhaseKind kind_from_name(std::string_view s) {
-  for (int k = 0; k < kPhaseKindCount; ++k) {
-    if (phase_kind_name(static_cast<PhaseKind>(k)) == s) return static_cast<PhaseKind>(k);
-  }
-  return PhaseKind::kOther;
-}
-
-template <typename T>
-T median(std::vector<T>& v) {
-  if (v.empty()) return T{};
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-  return v[v.size() / 2];
-}
-
-EvidenceLine evidence(int rank, const LogEvent& e) {
-  return {rank, e.line_no, std::string(e.raw.substr(0, kEvidenceChars)) + (e.raw.size() > kEvidenceChars ? "..." : "")};
-}
-
-// One collective as one rank saw it. fp == 0: known only from a stall's
-// in-flight list (no fingerprint), used for progress, not for comparison.
-struct CollRec {
-  std::uint64_t seq = 0, fp = 0, count = 0, t = 0, end_t = 0;
-  std::string op, dtype, state;
-};
-
-struct RankDigest {
-  RankSummary sum;
-  std::map<std::string, std::vector<CollRec>> colls;  // communicator -> what this rank issued
-  std::vector<FactRecord> facts;
-  std::vector<ViolationRecord> violations;
-  absl::Status status;
-};
-
-std::uint64_t parse_fp(const std::string& hex) { return hex.empty() ? 0 : std::strtoull(hex.c_str(), nullptr, 16); }
-
-// Collectives still in flight (or failed) at a flight-recorder dump.
-// Collectives still in flight (or failed) at a flight-recorder dump. A stall
-// line knows only (comm, seq) of what a rank waits in; the dump has its
-// fingerprint, which is what shows a mismatch behind a hang.
-void add_flight_dump(const std::string& path, const SummaryOptions& opts, int sessions, RankDigest& d) {
-  simdjson::dom::parser p;
-  simdjson::dom::element doc;
-  if (p.load(path).get(doc) != simdjson::SUCCESS) return;
-  // The reason speaks for the process that dumped: not for a later session
-  // of a restarted rank (the file stays until the next dump overwrites it).
-  std::string_view reason;
-  std::int64_t pid = 0;
-  const bool same_process = doc["pid"].get_int64().get(pid) != simdjson::SUCCESS || d.sum.pid == 0 || pid == d.sum.pid;
-  if (same_process && doc["reason"].get_string().get(reason) == simdjson::SUCCESS) d.sum.dump_reason = std::string(reason);
-  simdjson::dom::array arr;
-  if (doc["collectives"].get_array().get(arr) != simdjson::SUCCESS) return;
-  std::map<std::string, absl::flat_hash_map<std::uint64_t, std::size_t>> known;  // comm -> seq -> index
-  for (const auto& [comm, recs] : d.colls) {
-    for (std::size_t i = 0; i < recs.size(); ++i) known[comm].emplace(recs[i].seq, i);
-  }
-  for (auto c : arr) {
-    std::string_view state, comm, op, dtype, fp;
-    std::uint64_t seq = 0, count = 0, t = 0;
-    if (c["state"].get_string().get(state) || c["comm"].get_string().get(comm) || c["op"].get_string().get(op) ||
-        c["dtype"].get_string().get(dtype) || c["fingerprint"].get_string().get(fp) ||
-        c["seq"].get_uint64().get(seq) || c["count"].get_uint64().get(count)) {
-      continue;
-    }
-    if (c["t"].get_uint64().get(t) == simdjson::SUCCESS && (t < opts.since_ns || t > opts.until_ns)) continue;
-    // The dump belongs to the rank's latest session, as the stall lines do.
-    const std::string key = sessions > 1 ? fmt::format("{} (session {})", comm, sessions) : std::string(comm);
-    CollRec rec{seq, parse_fp(std::string(fp)), count, t, 0, std::string(op), std::string(dtype),
-                state == "issued" ? "in flight" : std::string(state)};
-    std::vector<CollRec>& recs = d.colls[key];
-    auto [it, fresh] = known[key].emplace(seq, recs.size());
-    if (fresh) {
-      recs.push_back(std::move(rec));
-    } else if (recs[it->second].fp == 0) {
-      recs[it->second] = std::move(rec);  // the stall's record, now with its fingerprint
-    }  // else the run log already has it, completed
-  }
-}
-
-RankDigest digest_rank(const std::string& path, const std::string& dump, int rank, const SummaryOptions& opts) {
-  RankDigest d;
-  RankSummary& r = d.sum;
-  r.rank = rank;
-  detail::StepBreakdownBuilder builder;
-  std::vector<double> step_ms, kind_ms[kPhaseKindCount];
-  std::uint64_t last_phase_end = 0;
-  std::optional<std::int64_t> threads_now, comms_now;
-  bool restore_pending = false;
-  auto comm_key = [&](const std::string& comm) {
-    return r.sessions > 1 ? fmt::format("{} (session {})", comm, r.sessions) : comm;
-  };
-  auto res = read_run_log(path, [&](const LogEvent& e) {
-    if (e.k == schema::Kind::kRunStart) {  // always read: sessions and host frame the rest
-      ++r.sessions;
-      r.pid = e.pid;
-      r.host = e.name;
-      r.cpu_affinity = e.cpu_affinity;
-      r.schema = std::max(r.schema, e.schema);
-      r.ended_cleanly = false;
-      r.restores.clear();
-      restore_pending = false;
-      threads_now.reset();
-      comms_now.reset();
-      return;
-    }
-    if (e.t < opts.since_ns || e.t > opts.until_ns) return;
-    if (r.first_t == 0) r.first_t = e.t;
-    r.last_t = std::max(r.last_t, e.t);
-    r.last_line = evidence(rank, e);
-    switch (e.k) {
-    case schema::Kind::kPhase: {
-      ++r.phases;
-      builder.on_phase(e.tid, e.depth, kind_from_name(e.phase_kind), e.mono, e.dur);
-      if (e.t + e.dur >= last_phase_end) {
-        last_phase_end = e.t + e.dur;
-        r.last_phase = e.name;
-      }
-      break;
-    }
-    case schema::Kind::kStepBegin: {
-      builder.on_step_begin(e.tid, e.step, e.mono);
-      break;
-    }
-    case schema::Kind::kStepEnd: {
-      ++r.steps;
-      if (r.first_step < 0) r.first_step = e.step;
-      r.last_step = e.step;
-      if (e.loss) r.last_loss = e.loss;
-      if (e.loss && !std::isfinite(*e.loss) && !r.first_bad_loss) {
-        r.first_bad_loss = BadLossRecord{*e.loss, e.step, e.t, evidence(rank, e)};
-      }
-      if (e.samples) r.samples += *e.samples;
-      if (auto b = builder.on_step_end(e.tid, e.mono)) {
-        step_ms.push_back(static_cast<double>(b->total_ns) / 1e6);
-        for (int k = 0; k < kPhaseKindCount; ++k) kind_ms[k].push_back(static_cast<double>(b->by_kind_ns[k]) / 1e6);
-      }
-      break;
-    }
-    case schema::Kind::kCollective: {
-      const bool ok = e.result == "ok";
-      d.colls[comm_key(e.comm)].push_back({e.seq, parse_fp(e.fingerprint), e.count, e.t,
-                                           ok && !e.device_timing ? e.t + e.dur : 0, e.op, e.dtype,
-                                           ok ? std::string("completed") : e.result});
-      break;
-    }
-    case schema::Kind::kStats:
-    case schema::Kind::kRunEnd: {
-      if (e.events_recorded) r.events_recorded = *e.events_recorded;
-      if (e.events_dropped) r.events_dropped = *e.events_dropped;
-      if (e.k == schema::Kind::kRunEnd) r.ended_cleanly = true;
-      if (e.os_threads) threads_now = e.os_threads;
-      if (e.communicators) comms_now = e.communicators;
-      if (restore_pending && e.os_threads) {
-        r.restores.back().os_threads = e.os_threads.value_or(-1);
-        r.restores.back().communicators = e.communicators.value_or(-1);
-        restore_pending = false;
-      }
-      break;
-    }
-    case schema::Kind::kStall: {
-      StallRecord s{e.t, e.t > e.dur ? e.t - e.dur : e.t, e.step, e.inside, e.name, e.op, e.comm, e.seq, false, 0,
-                    evidence(rank, e)};
-      if (r.stalls++ == 0) r.first_stall = s;
-      r.last_stall = s;
-      if (!e.comm.empty() && e.seq != 0) {  // entered and never left: progress evidence
-        d.colls[comm_key(e.comm)].push_back({e.seq, 0, e.count, e.t, 0, e.op, "", "in flight"});
-      }
-      break;
-    }
-    case schema::Kind::kStallEnd: {
-      for (auto* s : {&r.first_stall, &r.last_stall}) {
-        if (*s && !(*s)->ended) {
-          (*s)->ended = true;
-          (*s)->stalled_ns = e.dur;
-        }
-      }
-      break;
-    }
-    case schema::Kind::kLogStopped: {
-      if (!r.log_stopped) r.log_stopped = LogStopRecord{e.msg, e.step, e.t, false, 0, evidence(rank, e)};
-      break;
-    }
-    case schema::Kind::kLogResumed: {
-      if (r.log_stopped) {
-        r.log_stopped->resumed = true;
-        r.log_stopped->lines_dropped = e.count;
-      }
-      break;
-    }
-    case schema::Kind::kSlowStep: {
-      ++r.slow_steps;
-      r.last_slow_phase = e.grown_phase;
-      break;
-    }
-    case schema::Kind::kLog: {
-      if ((e.level == "error" || e.level == "fatal") && r.errors++ == 0) {
-        r.first_error_t = e.t;
-        r.first_error = e.msg;
-        r.first_error_line = evidence(rank, e);
-      }
-      break;
-    }
-    case schema::Kind::kFact: {
-      FactRecord f{rank, std::max(r.sessions - 1, 0), e.name, 0, e.step, -1, e.t, {}};
-      for (const auto& [k, v] : e.fields) {
-        if (k == "seq") f.seq = std::strtoll(v.c_str(), nullptr, 10);
-        else if (k == "data_group") f.data_group = static_cast<int>(std::strtol(v.c_str(), nullptr, 10));
-        else f.values.emplace_back(k, v);
-      }
-      if (e.name == "resume") {
-        if (r.restores.empty() && threads_now) r.restores.push_back({-1, *threads_now, comms_now.value_or(-1)});
-        r.restores.push_back({e.step, -1, -1});
-        restore_pending = true;
-      }
-      d.facts.push_back(std::move(f));
-      break;
-    }
-    case schema::Kind::kViolation: {
-      d.violations.push_back({rank, e.check, e.what, e.msg, e.level, e.values_json, e.ranks, e.step, e.t,
-                              evidence(rank, e)});
-      break;
-    }
-    case schema::Kind::kUnknown: {
-      ++r.unknown_kinds;
-      break;
-    }
-    default:
-      break;
-    }
-  });
-  if (!res.ok()) {
-    d.status = res.status();
-    return d;
-  }
-  std::error_code ec;
-  if (std::filesystem::exists(dump, ec)) add_flight_dump(dump, opts, r.sessions, d);
-  r.lines = res->lines;
-  r.bad_lines = res->bad_lines;
-  r.torn_tail = res->torn_tail;
-  r.bytes = res->bytes;
-  r.median_step_ms = median(step_ms);
-  for (int k = 0; k < kPhaseKindCount; ++k) r.median_kind_ms[k] = median(kind_ms[k]);
-  r.median_collective_ms = r.median_kind_ms[static_cast<int>(PhaseKind::kCollective)];
-  for (const auto& [comm, recs] : d.colls) {
-    for (const auto& c : recs) {
-      if (c.seq > r.last_seq || (c.seq == r.last_seq && comm < r.last_comm)) {
-        r.last_seq = c.seq;
-        r.last_comm = comm;
-      }
-    }
-  }
-  return d;
-}
+using digest::CollRec;
+using digest::median;
+using digest::RankDigest;
 
 // The cross-rank collective table, merged one rank at a time: per sequence
 // number only the first fingerprint seen, so memory is O(sequence numbers)
@@ -481,6 +230,106 @@ void add_warnings(RunSummary& s) {
   add_binding_warnings(s);
 }
 
+// run.json: the world size (to name missing ranks) and the start time.
+void read_run_json(const std::string& run_dir, RunSummary& out) {
+  std::error_code ec;
+  simdjson::dom::parser p;
+  simdjson::dom::element doc;
+  std::int64_t w = 0;
+  if (p.load(schema::run_json_path(run_dir)).get(doc) == simdjson::SUCCESS) {
+    if (doc["world_size"].get_int64().get(w) == simdjson::SUCCESS) {
+      if (w > 0 && w <= (1 << 20)) out.world_size = static_cast<int>(w);
+      else out.warnings.push_back(fmt::format("run.json: world_size {} is not a world size; ignored", w));
+    }
+    if (doc["start_time_ns"].get_uint64().get(out.start_time_ns) != simdjson::SUCCESS) out.start_time_ns = 0;
+  } else if (std::filesystem::exists(schema::run_json_path(run_dir), ec)) {
+    out.warnings.push_back("run.json is unreadable: world size unknown, missing ranks cannot be named");
+  }
+}
+
+struct RankFile {
+  int rank;
+  std::string path;
+  std::uint64_t bytes;
+};
+
+// The run's rank-<R>.jsonl files, by rank.
+std::vector<RankFile> rank_files(const std::string& run_dir) {
+  std::error_code ec;
+  std::vector<RankFile> files;
+  for (const auto& entry : std::filesystem::directory_iterator(run_dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    const auto parsed = schema::rank_of_run_log(name);
+    if (!parsed) continue;
+    files.push_back({*parsed, entry.path().string(), static_cast<std::uint64_t>(entry.file_size(ec))});
+  }
+  std::sort(files.begin(), files.end(), [](const RankFile& a, const RankFile& b) { return a.rank < b.rank; });
+  return files;
+}
+
+// Every file digested and merged, the reference rank's first (every other
+// rank's clock is compared with it), then the rest on up to opts.threads threads.
+std::vector<RankDigest> digest_files(const std::string& run_dir, const std::vector<RankFile>& files,
+                                     const SummaryOptions& opts, CollectiveMerger& merger) {
+  SummaryOptions::Progress progress{0, files.size(), 0, 0};
+  for (const auto& f : files) progress.bytes_total += f.bytes;
+  std::mutex progress_mu;
+  std::vector<RankDigest> digests(files.size());
+  auto work = [&](std::size_t i) {
+    digests[i] = digest::digest_rank(files[i].path, schema::flight_path(run_dir, files[i].rank), files[i].rank, opts);
+    RankDigest& d = digests[i];
+    if (d.status.ok()) d.sum.clock_offset_ms = merger.merge(files[i].rank, d.colls);
+    d.colls.clear();
+    if (opts.progress) {
+      std::lock_guard<std::mutex> lock(progress_mu);
+      ++progress.files_done;
+      progress.bytes_done += files[i].bytes;
+      opts.progress(progress);
+    }
+  };
+  work(0);
+  if (digests[0].status.ok()) digests[0].sum.clock_offset_ms = 0.0;
+  std::atomic<std::size_t> next{1};
+  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+  const std::size_t n_threads = std::min<std::size_t>(opts.threads > 0 ? opts.threads : hw, files.size() - 1);
+  std::vector<std::thread> pool;
+  for (std::size_t t = 0; t < n_threads; ++t) {
+    pool.emplace_back([&] {
+      for (std::size_t i; (i = next.fetch_add(1)) < files.size();) work(i);
+    });
+  }
+  for (auto& t : pool) t.join();
+  return digests;
+}
+
+// The digests' ranks, facts and violations into the summary; an unreadable
+// file is a warning, the other ranks stay.
+void collect(std::vector<RankDigest>& digests, RunSummary& out) {
+  for (auto& d : digests) {
+    if (!d.status.ok()) {
+      out.warnings.push_back(fmt::format("rank {}: {}", d.sum.rank, std::string(d.status.message())));
+      continue;
+    }
+    out.facts.insert(out.facts.end(), std::make_move_iterator(d.facts.begin()), std::make_move_iterator(d.facts.end()));
+    out.violations.insert(out.violations.end(), std::make_move_iterator(d.violations.begin()),
+                          std::make_move_iterator(d.violations.end()));
+    out.ranks.push_back(std::move(d.sum));
+  }
+}
+
+// Clock skew per host (median of its ranks' offsets against the reference).
+void add_clock_skew(RunSummary& out) {
+  std::map<std::string, std::vector<double>> by_host;
+  for (const auto& r : out.ranks) {
+    if (r.clock_offset_ms) by_host[r.host].push_back(*r.clock_offset_ms);
+  }
+  for (auto& [host, offs] : by_host) {
+    const int n = static_cast<int>(offs.size());
+    const double m = median(offs);
+    if (std::fabs(m) > RunSummary::kSkewReportMs) out.skew.push_back({host, m, n});
+  }
+}
+
 }  // namespace
 
 std::uint64_t run_start_time(const std::string& run_dir) {
@@ -495,86 +344,19 @@ std::uint64_t run_start_time(const std::string& run_dir) {
 }
 
 absl::StatusOr<RunSummary> summarize_run(const std::string& run_dir, const SummaryOptions& opts) {
-  namespace fs = std::filesystem;
   std::error_code ec;
-  if (!fs::is_directory(run_dir, ec)) {
+  if (!std::filesystem::is_directory(run_dir, ec)) {
     return absl::NotFoundError(absl::StrCat("'", run_dir, "' is not a run directory"));
   }
   RunSummary out;
   out.run_dir = run_dir;
-  {
-    simdjson::dom::parser p;
-    simdjson::dom::element doc;
-    std::int64_t w = 0;
-    if (p.load(schema::run_json_path(run_dir)).get(doc) == simdjson::SUCCESS) {
-      if (doc["world_size"].get_int64().get(w) == simdjson::SUCCESS) {
-        if (w > 0 && w <= (1 << 20)) out.world_size = static_cast<int>(w);
-        else out.warnings.push_back(fmt::format("run.json: world_size {} is not a world size; ignored", w));
-      }
-      if (doc["start_time_ns"].get_uint64().get(out.start_time_ns) != simdjson::SUCCESS) out.start_time_ns = 0;
-    } else if (fs::exists(schema::run_json_path(run_dir), ec)) {
-      out.warnings.push_back("run.json is unreadable: world size unknown, missing ranks cannot be named");
-    }
-  }
-  struct File {
-    int rank;
-    std::string path;
-    std::uint64_t bytes;
-  };
-  std::vector<File> files;
-  for (const auto& entry : fs::directory_iterator(run_dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    int rank = -1;
-    const auto parsed = schema::rank_of_run_log(name);
-    if (!parsed) continue;
-    rank = *parsed;
-    files.push_back({rank, entry.path().string(), static_cast<std::uint64_t>(entry.file_size(ec))});
-  }
+  read_run_json(run_dir, out);
+  const std::vector<RankFile> files = rank_files(run_dir);
   if (files.empty()) return absl::NotFoundError(absl::StrCat("no rank-<R>.jsonl files in '", run_dir, "'"));
-  std::sort(files.begin(), files.end(), [](const File& a, const File& b) { return a.rank < b.rank; });
-
-  SummaryOptions::Progress progress{0, files.size(), 0, 0};
-  for (const auto& f : files) progress.bytes_total += f.bytes;
-  std::mutex progress_mu;
   CollectiveMerger merger(files.front().rank);
   out.reference_rank = files.front().rank;
-  std::vector<RankDigest> digests(files.size());
-  auto work = [&](std::size_t i) {
-    digests[i] = digest_rank(files[i].path, schema::flight_path(run_dir, files[i].rank),
-                             files[i].rank, opts);
-    RankDigest& d = digests[i];
-    if (d.status.ok()) d.sum.clock_offset_ms = merger.merge(files[i].rank, d.colls);
-    d.colls.clear();
-    if (opts.progress) {
-      std::lock_guard<std::mutex> lock(progress_mu);
-      ++progress.files_done;
-      progress.bytes_done += files[i].bytes;
-      opts.progress(progress);
-    }
-  };
-  work(0);  // the reference rank first: every other rank's clock is compared with it
-  if (digests[0].status.ok()) digests[0].sum.clock_offset_ms = 0.0;
-  std::atomic<std::size_t> next{1};
-  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
-  const std::size_t n_threads = std::min<std::size_t>(opts.threads > 0 ? opts.threads : hw, files.size() - 1);
-  std::vector<std::thread> pool;
-  for (std::size_t t = 0; t < n_threads; ++t) {
-    pool.emplace_back([&] {
-      for (std::size_t i; (i = next.fetch_add(1)) < files.size();) work(i);
-    });
-  }
-  for (auto& t : pool) t.join();
-
-  for (auto& d : digests) {
-    if (!d.status.ok()) {  // unreadable file: say so, keep the other ranks
-      out.warnings.push_back(fmt::format("rank {}: {}", d.sum.rank, std::string(d.status.message())));
-      continue;
-    }
-    out.facts.insert(out.facts.end(), std::make_move_iterator(d.facts.begin()), std::make_move_iterator(d.facts.end()));
-    out.violations.insert(out.violations.end(), std::make_move_iterator(d.violations.begin()),
-                          std::make_move_iterator(d.violations.end()));
-    out.ranks.push_back(std::move(d.sum));
-  }
+  std::vector<RankDigest> digests = digest_files(run_dir, files, opts, merger);
+  collect(digests, out);
   if (out.ranks.empty()) return absl::DataLossError(absl::StrCat("no readable rank log in '", run_dir, "'"));
   for (int rk = 0; rk < out.world_size; ++rk) {
     if (std::none_of(out.ranks.begin(), out.ranks.end(), [&](const auto& r) { return r.rank == rk; })) {
@@ -582,17 +364,7 @@ absl::StatusOr<RunSummary> summarize_run(const std::string& run_dir, const Summa
     }
   }
   out.communicators = merger.checks();
-
-  // Clock skew per host (median of its ranks' offsets against the reference).
-  std::map<std::string, std::vector<double>> by_host;
-  for (const auto& r : out.ranks) {
-    if (r.clock_offset_ms) by_host[r.host].push_back(*r.clock_offset_ms);
-  }
-  for (auto& [host, offs] : by_host) {
-    const int n = static_cast<int>(offs.size());
-    const double m = median(offs);
-    if (std::fabs(m) > RunSummary::kSkewReportMs) out.skew.push_back({host, m, n});
-  }
+  add_clock_skew(out);
   add_warnings(out);
   return out;
 }

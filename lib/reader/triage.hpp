@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -16,10 +17,49 @@
 
 namespace rankscope::reader {
 
+// Every kind of finding, with its name in the text and JSON reports
+// (docs/triage-schema.md). One rule of triage_rules.hpp makes each.
+#define RANKSCOPE_DETAIL_FINDING_KINDS(X)    \
+  X(kHang, "hang")                           \
+  X(kDeadRank, "dead_rank")                  \
+  X(kMissingRank, "missing_rank")            \
+  X(kCollectiveMismatch, "collective_mismatch") \
+  X(kDesync, "desync")                       \
+  X(kStraggler, "straggler")                 \
+  X(kStall, "stall")                         \
+  X(kSlowSteps, "slow_steps")                \
+  X(kErrors, "errors")                       \
+  X(kResourceGrowth, "resource_growth")      \
+  X(kRestart, "restart")                     \
+  X(kRunLog, "run_log")                      \
+  X(kNumerics, "numerics")
+
+enum class FindingKind : std::uint8_t {
+#define RANKSCOPE_DETAIL_X(e, n) e,
+  RANKSCOPE_DETAIL_FINDING_KINDS(RANKSCOPE_DETAIL_X)
+#undef RANKSCOPE_DETAIL_X
+};
+
+inline constexpr int kFindingKindCount = 0
+#define RANKSCOPE_DETAIL_X(e, n) +1
+    RANKSCOPE_DETAIL_FINDING_KINDS(RANKSCOPE_DETAIL_X)
+#undef RANKSCOPE_DETAIL_X
+    ;
+
+/// The kind's name in the reports: finding_kind_name(FindingKind::kDeadRank) == "dead_rank".
+constexpr std::string_view finding_kind_name(FindingKind k) {
+  switch (k) {
+#define RANKSCOPE_DETAIL_X(e, n) \
+  case FindingKind::e:           \
+    return n;
+    RANKSCOPE_DETAIL_FINDING_KINDS(RANKSCOPE_DETAIL_X)
+#undef RANKSCOPE_DETAIL_X
+  }
+  return "unknown";
+}
+
 struct Finding {
-  // hang, dead_rank, missing_rank, collective_mismatch, desync, straggler,
-  // stall, slow_steps, errors, resource_growth, restart, run_log
-  std::string kind;
+  FindingKind kind = FindingKind::kErrors;
   std::vector<int> ranks;  // at fault (the culprits, not the ranks waiting for them)
   std::string summary;
   std::vector<std::string> evidence;

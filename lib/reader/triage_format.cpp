@@ -48,7 +48,7 @@ std::string format_triage(const TriageReport& r) {
     o += fmt::format("\n{} finding(s), the earliest anomaly first:\n", r.findings.size());
     for (std::size_t i = 0; i < r.findings.size(); ++i) {
       const auto& f = r.findings[i];
-      o += fmt::format("{}. [{}] {}\n", i + 1, f.kind, f.summary);
+      o += fmt::format("{}. [{}] {}\n", i + 1, finding_kind_name(f.kind), f.summary);
       if (f.t != 0) o += fmt::format("     - at {}{}\n", format_clock_time(f.t), f.step >= 0 ? fmt::format(", step {}", f.step) : "");
       for (const auto& e : f.evidence) o += "     - " + e + "\n";
       for (const auto& l : f.lines) {
@@ -71,7 +71,7 @@ std::string format_triage_json(const TriageReport& r) {
   w.field("exit_code", r.exit_code).field("healthy", r.exit_code == 0).field("headline", r.headline);
   w.key("findings").begin_array();
   for (const auto& f : r.findings) {
-    w.begin_object().field("kind", f.kind).array("ranks", f.ranks).field("summary", f.summary).field("t_ns", f.t);
+    w.begin_object().field("kind", finding_kind_name(f.kind)).array("ranks", f.ranks).field("summary", f.summary).field("t_ns", f.t);
     w.field("step", f.step).array("evidence", f.evidence).key("lines").begin_array();
     for (const auto& l : f.lines) {
       if (l) w.begin_object().field("rank", l.rank).field("line", l.line).field("text", l.text).end_object();

@@ -1,0 +1,295 @@
+// One rank's run log digested event by event (summary_digest.hpp): its
+// phases and steps, collectives, stalls, log gaps, errors, facts and
+// violations, then its flight dump's collectives in flight.
+#include "summary_digest.hpp"
+
+#include <cmath>
+#include <filesystem>
+#include <optional>
+
+#include <fmt/format.h>
+#include <simdjson.h>
+
+#include "absl/container/flat_hash_map.h"
+#include "step_breakdown.hpp"
+
+namespace rankscope::reader::digest {
+namespace {
+
+constexpr std::size_t kEvidenceChars = 400;
+
+PhaseKind kind_from_name(std::string_view s) {
+  for (int k = 0; k < kPhaseKindCount; ++k) {
+    if (phase_kind_name(static_cast<PhaseKind>(k)) == s) return static_cast<PhaseKind>(k);
+  }
+  return PhaseKind::kOther;
+}
+
+EvidenceLine evidence(int rank, const LogEvent& e) {
+  return {rank, e.line_no, std::string(e.raw.substr(0, kEvidenceChars)) + (e.raw.size() > kEvidenceChars ? "..." : "")};
+}
+
+std::uint64_t parse_fp(const std::string& hex) { return hex.empty() ? 0 : std::strtoull(hex.c_str(), nullptr, 16); }
+
+// Collectives still in flight (or failed) at a flight-recorder dump. A stall
+// line knows only (comm, seq) of what a rank waits in; the dump has its
+// fingerprint, which is what shows a mismatch behind a hang.
+void add_flight_dump(const std::string& path, const SummaryOptions& opts, int sessions, RankDigest& d) {
+  simdjson::dom::parser p;
+  simdjson::dom::element doc;
+  if (p.load(path).get(doc) != simdjson::SUCCESS) return;
+  // The reason speaks for the process that dumped: not for a later session
+  // of a restarted rank (the file stays until the next dump overwrites it).
+  std::string_view reason;
+  std::int64_t pid = 0;
+  const bool same_process = doc["pid"].get_int64().get(pid) != simdjson::SUCCESS || d.sum.pid == 0 || pid == d.sum.pid;
+  if (same_process && doc["reason"].get_string().get(reason) == simdjson::SUCCESS) d.sum.dump_reason = std::string(reason);
+  simdjson::dom::array arr;
+  if (doc["collectives"].get_array().get(arr) != simdjson::SUCCESS) return;
+  std::map<std::string, absl::flat_hash_map<std::uint64_t, std::size_t>> known;  // comm -> seq -> index
+  for (const auto& [comm, recs] : d.colls) {
+    for (std::size_t i = 0; i < recs.size(); ++i) known[comm].emplace(recs[i].seq, i);
+  }
+  for (auto c : arr) {
+    std::string_view state, comm, op, dtype, fp;
+    std::uint64_t seq = 0, count = 0, t = 0;
+    if (c["state"].get_string().get(state) || c["comm"].get_string().get(comm) || c["op"].get_string().get(op) ||
+        c["dtype"].get_string().get(dtype) || c["fingerprint"].get_string().get(fp) ||
+        c["seq"].get_uint64().get(seq) || c["count"].get_uint64().get(count)) {
+      continue;
+    }
+    if (c["t"].get_uint64().get(t) == simdjson::SUCCESS && (t < opts.since_ns || t > opts.until_ns)) continue;
+    // The dump belongs to the rank's latest session, as the stall lines do.
+    const std::string key = sessions > 1 ? fmt::format("{} (session {})", comm, sessions) : std::string(comm);
+    CollRec rec{seq, parse_fp(std::string(fp)), count, t, 0, std::string(op), std::string(dtype),
+                state == "issued" ? "in flight" : std::string(state)};
+    std::vector<CollRec>& recs = d.colls[key];
+    auto [it, fresh] = known[key].emplace(seq, recs.size());
+    if (fresh) {
+      recs.push_back(std::move(rec));
+    } else if (recs[it->second].fp == 0) {
+      recs[it->second] = std::move(rec);  // the stall's record, now with its fingerprint
+    }  // else the run log already has it, completed
+  }
+}
+
+// Folds one rank's events into its digest: called per line by the reader.
+class RankDigester {
+ public:
+  RankDigester(int rank, const SummaryOptions& opts) : opts_(opts) { d_.sum.rank = rank; }
+
+  void on_event(const LogEvent& e) {
+    RankSummary& r = d_.sum;
+    if (e.k == schema::Kind::kRunStart) {  // always read: sessions and host frame the rest
+      on_run_start(e);
+      return;
+    }
+    if (e.t < opts_.since_ns || e.t > opts_.until_ns) return;
+    if (r.first_t == 0) r.first_t = e.t;
+    r.last_t = std::max(r.last_t, e.t);
+    r.last_line = evidence(r.rank, e);
+    dispatch(e);
+  }
+
+  RankDigest finish(const absl::StatusOr<ReadResult>& res, const std::string& dump);
+
+ private:
+  void dispatch(const LogEvent& e);
+  void on_run_start(const LogEvent& e);
+  void on_phase(const LogEvent& e);
+  void on_step_end(const LogEvent& e);
+  void on_stats(const LogEvent& e);
+  void on_stall(const LogEvent& e);
+  void on_stall_end(const LogEvent& e);
+  void on_log_gap(const LogEvent& e);
+  void on_fact(const LogEvent& e);
+
+  std::string comm_key(const std::string& comm) const {
+    return d_.sum.sessions > 1 ? fmt::format("{} (session {})", comm, d_.sum.sessions) : comm;
+  }
+
+  const SummaryOptions& opts_;
+  RankDigest d_;
+  rankscope::detail::StepBreakdownBuilder builder_;
+  std::vector<double> step_ms_, kind_ms_[kPhaseKindCount];
+  std::uint64_t last_phase_end_ = 0;
+  std::optional<std::int64_t> threads_now_, comms_now_;
+  bool restore_pending_ = false;
+};
+
+void RankDigester::dispatch(const LogEvent& e) {
+  RankSummary& r = d_.sum;
+  switch (e.k) {
+    case schema::Kind::kPhase: on_phase(e); break;
+    case schema::Kind::kStepBegin: builder_.on_step_begin(e.tid, e.step, e.mono); break;
+    case schema::Kind::kStepEnd: on_step_end(e); break;
+    case schema::Kind::kCollective: {
+      const bool ok = e.result == "ok";
+      d_.colls[comm_key(e.comm)].push_back({e.seq, parse_fp(e.fingerprint), e.count, e.t,
+                                            ok && !e.device_timing ? e.t + e.dur : 0, e.op, e.dtype,
+                                            ok ? std::string("completed") : e.result});
+      break;
+    }
+    case schema::Kind::kStats:
+    case schema::Kind::kRunEnd: on_stats(e); break;
+    case schema::Kind::kStall: on_stall(e); break;
+    case schema::Kind::kStallEnd: on_stall_end(e); break;
+    case schema::Kind::kLogStopped:
+    case schema::Kind::kLogResumed: on_log_gap(e); break;
+    case schema::Kind::kSlowStep:
+      ++r.slow_steps;
+      r.last_slow_phase = e.grown_phase;
+      break;
+    case schema::Kind::kLog:
+      if ((e.level == "error" || e.level == "fatal") && r.errors++ == 0) {
+        r.first_error_t = e.t;
+        r.first_error = e.msg;
+        r.first_error_line = evidence(r.rank, e);
+      }
+      break;
+    case schema::Kind::kFact: on_fact(e); break;
+    case schema::Kind::kViolation:
+      d_.violations.push_back({r.rank, e.check, e.what, e.msg, e.level, e.values_json, e.ranks, e.step, e.t,
+                               evidence(r.rank, e)});
+      break;
+    case schema::Kind::kUnknown: ++r.unknown_kinds; break;
+    default: break;
+  }
+}
+
+void RankDigester::on_run_start(const LogEvent& e) {
+  RankSummary& r = d_.sum;
+  ++r.sessions;
+  r.pid = e.pid;
+  r.host = e.name;
+  r.cpu_affinity = e.cpu_affinity;
+  r.schema = std::max(r.schema, e.schema);
+  r.ended_cleanly = false;
+  r.restores.clear();
+  restore_pending_ = false;
+  threads_now_.reset();
+  comms_now_.reset();
+}
+
+void RankDigester::on_phase(const LogEvent& e) {
+  ++d_.sum.phases;
+  builder_.on_phase(e.tid, e.depth, kind_from_name(e.phase_kind), e.mono, e.dur);
+  if (e.t + e.dur >= last_phase_end_) {
+    last_phase_end_ = e.t + e.dur;
+    d_.sum.last_phase = e.name;
+  }
+}
+
+void RankDigester::on_step_end(const LogEvent& e) {
+  RankSummary& r = d_.sum;
+  ++r.steps;
+  if (r.first_step < 0) r.first_step = e.step;
+  r.last_step = e.step;
+  if (e.loss) r.last_loss = e.loss;
+  if (e.loss && !std::isfinite(*e.loss) && !r.first_bad_loss) {
+    r.first_bad_loss = BadLossRecord{*e.loss, e.step, e.t, evidence(r.rank, e)};
+  }
+  if (e.samples) r.samples += *e.samples;
+  if (auto b = builder_.on_step_end(e.tid, e.mono)) {
+    step_ms_.push_back(static_cast<double>(b->total_ns) / 1e6);
+    for (int k = 0; k < kPhaseKindCount; ++k) kind_ms_[k].push_back(static_cast<double>(b->by_kind_ns[k]) / 1e6);
+  }
+}
+
+// stats and run_end: the recorder's counters, threads and communicators
+// (the first stats line after a restore samples them for that restore).
+void RankDigester::on_stats(const LogEvent& e) {
+  RankSummary& r = d_.sum;
+  if (e.events_recorded) r.events_recorded = *e.events_recorded;
+  if (e.events_dropped) r.events_dropped = *e.events_dropped;
+  if (e.k == schema::Kind::kRunEnd) r.ended_cleanly = true;
+  if (e.os_threads) threads_now_ = e.os_threads;
+  if (e.communicators) comms_now_ = e.communicators;
+  if (restore_pending_ && e.os_threads) {
+    r.restores.back().os_threads = e.os_threads.value_or(-1);
+    r.restores.back().communicators = e.communicators.value_or(-1);
+    restore_pending_ = false;
+  }
+}
+
+void RankDigester::on_stall(const LogEvent& e) {
+  RankSummary& r = d_.sum;
+  StallRecord s{e.t, e.t > e.dur ? e.t - e.dur : e.t, e.step, e.inside, e.name, e.op, e.comm, e.seq, false, 0,
+                evidence(r.rank, e)};
+  if (r.stalls++ == 0) r.first_stall = s;
+  r.last_stall = s;
+  if (!e.comm.empty() && e.seq != 0) {  // entered and never left: progress evidence
+    d_.colls[comm_key(e.comm)].push_back({e.seq, 0, e.count, e.t, 0, e.op, "", "in flight"});
+  }
+}
+
+void RankDigester::on_stall_end(const LogEvent& e) {
+  for (auto* s : {&d_.sum.first_stall, &d_.sum.last_stall}) {
+    if (*s && !(*s)->ended) {
+      (*s)->ended = true;
+      (*s)->stalled_ns = e.dur;
+    }
+  }
+}
+
+void RankDigester::on_log_gap(const LogEvent& e) {
+  RankSummary& r = d_.sum;
+  if (e.k == schema::Kind::kLogStopped) {
+    if (!r.log_stopped) r.log_stopped = LogStopRecord{e.msg, e.step, e.t, false, 0, evidence(r.rank, e)};
+  } else if (r.log_stopped) {
+    r.log_stopped->resumed = true;
+    r.log_stopped->lines_dropped = e.count;
+  }
+}
+
+void RankDigester::on_fact(const LogEvent& e) {
+  RankSummary& r = d_.sum;
+  FactRecord f{r.rank, std::max(r.sessions - 1, 0), e.name, 0, e.step, -1, e.t, {}};
+  for (const auto& [k, v] : e.fields) {
+    if (k == "seq") f.seq = std::strtoll(v.c_str(), nullptr, 10);
+    else if (k == "data_group") f.data_group = static_cast<int>(std::strtol(v.c_str(), nullptr, 10));
+    else f.values.emplace_back(k, v);
+  }
+  if (e.name == "resume") {
+    if (r.restores.empty() && threads_now_) r.restores.push_back({-1, *threads_now_, comms_now_.value_or(-1)});
+    r.restores.push_back({e.step, -1, -1});
+    restore_pending_ = true;
+  }
+  d_.facts.push_back(std::move(f));
+}
+
+RankDigest RankDigester::finish(const absl::StatusOr<ReadResult>& res, const std::string& dump) {
+  RankSummary& r = d_.sum;
+  if (!res.ok()) {
+    d_.status = res.status();
+    return std::move(d_);
+  }
+  std::error_code ec;
+  if (std::filesystem::exists(dump, ec)) add_flight_dump(dump, opts_, r.sessions, d_);
+  r.lines = res->lines;
+  r.bad_lines = res->bad_lines;
+  r.torn_tail = res->torn_tail;
+  r.bytes = res->bytes;
+  r.median_step_ms = median(step_ms_);
+  for (int k = 0; k < kPhaseKindCount; ++k) r.median_kind_ms[k] = median(kind_ms_[k]);
+  r.median_collective_ms = r.median_kind_ms[static_cast<int>(PhaseKind::kCollective)];
+  for (const auto& [comm, recs] : d_.colls) {
+    for (const auto& c : recs) {
+      if (c.seq > r.last_seq || (c.seq == r.last_seq && comm < r.last_comm)) {
+        r.last_seq = c.seq;
+        r.last_comm = comm;
+      }
+    }
+  }
+  return std::move(d_);
+}
+
+}  // namespace
+
+RankDigest digest_rank(const std::string& path, const std::string& dump, int rank, const SummaryOptions& opts) {
+  RankDigester digester(rank, opts);
+  const auto res = read_run_log(path, [&](const LogEvent& e) { digester.on_event(e); });
+  return digester.finish(res, dump);
+}
+
+}  // namespace rankscope::reader::digest

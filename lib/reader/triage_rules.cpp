@@ -1,0 +1,353 @@
+// Triage's rules other than the stall verdicts (triage_stall.cpp): collective
+// mismatch, missing ranks, desync, stragglers, resource growth, numerics, and
+// each rank's slow steps, errors, run-log gaps and restarts.
+#include "triage_rules.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "absl/strings/str_join.h"
+#include "invariant_rules.hpp"
+#include "rankscope/exchange.hpp"
+#include "step_breakdown.hpp"
+
+namespace rankscope::reader::rules {
+namespace {
+
+// Where a rank's run log stopped: its own log_stopped line, else its
+// heartbeat (a filesystem without fallocate has no room left for the line).
+std::optional<LogStopRecord> log_stop_of(const RankSummary& r, const StatusReport* live) {
+  if (r.log_stopped) return r.log_stopped;
+  if (live == nullptr) return std::nullopt;
+  for (const auto& h : live->ranks) {
+    if (h.rank == r.rank && !h.run_log_error.empty()) {
+      LogStopRecord s;
+      s.error = h.run_log_error;
+      s.step = h.run_log_since_step;
+      s.lines_dropped = h.run_log_lines_dropped;
+      return s;
+    }
+  }
+  return std::nullopt;
+}
+
+// Desync: the violations the ranks recorded, plus the cross-rank rules
+// applied offline to their facts (which catches what no online check saw).
+std::vector<Finding> desync_findings(const RunSummary& sum) {
+  std::vector<Finding> out;
+  // One finding per distinct violation; the same local violation on several
+  // ranks (a batch-math error every rank makes) merges into one naming them all.
+  std::map<std::tuple<std::string, std::string, std::string>, std::size_t> seen;  // check, what, message
+  std::vector<std::pair<std::set<int>, std::set<std::int64_t>>> by;  // per finding: who recorded it, at which steps
+  std::vector<std::string> levels;
+  for (const auto& v : sum.violations) {
+    const auto key = std::make_tuple(v.check, v.what, v.msg);
+    auto it = seen.find(key);
+    if (it == seen.end()) {
+      Finding f{FindingKind::kDesync, v.ranks, v.msg, {}, v.t, v.step, {v.line}};
+      if (!v.values_json.empty()) f.evidence.push_back(fmt::format("values: {}", v.values_json));
+      it = seen.emplace(key, out.size()).first;
+      out.push_back(std::move(f));
+      by.emplace_back();
+      levels.push_back(v.level);
+    }
+    Finding& f = out[it->second];
+    f.t = std::min(f.t, v.t);
+    for (int rk : v.ranks) {
+      if (std::find(f.ranks.begin(), f.ranks.end(), rk) == f.ranks.end()) f.ranks.push_back(rk);
+    }
+    std::sort(f.ranks.begin(), f.ranks.end());
+    by[it->second].first.insert(v.rank);
+    by[it->second].second.insert(v.step);
+  }
+  for (std::size_t i = 0; i < by.size(); ++i) {
+    out[i].evidence.push_back(fmt::format("recorded ({}) by {} at step(s) {}", levels[i],
+                                          format_ranks(std::vector<int>(by[i].first.begin(), by[i].first.end())),
+                                          fmt::join(by[i].second, ",")));
+  }
+  // Offline: the same rules over each call's facts, matched by session, check and call number.
+  std::map<std::tuple<int, std::string, std::int64_t>, std::vector<const FactRecord*>> calls;
+  for (const auto& f : sum.facts) calls[{f.session, f.name, f.seq}].push_back(&f);
+  for (const auto& [key, facts] : calls) {
+    std::vector<detail::RankFact> rf;
+    std::uint64_t t = facts.front()->t;
+    std::int64_t step = facts.front()->step;
+    for (const FactRecord* f : facts) {
+      rf.push_back({f->rank, f->data_group, f->values});
+      t = std::min(t, f->t);
+    }
+    for (const auto& d : detail::compare_facts(std::get<1>(key), rf)) {
+      if (seen.contains(std::make_tuple(d.check, d.what, d.message))) continue;  // recorded online already
+      seen.emplace(std::make_tuple(d.check, d.what, d.message), out.size());
+      out.push_back({FindingKind::kDesync, d.ranks, d.message,
+                     {fmt::format("values: {}", d.values_json),
+                      fmt::format("found offline in the '{}' facts of call {} (step {}); no online check saw it",
+                                  d.check, std::get<2>(key), step)},
+                     t, step, {}});
+    }
+  }
+  return out;
+}
+
+// The step where a straggler's phase grew, re-read from that rank's file only
+// (bounded memory: the summary keeps medians, not per-step series).
+void straggler_onset(const std::string& run_dir, const RankSummary& r, PhaseKind kind, double threshold_ms,
+                     const SummaryOptions& opts, Finding& f) {
+  detail::StepBreakdownBuilder builder;
+  EvidenceLine last_phase_line;
+  bool found = false;
+  (void)read_run_log(schema::run_log_path(run_dir, r.rank), [&](const LogEvent& e) {
+    if (found || e.t < opts.since_ns || e.t > opts.until_ns) return;
+    if (e.k == schema::Kind::kPhase) {
+      builder.on_phase(e.tid, e.depth, e.phase_kind == phase_kind_name(kind) ? kind : PhaseKind::kOther, e.mono, e.dur);
+      if (e.phase_kind == phase_kind_name(kind)) last_phase_line = {r.rank, e.line_no, std::string(e.raw.substr(0, 400))};
+    } else if (e.k == schema::Kind::kStepBegin) {
+      builder.on_step_begin(e.tid, e.step, e.mono);
+    } else if (e.k == schema::Kind::kStepEnd) {
+      auto b = builder.on_step_end(e.tid, e.mono);
+      if (b && static_cast<double>(b->by_kind_ns[static_cast<int>(kind)]) / 1e6 > threshold_ms) {
+        found = true;
+        f.step = e.step;
+        f.t = aligned(r, e.t);
+        if (last_phase_line) f.lines.push_back(last_phase_line);
+      }
+    }
+  });
+}
+
+// Ranks whose median time in a phase kind is more than twice, and 5 ms over,
+// the other ranks' median.
+std::vector<StragglerFact> find_stragglers(const RunSummary& sum) {
+  const PhaseKind kinds[] = {PhaseKind::kLoaderWait, PhaseKind::kForward, PhaseKind::kBackward, PhaseKind::kOptimizer,
+                             PhaseKind::kCheckpoint};
+  std::vector<StragglerFact> out;
+  if (sum.ranks.size() < 2) return out;
+  for (PhaseKind kind : kinds) {
+    const int k = static_cast<int>(kind);
+    for (const auto& rk : sum.ranks) {
+      const double mine = rk.median_kind_ms[k];
+      std::vector<double> others;
+      for (const auto& o : sum.ranks) {
+        if (o.rank != rk.rank) others.push_back(o.median_kind_ms[k]);
+      }
+      const double typical = median_of(std::move(others));
+      if (mine > 2.0 * typical && mine - typical > 5.0) out.push_back({&rk, kind, mine, typical});
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::uint64_t aligned(const RankSummary& r, std::uint64_t t) {
+  if (t == 0 || !r.clock_offset_ms) return t;
+  return t - static_cast<std::uint64_t>(static_cast<std::int64_t>(std::llround(*r.clock_offset_ms * 1e6)));
+}
+
+double median_of(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+void add_slow_step_evidence(const RunSummary& sum, Finding& cause) {
+  std::vector<std::string> slow;
+  for (const auto& rk : sum.ranks) {
+    if (rk.slow_steps) slow.push_back(fmt::format("rank {} ({}, {} grew)", rk.rank, rk.slow_steps, rk.last_slow_phase));
+  }
+  if (!slow.empty()) cause.evidence.push_back("slow_step events: " + absl::StrJoin(slow, ", "));
+}
+
+TriageFacts compute_facts(const RunSummary& sum, const StatusReport* live) {
+  return {compute_stall_facts(sum, live), find_stragglers(sum)};
+}
+
+void collective_mismatch_rule(const TriageInput& in, std::vector<Finding>& out) {
+  for (const auto& c : in.sum.communicators) {
+    if (c.mismatch_seq == 0) continue;
+    out.push_back({FindingKind::kCollectiveMismatch, c.mismatch_minority,
+                   fmt::format("ranks issued different collectives at seq {} on '{}' (the classic cause of a hang or "
+                               "silent corruption); the odd one out: {}",
+                               c.mismatch_seq, c.comm, format_ranks(c.mismatch_minority)),
+                   c.mismatch_detail, c.mismatch_t, -1, {}});
+    for (const auto& rk : in.sum.ranks) {
+      if (!c.mismatch_minority.empty() && rk.rank == c.mismatch_minority.front()) out.back().t = aligned(rk, c.mismatch_t);
+    }
+  }
+}
+
+void missing_rank_rule(const TriageInput& in, std::vector<Finding>& out) {
+  if (in.sum.missing_ranks.empty()) return;
+  out.push_back({FindingKind::kMissingRank, in.sum.missing_ranks,
+                 fmt::format("{} wrote no run log (never started, or a different run directory)",
+                             format_ranks(in.sum.missing_ranks)),
+                 {}, 0, -1, {}});
+}
+
+void desync_rule(const TriageInput& in, std::vector<Finding>& out) {
+  for (auto& d : desync_findings(in.sum)) {
+    for (const auto& rk : in.sum.ranks) {
+      if (!d.lines.empty() && d.lines.front().rank == rk.rank) d.t = aligned(rk, d.t);
+    }
+    out.push_back(std::move(d));
+  }
+}
+
+void straggler_rule(const TriageInput& in, std::vector<Finding>& out) {
+  const std::size_t first = out.size();
+  int reread = 0;
+  for (const StragglerFact& s : in.facts.stragglers) {
+    const RankSummary& rk = *s.rank;
+    std::vector<double> others_coll;
+    for (const auto& o : in.sum.ranks) {
+      if (o.rank != rk.rank) others_coll.push_back(o.median_collective_ms);
+    }
+    Finding f{FindingKind::kStraggler, {rk.rank},
+              fmt::format("rank {} is a straggler in {}: {:.1f} ms per step vs {:.1f} ms on the other ranks", rk.rank,
+                          phase_kind_name(s.kind), s.mine_ms, s.typical_ms),
+              {fmt::format("it waits {:.1f} ms per step in collectives, the others {:.1f} ms (they wait for it)",
+                           rk.median_collective_ms, median_of(others_coll))},
+              0, -1, {}};
+    const double threshold = (s.mine_ms + s.typical_ms) / 2;
+    if (reread++ < 8) straggler_onset(in.sum.run_dir, rk, s.kind, threshold, in.opts.read, f);
+    if (f.step >= 0) {
+      f.summary += fmt::format(", from step {}", f.step);
+      f.evidence.push_back(fmt::format("its {} time first exceeded {:.1f} ms at step {} ({})", phase_kind_name(s.kind),
+                                       threshold, f.step, format_clock_time(f.t)));
+    }
+    out.push_back(std::move(f));
+  }
+  // The cause the slow steps point to, unless a stall verdict names one first.
+  if (out.size() > first && !in.facts.stall.verdict) add_slow_step_evidence(in.sum, out[first]);
+}
+
+// Threads and communicators that grow with each in-process restore: the
+// process groups of the previous attempt were never destroyed.
+void resource_growth_rule(const TriageInput& in, std::vector<Finding>& out) {
+  std::vector<int> ranks;
+  std::vector<std::string> evidence;
+  bool comms = false;
+  for (const auto& r : in.sum.ranks) {
+    std::vector<const RestoreSample*> s;
+    for (const auto& x : r.restores) {
+      if (x.os_threads >= 0) s.push_back(&x);
+    }
+    if (s.size() < 2) continue;
+    bool threads_grow = true, comms_grow = s.front()->communicators >= 0;
+    for (std::size_t i = 1; i < s.size(); ++i) {
+      threads_grow &= s[i]->os_threads > s[i - 1]->os_threads;
+      comms_grow &= s[i]->communicators > s[i - 1]->communicators;
+    }
+    if (!threads_grow && !comms_grow) continue;
+    comms |= comms_grow;
+    std::vector<std::string> t, c;
+    for (const auto* x : s) {
+      t.push_back(std::to_string(x->os_threads));
+      c.push_back(std::to_string(x->communicators));
+    }
+    ranks.push_back(r.rank);
+    if (evidence.size() < 8) {
+      evidence.push_back(fmt::format("rank {}: threads {}; live communicators {} (before the first restore, then after "
+                                     "each, from its stats lines)",
+                                     r.rank, absl::StrJoin(t, " -> "), absl::StrJoin(c, " -> ")));
+    }
+  }
+  if (ranks.empty()) return;
+  out.push_back({FindingKind::kResourceGrowth, ranks,
+                 fmt::format("{}: process threads{} grow with every in-process restore: the previous attempt's process "
+                             "groups/communicators are leaked (destroy them before creating new ones)",
+                             format_ranks(ranks), comms ? " and live communicators" : ""),
+                 evidence, 0, -1, {}});
+}
+
+// Numerics: a NaN or infinite loss. It spreads through the gradient
+// all-reduce, so the rank that had it first (on the reference clock) is the
+// culprit and the others followed; a tie names every rank that had it first.
+void numerics_rule(const TriageInput& in, std::vector<Finding>& out) {
+  std::vector<const RankSummary*> bad;
+  for (const auto& r : in.sum.ranks) {
+    if (r.first_bad_loss) bad.push_back(&r);
+  }
+  if (bad.empty()) return;
+  auto when = [](const RankSummary* r) { return std::make_pair(r->first_bad_loss->step, aligned(*r, r->first_bad_loss->t)); };
+  std::sort(bad.begin(), bad.end(), [&](const RankSummary* a, const RankSummary* b) { return when(a) < when(b); });
+  const std::int64_t first_step = bad.front()->first_bad_loss->step;
+  std::vector<int> first, followed;
+  for (const auto* r : bad) (r->first_bad_loss->step == first_step ? first : followed).push_back(r->rank);
+  const double v = bad.front()->first_bad_loss->loss;
+  Finding f{FindingKind::kNumerics, first,
+            fmt::format("{}: loss is {} from step {}{}", format_ranks(first),
+                        std::isnan(v) ? "NaN" : (v > 0 ? "+Infinity" : "-Infinity"), first_step,
+                        followed.empty() ? std::string(" (no other rank followed)")
+                                         : fmt::format("; {} followed (the all-reduce spreads it)", format_ranks(followed))),
+            {}, aligned(*bad.front(), bad.front()->first_bad_loss->t), first_step, {}};
+  for (const auto* r : bad) {
+    f.evidence.push_back(fmt::format("rank {}: first non-finite loss at step {}", r->rank, r->first_bad_loss->step));
+    if (r->first_bad_loss->line && f.lines.size() < 4) f.lines.push_back(r->first_bad_loss->line);
+  }
+  out.push_back(std::move(f));
+}
+
+// Slow-step events are findings only while nothing names their cause.
+void slow_steps_rule(const TriageInput& in, std::vector<Finding>& out) {
+  if (in.facts.cause_named()) return;
+  for (const auto& rk : in.sum.ranks) {
+    if (rk.slow_steps == 0) continue;
+    out.push_back({FindingKind::kSlowSteps, {rk.rank},
+                   fmt::format("rank {} had {} slow step(s); the phase that grew: {}", rk.rank, rk.slow_steps,
+                               rk.last_slow_phase),
+                   {}, 0, -1, {}});
+  }
+}
+
+void errors_rule(const TriageInput& in, std::vector<Finding>& out) {
+  for (const auto& rk : in.sum.ranks) {
+    if (rk.errors == 0) continue;
+    out.push_back({FindingKind::kErrors, {rk.rank},
+                   fmt::format("rank {} logged {} error(s); first: {}", rk.rank, rk.errors, rk.first_error),
+                   {}, aligned(rk, rk.first_error_t), -1, {rk.first_error_line}});
+  }
+}
+
+void run_log_rule(const TriageInput& in, std::vector<Finding>& out) {
+  for (const auto& rk : in.sum.ranks) {
+    const auto stop = log_stop_of(rk, in.live);
+    if (!stop) continue;
+    std::string error = stop->error.empty() ? std::string("write error") : stop->error;
+    error[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(error[0])));
+    out.push_back({FindingKind::kRunLog, {rk.rank},
+                   fmt::format("rank {}: run log truncated: {} at step {}{}", rk.rank, error, stop->step,
+                               stop->resumed ? fmt::format(" (resumed later; {} lines lost)", stop->lines_dropped)
+                                             : std::string(" (nothing after it was recorded)")),
+                   {"the events of that time are missing from the log: findings about it may be incomplete"},
+                   aligned(rk, stop->t), stop->step,
+                   stop->line ? std::vector<EvidenceLine>{stop->line} : std::vector<EvidenceLine>{}});
+  }
+}
+
+// Restarts of every rank together are one finding.
+void restart_rule(const TriageInput& in, std::vector<Finding>& out) {
+  std::vector<int> restarted;
+  for (const auto& rk : in.sum.ranks) {
+    if (rk.sessions > 1) restarted.push_back(rk.rank);
+  }
+  if (restarted.size() > 1) {
+    out.push_back({FindingKind::kRestart, restarted,
+                   fmt::format("{} restarted (a new session in their logs)", format_ranks(restarted)), {}, 0, -1, {}});
+    return;
+  }
+  for (const auto& rk : in.sum.ranks) {
+    if (rk.sessions <= 1) continue;
+    out.push_back({FindingKind::kRestart, {rk.rank},
+                   fmt::format("rank {} restarted {} time(s) (sessions in its log)", rk.rank, rk.sessions - 1), {}, 0,
+                   -1, {}});
+  }
+}
+
+}  // namespace rankscope::reader::rules

@@ -1,0 +1,120 @@
+// Triage's verdicts as a table of rules (internal; triage.cpp runs them, tests
+// call each alone). A rule reads the run's summary, the live heartbeats and
+// the facts several rules share (computed once, before any rule runs) and
+// appends the findings of its kind. Not thread-safe; cost: one pass over the
+// ranks per rule, except the straggler rule, which re-reads up to 8 files.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "status.hpp"
+#include "summary.hpp"
+#include "triage.hpp"
+
+namespace rankscope::reader::rules {
+
+// Who holds the run up, from the ranks' watchdog stalls and the collective
+// sequence numbers: the hang, dead_rank and stall rules word it; the
+// slow_steps rule stands back when it is set.
+struct StallFacts {
+  std::optional<FindingKind> verdict;  // kHang, kDeadRank or kStall; none: nothing holds the run up
+  std::vector<const RankSummary*> culprits;     // empty for a communication-level hang
+  std::vector<const RankSummary*> waiting;      // stalled inside a collective
+  std::vector<const RankSummary*> bystanders;   // stalled outside one, waiting for a dead culprit
+  std::vector<const RankSummary*> broken_pipe;  // killed by SIGPIPE after a peer was gone
+  std::vector<int> culprit_ranks, waiting_ranks;
+  std::vector<std::pair<int, std::uint64_t>> behind;  // rank -> last seq reached
+  const CommunicatorCheck* where = nullptr;            // the communicator they are behind on
+  const StallRecord* waited = nullptr;                 // the first waiting rank's stall
+  std::string in_what;                                 // "all_reduce seq 3 on 'world'"
+};
+
+// A rank whose median time in one phase kind is far above the others'.
+struct StragglerFact {
+  const RankSummary* rank = nullptr;
+  PhaseKind kind = PhaseKind::kOther;
+  double mine_ms = 0, typical_ms = 0;
+};
+
+struct TriageFacts {
+  StallFacts stall;
+  std::vector<StragglerFact> stragglers;  // by phase kind, then rank
+  // A named cause (hang, dead rank, stall, straggler) takes the slow-step
+  // events as its evidence: they are no findings of their own then.
+  bool cause_named() const { return stall.verdict.has_value() || !stragglers.empty(); }
+};
+
+struct TriageInput {
+  const RunSummary& sum;
+  const StatusReport* live;  // the heartbeats now; nullptr if unreadable
+  const TriageOptions& opts;
+  TriageFacts facts;
+};
+
+/// The input with its shared facts: make_triage_input(*sum, nullptr, {}).
+TriageFacts compute_facts(const RunSummary& sum, const StatusReport* live);
+StallFacts compute_stall_facts(const RunSummary& sum, const StatusReport* live);  // triage_stall.cpp
+inline TriageInput make_triage_input(const RunSummary& sum, const StatusReport* live, const TriageOptions& opts) {
+  return {sum, live, opts, compute_facts(sum, live)};
+}
+
+using RuleFn = void (*)(const TriageInput&, std::vector<Finding>&);
+
+// Where a rule's findings stand before the time sort, which is stable and so
+// decides ties and the order of undated findings: the run-wide rules' in table
+// order, then the per-rank rules' rank by rank (a rank's findings together, in
+// table order), then per-rank findings that name several ranks.
+enum class Listing : std::uint8_t { kRunWide, kPerRank };
+
+struct Rule {
+  FindingKind kind;
+  std::string_view name;
+  RuleFn run;
+  Listing listing;
+};
+
+void collective_mismatch_rule(const TriageInput& in, std::vector<Finding>& out);
+void hang_rule(const TriageInput& in, std::vector<Finding>& out);
+void dead_rank_rule(const TriageInput& in, std::vector<Finding>& out);
+void stall_rule(const TriageInput& in, std::vector<Finding>& out);
+void missing_rank_rule(const TriageInput& in, std::vector<Finding>& out);
+void desync_rule(const TriageInput& in, std::vector<Finding>& out);
+void straggler_rule(const TriageInput& in, std::vector<Finding>& out);
+void resource_growth_rule(const TriageInput& in, std::vector<Finding>& out);
+void numerics_rule(const TriageInput& in, std::vector<Finding>& out);
+void slow_steps_rule(const TriageInput& in, std::vector<Finding>& out);
+void errors_rule(const TriageInput& in, std::vector<Finding>& out);
+void run_log_rule(const TriageInput& in, std::vector<Finding>& out);
+void restart_rule(const TriageInput& in, std::vector<Finding>& out);
+
+// The order the report has always listed them in.
+inline constexpr std::array<Rule, kFindingKindCount> kTriageRules{{
+    {FindingKind::kCollectiveMismatch, "collective_mismatch", collective_mismatch_rule, Listing::kRunWide},
+    {FindingKind::kHang, "hang", hang_rule, Listing::kRunWide},
+    {FindingKind::kDeadRank, "dead_rank", dead_rank_rule, Listing::kRunWide},
+    {FindingKind::kStall, "stall", stall_rule, Listing::kRunWide},
+    {FindingKind::kMissingRank, "missing_rank", missing_rank_rule, Listing::kRunWide},
+    {FindingKind::kDesync, "desync", desync_rule, Listing::kRunWide},
+    {FindingKind::kStraggler, "straggler", straggler_rule, Listing::kRunWide},
+    {FindingKind::kResourceGrowth, "resource_growth", resource_growth_rule, Listing::kRunWide},
+    {FindingKind::kNumerics, "numerics", numerics_rule, Listing::kRunWide},
+    {FindingKind::kSlowSteps, "slow_steps", slow_steps_rule, Listing::kPerRank},
+    {FindingKind::kErrors, "errors", errors_rule, Listing::kPerRank},
+    {FindingKind::kRunLog, "run_log", run_log_rule, Listing::kPerRank},
+    {FindingKind::kRestart, "restart", restart_rule, Listing::kPerRank},
+}};
+
+// Helpers the rules share.
+/// A time on the reference rank's clock, so ranks on skewed hosts order correctly.
+std::uint64_t aligned(const RankSummary& r, std::uint64_t t);
+double median_of(std::vector<double> v);
+/// "slow_step events: rank 1 (3, forward grew)" added to the finding that names their cause.
+void add_slow_step_evidence(const RunSummary& sum, Finding& cause);
+
+}  // namespace rankscope::reader::rules

@@ -1,0 +1,277 @@
+// Hangs and stalls from the ranks' own watchdog events (works post mortem,
+// when every process is gone) and from the collective sequence numbers. The
+// culprit is the rank stalled outside any collective, or behind on the
+// sequence the others wait in; everyone else is a consequence. The facts are
+// computed once (compute_stall_facts); the hang, dead_rank and stall rules
+// each word the verdict that is theirs.
+#include <algorithm>
+#include <iterator>
+
+#include <fmt/format.h>
+
+#include "rankscope/exchange.hpp"
+#include "triage_rules.hpp"
+
+namespace rankscope::reader::rules {
+namespace {
+
+// The stall that matters: one still open (a hang), else the first one.
+const StallRecord& stall_of(const RankSummary& r) {
+  return !r.last_stall->ended && !r.ended_cleanly ? *r.last_stall : *r.first_stall;
+}
+
+const RankSummary* rank_of(const RunSummary& sum, int rk) {
+  for (const auto& r : sum.ranks) {
+    if (r.rank == rk) return &r;
+  }
+  return nullptr;
+}
+
+// Without heartbeats a rank counts as alive.
+bool alive(const StatusReport* live, int rk) {
+  if (live == nullptr) return true;
+  for (const auto& h : live->ranks) {
+    if (h.rank == rk) return h.alive || h.state == "exited";
+  }
+  return true;
+}
+
+// Ranks behind on a communicator where others are in flight or went further.
+void find_behind(const RunSummary& sum, StallFacts& s) {
+  for (const auto& c : sum.communicators) {
+    if (c.mismatch_seq != 0 || c.behind.empty()) continue;
+    if (s.where == nullptr) s.where = &c;
+    for (const auto& b : c.behind) {
+      if (std::none_of(s.behind.begin(), s.behind.end(), [&](const auto& x) { return x.first == b.first; })) {
+        s.behind.push_back(b);
+      }
+    }
+  }
+}
+
+// No watchdog saw a stall: a rank behind on sequence numbers is a finding
+// only if it is gone (not a live job whose logs lag by a flush interval):
+// its heartbeat is stale, or without heartbeats every other rank finished.
+void keep_gone_behind(const RunSummary& sum, const StatusReport* live, StallFacts& s) {
+  const bool others_done = std::all_of(sum.ranks.begin(), sum.ranks.end(), [&](const auto& r) {
+    return r.ended_cleanly ||
+           std::any_of(s.behind.begin(), s.behind.end(), [&](const auto& b) { return b.first == r.rank; });
+  });
+  std::erase_if(s.behind, [&](const auto& b) {
+    const RankSummary* r = rank_of(sum, b.first);
+    if (r == nullptr || r->ended_cleanly) return true;
+    return live != nullptr ? alive(live, b.first) : !others_done;
+  });
+}
+
+// Culprits: stalled outside a collective, else behind on the sequence. A
+// rank that died behind the others comes first, though: ranks stalled
+// outside a collective meanwhile (in a store exchange, a barrier of their
+// own) were waiting for it, not causing anything.
+void find_culprits(const RunSummary& sum, const StatusReport* live, std::vector<const RankSummary*> blocked,
+                   StallFacts& s) {
+  std::vector<const RankSummary*> dead_behind;
+  for (const auto& [rk, seq] : s.behind) {
+    const RankSummary* r = rank_of(sum, rk);
+    if (live != nullptr && r != nullptr && !r->last_stall && !r->ended_cleanly && !alive(live, rk)) {
+      dead_behind.push_back(r);
+    }
+  }
+  s.culprits = std::move(blocked);
+  if (!dead_behind.empty() && !s.culprits.empty()) {
+    s.bystanders = std::move(s.culprits);
+    s.culprits = std::move(dead_behind);
+  }
+  if (s.culprits.empty()) {
+    for (const auto& [rk, seq] : s.behind) {
+      if (const auto* r = rank_of(sum, rk)) s.culprits.push_back(r);
+    }
+  }
+  // A rank that SIGPIPE killed was sending to a peer already gone: when some
+  // other culprit stopped without such a trace, it is a consequence of that
+  // rank's death, not a cause (C++ trainers keep SIGPIPE's default action;
+  // rankscope's handler dumps with this reason before the process dies).
+  const auto by_sigpipe = [](const RankSummary* r) { return r->dump_reason == "signal SIGPIPE"; };
+  if (!std::all_of(s.culprits.begin(), s.culprits.end(), by_sigpipe)) {
+    std::copy_if(s.culprits.begin(), s.culprits.end(), std::back_inserter(s.broken_pipe), by_sigpipe);
+    std::erase_if(s.culprits, by_sigpipe);
+  }
+  for (const auto* r : s.culprits) s.culprit_ranks.push_back(r->rank);
+  for (const auto* r : s.waiting) {
+    if (std::find(s.culprit_ranks.begin(), s.culprit_ranks.end(), r->rank) == s.culprit_ranks.end()) {
+      s.waiting_ranks.push_back(r->rank);
+    }
+  }
+}
+
+// Every rank inside one collective without culprit: a hang. Else the first
+// culprit decides: recovered (no open stall anywhere) is a stall; gone
+// without a trace of its own (a stale heartbeat, a torn last line) is a dead rank.
+FindingKind verdict_of(const StallFacts& s, const StatusReport* live, bool open_stall) {
+  if (s.culprits.empty()) return FindingKind::kHang;
+  const RankSummary& c = *s.culprits.front();
+  const bool no_trace = !c.last_stall && !c.ended_cleanly;
+  const bool dead = no_trace && !alive(live, c.rank);
+  if (!open_stall && !no_trace) return FindingKind::kStall;
+  return dead || (no_trace && c.torn_tail) ? FindingKind::kDeadRank : FindingKind::kHang;
+}
+
+// "it is blocked in forward at step 5" or "its log ends at step 3 after 'forward'".
+std::string culprit_doing(const RankSummary& c) {
+  if (!c.last_stall) {
+    return fmt::format("its log ends at step {} after '{}'{}", c.last_step, c.last_phase,
+                       c.torn_tail ? " in a torn line (killed mid-write)" : "");
+  }
+  const StallRecord& cs = stall_of(c);
+  return fmt::format("it {} blocked in {} at step {}{}", cs.ended ? "was" : "is",
+                     !cs.phase.empty() ? cs.phase : (cs.inside.empty() ? "no open phase" : cs.inside), cs.step,
+                     cs.ended ? fmt::format(" (recovered after {:.1f} s)", cs.stalled_ns / 1e9) : "");
+}
+
+// The verdict naming its culprits: `head` before their ranks, `verb` before
+// what the others wait in, `wait` how the waiting ranks are said to wait.
+Finding culprit_finding(const StallFacts& s, FindingKind kind, std::string_view head, std::string_view verb,
+                        std::string_view wait) {
+  const RankSummary& c = *s.culprits.front();
+  const StallRecord* cs = c.last_stall ? &stall_of(c) : nullptr;
+  Finding f;
+  f.kind = kind;
+  f.ranks = s.culprit_ranks;
+  f.summary = fmt::format("{}{} {} {}{}: {}", head, format_ranks(s.culprit_ranks), verb, s.in_what,
+                          s.waiting_ranks.empty()
+                              ? ""
+                              : fmt::format(" while {} {} in it", format_ranks(s.waiting_ranks), wait),
+                          culprit_doing(c));
+  f.step = cs ? cs->step : c.last_step;
+  f.t = aligned(c, cs ? cs->since : c.last_t);
+  if (cs) f.lines.push_back(cs->line);
+  if (kind != FindingKind::kStall && c.last_line && (!cs || cs->line.line != c.last_line.line)) {
+    f.lines.push_back(c.last_line);
+  }
+  if (cs != nullptr) {
+    f.evidence.push_back(fmt::format("rank {}'s watchdog at {}: no progress for {:.1f} s, inside: {}", c.rank,
+                                     format_clock_time(cs->t), (cs->t - cs->since) / 1e9, cs->inside));
+  }
+  f.evidence.push_back(fmt::format("rank {}: last event {} at step {}, last phase '{}', last collective seq {} on '{}'",
+                                   c.rank, format_clock_time(c.last_t), c.last_step, c.last_phase, c.last_seq,
+                                   c.last_comm));
+  return f;
+}
+
+// Heartbeats speak about now: useful while the job runs, noise once it is gone.
+void add_heartbeat_evidence(const StatusReport* live, Finding& f) {
+  if (live == nullptr) return;
+  const auto alive_now = std::count_if(live->ranks.begin(), live->ranks.end(), [](const auto& h) { return h.alive; });
+  if (alive_now == 0) {
+    f.evidence.push_back("heartbeat: no rank is alive now (the job is gone); this verdict comes from the run logs");
+    return;
+  }
+  std::size_t shown = 0;
+  for (const auto& line : live->findings) {
+    if (shown++ == 6) {
+      f.evidence.push_back(fmt::format("heartbeat: ... {} more (rankscope status)", live->findings.size() - 6));
+      break;
+    }
+    f.evidence.push_back("heartbeat: " + line);
+  }
+}
+
+// What every stall verdict adds after its own words: the bystanders, the
+// SIGPIPE deaths, where the others wait, who is behind, the heartbeats, and
+// the slow-step events it explains.
+void add_context(const TriageInput& in, Finding& f) {
+  const StallFacts& s = in.facts.stall;
+  if (!s.bystanders.empty()) {
+    std::vector<int> ranks;
+    for (const auto* r : s.bystanders) ranks.push_back(r->rank);
+    const StallRecord& st = stall_of(*s.bystanders.front());
+    f.evidence.push_back(fmt::format("{} stalled meanwhile, inside: {} (waiting on {})", format_ranks(ranks), st.inside,
+                                     format_ranks(s.culprit_ranks)));
+    f.lines.push_back(st.line);
+  }
+  for (const auto* r : s.broken_pipe) {
+    f.evidence.push_back(fmt::format("rank {} died of SIGPIPE at step {} (its flight dump): it sent to a peer that "
+                                     "was gone, a consequence and not the cause",
+                                     r->rank, r->last_step));
+  }
+  if (s.waited != nullptr) {
+    f.lines.push_back(s.waited->line);
+    f.evidence.push_back(fmt::format("{} stopped progressing at {} inside {}", format_ranks(s.waiting_ranks),
+                                     format_clock_time(s.waited->since), s.in_what));
+    if (f.t == 0) f.t = aligned(*s.waiting.front(), s.waited->since);
+  }
+  for (const auto& [rk, seq] : s.behind) {
+    if (s.where) {
+      f.evidence.push_back(
+          fmt::format("rank {} reached seq {} of {} on '{}'", rk, seq, s.where->max_seq, s.where->comm));
+    }
+  }
+  add_heartbeat_evidence(in.live, f);
+  add_slow_step_evidence(in.sum, f);
+}
+
+}  // namespace
+
+StallFacts compute_stall_facts(const RunSummary& sum, const StatusReport* live) {
+  StallFacts s;
+  std::vector<const RankSummary*> blocked;
+  bool open_stall = false;
+  for (const auto& r : sum.ranks) {
+    if (!r.last_stall) continue;
+    open_stall |= !r.last_stall->ended && !r.ended_cleanly;
+    (stall_of(r).comm.empty() ? blocked : s.waiting).push_back(&r);
+  }
+  find_behind(sum, s);
+  if (blocked.empty() && s.waiting.empty()) {
+    keep_gone_behind(sum, live, s);
+    if (s.behind.empty()) return s;
+  }
+  find_culprits(sum, live, std::move(blocked), s);
+  if (!s.waiting.empty()) s.waited = &stall_of(*s.waiting.front());
+  const StallRecord* ws = s.waited;
+  s.in_what = ws ? fmt::format("{} seq {} on '{}'", ws->op, ws->seq, ws->comm)
+                 : (s.where ? fmt::format("seq {} on '{}'", s.where->max_seq, s.where->comm)
+                            : std::string("the next collective"));
+  s.verdict = verdict_of(s, live, open_stall);
+  return s;
+}
+
+void hang_rule(const TriageInput& in, std::vector<Finding>& out) {
+  const StallFacts& s = in.facts.stall;
+  if (s.verdict != FindingKind::kHang) return;
+  Finding f;
+  if (s.culprits.empty()) {  // everyone entered the same collective and none finished
+    f.kind = FindingKind::kHang;
+    f.ranks = s.waiting_ranks;
+    f.summary = fmt::format("communication-level hang: every rank is inside {} and none finishes (network, "
+                            "NCCL/gloo transport, a dead peer outside the job)",
+                            s.in_what);
+    f.step = s.waited != nullptr ? s.waited->step : -1;
+  } else {
+    f = culprit_finding(s, FindingKind::kHang, "HANG: ", "did not reach",
+                        s.waiting_ranks.size() > 1 ? "wait" : "waits");
+  }
+  add_context(in, f);
+  out.push_back(std::move(f));
+}
+
+void dead_rank_rule(const TriageInput& in, std::vector<Finding>& out) {
+  const StallFacts& s = in.facts.stall;
+  if (s.verdict != FindingKind::kDeadRank) return;
+  Finding f = culprit_finding(s, FindingKind::kDeadRank, "rank died: ", "did not reach",
+                              s.waiting_ranks.size() > 1 ? "wait" : "waits");
+  add_context(in, f);
+  out.push_back(std::move(f));
+}
+
+// The stall that held the others up. (A rank's stalls never stand alone: any
+// stall puts its rank among the blocked or the waiting, so a verdict follows.)
+void stall_rule(const TriageInput& in, std::vector<Finding>& out) {
+  const StallFacts& s = in.facts.stall;
+  if (s.verdict != FindingKind::kStall) return;
+  Finding f = culprit_finding(s, FindingKind::kStall, "stall: ", "held up", "waited");
+  add_context(in, f);
+  out.push_back(std::move(f));
+}
+
+}  // namespace rankscope::reader::rules
