@@ -13,11 +13,12 @@
 
 #include "rankscope/export/attributes.hpp"
 #include "rankscope/log.hpp"
+#include "schema.hpp"
 
 namespace rankscope::detail {
 
 // The attribute that says attributes were cut (run-log schema: `fields_truncated`).
-inline constexpr std::string_view kFieldsTruncatedKey = "fields_truncated";
+inline constexpr std::string_view kFieldsTruncatedKey = schema::field_name(schema::Field::kFieldsTruncated);
 
 /// Encodes `fields` into `out` (at most `cap` bytes). What does not fit is cut
 /// at an entry boundary, never inside one: a string keeps the UTF-8-safe

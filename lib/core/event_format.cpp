@@ -12,8 +12,11 @@
 
 namespace rankscope::detail {
 
+using schema::Field;
 using schema::Kind;
 using schema::kind_name;
+using schema::key;
+using schema::next_key;
 
 namespace {
 const char* result_name(CollectiveResult r) {
@@ -41,6 +44,10 @@ class RawLine {
   RawLine& operator<<(std::string_view s) {
     std::memcpy(p_, s.data(), s.size());
     p_ += s.size();
+    return *this;
+  }
+  RawLine& operator<<(char c) {
+    *p_++ = c;
     return *this;
   }
   RawLine& hex16(std::uint64_t v) {  // 16 lowercase hex digits, zero-padded
@@ -78,12 +85,12 @@ class RawLine {
 // The start of every line, as begin() writes it; kBeginMost bytes of room plus the kind.
 void begin_raw(RawLine& o, LineClocks& clocks, std::string_view kind, std::uint64_t wall, std::uint64_t mono, int rank,
                std::int64_t step, std::int32_t tid) {
-  o << "{\"kind\":\"" << kind << "\",\"t\":";
-  o.time(clocks.wall, wall) << ",\"mono\":";
-  o.time(clocks.mono, mono) << ",\"rank\":";
+  o << '{' << key<Field::kKind>() << '"' << kind << '"' << next_key<Field::kT>();
+  o.time(clocks.wall, wall) << next_key<Field::kMono>();
+  o.time(clocks.mono, mono) << next_key<Field::kRank>();
   o.num(rank);
-  if (step >= 0) (o << ",\"step\":").num(step);
-  if (tid != 0) (o << ",\"tid\":").num(tid);
+  if (step >= 0) (o << next_key<Field::kStep>()).num(step);
+  if (tid != 0) (o << next_key<Field::kTid>()).num(tid);
 }
 constexpr std::size_t kBeginMost = 32 + 20 + 20 + 11 + 20 + 11 + 40;
 
@@ -119,10 +126,11 @@ void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
       const std::string* parent = e.parent != nullptr ? &quoted(e.parent) : nullptr;
       RawLine o(out, kBeginMost + 96 + name.size() + (parent ? parent->size() : 0));
       begin_raw(o, clocks_, kind_name(Kind::kPhase), e.wall_ns, e.mono_ns, rank_, e.step, e.tid);
-      o << ",\"name\":" << name << ",\"phase_kind\":\"" << phase_kind_name(e.site->kind) << "\",\"dur\":";
-      o.num(e.dur_ns) << ",\"depth\":";
+      o << next_key<Field::kName>() << name << next_key<Field::kPhaseKind>() << '"' << phase_kind_name(e.site->kind) << '"'
+        << next_key<Field::kDur>();
+      o.num(e.dur_ns) << next_key<Field::kDepth>();
       o.num(static_cast<int>(e.depth));
-      if (parent != nullptr) o << ",\"parent\":" << *parent;
+      if (parent != nullptr) o << next_key<Field::kParent>() << *parent;
       break;
     }
     case EventKind::kStepBegin: {
@@ -134,20 +142,20 @@ void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
       const StepScalars& sc = e.scalars;
       RawLine o(out, kBeginMost + 48 + 3 * (16 + kJsonNumberMost) + 2 * (16 + 20) + 16);
       begin_raw(o, clocks_, kind_name(Kind::kStepEnd), e.wall_ns, e.mono_ns, rank_, e.step, e.tid);
-      if (e.dur_ns) (o << ",\"dur\":").num(e.dur_ns);
-      if (sc.loss) (o << ",\"loss\":").number(*sc.loss);
-      if (sc.lr) (o << ",\"lr\":").number(*sc.lr);
-      if (sc.grad_norm) (o << ",\"grad_norm\":").number(*sc.grad_norm);
-      if (sc.samples) (o << ",\"samples\":").num(*sc.samples);
-      if (sc.tokens) (o << ",\"tokens\":").num(*sc.tokens);
-      if (sc.skipped) o << ",\"skipped\":true";
+      if (e.dur_ns) (o << next_key<Field::kDur>()).num(e.dur_ns);
+      if (sc.loss) (o << next_key<Field::kLoss>()).number(*sc.loss);
+      if (sc.lr) (o << next_key<Field::kLr>()).number(*sc.lr);
+      if (sc.grad_norm) (o << next_key<Field::kGradNorm>()).number(*sc.grad_norm);
+      if (sc.samples) (o << next_key<Field::kSamples>()).num(*sc.samples);
+      if (sc.tokens) (o << next_key<Field::kTokens>()).num(*sc.tokens);
+      if (sc.skipped) o << next_key<Field::kSkipped>() << "true";
       break;
     }
     case EventKind::kMark:
       begin(out, kind_name(Kind::kMark), e.wall_ns, e.mono_ns, e.step, e.tid);
-      out.append(std::string_view(",\"name\":"));
+      out.append(next_key<Field::kName>());
       out.append(quoted(e.site));
-      out.append(std::string_view(",\"value\":"));
+      out.append(next_key<Field::kValue>());
       json_number_to(out, e.value);
       break;
     case EventKind::kCollective: {  // once per collective: the whole line through one RawLine, like phases
@@ -159,27 +167,27 @@ void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
         RawLine o(out, kBeginMost + 640 + op.size() + dtype.size() + json_escaped_most(comm) +
                            (phase != nullptr ? phase->size() : 0));
         begin_raw(o, clocks_, kind_name(Kind::kCollective), e.wall_ns, e.mono_ns, rank_, e.step, e.tid);
-        o << ",\"op\":\"" << op << "\",\"comm\":";
+        o << next_key<Field::kOp>() << '"' << op << '"' << next_key<Field::kComm>();
         o.escaped(comm);
-        (o << ",\"comm_id\":").num(e.comm != nullptr ? e.comm->id() : 0);
-        (o << ",\"seq\":").num(e.seq);
-        (o << ",\"count\":").num(e.count);
-        o << ",\"dtype\":\"" << dtype;
-        (o << "\",\"bytes\":").num(collective_bytes(e.op, e.count, e.dtype, n));
-        (o << ",\"peer\":").num(e.peer);
-        (o << ",\"group_size\":").num(n);
-        (o << ",\"dur\":").num(e.dur_ns);
-        o << ",\"result\":\"" << result_name(e.result) << "\",\"fingerprint\":\"";
-        o.hex16(collective_fingerprint(e.op, e.count, e.dtype, e.peer)) << "\"";
+        (o << next_key<Field::kCommId>()).num(e.comm != nullptr ? e.comm->id() : 0);
+        (o << next_key<Field::kSeq>()).num(e.seq);
+        (o << next_key<Field::kCount>()).num(e.count);
+        o << next_key<Field::kDtype>() << '"' << dtype << '"';
+        (o << next_key<Field::kBytes>()).num(collective_bytes(e.op, e.count, e.dtype, n));
+        (o << next_key<Field::kPeer>()).num(e.peer);
+        (o << next_key<Field::kGroupSize>()).num(n);
+        (o << next_key<Field::kDur>()).num(e.dur_ns);
+        o << next_key<Field::kResult>() << '"' << result_name(e.result) << '"' << next_key<Field::kFingerprint>() << '"';
+        o.hex16(collective_fingerprint(e.op, e.count, e.dtype, e.peer)) << '"';
         const Bandwidth bw = collective_bandwidth(e.op, e.count, e.dtype, n, static_cast<double>(e.dur_ns) * 1e-9);
-        (o << ",\"algbw_gbps\":").rate(bw.algbw_gbps);
-        (o << ",\"busbw_gbps\":").rate(bw.busbw_gbps);
-        if (phase != nullptr) o << ",\"phase\":" << *phase;
-        if (e.device_timed) (o << ",\"timing\":\"device\",\"enqueue_ns\":").num(e.enqueue_ns);
-        if (e.in_group) o << ",\"in_group\":true";
+        (o << next_key<Field::kAlgbwGbps>()).rate(bw.algbw_gbps);
+        (o << next_key<Field::kBusbwGbps>()).rate(bw.busbw_gbps);
+        if (phase != nullptr) o << next_key<Field::kPhase>() << *phase;
+        if (e.device_timed) (o << next_key<Field::kTiming>() << "\"device\"" << next_key<Field::kEnqueueNs>()).num(e.enqueue_ns);
+        if (e.in_group) o << next_key<Field::kInGroup>() << "true";
       }
       if (e.error != nullptr) {  // rare, any length: through the buffer
-        out.append(std::string_view(",\"error\":"));
+        out.append(next_key<Field::kError>());
         json_escape_to(out, e.error);
       }
       break;
@@ -194,9 +202,10 @@ void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
                            : e.kind == EventKind::kStallEnd ? Kind::kStallEnd
                                                              : Kind::kSlowStep),
             e.wall_ns, e.mono_ns, e.step, e.tid);
-      fmt::format_to(it, FMT_COMPILE(",\"dur\":{}"), e.dur_ns);
+      out.append(next_key<Field::kDur>());
+      fmt::format_to(it, FMT_COMPILE("{}"), e.dur_ns);
       if (!e.text.empty()) {  // a stall: where the rank is
-        out.append(std::string_view(",\"inside\":"));
+        out.append(next_key<Field::kInside>());
         json_escape_to(out, e.text);
       }
       if (!e.attributes.empty()) {
@@ -206,36 +215,48 @@ void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
       break;
     case EventKind::kLog: {
       begin(out, kind_name(Kind::kLog), e.wall_ns, e.mono_ns, e.step, e.tid);
-      fmt::format_to(it, FMT_COMPILE(",\"level\":\"{}\",\"msg\":"), level_name(e.level));
+      out.append(next_key<Field::kLevel>());
+      out.push_back('"');
+      out.append(level_name(e.level));
+      out.push_back('"');
+      out.append(next_key<Field::kMsg>());
       json_escape_to(out, e.text);
       if (e.logger != nullptr) {
-        out.append(std::string_view(",\"logger\":"));
+        out.append(next_key<Field::kLogger>());
         json_escape_to(out, e.logger);
       }
       if (!e.attributes.empty()) {
-        out.append(std::string_view(",\"fields\":{"));
+        out.append(next_key<Field::kFields>());
+        out.push_back('{');
         attributes_json_to(e.attributes, out);
         out.push_back('}');
       }
       if (const SourceLocation* site = e.source) {
-        out.append(std::string_view(",\"file\":"));
+        out.append(next_key<Field::kFile>());
         json_escape_to(out, site->file);
-        fmt::format_to(it, FMT_COMPILE(",\"line\":{},\"function\":"), site->line);
+        out.append(next_key<Field::kLine>());
+        fmt::format_to(it, FMT_COMPILE("{}"), site->line);
+        out.append(next_key<Field::kFunction>());
         json_escape_to(out, site->function);
       }
       break;
     }
     case EventKind::kFact:
       begin(out, kind_name(Kind::kFact), e.wall_ns, e.mono_ns, e.step, e.tid);
-      out.append(std::string_view(",\"name\":"));
+      out.append(next_key<Field::kName>());
       json_escape_to(out, e.text);
-      out.append(std::string_view(",\"fields\":{"));
+      out.append(next_key<Field::kFields>());
+      out.push_back('{');
       attributes_json_to(e.attributes, out);
       out.push_back('}');
       break;
     case EventKind::kViolation:
       begin(out, kind_name(Kind::kViolation), e.wall_ns, e.mono_ns, e.step, e.tid);
-      fmt::format_to(it, FMT_COMPILE(",\"level\":\"{}\",\"msg\":"), level_name(e.level));
+      out.append(next_key<Field::kLevel>());
+      out.push_back('"');
+      out.append(level_name(e.level));
+      out.push_back('"');
+      out.append(next_key<Field::kMsg>());
       json_escape_to(out, e.text);
       if (!e.attributes.empty()) {
         out.push_back(',');
@@ -244,11 +265,14 @@ void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
       break;
     case EventKind::kCommError:
       begin(out, kind_name(Kind::kCommError), e.wall_ns, e.mono_ns, e.step, e.tid);
-      out.append(std::string_view(",\"comm\":"));
+      out.append(next_key<Field::kComm>());
       json_escape_to(out, e.comm != nullptr ? std::string_view(e.comm->name()) : std::string_view());
-      fmt::format_to(it, FMT_COMPILE(",\"comm_id\":{},\"last_seq\":{}"), e.comm != nullptr ? e.comm->id() : 0,
+      out.append(next_key<Field::kCommId>());
+      fmt::format_to(it, FMT_COMPILE("{}"), e.comm != nullptr ? e.comm->id() : 0);
+      out.append(next_key<Field::kLastSeq>());
+      fmt::format_to(it, FMT_COMPILE("{}"),
                      e.comm != nullptr ? e.comm->issued() : 0);
-      out.append(std::string_view(",\"error\":"));
+      out.append(next_key<Field::kError>());
       json_escape_to(out, e.error != nullptr ? e.error : "");
       break;
   }

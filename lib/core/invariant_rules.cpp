@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "json_util.hpp"
+#include "schema.hpp"
 #include "rankscope/exchange.hpp"
 
 namespace rankscope::detail {
@@ -168,9 +169,9 @@ std::vector<Finding> compare_facts(std::string_view check, const std::vector<Ran
 
 Attributes finding_attributes(const Finding& f) {
   Attributes a;
-  a.add("check", std::string_view(f.check)).add("what", std::string_view(f.what));
-  a.add_json("ranks", fmt::format("[{}]", fmt::join(f.ranks, ",")));
-  if (!f.values_json.empty()) a.add_json("values", f.values_json);
+  a.add(schema::field_name(schema::Field::kCheck), std::string_view(f.check)).add(schema::field_name(schema::Field::kWhat), std::string_view(f.what));
+  a.add_json(schema::field_name(schema::Field::kRanks), fmt::format("[{}]", fmt::join(f.ranks, ",")));
+  if (!f.values_json.empty()) a.add_json(schema::field_name(schema::Field::kValues), f.values_json);
   return a;
 }
 

@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "invariant_rules.hpp"
+#include "schema.hpp"
 #include "json_util.hpp"
 #include "payload.hpp"
 #include "rankscope/exchange.hpp"
@@ -53,7 +54,7 @@ int my_rank() {
 
 void record_fact(Check c, std::int64_t seq, int group, const Values& values) {
   Attributes a;
-  a.add("seq", seq).add("data_group", group);
+  a.add(schema::field_name(schema::Field::kSeq), seq).add(schema::field_name(schema::Field::kDataGroup), group);
   for (const Value& v : values) {
     switch (v.type) {
       case Attribute::Type::kInt: a.add(v.key, v.i); break;

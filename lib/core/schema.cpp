@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "absl/container/flat_hash_map.h"
+
 namespace rankscope::schema {
 
 Kind kind_from_name(std::string_view name) {
@@ -12,6 +14,18 @@ Kind kind_from_name(std::string_view name) {
   RANKSCOPE_DETAIL_EVENT_KINDS(RANKSCOPE_DETAIL_X)
 #undef RANKSCOPE_DETAIL_X
   return Kind::kUnknown;
+}
+
+Field field_from_name(std::string_view key) {
+  static const auto* by_name = [] {
+    auto* m = new absl::flat_hash_map<std::string_view, Field>;  // leaked: read until exit
+#define RANKSCOPE_DETAIL_X(e, n) m->emplace(n, Field::e);
+    RANKSCOPE_DETAIL_FIELDS(RANKSCOPE_DETAIL_X)
+#undef RANKSCOPE_DETAIL_X
+    return m;
+  }();
+  const auto it = by_name->find(key);
+  return it != by_name->end() ? it->second : Field::kUnknown;
 }
 
 std::string run_json_path(std::string_view run_dir) { return fmt::format("{}/run.json", run_dir); }

@@ -1,10 +1,11 @@
 // The run directory's schema in one place: its file names, the run log's event
-// kinds and the schema versions. The writer (jsonl_sink, event_format,
+// kinds, their field keys and the schema versions. The writer (jsonl_sink, event_format,
 // watchdog, flight recorder), the reader (lib/reader) and the tests name them
 // from here; docs/run-log-schema.md describes them for everyone else.
 // Thread-safety: constants and pure functions. Cost: cold path only.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -65,6 +66,168 @@ constexpr std::string_view kind_name(Kind k) {
 
 /// The kind a run-log line names; kUnknown if none.
 Kind kind_from_name(std::string_view name);
+
+// Every field key of the run log's lines, the heartbeat and the flight dump:
+// (enumerator, name). Writers spell a key through field_name / key<>() /
+// next_key<>(); the reader maps a key to its Field once (field_from_name) and
+// switches on it. docs/run-log-schema.md says what each one means.
+#define RANKSCOPE_DETAIL_FIELDS(X)                  \
+  X(kKind, "kind")                                 \
+  X(kT, "t")                                       \
+  X(kMono, "mono")                                 \
+  X(kRank, "rank")                                 \
+  X(kStep, "step")                                 \
+  X(kTid, "tid")                                   \
+  X(kName, "name")                                 \
+  X(kPhaseKind, "phase_kind")                      \
+  X(kDur, "dur")                                   \
+  X(kDepth, "depth")                               \
+  X(kParent, "parent")                             \
+  X(kLoss, "loss")                                 \
+  X(kLr, "lr")                                     \
+  X(kGradNorm, "grad_norm")                        \
+  X(kSamples, "samples")                           \
+  X(kTokens, "tokens")                             \
+  X(kSkipped, "skipped")                           \
+  X(kValue, "value")                               \
+  X(kOp, "op")                                     \
+  X(kComm, "comm")                                 \
+  X(kCommId, "comm_id")                            \
+  X(kSeq, "seq")                                   \
+  X(kCount, "count")                               \
+  X(kDtype, "dtype")                               \
+  X(kBytes, "bytes")                               \
+  X(kPeer, "peer")                                 \
+  X(kGroupSize, "group_size")                      \
+  X(kResult, "result")                             \
+  X(kFingerprint, "fingerprint")                   \
+  X(kAlgbwGbps, "algbw_gbps")                      \
+  X(kBusbwGbps, "busbw_gbps")                      \
+  X(kPhase, "phase")                               \
+  X(kTiming, "timing")                             \
+  X(kEnqueueNs, "enqueue_ns")                      \
+  X(kInGroup, "in_group")                          \
+  X(kError, "error")                               \
+  X(kLastSeq, "last_seq")                          \
+  X(kLevel, "level")                               \
+  X(kMsg, "msg")                                   \
+  X(kLogger, "logger")                             \
+  X(kFields, "fields")                             \
+  X(kFile, "file")                                 \
+  X(kLine, "line")                                 \
+  X(kFunction, "function")                         \
+  X(kFieldsTruncated, "fields_truncated")          \
+  X(kInside, "inside")                             \
+  X(kProgressAgeNs, "progress_age_ns")             \
+  X(kTimeoutNs, "timeout_ns")                      \
+  X(kOpenPhases, "open_phases")                    \
+  X(kInFlight, "in_flight")                        \
+  X(kAgeNs, "age_ns")                              \
+  X(kUsualNs, "usual_ns")                          \
+  X(kFactor, "factor")                             \
+  X(kGrownPhase, "grown_phase")                    \
+  X(kGrownByNs, "grown_by_ns")                     \
+  X(kCheck, "check")                               \
+  X(kWhat, "what")                                 \
+  X(kRanks, "ranks")                               \
+  X(kValues, "values")                             \
+  X(kDataGroup, "data_group")                      \
+  X(kErrno, "errno")                               \
+  X(kLinesDropped, "lines_dropped")                \
+  X(kSchema, "schema")                             \
+  X(kVersion, "version")                           \
+  X(kWorldSize, "world_size")                      \
+  X(kLocalRank, "local_rank")                      \
+  X(kLocalWorldSize, "local_world_size")           \
+  X(kNodeRank, "node_rank")                        \
+  X(kRestart, "restart")                           \
+  X(kPid, "pid")                                   \
+  X(kLauncher, "launcher")                         \
+  X(kRunId, "run_id")                              \
+  X(kJobId, "job_id")                              \
+  X(kHost, "host")                                 \
+  X(kClock, "clock")                               \
+  X(kTicksPerSecond, "ticks_per_second")           \
+  X(kEnvironment, "environment")                   \
+  X(kCpuAffinity, "cpu_affinity")                  \
+  X(kEventsRecorded, "events_recorded")            \
+  X(kEventsDropped, "events_dropped")              \
+  X(kExportErrors, "export_errors")                \
+  X(kInactiveCalls, "inactive_calls")              \
+  X(kThreads, "threads")                           \
+  X(kCommunicators, "communicators")               \
+  X(kOsThreads, "os_threads")                      \
+  X(kCollectives, "collectives")                   \
+  X(kBackgroundCpuNs, "background_cpu_ns")         \
+  X(kRunLogLinesDropped, "run_log_lines_dropped")  \
+  X(kType, "type")                                 \
+  X(kLabels, "labels")                             \
+  X(kBounds, "bounds")                             \
+  X(kCounts, "counts")                             \
+  X(kSum, "sum")                                   \
+  X(kState, "state")                               \
+  X(kReason, "reason")                             \
+  X(kStartTimeNs, "start_time_ns")                 \
+  X(kIntervalNs, "interval_ns")                    \
+  X(kStallTimeoutNs, "stall_timeout_ns")           \
+  X(kLivenessWallNs, "liveness_wall_ns")           \
+  X(kProgressWallNs, "progress_wall_ns")           \
+  X(kLastStepNs, "last_step_ns")                   \
+  X(kUsualStepNs, "usual_step_ns")                 \
+  X(kStalls, "stalls")                             \
+  X(kSlowSteps, "slow_steps")                      \
+  X(kRunLog, "run_log")                            \
+  X(kSinceStep, "since_step")
+
+enum class Field : std::uint8_t {
+#define RANKSCOPE_DETAIL_X(e, n) e,
+  RANKSCOPE_DETAIL_FIELDS(RANKSCOPE_DETAIL_X)
+#undef RANKSCOPE_DETAIL_X
+  kUnknown,  // a key this version does not read
+};
+
+constexpr std::string_view field_name(Field f) {
+  switch (f) {
+#define RANKSCOPE_DETAIL_X(e, n) \
+  case Field::e:                 \
+    return n;
+    RANKSCOPE_DETAIL_FIELDS(RANKSCOPE_DETAIL_X)
+#undef RANKSCOPE_DETAIL_X
+    case Field::kUnknown: break;
+  }
+  return "";
+}
+
+/// The Field a key names; kUnknown if none (one hash lookup).
+Field field_from_name(std::string_view key);
+
+namespace internal {
+// `,"<name>":` as text built at compile time (the formatters copy it whole).
+template <Field F>
+struct MemberText {
+  static constexpr std::string_view name = field_name(F);
+  static constexpr std::array<char, name.size() + 4> text = [] {
+    std::array<char, name.size() + 4> a{};
+    a[0] = ',';
+    a[1] = '"';
+    for (std::size_t i = 0; i < name.size(); ++i) a[2 + i] = name[i];
+    a[name.size() + 2] = '"';
+    a[name.size() + 3] = ':';
+    return a;
+  }();
+};
+}  // namespace internal
+
+/// `,"<name>":` — a member after the first.
+template <Field F>
+constexpr std::string_view next_key() {
+  return {internal::MemberText<F>::text.data(), internal::MemberText<F>::text.size()};
+}
+/// `"<name>":` — the first member.
+template <Field F>
+constexpr std::string_view key() {
+  return next_key<F>().substr(1);
+}
 
 // The run directory's files.
 std::string run_json_path(std::string_view run_dir);

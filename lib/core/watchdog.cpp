@@ -109,10 +109,10 @@ void Watchdog::on_step(const StepBreakdown& b, std::int32_t, std::uint64_t mono_
       e.mono_ns = mono_ns;
       e.dur_ns = b.total_ns;
       const double factor = static_cast<double>(b.total_ns) / static_cast<double>(usual);
-      e.attributes.add("usual_ns", std::uint64_t{usual})
-          .add("factor", std::round(factor * 100.0) / 100.0)
-          .add("grown_phase", phase_kind_name(static_cast<PhaseKind>(grown)))
-          .add("grown_by_ns", static_cast<std::uint64_t>(std::max(0.0, grown_by)));
+      e.attributes.add(schema::field_name(schema::Field::kUsualNs), std::uint64_t{usual})
+          .add(schema::field_name(schema::Field::kFactor), std::round(factor * 100.0) / 100.0)
+          .add(schema::field_name(schema::Field::kGrownPhase), phase_kind_name(static_cast<PhaseKind>(grown)))
+          .add(schema::field_name(schema::Field::kGrownByNs), static_cast<std::uint64_t>(std::max(0.0, grown_by)));
       // Every slow step is in the run log; the console gets one line per 10 s.
       if (slow_printed_mono_ == 0 || mono_ns - slow_printed_mono_ >= 10'000'000'000ull) {
         const std::string more =
@@ -210,10 +210,10 @@ bool Watchdog::tick(std::uint64_t now_mono, const TickClock& clock, const std::v
     const std::string inside = describe_inside(now_ticks(), clock, threads, json);
     Event e = make_event(EventKind::kStall, now_mono, clock);
     e.dur_ns = age;
-    e.attributes.add("progress_age_ns", std::uint64_t{age})
-        .add("timeout_ns", std::uint64_t{cfg_.stall_timeout_ns})
-        .add_json("open_phases", json.open_phases)
-        .add_json("in_flight", json.in_flight);
+    e.attributes.add(schema::field_name(schema::Field::kProgressAgeNs), std::uint64_t{age})
+        .add(schema::field_name(schema::Field::kTimeoutNs), std::uint64_t{cfg_.stall_timeout_ns})
+        .add_json(schema::field_name(schema::Field::kOpenPhases), json.open_phases)
+        .add_json(schema::field_name(schema::Field::kInFlight), json.in_flight);
     e.text = inside;  // owned: interning it would add a name per stall (ages make each unique)
     std::fprintf(stderr, "[rankscope] rank %d: STALLED: no progress for %.1f s (step %lld); inside: %s\n", ctx_.rank,
                  secs(age), static_cast<long long>(step_), inside.c_str());

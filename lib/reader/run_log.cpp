@@ -16,6 +16,8 @@
 namespace rankscope::reader {
 namespace {
 
+using schema::Field;
+
 template <typename T>
 std::optional<T> opt(simdjson::simdjson_result<T> r) {
   T v;
@@ -28,7 +30,7 @@ void decode_environment(simdjson::dom::element v, LogEvent& e) {  // run_start
   simdjson::dom::object env;
   std::string_view sv;
   if (v.get_object().get(env) != simdjson::SUCCESS) return;
-  if (env["cpu_affinity"].get_string().get(sv) == simdjson::SUCCESS) e.cpu_affinity.assign(sv);
+  if (env[schema::field_name(Field::kCpuAffinity)].get_string().get(sv) == simdjson::SUCCESS) e.cpu_affinity.assign(sv);
 }
 
 void decode_fact_fields(simdjson::dom::element v, LogEvent& e) {
@@ -48,17 +50,17 @@ void decode_in_flight(simdjson::dom::element v, LogEvent& e) {  // a stall's fir
   std::uint64_t u64;
   if (v.get_array().get(arr) != SUCCESS || arr.size() == 0) return;
   const simdjson::dom::element c = arr.at(0).value_unsafe();
-  if (c["op"].get_string().get(sv) == SUCCESS) e.op.assign(sv);
-  if (c["comm"].get_string().get(sv) == SUCCESS) e.comm.assign(sv);
-  if (c["seq"].get_uint64().get(u64) == SUCCESS) e.seq = u64;
-  if (c["count"].get_uint64().get(u64) == SUCCESS) e.count = u64;
+  if (c[schema::field_name(Field::kOp)].get_string().get(sv) == SUCCESS) e.op.assign(sv);
+  if (c[schema::field_name(Field::kComm)].get_string().get(sv) == SUCCESS) e.comm.assign(sv);
+  if (c[schema::field_name(Field::kSeq)].get_uint64().get(u64) == SUCCESS) e.seq = u64;
+  if (c[schema::field_name(Field::kCount)].get_uint64().get(u64) == SUCCESS) e.count = u64;
 }
 
 void decode_open_phases(simdjson::dom::element v, LogEvent& e) {  // the innermost open phase, as the stall's name
   simdjson::dom::array arr;
   std::string_view sv;
   if (v.get_array().get(arr) != simdjson::SUCCESS || arr.size() == 0) return;
-  if (arr.at(arr.size() - 1)["name"].get_string().get(sv) == simdjson::SUCCESS) e.name.assign(sv);
+  if (arr.at(arr.size() - 1)[schema::field_name(Field::kName)].get_string().get(sv) == simdjson::SUCCESS) e.name.assign(sv);
 }
 
 void decode_ranks(simdjson::dom::element v, LogEvent& e) {  // a violation's ranks at fault
@@ -77,117 +79,99 @@ void decode_loss(simdjson::dom::element v, LogEvent& e) {  // a number, or "NaN"
   else if (v.get_string().get(sv) == simdjson::SUCCESS) e.loss = sv == "NaN" ? NAN : (sv == "-Infinity" ? -INFINITY : INFINITY);
 }
 
-// One key's value into the event: keys from 'a' to 'l' here, the rest in
-// decode_field_m_z; the switch on the key's first letter keeps the string
-// compares per key to a few.
-void decode_field_a_l(std::string_view k, simdjson::dom::element v, LogEvent& e) {
+// One key's value into the event. The key was mapped to its schema::Field
+// once (one hash lookup); what a key means can depend on the line's kind.
+// Split in two switches only to keep each short: numbers here, text and
+// nested values in decode_text_field.
+bool decode_number_field(Field f, simdjson::dom::element v, LogEvent& e) {
   using simdjson::SUCCESS;
-  std::string_view sv;
   std::int64_t i64;
   std::uint64_t u64;
-  auto str = [&](std::string& out) {
-    if (v.get_string().get(sv) == SUCCESS) out.assign(sv);
+  double d;
+  auto u = [&](auto& out) {  // a std::uint64_t or an optional one
+    if (v.get_uint64().get(u64) == SUCCESS) out = u64;
   };
-  switch (k[0]) {
-    case 'c':
-      if (k == "comm") str(e.comm);
-      else if (k == "count" && v.get_uint64().get(u64) == SUCCESS) e.count = u64;
-      else if (k == "check") str(e.check);
-      else if (k == "communicators" && v.get_int64().get(i64) == SUCCESS) e.communicators = i64;
+  auto i = [&](auto& out) {  // any integer, or an optional one
+    if (v.get_int64().get(i64) == SUCCESS) out = static_cast<std::remove_cvref_t<decltype(*&out)>>(i64);
+  };
+  switch (f) {
+    case Field::kT: u(e.t); break;
+    case Field::kMono: u(e.mono); break;
+    case Field::kRank: i(e.rank); break;
+    case Field::kStep: i(e.step); break;
+    case Field::kTid: i(e.tid); break;
+    case Field::kDur: u(e.dur); break;
+    case Field::kDepth: i(e.depth); break;
+    case Field::kSeq: u(e.seq); break;
+    case Field::kCount: u(e.count); break;
+    case Field::kSamples: i(e.samples); break;
+    case Field::kSchema: i(e.schema); break;
+    case Field::kPid: i(e.pid); break;
+    case Field::kCommunicators: i(e.communicators); break;
+    case Field::kOsThreads: i(e.os_threads); break;
+    case Field::kEventsDropped: u(e.events_dropped); break;
+    case Field::kEventsRecorded: u(e.events_recorded); break;
+    case Field::kLinesDropped: u(e.count); break;  // log_stopped, log_resumed
+    case Field::kLoss: decode_loss(v, e); break;
+    case Field::kValue:
+      if (v.get_double().get(d) == SUCCESS) e.value = d;
       break;
-    case 'd':
-      if (k == "dur" && v.get_uint64().get(u64) == SUCCESS) e.dur = u64;
-      else if (k == "depth" && v.get_int64().get(i64) == SUCCESS) e.depth = static_cast<int>(i64);
-      else if (k == "dtype") str(e.dtype);
-      break;
-    case 'e':
-      if (k == "events_dropped" && v.get_uint64().get(u64) == SUCCESS) e.events_dropped = u64;
-      else if (k == "error" && e.k == schema::Kind::kLogStopped) str(e.msg);
-      else if (k == "events_recorded" && v.get_uint64().get(u64) == SUCCESS) e.events_recorded = u64;
-      else if (k == "environment" && e.k == schema::Kind::kRunStart) decode_environment(v, e);
-      break;
-    case 'f':
-      if (k == "fingerprint") str(e.fingerprint);
-      else if (k == "fields" && e.k == schema::Kind::kFact) decode_fact_fields(v, e);
-      break;
-    case 'g':
-      if (k == "grown_phase") str(e.grown_phase);
-      break;
-    case 'h':
-      if (k == "host") str(e.name);  // run_start
-      break;
-    case 'i':
-      if (k == "inside") str(e.inside);
-      else if (k == "in_flight" && e.k == schema::Kind::kStall) decode_in_flight(v, e);
-      break;
-    case 'l':
-      if (k == "level") str(e.level);
-      else if (k == "loss") decode_loss(v, e);
-      else if (k == "lines_dropped" && v.get_uint64().get(u64) == SUCCESS) e.count = u64;  // log_stopped, log_resumed
-      break;
-    default:
-      break;
+    default: return false;
   }
+  return true;
 }
 
-void decode_field_m_z(std::string_view k, simdjson::dom::element v, LogEvent& e) {
+void decode_text_field(Field f, simdjson::dom::element v, LogEvent& e) {
   using simdjson::SUCCESS;
   std::string_view sv;
-  std::int64_t i64;
-  std::uint64_t u64;
   auto str = [&](std::string& out) {
     if (v.get_string().get(sv) == SUCCESS) out.assign(sv);
   };
-  double d;
-  switch (k[0]) {
-    case 'm':
-      if (k == "mono" && v.get_uint64().get(u64) == SUCCESS) e.mono = u64;
-      else if (k == "msg") str(e.msg);
+  switch (f) {
+    case Field::kName: str(e.name); break;
+    case Field::kHost: str(e.name); break;  // run_start
+    case Field::kComm: str(e.comm); break;
+    case Field::kOp: str(e.op); break;
+    case Field::kDtype: str(e.dtype); break;
+    case Field::kResult: str(e.result); break;
+    case Field::kFingerprint: str(e.fingerprint); break;
+    case Field::kPhaseKind: str(e.phase_kind); break;
+    case Field::kLevel: str(e.level); break;
+    case Field::kMsg: str(e.msg); break;
+    case Field::kInside: str(e.inside); break;
+    case Field::kGrownPhase: str(e.grown_phase); break;
+    case Field::kCheck: str(e.check); break;
+    case Field::kWhat: str(e.what); break;
+    case Field::kTiming: e.device_timing = v.get_string().get(sv) == SUCCESS && sv == "device"; break;
+    case Field::kError:
+      if (e.k == schema::Kind::kLogStopped) str(e.msg);
       break;
-    case 'n':
-      if (k == "name") str(e.name);
+    case Field::kEnvironment:
+      if (e.k == schema::Kind::kRunStart) decode_environment(v, e);
       break;
-    case 'o':
-      if (k == "op") str(e.op);
-      else if (k == "os_threads" && v.get_int64().get(i64) == SUCCESS) e.os_threads = i64;
-      else if (k == "open_phases" && e.k == schema::Kind::kStall) decode_open_phases(v, e);
+    case Field::kFields:
+      if (e.k == schema::Kind::kFact) decode_fact_fields(v, e);
       break;
-    case 'p':
-      if (k == "phase_kind") str(e.phase_kind);
-      else if (k == "pid" && v.get_int64().get(i64) == SUCCESS) e.pid = i64;
+    case Field::kInFlight:
+      if (e.k == schema::Kind::kStall) decode_in_flight(v, e);
       break;
-    case 'r':
-      if (k == "rank" && v.get_int64().get(i64) == SUCCESS) e.rank = static_cast<int>(i64);
-      else if (k == "result") str(e.result);
-      else if (k == "ranks" && e.k == schema::Kind::kViolation) decode_ranks(v, e);
+    case Field::kOpenPhases:
+      if (e.k == schema::Kind::kStall) decode_open_phases(v, e);
       break;
-    case 's':
-      if (k == "step" && v.get_int64().get(i64) == SUCCESS) e.step = i64;
-      else if (k == "seq" && v.get_uint64().get(u64) == SUCCESS) e.seq = u64;
-      else if (k == "samples" && v.get_int64().get(i64) == SUCCESS) e.samples = i64;
-      else if (k == "schema" && v.get_int64().get(i64) == SUCCESS) e.schema = static_cast<int>(i64);
+    case Field::kRanks:
+      if (e.k == schema::Kind::kViolation) decode_ranks(v, e);
       break;
-    case 't':
-      if (k == "t" && v.get_uint64().get(u64) == SUCCESS) e.t = u64;
-      else if (k == "tid" && v.get_int64().get(i64) == SUCCESS) e.tid = static_cast<std::int32_t>(i64);
-      else if (k == "timing") e.device_timing = v.get_string().get(sv) == SUCCESS && sv == "device";
+    case Field::kValues:
+      if (e.k == schema::Kind::kViolation) e.values_json = simdjson::minify(v);
       break;
-    case 'v':
-      if (k == "value" && v.get_double().get(d) == SUCCESS) e.value = d;
-      else if (k == "values" && e.k == schema::Kind::kViolation) e.values_json = simdjson::minify(v);
-      break;
-    case 'w':
-      if (k == "what") str(e.what);
-      break;
-    default:
-      break;
+    default: break;
   }
 }
 
 void decode_field(std::string_view k, simdjson::dom::element v, LogEvent& e) {
-  if (k.empty()) return;
-  if (k[0] < 'm') decode_field_a_l(k, v, e);
-  else decode_field_m_z(k, v, e);
+  const Field f = schema::field_from_name(k);
+  if (f == Field::kUnknown || f == Field::kKind) return;
+  if (!decode_number_field(f, v, e)) decode_text_field(f, v, e);
 }
 
 // One pass over the object's keys (a line has ~10-20 of them; looking each
@@ -199,7 +183,7 @@ bool decode(simdjson::dom::parser& parser, const char* p, std::size_t n, LogEven
   simdjson::dom::object obj;
   if (doc.get_object().get(obj) != SUCCESS) return false;
   std::string_view kind;
-  if (obj["kind"].get_string().get(kind) != SUCCESS) return false;
+  if (obj[schema::field_name(Field::kKind)].get_string().get(kind) != SUCCESS) return false;
   e.clear();
   e.kind.assign(kind);
   e.k = schema::kind_from_name(kind);  // decoded once; readers switch on it

@@ -25,11 +25,12 @@ std::uint64_t wall_now() {
 }
 double secs(std::uint64_t ns) { return static_cast<double>(ns) / 1e9; }
 constexpr std::int64_t kMaxWorldSize = 1 << 20;
+using schema::Field;
 
 template <typename T>
-T get(simdjson::dom::element e, const char* key, T fallback) {
+T get(simdjson::dom::element e, Field key, T fallback) {
   T v;
-  if (e[key].get(v) == simdjson::SUCCESS) return v;
+  if (e[schema::field_name(key)].get(v) == simdjson::SUCCESS) return v;
   return fallback;
 }
 
@@ -38,41 +39,41 @@ bool parse(const std::string& path, std::uint64_t now, RankHeartbeat& hb) {
   simdjson::dom::element doc;
   if (p.load(path).get(doc) != simdjson::SUCCESS) return false;
   hb.present = true;
-  hb.rank = static_cast<int>(get<std::int64_t>(doc, "rank", -1));
-  hb.state = std::string(get<std::string_view>(doc, "state", "unknown"));
-  hb.interval_ns = get<std::uint64_t>(doc, "interval_ns", 1'000'000'000);
-  hb.stall_timeout_ns = get<std::uint64_t>(doc, "stall_timeout_ns", 300'000'000'000ull);
-  const std::uint64_t live = get<std::uint64_t>(doc, "liveness_wall_ns", 0);
-  const std::uint64_t prog = get<std::uint64_t>(doc, "progress_wall_ns", 0);
+  hb.rank = static_cast<int>(get<std::int64_t>(doc, Field::kRank, -1));
+  hb.state = std::string(get<std::string_view>(doc, Field::kState, "unknown"));
+  hb.interval_ns = get<std::uint64_t>(doc, Field::kIntervalNs, 1'000'000'000);
+  hb.stall_timeout_ns = get<std::uint64_t>(doc, Field::kStallTimeoutNs, 300'000'000'000ull);
+  const std::uint64_t live = get<std::uint64_t>(doc, Field::kLivenessWallNs, 0);
+  const std::uint64_t prog = get<std::uint64_t>(doc, Field::kProgressWallNs, 0);
   hb.liveness_age_ns = now > live ? now - live : 0;
   hb.progress_age_ns = now > prog ? now - prog : 0;
-  hb.step = get<std::int64_t>(doc, "step", 0);
-  hb.pid = get<std::int64_t>(doc, "pid", 0);
-  hb.last_step_ns = get<std::uint64_t>(doc, "last_step_ns", 0);
-  hb.usual_step_ns = get<std::uint64_t>(doc, "usual_step_ns", 0);
-  hb.host = std::string(get<std::string_view>(doc, "host", ""));
-  hb.inside = std::string(get<std::string_view>(doc, "inside", ""));
+  hb.step = get<std::int64_t>(doc, Field::kStep, 0);
+  hb.pid = get<std::int64_t>(doc, Field::kPid, 0);
+  hb.last_step_ns = get<std::uint64_t>(doc, Field::kLastStepNs, 0);
+  hb.usual_step_ns = get<std::uint64_t>(doc, Field::kUsualStepNs, 0);
+  hb.host = std::string(get<std::string_view>(doc, Field::kHost, ""));
+  hb.inside = std::string(get<std::string_view>(doc, Field::kInside, ""));
   hb.alive = hb.state != "exited" && hb.liveness_age_ns < 3 * hb.interval_ns;
   simdjson::dom::array arr;
-  if (doc["open_phases"].get_array().get(arr) == simdjson::SUCCESS) {
+  if (doc[schema::field_name(Field::kOpenPhases)].get_array().get(arr) == simdjson::SUCCESS) {
     for (auto ph : arr) {
-      hb.phases.push_back({std::string(get<std::string_view>(ph, "name", "")),
-                           std::string(get<std::string_view>(ph, "phase_kind", "")), get<std::int64_t>(ph, "tid", 0),
-                           get<std::uint64_t>(ph, "age_ns", 0)});
+      hb.phases.push_back({std::string(get<std::string_view>(ph, Field::kName, "")),
+                           std::string(get<std::string_view>(ph, Field::kPhaseKind, "")), get<std::int64_t>(ph, Field::kTid, 0),
+                           get<std::uint64_t>(ph, Field::kAgeNs, 0)});
     }
   }
-  if (doc["in_flight"].get_array().get(arr) == simdjson::SUCCESS) {
+  if (doc[schema::field_name(Field::kInFlight)].get_array().get(arr) == simdjson::SUCCESS) {
     for (auto c : arr) {
-      hb.in_flight.push_back({std::string(get<std::string_view>(c, "op", "")),
-                              std::string(get<std::string_view>(c, "comm", "")), get<std::uint64_t>(c, "seq", 0),
-                              get<std::uint64_t>(c, "age_ns", 0)});
+      hb.in_flight.push_back({std::string(get<std::string_view>(c, Field::kOp, "")),
+                              std::string(get<std::string_view>(c, Field::kComm, "")), get<std::uint64_t>(c, Field::kSeq, 0),
+                              get<std::uint64_t>(c, Field::kAgeNs, 0)});
     }
   }
   simdjson::dom::element log;
-  if (doc["run_log"].get(log) == simdjson::SUCCESS) {
-    hb.run_log_error = std::string(get<std::string_view>(log, "error", "write error"));
-    hb.run_log_since_step = get<std::int64_t>(log, "since_step", -1);
-    hb.run_log_lines_dropped = get<std::uint64_t>(log, "lines_dropped", 0);
+  if (doc[schema::field_name(Field::kRunLog)].get(log) == simdjson::SUCCESS) {
+    hb.run_log_error = std::string(get<std::string_view>(log, Field::kError, "write error"));
+    hb.run_log_since_step = get<std::int64_t>(log, Field::kSinceStep, -1);
+    hb.run_log_lines_dropped = get<std::uint64_t>(log, Field::kLinesDropped, 0);
   }
   // The file's ages are as of its writing; the live ones grow since.
   return true;
@@ -241,7 +242,7 @@ absl::StatusOr<StatusReport> read_status(const std::string& run_dir, std::uint64
     simdjson::dom::parser p;
     simdjson::dom::element doc;
     if (p.load(schema::run_json_path(run_dir)).get(doc) == simdjson::SUCCESS) {
-      const std::int64_t w = get<std::int64_t>(doc, "world_size", 0);
+      const std::int64_t w = get<std::int64_t>(doc, Field::kWorldSize, 0);
       r.world_size = w > 0 && w <= kMaxWorldSize ? static_cast<int>(w) : 0;  // else: not a world size
     }
   }

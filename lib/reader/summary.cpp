@@ -237,11 +237,11 @@ void read_run_json(const std::string& run_dir, RunSummary& out) {
   simdjson::dom::element doc;
   std::int64_t w = 0;
   if (p.load(schema::run_json_path(run_dir)).get(doc) == simdjson::SUCCESS) {
-    if (doc["world_size"].get_int64().get(w) == simdjson::SUCCESS) {
+    if (doc[schema::field_name(schema::Field::kWorldSize)].get_int64().get(w) == simdjson::SUCCESS) {
       if (w > 0 && w <= (1 << 20)) out.world_size = static_cast<int>(w);
       else out.warnings.push_back(fmt::format("run.json: world_size {} is not a world size; ignored", w));
     }
-    if (doc["start_time_ns"].get_uint64().get(out.start_time_ns) != simdjson::SUCCESS) out.start_time_ns = 0;
+    if (doc[schema::field_name(schema::Field::kStartTimeNs)].get_uint64().get(out.start_time_ns) != simdjson::SUCCESS) out.start_time_ns = 0;
   } else if (std::filesystem::exists(schema::run_json_path(run_dir), ec)) {
     out.warnings.push_back("run.json is unreadable: world size unknown, missing ranks cannot be named");
   }
@@ -337,7 +337,7 @@ std::uint64_t run_start_time(const std::string& run_dir) {
   simdjson::dom::element doc;
   std::uint64_t t = 0;
   if (p.load(schema::run_json_path(run_dir)).get(doc) == simdjson::SUCCESS &&
-      doc["start_time_ns"].get_uint64().get(t) != simdjson::SUCCESS) {
+      doc[schema::field_name(schema::Field::kStartTimeNs)].get_uint64().get(t) != simdjson::SUCCESS) {
     t = 0;
   }
   return t;

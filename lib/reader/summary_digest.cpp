@@ -42,10 +42,10 @@ void add_flight_dump(const std::string& path, const SummaryOptions& opts, int se
   // of a restarted rank (the file stays until the next dump overwrites it).
   std::string_view reason;
   std::int64_t pid = 0;
-  const bool same_process = doc["pid"].get_int64().get(pid) != simdjson::SUCCESS || d.sum.pid == 0 || pid == d.sum.pid;
-  if (same_process && doc["reason"].get_string().get(reason) == simdjson::SUCCESS) d.sum.dump_reason = std::string(reason);
+  const bool same_process = doc[schema::field_name(schema::Field::kPid)].get_int64().get(pid) != simdjson::SUCCESS || d.sum.pid == 0 || pid == d.sum.pid;
+  if (same_process && doc[schema::field_name(schema::Field::kReason)].get_string().get(reason) == simdjson::SUCCESS) d.sum.dump_reason = std::string(reason);
   simdjson::dom::array arr;
-  if (doc["collectives"].get_array().get(arr) != simdjson::SUCCESS) return;
+  if (doc[schema::field_name(schema::Field::kCollectives)].get_array().get(arr) != simdjson::SUCCESS) return;
   std::map<std::string, absl::flat_hash_map<std::uint64_t, std::size_t>> known;  // comm -> seq -> index
   for (const auto& [comm, recs] : d.colls) {
     for (std::size_t i = 0; i < recs.size(); ++i) known[comm].emplace(recs[i].seq, i);
@@ -53,12 +53,12 @@ void add_flight_dump(const std::string& path, const SummaryOptions& opts, int se
   for (auto c : arr) {
     std::string_view state, comm, op, dtype, fp;
     std::uint64_t seq = 0, count = 0, t = 0;
-    if (c["state"].get_string().get(state) || c["comm"].get_string().get(comm) || c["op"].get_string().get(op) ||
-        c["dtype"].get_string().get(dtype) || c["fingerprint"].get_string().get(fp) ||
-        c["seq"].get_uint64().get(seq) || c["count"].get_uint64().get(count)) {
+    if (c[schema::field_name(schema::Field::kState)].get_string().get(state) || c[schema::field_name(schema::Field::kComm)].get_string().get(comm) || c[schema::field_name(schema::Field::kOp)].get_string().get(op) ||
+        c[schema::field_name(schema::Field::kDtype)].get_string().get(dtype) || c[schema::field_name(schema::Field::kFingerprint)].get_string().get(fp) ||
+        c[schema::field_name(schema::Field::kSeq)].get_uint64().get(seq) || c[schema::field_name(schema::Field::kCount)].get_uint64().get(count)) {
       continue;
     }
-    if (c["t"].get_uint64().get(t) == simdjson::SUCCESS && (t < opts.since_ns || t > opts.until_ns)) continue;
+    if (c[schema::field_name(schema::Field::kT)].get_uint64().get(t) == simdjson::SUCCESS && (t < opts.since_ns || t > opts.until_ns)) continue;
     // The dump belongs to the rank's latest session, as the stall lines do.
     const std::string key = sessions > 1 ? fmt::format("{} (session {})", comm, sessions) : std::string(comm);
     CollRec rec{seq, parse_fp(std::string(fp)), count, t, 0, std::string(op), std::string(dtype),
@@ -246,8 +246,8 @@ void RankDigester::on_fact(const LogEvent& e) {
   RankSummary& r = d_.sum;
   FactRecord f{r.rank, std::max(r.sessions - 1, 0), e.name, 0, e.step, -1, e.t, {}};
   for (const auto& [k, v] : e.fields) {
-    if (k == "seq") f.seq = std::strtoll(v.c_str(), nullptr, 10);
-    else if (k == "data_group") f.data_group = static_cast<int>(std::strtol(v.c_str(), nullptr, 10));
+    if (k == schema::field_name(schema::Field::kSeq)) f.seq = std::strtoll(v.c_str(), nullptr, 10);
+    else if (k == schema::field_name(schema::Field::kDataGroup)) f.data_group = static_cast<int>(std::strtol(v.c_str(), nullptr, 10));
     else f.values.emplace_back(k, v);
   }
   if (e.name == "resume") {
