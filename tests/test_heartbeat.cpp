@@ -83,6 +83,53 @@ TEST_CASE("a stall is reported once / names what the rank is inside / dumps / an
   }
 }
 
+TEST_CASE("by default the stall timeout is learned - warm-up / floor / a long checkpoint is no stall", "[heartbeat]") {
+  TempDir tmp;
+  ScopedEnv floor("RANKSCOPE_STALL_FLOOR", "0.3");  // the default floor is 15 s: too long for a unit test
+  ScopedEnv warmup("RANKSCOPE_STALL_WARMUP", "60");
+  Config cfg = watchdog_config(tmp.path, 1s);
+  cfg.stall_timeout.reset();  // the default: learned
+  REQUIRE(init(cfg).ok());
+  auto timeout_in_heartbeat = [&] {
+    simdjson::dom::parser parser;
+    simdjson::dom::element doc;
+    if (parser.parse(slurp(tmp.path + "/rank-0.heartbeat.json")).get(doc) != simdjson::SUCCESS) return std::uint64_t{0};
+    std::uint64_t t = 0;
+    if (doc["stall_timeout_ns"].get(t) != simdjson::SUCCESS) t = 0;
+    return t;
+  };
+  {
+    RANKSCOPE_PHASE("startup");  // before 5 steps: the warm-up timeout
+    std::this_thread::sleep_for(700ms);
+  }
+  CHECK_FALSE(heartbeat_status().stalled);
+  CHECK(timeout_in_heartbeat() == 60'000'000'000ull);
+  for (int s = 1; s <= 10; ++s) {
+    begin_step(s);
+    { RANKSCOPE_PHASE("forward"); }
+    end_step();
+  }
+  std::this_thread::sleep_for(150ms);
+  CHECK(timeout_in_heartbeat() == 300'000'000ull);  // max(floor, 5 x p99 of ~0 ms steps)
+  {
+    RANKSCOPE_PHASE("checkpoint_save");  // a long save: at least 8 x the floor
+    std::this_thread::sleep_for(1s);
+    CHECK_FALSE(heartbeat_status().stalled);
+    CHECK(timeout_in_heartbeat() == 2'400'000'000ull);
+  }
+  begin_step(11);
+  {
+    RANKSCOPE_PHASE("forward");  // a compute hang: the learned timeout applies
+    std::this_thread::sleep_for(1200ms);
+    CHECK(heartbeat_status().stalled);
+  }
+  end_step();
+  shutdown();
+  const std::string log = slurp(tmp.path + "/rank-0.jsonl");
+  CHECK(count(log, R"("kind":"stall")") == 1);
+  CHECK_THAT(log, Catch::Contains(R"("timeout_ns":300000000)"));
+}
+
 TEST_CASE("an in-flight collective is what a stalled rank is inside", "[heartbeat]") {
   TempDir tmp;
   REQUIRE(init(watchdog_config(tmp.path, 150ms)).ok());

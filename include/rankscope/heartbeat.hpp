@@ -8,12 +8,22 @@
 // `rank-<R>.heartbeat.json` in the run directory (readable from any host of a
 // shared filesystem; `rankscope status RUN_DIR` reads them).
 //
-// When progress stops for the stall timeout (RANKSCOPE_STALL_TIMEOUT, default
-// 300 s) the rank logs one structured error naming what it is inside (open
+// When progress stops for the stall timeout the rank logs one structured
+// error naming what it is inside (open
 // phases with ages, the collective in flight, or "between steps"), dumps its
 // flight recorder, and sets `rankscope_stalled`; when progress resumes it says
 // so and after how long. A step slower than RANKSCOPE_SLOW_FACTOR (default 10)
 // times the usual is reported as slow, with the phase that grew: not a hang.
+//
+// The stall timeout is learned by default (RANKSCOPE_STALL_TIMEOUT=auto):
+// 300 s until 5 steps are known (start-up, compilation, the first steps:
+// RANKSCOPE_STALL_WARMUP), then max(15 s, 5 x the p99 of the last 64 step
+// times) (the floor: RANKSCOPE_STALL_FLOOR). While a checkpoint phase or a
+// phase of your own kind (an evaluation pass, a save) encloses everything, it
+// is at least max(8 x the floor, 3 x the longest such phase so far): a 20 s
+// save is not a hang, a stuck one is still found. The timeout in effect is in
+// the heartbeat file (`stall_timeout_ns`) and in each stall event.
+// RANKSCOPE_STALL_TIMEOUT=<seconds> (Config::stall_timeout) fixes it instead.
 // Thread-safety: any thread. Cost: none on the hot path (derived from records).
 #pragma once
 

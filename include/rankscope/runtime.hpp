@@ -60,7 +60,11 @@ struct Config {
   /// SIGUSR1 dumps the flight recorder; SIGTERM and fatal signals flush the
   /// run log and dump before the previous handler runs (RANKSCOPE_SIGNALS=0 to opt out).
   bool install_signal_handlers = true;
-  /// No progress for this long is a stall (RANKSCOPE_STALL_TIMEOUT, seconds, default 300).
+  /// No progress for this long is a stall. Unset (RANKSCOPE_STALL_TIMEOUT
+  /// unset or "auto"): learned from the run — max(15 s, 5 x the p99 step),
+  /// 300 s before 5 steps are known, more inside checkpoint and user-named
+  /// phases (heartbeat.hpp; RANKSCOPE_STALL_FLOOR, RANKSCOPE_STALL_WARMUP).
+  /// Set (or RANKSCOPE_STALL_TIMEOUT=<seconds>): that, always.
   std::optional<std::chrono::milliseconds> stall_timeout;
   /// Liveness heartbeat period (RANKSCOPE_HEARTBEAT_INTERVAL, seconds, default 1).
   std::optional<std::chrono::milliseconds> heartbeat_interval;

@@ -145,8 +145,20 @@ absl::StatusOr<Settings> resolve_settings(const Config& cfg) {
   }
   auto console = console_policy_from_env();
   if (!console.ok()) return console.status();
-  auto stall_s = env_seconds("RANKSCOPE_STALL_TIMEOUT", 300.0);
-  if (!stall_s.ok()) return stall_s.status();
+  // RANKSCOPE_STALL_TIMEOUT: "auto" (or unset) learns it; seconds fix it.
+  double stall_fixed_s = 0;
+  if (const char* v = std::getenv("RANKSCOPE_STALL_TIMEOUT"); v != nullptr && *v != '\0' && std::string_view(v) != "auto") {
+    auto s = env_seconds("RANKSCOPE_STALL_TIMEOUT", 0);
+    if (!s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("RANKSCOPE_STALL_TIMEOUT='", v,
+                                                     "' must be 'auto' (the default: learned from the run) or seconds"));
+    }
+    stall_fixed_s = *s;
+  }
+  auto floor_s = env_seconds("RANKSCOPE_STALL_FLOOR", 15.0);
+  if (!floor_s.ok()) return floor_s.status();
+  auto warmup_s = env_seconds("RANKSCOPE_STALL_WARMUP", 300.0);
+  if (!warmup_s.ok()) return warmup_s.status();
   auto beat_s = env_seconds("RANKSCOPE_HEARTBEAT_INTERVAL", 1.0);
   if (!beat_s.ok()) return beat_s.status();
   double slow_factor = 10.0;
@@ -161,11 +173,13 @@ absl::StatusOr<Settings> resolve_settings(const Config& cfg) {
   if (!(slow_factor > 1)) return absl::InvalidArgumentError("Config::slow_factor must be above 1");
   WatchdogConfig wd;
   wd.stall_timeout_ns = cfg.stall_timeout ? static_cast<std::uint64_t>(cfg.stall_timeout->count()) * 1000000ull
-                                          : static_cast<std::uint64_t>(*stall_s * 1e9);
+                                          : static_cast<std::uint64_t>(stall_fixed_s * 1e9);
+  wd.stall_floor_ns = static_cast<std::uint64_t>(*floor_s * 1e9);
+  wd.warmup_timeout_ns = static_cast<std::uint64_t>(*warmup_s * 1e9);
   wd.interval_ns = cfg.heartbeat_interval ? static_cast<std::uint64_t>(cfg.heartbeat_interval->count()) * 1000000ull
                                           : static_cast<std::uint64_t>(*beat_s * 1e9);
   wd.slow_factor = slow_factor;
-  if (wd.stall_timeout_ns == 0 || wd.interval_ns == 0) {
+  if ((cfg.stall_timeout && wd.stall_timeout_ns == 0) || wd.interval_ns == 0) {
     return absl::InvalidArgumentError("Config::stall_timeout and Config::heartbeat_interval must be positive");
   }
   if (cfg.metrics_interval.count() <= 0) {

@@ -35,7 +35,8 @@ void Watchdog::start(const WatchdogConfig& cfg, const RunContext& ctx, std::stri
   stalled_ = false;
   step_tid_ = 0;
   history_n_ = history_next_ = 0;
-  usual_ns_ = 0;
+  usual_ns_ = p99_step_ns_ = longest_long_phase_ns_ = 0;
+  timeout_in_effect_ns_ = cfg.stall_timeout_ns != 0 ? cfg.stall_timeout_ns : cfg.warmup_timeout_ns;
   steps_since_usual_ = 0;
   stalls_ = slow_steps_ = 0;  // counts are per session, like the run log they describe
   last_step_slow_ = false;
@@ -55,6 +56,10 @@ void Watchdog::on_event(const Event& e) {
       end = e.mono_ns;
       break;
     case EventKind::kPhase:
+      if (e.depth == 0 && e.site != nullptr &&
+          (e.site->kind == PhaseKind::kCheckpoint || e.site->kind == PhaseKind::kOther)) {
+        longest_long_phase_ns_ = std::max(longest_long_phase_ns_, e.dur_ns);
+      }
       // Phases count on the stepping thread only: a loader thread that keeps
       // producing must not hide a training thread that is stuck.
       if (step_tid_ != 0 && e.tid != step_tid_) return;
@@ -84,6 +89,10 @@ void Watchdog::on_step(const StepBreakdown& b, std::int32_t, std::uint64_t mono_
     std::nth_element(scratch_.begin(), scratch_.begin() + static_cast<std::ptrdiff_t>(scratch_.size() / 2),
                      scratch_.end());
     usual_ns_ = scratch_[scratch_.size() / 2];
+    // p99 of at most 64 steps: the second largest once there are 64, so one
+    // outlier (the epoch's first step, a checkpoint) does not set the bar.
+    std::sort(scratch_.begin(), scratch_.end());
+    p99_step_ns_ = scratch_[scratch_.size() - (scratch_.size() >= kHistory ? 2 : 1)];
     steps_since_usual_ = 0;
   }
   if (history_n_ >= 5) {
@@ -197,11 +206,25 @@ Event Watchdog::make_event(EventKind k, std::uint64_t now_mono, const TickClock&
   return e;
 }
 
+std::uint64_t Watchdog::stall_timeout_ns(const std::vector<ThreadState*>& threads) const {
+  if (cfg_.stall_timeout_ns != 0) return cfg_.stall_timeout_ns;
+  if (history_n_ < 5) return cfg_.warmup_timeout_ns;
+  std::uint64_t t = std::max(cfg_.stall_floor_ns, 5 * p99_step_ns_);
+  for (ThreadState* st : threads) {  // inside a long kind of phase?
+    const Site* outer = st->open[0].site.load(std::memory_order_acquire);
+    if (outer != nullptr && (outer->kind == PhaseKind::kCheckpoint || outer->kind == PhaseKind::kOther)) {
+      return std::max({t, 8 * cfg_.stall_floor_ns, 3 * longest_long_phase_ns_});
+    }
+  }
+  return t;
+}
+
 bool Watchdog::tick(std::uint64_t now_mono, const TickClock& clock, const std::vector<ThreadState*>& threads,
                     std::vector<Event>& out) {
   bool began = false;
   const std::uint64_t age = now_mono > progress_mono_ ? now_mono - progress_mono_ : 0;
-  if (!stalled_ && age > cfg_.stall_timeout_ns) {
+  if (!stalled_) timeout_in_effect_ns_ = stall_timeout_ns(threads);  // kept for the whole episode
+  if (!stalled_ && age > timeout_in_effect_ns_) {
     stalled_ = true;
     began = true;
     ++stalls_;
@@ -211,16 +234,16 @@ bool Watchdog::tick(std::uint64_t now_mono, const TickClock& clock, const std::v
     Event e = make_event(EventKind::kStall, now_mono, clock);
     e.dur_ns = age;
     e.attributes.add(schema::field_name(schema::Field::kProgressAgeNs), std::uint64_t{age})
-        .add(schema::field_name(schema::Field::kTimeoutNs), std::uint64_t{cfg_.stall_timeout_ns})
+        .add(schema::field_name(schema::Field::kTimeoutNs), std::uint64_t{timeout_in_effect_ns_})
         .add_json(schema::field_name(schema::Field::kOpenPhases), json.open_phases)
         .add_json(schema::field_name(schema::Field::kInFlight), json.in_flight);
     e.text = inside;  // owned: interning it would add a name per stall (ages make each unique)
     std::fprintf(stderr, "[rankscope] rank %d: STALLED: no progress for %.1f s (step %lld); inside: %s\n", ctx_.rank,
                  secs(age), static_cast<long long>(step_), inside.c_str());
     out.push_back(e);
-  } else if (stalled_ && age <= cfg_.stall_timeout_ns) {
+  } else if (stalled_ && age <= timeout_in_effect_ns_) {
     stalled_ = false;
-    const std::uint64_t lasted = now_mono - stall_began_mono_ + cfg_.stall_timeout_ns;
+    const std::uint64_t lasted = now_mono - stall_began_mono_ + timeout_in_effect_ns_;
     Event e = make_event(EventKind::kStallEnd, now_mono, clock);
     e.dur_ns = lasted;
     std::fprintf(stderr, "[rankscope] rank %d: progress resumed after %.1f s without progress (step %lld)\n",
@@ -285,7 +308,7 @@ void Watchdog::write_heartbeat(std::uint64_t now_mono, const TickClock& clock,
                  ",\"state\":\"{}\",\"interval_ns\":{},\"stall_timeout_ns\":{},\"liveness_wall_ns\":{},"
                  "\"progress_wall_ns\":{},\"progress_age_ns\":{},\"step\":{},\"last_step_ns\":{},"
                  "\"usual_step_ns\":{},\"stalls\":{},\"slow_steps\":{},\"inside\":",
-                 state, cfg_.interval_ns, cfg_.stall_timeout_ns, wall(now_mono), wall(progress_mono_),
+                 state, cfg_.interval_ns, timeout_in_effect_ns_, wall(now_mono), wall(progress_mono_),
                  now_mono > progress_mono_ ? now_mono - progress_mono_ : 0, step_, last_step_ns_, median_of(totals),
                  stalls_, slow_steps_);
   json_escape_to(b, inside);

@@ -20,7 +20,11 @@ namespace rankscope::detail {
 inline constexpr std::uint64_t kMinSlowExcessNs = 10'000'000;
 
 struct WatchdogConfig {
-  std::uint64_t stall_timeout_ns = 300'000'000'000ull;
+  // A fixed stall timeout; 0 = adaptive (the default): learned from the run,
+  // see Watchdog::stall_timeout_ns().
+  std::uint64_t stall_timeout_ns = 0;
+  std::uint64_t stall_floor_ns = 15'000'000'000ull;    // adaptive: never below this
+  std::uint64_t warmup_timeout_ns = 300'000'000'000ull;  // adaptive: before 5 steps are known
   std::uint64_t interval_ns = 1'000'000'000ull;
   double slow_factor = 10.0;
 };
@@ -42,6 +46,13 @@ class Watchdog {
   // The process is ending by a signal: remove the heartbeat's spare file.
   void before_exit() noexcept;
   HeartbeatStatus status();
+  // The stall timeout in effect now. Fixed when configured; otherwise learned:
+  //   before 5 steps (start-up, compilation, the first steps): warmup_timeout;
+  //   then max(floor, 5 x the p99 step time of the last 64 steps);
+  //   inside a checkpoint or a user-named phase (evaluation, a save) that
+  //   encloses everything else: also at least max(8 x floor, 3 x the longest
+  //   such phase so far) — a 20 s save is not a hang, a stuck one still is.
+  std::uint64_t stall_timeout_ns(const std::vector<ThreadState*>& threads) const;
   void set_publisher(std::function<void(std::string_view)> fn);
 
  private:
@@ -76,6 +87,10 @@ class Watchdog {
   std::array<StepBreakdown, kHistory> history_{};
   std::size_t history_n_ = 0, history_next_ = 0;
   std::uint64_t usual_ns_ = 0;  // median step of history_, refreshed every 16 steps
+  std::uint64_t p99_step_ns_ = 0;  // refreshed with usual_ns_
+  // Longest outermost checkpoint / other-kind phase so far (the long phases).
+  std::uint64_t longest_long_phase_ns_ = 0;
+  std::uint64_t timeout_in_effect_ns_ = 0;  // as of the last tick (heartbeat, stall events)
   int steps_since_usual_ = 0;
   std::vector<std::uint64_t> scratch_;
   std::mutex publisher_mu_;
