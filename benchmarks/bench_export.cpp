@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "bench_common.hpp"
+#include "rankscope/export/jsonl.hpp"
 
 using namespace rankscope;
 
@@ -237,3 +238,39 @@ static void BM_Export_AppendCpuPerByte(benchmark::State& state) {
   std::filesystem::remove_all(dir);
 }
 BENCHMARK(BM_Export_AppendCpuPerByte)->ArgName("reserve")->Arg(0)->Arg(1)->Iterations(3)->Unit(benchmark::kMillisecond);
+
+// The run log's cold lines: one metrics interval of a trainer's registry (40
+// histograms with a label, 40 counters and gauges) plus the stats line,
+// formatted and written by the JSONL sink. Guards the cold-path JSON writer
+// against making metric lines slower than the hand-written ones were.
+static void BM_Export_JsonlMetricLines(benchmark::State& state) {
+  const std::string dir = bench_dir();
+  std::filesystem::create_directories(dir);
+  auto sink = make_jsonl_sink(dir + "/metrics.jsonl");
+  if (!sink.ok()) std::abort();
+  MetricsSnapshot s;
+  s.wall_ns = 1'700'000'000'000'000'000ull;
+  s.mono_ns = 12'345'678'901'234ull;
+  s.step = 1234;
+  for (int i = 0; i < 40; ++i) {
+    MetricSample h;
+    h.type = MetricSample::Type::kHistogram;
+    h.name = "rankscope_step_phase_seconds";
+    h.labels = {{"phase", "phase_" + std::to_string(i)}};
+    h.histogram.bounds = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300};
+    h.histogram.counts.assign(16, 7);
+    h.histogram.count = 112;
+    h.histogram.sum = 0.025931813 * (i + 1);
+    s.metrics.push_back(h);
+    MetricSample c;
+    c.type = i % 2 ? MetricSample::Type::kGauge : MetricSample::Type::kCounter;
+    c.name = "samples_total_" + std::to_string(i);
+    c.value = i % 2 ? 0.3333333333333333 * i : 160.0 * i;
+    s.metrics.push_back(c);
+  }
+  for (auto _ : state) (*sink)->export_metrics(s);
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * (s.metrics.size() + 1)));
+  (*sink)->shutdown(std::chrono::steady_clock::now() + std::chrono::seconds(1), Stats{});
+  std::filesystem::remove_all(dir);
+}
+BENCHMARK(BM_Export_JsonlMetricLines)->Unit(benchmark::kMicrosecond);

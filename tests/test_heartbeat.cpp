@@ -362,3 +362,48 @@ TEST_CASE("status classifies like the runbook", "[heartbeat][status]") {
     CHECK_THAT(reader::format_status(*s), Catch::Contains("rank 1: no heartbeat file"));
   }
 }
+
+TEST_CASE("heartbeat / run.json / flight dump / run_start stay valid JSON with quotes and newlines in names",
+          "[heartbeat]") {
+  TempDir tmp;
+  const std::string odd = "a\"b\\c\nd";
+  const std::string run_id = "r\"u\\n";  // a run id is a directory name: no newline
+  ScopedEnv host("SLURMD_NODENAME", odd.c_str());
+  Config cfg = watchdog_config(tmp.path, 10s);
+  cfg.context.run_id = run_id;
+  cfg.run_config = {{odd, odd}};
+  REQUIRE(init(cfg).ok());
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc;
+  const auto str = [](simdjson::dom::element e) { return std::string(std::string_view(e)); };
+  begin_step(1);
+  {
+    PhaseTimer t(DynamicName{odd});
+    std::this_thread::sleep_for(200ms);  // heartbeats (50 ms apart) while the phase is open
+    const std::string beat = slurp(tmp.path + "/rank-0.heartbeat.json");
+    REQUIRE(parser.parse(beat).get(doc) == simdjson::SUCCESS);
+    CHECK(str(doc["host"]) == odd);
+    CHECK(str(doc["run_id"]) == run_id);
+    CHECK(str(doc["open_phases"].at(0)["name"]) == odd);
+    CHECK_THAT(str(doc["inside"]), Catch::Contains(odd));
+    const auto dump = dump_flight_recorder("why \"now\"\n");
+    REQUIRE(dump.ok());
+    REQUIRE(parser.load(*dump).get(doc) == simdjson::SUCCESS);
+    CHECK(str(doc["reason"]) == "why \"now\"\n");
+    CHECK(str(doc["host"]) == odd);
+    CHECK(str(doc["run_id"]) == run_id);
+    CHECK(str(doc["open_phases"].at(0)["name"]) == odd);
+  }
+  end_step();
+  shutdown();
+  REQUIRE(parser.load(tmp.path + "/run.json").get(doc) == simdjson::SUCCESS);
+  CHECK(str(doc["host"]) == odd);
+  CHECK(str(doc["run_id"]) == run_id);
+  CHECK(str(doc["environment"]["host"]) == odd);
+  CHECK(str(doc["config"][odd]) == odd);
+  const std::string log = slurp(tmp.path + "/rank-0.jsonl");
+  REQUIRE(parser.parse(log.substr(0, log.find('\n'))).get(doc) == simdjson::SUCCESS);
+  CHECK(str(doc["kind"]) == "run_start");
+  CHECK(str(doc["host"]) == odd);
+  CHECK(str(doc["run_id"]) == run_id);
+}

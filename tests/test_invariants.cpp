@@ -93,6 +93,15 @@ TEST_CASE("rules: the minority of ranks that disagree is named with every value"
   CHECK(detail::compare_facts("unknown_check", f).empty());
 }
 
+TEST_CASE("rules: values with quotes and newlines give valid values JSON", "[invariants]") {
+  const std::string value = "12\"34\n";
+  std::vector<detail::RankFact> f;
+  for (int r = 0; r < 3; ++r) f.push_back(fact(r, {{"seed", r == 1 ? "99" : value}}));
+  const auto found = detail::compare_facts("sampler", f);
+  REQUIRE(found.size() == 1);
+  CHECK(found[0].values_json == R"({"seed":{"12\"34\n":[0,2],"99":[1]}})");
+}
+
 TEST_CASE("rules: shards must differ across data groups and agree within one", "[invariants]") {
   // Four data-parallel ranks, ranks 1 and 3 reading the same shard.
   std::vector<detail::RankFact> dp;

@@ -438,3 +438,30 @@ TEST_CASE("strings are escaped the JSON way / control characters as u00XX escape
   rankscope::detail::json_escape_to(b, "");
   CHECK(std::string(b.data(), b.size()) == "\"\"");
 }
+
+TEST_CASE("JsonWriter: compact / indented / broken at chosen places / appended to a line", "[jsonl]") {
+  using rankscope::detail::JsonWriter;
+  JsonWriter c;
+  c.begin_object().field("a", std::int64_t{-9223372036854775807 - 1}).field("u", ~std::uint64_t{0});
+  c.field("d", 0.5).key("h").hex(0xabcULL).key("raw").json(R"({"x":[1]})").array("e", std::vector<int>{});
+  c.end_object();
+  CHECK(c.take() ==
+        R"({"a":-9223372036854775808,"u":18446744073709551615,"d":0.5,"h":"0000000000000abc","raw":{"x":[1]},"e":[]})"
+        "\n");
+  // run.json's layout: one member a line, `"k": v`, an empty object as {}.
+  JsonWriter i;
+  i.indented(2).begin_object().field("s", 1).object("m", std::vector<std::pair<std::string, std::string>>{{"k", "v"}});
+  i.object("e", std::vector<std::pair<std::string, std::string>>{}).end_object();
+  CHECK(i.take() == "{\n  \"s\": 1,\n  \"m\": {\n    \"k\": \"v\"\n  },\n  \"e\": {}\n}\n");
+  // The flight dump's layout: a compact document broken before chosen members.
+  JsonWriter n;
+  n.begin_object().newline().field("a", 1).field("b", 2).newline().key("l").begin_array();
+  n.newline(1).value(1).newline(1).value(2).end_array().newline().end_object();
+  CHECK(n.take() == "{\n\"a\":1,\"b\":2,\n\"l\":[\n 1,\n 2]\n}\n");
+  // A run-log line: the hot formatter's opening members, then more.
+  fmt::memory_buffer line;
+  line.append(std::string_view(R"({"kind":"metric")"));
+  JsonWriter w(line);
+  w.continue_object().field("name", "q\"").end_object();
+  CHECK(fmt::to_string(line) == R"({"kind":"metric","name":"q\""})");
+}

@@ -83,10 +83,15 @@ std::string build_options() {
 // context (so forking DataLoader workers stays safe) and a machine without
 // the driver simply has no GPU list. RANKSCOPE_NVML_LIBRARY names another
 // library (tests use a fake with NVML's call shape).
-std::string gpus_json() {
+// Writes the members "gpu_driver" (when NVML answers), "gpus" and "gpu_info"
+// (when it does not).
+void gpus_json(JsonWriter& w) {
   const char* path = std::getenv("RANKSCOPE_NVML_LIBRARY");
   void* lib = ::dlopen(path != nullptr && *path != '\0' ? path : "libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (lib == nullptr) return "\"gpus\":[],\"gpu_info\":\"NVML not available\"";
+  if (lib == nullptr) {
+    w.key("gpus").begin_array().end_array().field("gpu_info", "NVML not available");
+    return;
+  }
   using Fn0 = int (*)();
   using Count = int (*)(unsigned*);
   using Handle = int (*)(unsigned, void**);
@@ -99,16 +104,15 @@ std::string gpus_json() {
   auto name = reinterpret_cast<Str>(::dlsym(lib, "nvmlDeviceGetName"));
   auto uuid = reinterpret_cast<Str>(::dlsym(lib, "nvmlDeviceGetUUID"));
   auto driver = reinterpret_cast<Driver>(::dlsym(lib, "nvmlSystemGetDriverVersion"));
-  fmt::memory_buffer b;
   if (init == nullptr || shutdown == nullptr || count == nullptr || handle == nullptr || name == nullptr ||
       uuid == nullptr || init() != 0) {
     ::dlclose(lib);
-    return "\"gpus\":[],\"gpu_info\":\"NVML failed to initialise\"";
+    w.key("gpus").begin_array().end_array().field("gpu_info", "NVML failed to initialise");
+    return;
   }
   char buf[256] = {};
-  b.append(std::string_view("\"gpu_driver\":"));
-  json_escape_to(b, (driver != nullptr && driver(buf, sizeof(buf)) == 0) ? buf : "unknown");
-  b.append(std::string_view(",\"gpus\":["));
+  w.field("gpu_driver", (driver != nullptr && driver(buf, sizeof(buf)) == 0) ? buf : "unknown");
+  w.key("gpus").begin_array();
   unsigned n = 0;
   if (count(&n) != 0) n = 0;
   for (unsigned i = 0; i < n; ++i) {
@@ -117,17 +121,11 @@ std::string gpus_json() {
     char nm[256] = {}, id[128] = {};
     name(dev, nm, sizeof(nm));
     uuid(dev, id, sizeof(id));
-    if (i != 0) b.push_back(',');
-    fmt::format_to(fmt::appender(b), "{{\"index\":{},\"name\":", i);
-    json_escape_to(b, nm);
-    b.append(std::string_view(",\"uuid\":"));
-    json_escape_to(b, id);
-    b.push_back('}');
+    w.begin_object().field("index", i).field("name", nm).field("uuid", id).end_object();
   }
-  b.push_back(']');
+  w.end_array();
   shutdown();
   ::dlclose(lib);
-  return std::string(b.data(), b.size());
 }
 
 }  // namespace
@@ -160,41 +158,22 @@ std::vector<std::pair<std::string, std::string>> environment_knobs() {
 }
 
 std::string environment_json(const RunContext& c) {
-  fmt::memory_buffer b;
-  auto it = fmt::appender(b);
   const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   const double mem_gib =
       static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE)) / (1u << 30);
-  fmt::format_to(it, "{{\"library\":\"{}\",\"build\":\"{}\",\"compiler\":", RANKSCOPE_VERSION_STRING, build_options());
-  json_escape_to(b, __VERSION__);
-  b.append(std::string_view(",\"host\":"));
-  json_escape_to(b, c.host);
-  fmt::format_to(it, ",\"cpus\":{},\"cpu_affinity\":\"{}\",\"memory_gib\":{:.1f},\"launcher\":\"{}\",\"job_id\":",
-                 cpus, cpu_affinity(), mem_gib, launcher_name(c.launcher));
-  json_escape_to(b, c.job_id);
-  fmt::format_to(it, ",\"restart_count\":{},\"world_size\":{},\"local_world_size\":{}", c.restart_count, c.world_size,
-                 c.local_world_size);
+  fmt::memory_buffer b;
+  JsonWriter w(b);
+  w.begin_object().field("library", RANKSCOPE_VERSION_STRING).field("build", build_options());
+  w.field("compiler", __VERSION__).field("host", c.host).field("cpus", cpus).field("cpu_affinity", cpu_affinity());
+  w.key("memory_gib").fixed(mem_gib, 1).field("launcher", launcher_name(c.launcher)).field("job_id", c.job_id);
+  w.field("restart_count", c.restart_count).field("world_size", c.world_size);
+  w.field("local_world_size", c.local_world_size);
   {
     std::lock_guard<std::mutex> lk(entries_mu());
-    for (const auto& [k, v] : entries()) {
-      b.push_back(',');
-      json_escape_to(b, k);
-      b.push_back(':');
-      json_escape_to(b, v);
-    }
+    for (const auto& [k, v] : entries()) w.field(k, v);
   }
-  b.push_back(',');
-  b.append(gpus_json());
-  b.append(std::string_view(",\"env\":{"));
-  bool first = true;
-  for (const auto& [k, v] : environment_knobs()) {
-    if (!first) b.push_back(',');
-    first = false;
-    json_escape_to(b, k);
-    b.push_back(':');
-    json_escape_to(b, v);
-  }
-  b.append(std::string_view("}}"));
+  gpus_json(w);
+  w.object("env", environment_knobs()).end_object();
   return std::string(b.data(), b.size());
 }
 

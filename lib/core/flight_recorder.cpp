@@ -118,113 +118,105 @@ void flight_complete(std::uint64_t id, std::uint64_t t_end, CollectiveResult res
   if (r != nullptr && id != 0) r->complete(id, t_end, res);
 }
 
-std::string build_flight_dump(const DumpInput& in, EventFormatter& fmt) {
-  const RunContext& c = *in.context;
-  const TickClock& clock = *in.clock;
-  const std::uint64_t now_tick = now_ticks();
-  const ConvertedTime now = clock.convert(now_tick);
-  fmt::memory_buffer b;
-  auto it = fmt::appender(b);
-  fmt::format_to(it, "{{\n\"schema\":{},\"kind\":\"flight_recorder\",\"library_version\":\"{}\",\"reason\":",
-                 schema::kFlightVersion, RANKSCOPE_VERSION_STRING);
-  json_escape_to(b, in.reason);
-  fmt::format_to(it, ",\"rank\":{},\"world_size\":{},\"local_rank\":{},\"pid\":{},\"run_id\":", c.rank, c.world_size,
-                 c.local_rank, c.pid);
-  json_escape_to(b, c.run_id);
-  b.append(std::string_view(",\"host\":"));
-  json_escape_to(b, c.host);
-  fmt::format_to(it, ",\"step\":{},\n\"clock\":{{\"wall_ns\":{},\"mono_ns\":{},\"source\":\"{}\"}}", in.step,
-                 now.wall_ns, now.mono_ns, clock.source());
-  fmt::format_to(it,
-                 ",\n\"stats\":{{\"events_recorded\":{},\"events_dropped\":{},\"export_errors\":{},"
-                 "\"inactive_calls\":{},\"threads\":{}}}",
-                 in.stats.events_recorded, in.stats.events_dropped, in.stats.export_errors, in.stats.inactive_calls,
-                 in.stats.threads);
+namespace {
 
-  // Communicators: what was issued and completed on each.
-  b.append(std::string_view(",\n\"communicators\":["));
-  bool first = true;
-  const auto comms = all_communicators();
+// Communicators: what was issued and completed on each.
+void dump_communicators(JsonWriter& w, const std::vector<const Communicator*>& comms) {
+  w.newline().key("communicators").begin_array();
   for (const Communicator* cm : comms) {
-    b.append(std::string_view(first ? "\n " : ",\n "));
-    first = false;
-    fmt::format_to(it, "{{\"id\":{},\"name\":", cm->id());
-    json_escape_to(b, cm->name());
-    fmt::format_to(it, ",\"size\":{},\"rank\":{},\"issued\":{},\"completed\":{},\"destroyed\":{}}}", cm->size(),
-                   cm->rank(), cm->issued(), cm->completed(), communicator_destroyed(*cm));
+    w.newline(1).begin_object().field("id", cm->id()).field("name", cm->name()).field("size", cm->size());
+    w.field("rank", cm->rank()).field("issued", cm->issued()).field("completed", cm->completed());
+    w.field("destroyed", communicator_destroyed(*cm)).end_object();
   }
+  w.end_array();
+}
 
-  // Collectives, oldest first, with their state and age.
-  b.append(std::string_view("],\n\"collectives\":["));
-  first = true;
+// Collectives, oldest first, with their state and age.
+void dump_collectives(JsonWriter& w, const std::vector<const Communicator*>& comms, const TickClock& clock,
+                      std::uint64_t now_tick) {
+  w.newline().key("collectives").begin_array();
   const FlightRing* ring = g_flight.load(std::memory_order_acquire);
-  if (ring != nullptr) {
-    for (const FlightEntry& e : ring->snapshot()) {
-      b.append(std::string_view(first ? "\n " : ",\n "));
-      first = false;
-      const Communicator* cm = e.comm_id < comms.size() ? comms[e.comm_id] : nullptr;
-      const int n = cm != nullptr ? cm->size() : 1;
-      const ConvertedTime ti = clock.convert(e.t_issue);
-      fmt::format_to(it, "{{\"id\":{},\"state\":\"{}\",\"op\":\"{}\",\"comm\":", e.id, flight_state_name(e.state),
-                     collective_op_name(e.op));
-      json_escape_to(b, cm != nullptr ? std::string_view(cm->name()) : std::string_view());
-      fmt::format_to(it,
-                     ",\"comm_id\":{},\"seq\":{},\"count\":{},\"dtype\":\"{}\",\"bytes\":{},\"peer\":{},\"step\":{},"
-                     "\"tid\":{},\"t\":{},\"mono\":{},\"fingerprint\":\"{:016x}\"",
-                     e.comm_id, e.seq, e.count, dtype_name(e.dtype), collective_bytes(e.op, e.count, e.dtype, n),
-                     e.peer, e.step, e.tid, ti.wall_ns, ti.mono_ns,
-                     collective_fingerprint(e.op, e.count, e.dtype, e.peer));
-      if (e.state == FlightState::kIssued) {
-        fmt::format_to(it, ",\"age_ns\":{}", now_tick > e.t_issue ? clock.ticks_to_ns(now_tick - e.t_issue) : 0);
-      } else {
-        fmt::format_to(it, ",\"dur\":{}", e.t_end > e.t_issue ? clock.ticks_to_ns(e.t_end - e.t_issue) : 0);
-      }
-      if (e.phase != nullptr) {
-        b.append(std::string_view(",\"phase\":"));
-        b.append(fmt.quoted(e.phase));
-      }
-      b.push_back('}');
+  for (const FlightEntry& e : ring != nullptr ? ring->snapshot() : std::vector<FlightEntry>{}) {
+    const Communicator* cm = e.comm_id < comms.size() ? comms[e.comm_id] : nullptr;
+    const int n = cm != nullptr ? cm->size() : 1;
+    const ConvertedTime ti = clock.convert(e.t_issue);
+    w.newline(1).begin_object().field("id", e.id).field("state", flight_state_name(e.state));
+    w.field("op", collective_op_name(e.op)).field("comm", cm != nullptr ? std::string_view(cm->name()) : "");
+    w.field("comm_id", e.comm_id).field("seq", e.seq).field("count", e.count).field("dtype", dtype_name(e.dtype));
+    w.field("bytes", collective_bytes(e.op, e.count, e.dtype, n)).field("peer", e.peer).field("step", e.step);
+    w.field("tid", e.tid).field("t", ti.wall_ns).field("mono", ti.mono_ns);
+    w.key("fingerprint").hex(collective_fingerprint(e.op, e.count, e.dtype, e.peer));
+    if (e.state == FlightState::kIssued) {
+      w.field("age_ns", now_tick > e.t_issue ? clock.ticks_to_ns(now_tick - e.t_issue) : 0);
+    } else {
+      w.field("dur", e.t_end > e.t_issue ? clock.ticks_to_ns(e.t_end - e.t_issue) : 0);
     }
+    if (e.phase != nullptr) w.field("phase", e.phase->name);
+    w.end_object();
   }
+  w.end_array();
+}
 
-  // Open phases per thread, outermost first, with their ages.
-  b.append(std::string_view("],\n\"open_phases\":["));
-  first = true;
-  for (ThreadState* st : in.threads) {
-    bool any = false;
+// Open phases per thread, outermost first, with their ages.
+void dump_open_phases(JsonWriter& w, const std::vector<ThreadState*>& threads, const TickClock& clock,
+                      std::uint64_t now_tick) {
+  w.newline().key("open_phases").begin_array();
+  for (ThreadState* st : threads) {
     for (int d = 0; d < kMaxOpenPhases; ++d) {
       const Site* s = st->open[d].site.load(std::memory_order_acquire);
       if (s == nullptr) break;
       const std::uint64_t t0 = st->open[d].t0.load(std::memory_order_relaxed);
       const ConvertedTime t = clock.convert(t0);
-      b.append(std::string_view(first ? "\n " : ",\n "));
-      first = false;
-      any = true;
-      fmt::format_to(it, "{{\"tid\":{},\"depth\":{},\"name\":", st->tid, d);
-      b.append(fmt.quoted(s));
-      fmt::format_to(it, ",\"phase_kind\":\"{}\",\"t\":{},\"mono\":{},\"age_ns\":{}}}", phase_kind_name(s->kind),
-                     t.wall_ns, t.mono_ns, now_tick > t0 ? clock.ticks_to_ns(now_tick - t0) : 0);
+      w.newline(1).begin_object().field("tid", st->tid).field("depth", d).field("name", s->name);
+      w.field("phase_kind", phase_kind_name(s->kind)).field("t", t.wall_ns).field("mono", t.mono_ns);
+      w.field("age_ns", now_tick > t0 ? clock.ticks_to_ns(now_tick - t0) : 0).end_object();
     }
-    (void)any;
   }
+  w.end_array();
+}
 
-  // The last events of every thread, as run-log lines.
-  b.append(std::string_view("],\n\"recent_events\":["));
-  first = true;
+// The last events of every thread, as run-log lines.
+void dump_recent_events(JsonWriter& w, const DumpInput& in, EventFormatter& fmt) {
+  w.newline().key("recent_events").begin_array();
   if (in.recent != nullptr) {
     std::vector<std::int32_t> tids;
     for (const auto& [tid, q] : *in.recent) tids.push_back(tid);
     std::sort(tids.begin(), tids.end());
+    fmt::memory_buffer line;
     for (std::int32_t tid : tids) {
       in.recent->at(tid).for_each([&](const Event& e) {
-        b.append(std::string_view(first ? "\n " : ",\n "));
-        first = false;
-        fmt.format(e, b);
+        line.clear();
+        fmt.format(e, line);
+        w.newline(1).json(std::string_view(line.data(), line.size()));
       });
     }
   }
-  b.append(std::string_view("]\n}\n"));
-  return std::string(b.data(), b.size());
+  w.end_array();
+}
+
+}  // namespace
+
+std::string build_flight_dump(const DumpInput& in, EventFormatter& fmt) {
+  const RunContext& c = *in.context;
+  const TickClock& clock = *in.clock;
+  const std::uint64_t now_tick = now_ticks();
+  const ConvertedTime now = clock.convert(now_tick);
+  JsonWriter w;
+  w.begin_object().newline().field("schema", schema::kFlightVersion).field("kind", "flight_recorder");
+  w.field("library_version", RANKSCOPE_VERSION_STRING).field("reason", in.reason).field("rank", c.rank);
+  w.field("world_size", c.world_size).field("local_rank", c.local_rank).field("pid", c.pid);
+  w.field("run_id", c.run_id).field("host", c.host).field("step", in.step);
+  w.newline().key("clock").begin_object().field("wall_ns", now.wall_ns).field("mono_ns", now.mono_ns);
+  w.field("source", clock.source()).end_object();
+  w.newline().key("stats").begin_object().field("events_recorded", in.stats.events_recorded);
+  w.field("events_dropped", in.stats.events_dropped).field("export_errors", in.stats.export_errors);
+  w.field("inactive_calls", in.stats.inactive_calls).field("threads", in.stats.threads).end_object();
+  const auto comms = all_communicators();
+  dump_communicators(w, comms);
+  dump_collectives(w, comms, clock, now_tick);
+  dump_open_phases(w, in.threads, clock, now_tick);
+  dump_recent_events(w, in, fmt);
+  return w.newline().end_object().take();
 }
 
 }  // namespace rankscope::detail

@@ -40,18 +40,11 @@ const std::vector<Rules>& rules() {
 
 int group_of(const RankFact& f) { return f.data_group >= 0 ? f.data_group : f.rank; }
 
-std::string values_json(const std::map<std::string, std::vector<int>>& by_value) {
-  fmt::memory_buffer b;
-  b.push_back('{');
-  bool first = true;
-  for (const auto& [v, ranks] : by_value) {
-    if (!first) b.push_back(',');
-    first = false;
-    json_escape_to(b, v);
-    fmt::format_to(fmt::appender(b), ":[{}]", fmt::join(ranks, ","));
-  }
-  b.push_back('}');
-  return fmt::to_string(b);
+// {"<value>":[ranks],...}: who holds which value.
+void values_json(JsonWriter& w, const std::map<std::string, std::vector<int>>& by_value) {
+  w.begin_object();
+  for (const auto& [v, ranks] : by_value) w.array(v, ranks);
+  w.end_object();
 }
 
 // One key's disagreement: who holds which value, and the reference value
@@ -102,7 +95,10 @@ void agree(std::string_view check, const std::vector<std::string_view>& keys,
     Finding f;
     f.check = std::string(check);
     f.ranks = all[i].minority;
-    std::vector<std::string> whats, parts, values;
+    std::vector<std::string> whats, parts;
+    fmt::memory_buffer values;
+    JsonWriter w(values);
+    w.begin_object();
     for (std::size_t j = i; j < all.size(); ++j) {
       if (used[j] || all[j].minority != f.ranks) continue;
       used[j] = true;
@@ -115,12 +111,14 @@ void agree(std::string_view check, const std::vector<std::string_view>& keys,
       const auto& ref_ranks = d.by_value.at(d.ref);
       parts.push_back(fmt::format("{} ({}; {} {} {})", d.key, others, format_ranks(ref_ranks),
                                   ref_ranks.size() == 1 ? "has" : "have", d.ref));
-      values.push_back(fmt::format("\"{}\":{}", d.key, values_json(d.by_value)));
+      w.key(d.key);
+      values_json(w, d.by_value);
     }
     f.what = fmt::format("{}", fmt::join(whats, ","));
     f.message = fmt::format("{}: {}{} disagree{} on {}", check, scope, format_ranks(f.ranks),
                             f.ranks.size() == 1 ? "s" : "", fmt::join(parts, ", "));
-    f.values_json = fmt::format("{{{}}}", fmt::join(values, ","));
+    w.end_object();
+    f.values_json = fmt::to_string(values);
     out.push_back(std::move(f));
   }
 }
@@ -161,7 +159,12 @@ std::vector<Finding> compare_facts(std::string_view check, const std::vector<Ran
     f.message = fmt::format("{}: {} read identical data (fingerprint {}) although they are in {} different data "
                             "groups: data-parallel ranks must read different shards",
                             check, format_ranks(f.ranks), fp, by_group.size());
-    f.values_json = fmt::format("{{\"fingerprint\":{}}}", values_json(vals));
+    fmt::memory_buffer values;
+    JsonWriter w(values);
+    w.begin_object().key("fingerprint");
+    values_json(w, vals);
+    w.end_object();
+    f.values_json = fmt::to_string(values);
     out.push_back(std::move(f));
   }
   return out;

@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <initializer_list>
+#include <string_view>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -90,6 +93,16 @@ absl::Status local_violation(OnViolation on, std::string_view check, std::string
   f.message = std::move(message);
   f.values_json = std::move(values_json);
   return violate(on, f);
+}
+
+// A local violation's values: {"k":v,...} of whole numbers, in the order given.
+std::string int_values_json(std::initializer_list<std::pair<std::string_view, std::int64_t>> values) {
+  fmt::memory_buffer b;
+  detail::JsonWriter w(b);
+  w.begin_object();
+  for (const auto& [k, v] : values) w.field(k, v);
+  w.end_object();
+  return fmt::to_string(b);
 }
 
 // The online half: gather every rank's values and apply the cross-rank rules.
@@ -185,7 +198,7 @@ absl::Status check_batch_math(const BatchMath& m, OnViolation on) {
         fmt::format("batch_math: micro-batch {} x grad-accum {} x data-parallel {} = {}, but the global batch is "
                     "configured as {} (world size changed without updating the batch math?)",
                     m.micro_batch, m.grad_accum, m.data_parallel, product, m.global_batch),
-        fmt::format("{{\"product\":{},\"global_batch\":{}}}", product, m.global_batch));
+        int_values_json({{"product", product}, {"global_batch", m.global_batch}}));
   });
 }
 
@@ -234,16 +247,16 @@ absl::Status BatchAccounting::on_batch(std::int64_t index) noexcept {
           fmt::format("epoch_batches: rank {} skipped batch {} of epoch {} (got batch {}) at step {}", my_rank(),
                       index - expected == 1 ? fmt::to_string(expected) : fmt::format("{}..{}", expected, index - 1),
                       epoch_, index, current_step()),
-          fmt::format("{{\"epoch\":{},\"expected_index\":{},\"index\":{},\"step\":{}}}", epoch_, expected, index,
-                      current_step()));
+          int_values_json({{"epoch", epoch_}, {"expected_index", expected}, {"index", index},
+                           {"step", current_step()}}));
     }
     ++repeated_;
     return local_violation(
         o_.on, "epoch_batches", "repeated_batch",
         fmt::format("epoch_batches: rank {} repeated batch {} of epoch {} (expected batch {}) at step {}", my_rank(),
                     index, epoch_, expected, current_step()),
-        fmt::format("{{\"epoch\":{},\"expected_index\":{},\"index\":{},\"step\":{}}}", epoch_, expected, index,
-                    current_step()));
+        int_values_json({{"epoch", epoch_}, {"expected_index", expected}, {"index", index},
+                         {"step", current_step()}}));
   } catch (...) {
     return o_.on == OnViolation::kFail ? absl::FailedPreconditionError("epoch_batches: batch out of order")
                                        : absl::OkStatus();
@@ -265,7 +278,7 @@ absl::Status BatchAccounting::end_epoch() noexcept {
                     first_divergence_step_ >= 0 ? fmt::format("; first out-of-order batch at step {}",
                                                               first_divergence_step_)
                                                 : std::string()),
-        fmt::format("{{\"batches\":{},\"expected\":{}}}", count_, expected_));
+        int_values_json({{"batches", count_}, {"expected", expected_}}));
   });
 }
 

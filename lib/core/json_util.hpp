@@ -8,6 +8,7 @@
 #include <cstring>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <fmt/compile.h>
@@ -160,16 +161,45 @@ inline constexpr std::string_view kFieldsTruncated = "\"fields_truncated\":true"
 //   for (int r : ranks) w.value(r);
 //   w.end_array().end_object();
 //   std::string doc = w.take();
+//
+// Layout: compact by default; JsonWriter(out) appends to a caller's buffer
+// (a run-log line); indented(n) writes one member or element per line, n
+// spaces a level, `"k": v` (run.json); newline(n) puts the next member or
+// element (or the closing bracket) on a new line indented n spaces, for files
+// that break a compact document at a few places (the flight dump).
 class JsonWriter {
  public:
+  JsonWriter() : b_(own_) {}
+  /// Appends to `out` (which must outlive the writer), e.g. after a line's
+  /// opening members: `JsonWriter w(buf); w.continue_object().field("k", v);`
+  explicit JsonWriter(fmt::memory_buffer& out) : b_(out) {}
+  JsonWriter(const JsonWriter&) = delete;
+  JsonWriter& operator=(const JsonWriter&) = delete;
+
+  /// One member or element per line, `spaces` a level: `JsonWriter w; w.indented(2);`
+  JsonWriter& indented(int spaces) {
+    indent_ = spaces;
+    return *this;
+  }
+  /// The next member, element or closing bracket starts a new line, `spaces` in.
+  JsonWriter& newline(int spaces = 0) {
+    break_ = spaces;
+    return *this;
+  }
   JsonWriter& begin_object() { return open('{'); }
   JsonWriter& end_object() { return close('}'); }
   JsonWriter& begin_array() { return open('['); }
   JsonWriter& end_array() { return close(']'); }
+  /// The buffer already holds an open object with members (`{"kind":"metric"`,
+  /// written by the hot formatter): what follows are more members of it.
+  JsonWriter& continue_object() {
+    first_.push_back(false);
+    return *this;
+  }
   JsonWriter& key(std::string_view k) {
     comma();
     json_escape_to(b_, k);
-    b_.push_back(':');
+    b_.append(std::string_view(indent_ > 0 ? ": " : ":"));
     after_key_ = true;
     return *this;
   }
@@ -182,9 +212,11 @@ class JsonWriter {
   JsonWriter& value(const std::string& s) { return value(std::string_view(s)); }
   JsonWriter& value(bool v) { return raw(v ? "true" : "false"); }
   template <typename T, typename = std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>>>
-  JsonWriter& value(T v) {
+  JsonWriter& value(T v) {  // fmt::format_int: no format string to parse (a histogram's counts)
     comma();
-    fmt::format_to(fmt::appender(b_), "{}", v);
+    const auto text = std::is_signed_v<T> ? fmt::format_int(static_cast<long long>(v))
+                                          : fmt::format_int(static_cast<unsigned long long>(v));
+    b_.append(text.data(), text.data() + text.size());
     return *this;
   }
   JsonWriter& value(double v) {  // shortest form that reads back; NaN/Infinity as strings (json_number_at)
@@ -199,6 +231,15 @@ class JsonWriter {
     fmt::format_to(fmt::appender(b_), "{:.{}f}", v, digits);
     return *this;
   }
+  /// A 64-bit hash as 16 hex digits in a string: "00ab...".
+  JsonWriter& hex(std::uint64_t v) {
+    comma();
+    fmt::format_to(fmt::appender(b_), "\"{:016x}\"", v);
+    return *this;
+  }
+  /// A value already rendered as JSON (an environment object, a run-log line);
+  /// written as is, so it must be valid JSON.
+  JsonWriter& json(std::string_view text) { return raw(text); }
   JsonWriter& null() { return raw("null"); }
   template <typename T>
   JsonWriter& field(std::string_view k, const T& v) {
@@ -210,6 +251,13 @@ class JsonWriter {
     key(k).begin_array();
     for (const auto& v : values) value(v);
     return end_array();
+  }
+  /// Members of a string-to-string map (labels, a run's config), in its order.
+  template <typename Map>
+  JsonWriter& object(std::string_view k, const Map& members) {
+    key(k).begin_object();
+    for (const auto& [mk, mv] : members) field(mk, mv);
+    return end_object();
   }
   /// The document, with a trailing newline; the writer is empty after.
   std::string take() {
@@ -228,8 +276,11 @@ class JsonWriter {
     return *this;
   }
   JsonWriter& close(char c) {
-    b_.push_back(c);
+    const bool empty = !first_.empty() && first_.back();
     if (!first_.empty()) first_.pop_back();
+    if (break_ >= 0) line(std::exchange(break_, -1));
+    else if (indent_ > 0 && !empty) line(indent_ * static_cast<int>(first_.size()));
+    b_.push_back(c);
     return *this;
   }
   JsonWriter& raw(std::string_view text) {
@@ -237,7 +288,8 @@ class JsonWriter {
     b_.append(text);
     return *this;
   }
-  // A comma before every member or element but the first of its container.
+  // A comma before every member or element but the first of its container,
+  // then the line break the layout asks for.
   void comma() {
     if (after_key_) {
       after_key_ = false;
@@ -246,10 +298,19 @@ class JsonWriter {
     if (first_.empty()) return;
     if (!first_.back()) b_.push_back(',');
     first_.back() = false;
+    if (break_ >= 0) line(std::exchange(break_, -1));
+    else if (indent_ > 0) line(indent_ * static_cast<int>(first_.size()));
   }
-  fmt::memory_buffer b_;
+  void line(int spaces) {
+    b_.push_back('\n');
+    for (int i = 0; i < spaces; ++i) b_.push_back(' ');
+  }
+  fmt::memory_buffer own_;
+  fmt::memory_buffer& b_;
   std::vector<bool> first_;  // per open container: nothing written in it yet
   bool after_key_ = false;
+  int indent_ = 0;   // spaces a level; 0: compact
+  int break_ = -1;   // newline(): the next item's indent; -1: none
 };
 
 }  // namespace rankscope::detail

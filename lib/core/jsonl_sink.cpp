@@ -32,8 +32,7 @@
 namespace rankscope {
 namespace {
 
-using detail::json_escape_to;
-using detail::json_number_to;
+using detail::JsonWriter;
 
 using detail::write_all;
 
@@ -65,24 +64,15 @@ class JsonlSink final : public detail::RunLogSink {
     fmt_.set_rank(info.context.rank);
     rank_ = info.context.rank;
     const RunContext& c = info.context;
-    begin_line(schema::kind_name(schema::Kind::kRunStart), info.start_wall_ns, info.start_mono_ns, 0, 0);
-    auto out = fmt::appender(buf_);
-    fmt::format_to(out, ",\"schema\":{},\"version\":\"{}\",\"world_size\":{},\"local_rank\":{},\"local_world_size\":{}",
-                   RANKSCOPE_SCHEMA_VERSION, RANKSCOPE_VERSION_STRING, c.world_size, c.local_rank,
-                   c.local_world_size);
-    fmt::format_to(out, ",\"node_rank\":{},\"restart\":{},\"pid\":{},\"launcher\":\"{}\"", c.node_rank,
-                   c.restart_count, c.pid, launcher_name(c.launcher));
-    field_str("run_id", c.run_id);
-    field_str("job_id", c.job_id);
-    field_str("host", c.host);
-    field_str("clock", info.clock_source);
-    buf_.append(std::string_view(",\"ticks_per_second\":"));
-    json_number_to(buf_, info.ticks_per_second);
-    if (!info.environment_json.empty()) {
-      buf_.append(std::string_view(",\"environment\":"));
-      buf_.append(std::string_view(info.environment_json));
-    }
-    end_line();
+    JsonWriter w(buf_);
+    begin_line(w, schema::kind_name(schema::Kind::kRunStart), info.start_wall_ns, info.start_mono_ns, 0, 0);
+    w.field("schema", RANKSCOPE_SCHEMA_VERSION).field("version", RANKSCOPE_VERSION_STRING);
+    w.field("world_size", c.world_size).field("local_rank", c.local_rank).field("local_world_size", c.local_world_size);
+    w.field("node_rank", c.node_rank).field("restart", c.restart_count).field("pid", c.pid);
+    w.field("launcher", launcher_name(c.launcher)).field("run_id", c.run_id).field("job_id", c.job_id);
+    w.field("host", c.host).field("clock", info.clock_source).field("ticks_per_second", info.ticks_per_second);
+    if (!info.environment_json.empty()) w.key("environment").json(info.environment_json);
+    end_line(w);
     write_out();
   }
 
@@ -103,41 +93,22 @@ class JsonlSink final : public detail::RunLogSink {
   }
 
   void export_metrics_impl(const MetricsSnapshot& s) {
+    JsonWriter w(buf_);
     for (const MetricSample& m : s.metrics) {
-      begin_line(schema::kind_name(schema::Kind::kMetric), s.wall_ns, s.mono_ns, s.step, 0);
-      field_str("name", m.name);
-      fmt::format_to(fmt::appender(buf_), ",\"type\":\"{}\"", metric_type_name(m.type));
-      if (!m.labels.empty()) {
-        buf_.append(std::string_view(",\"labels\":{"));
-        bool first = true;
-        for (const auto& [k, v] : m.labels) {
-          if (!first) buf_.push_back(',');
-          first = false;
-          json_escape_to(buf_, k);
-          buf_.push_back(':');
-          json_escape_to(buf_, v);
-        }
-        buf_.push_back('}');
-      }
+      begin_line(w, schema::kind_name(schema::Kind::kMetric), s.wall_ns, s.mono_ns, s.step, 0);
+      w.field("name", m.name).field("type", metric_type_name(m.type));
+      if (!m.labels.empty()) w.object("labels", m.labels);
       if (m.type == MetricSample::Type::kHistogram) {
         const auto& h = m.histogram;
-        buf_.append(std::string_view(",\"bounds\":["));
-        for (std::size_t i = 0; i < h.bounds.size(); ++i) {
-          if (i) buf_.push_back(',');
-          json_number_to(buf_, h.bounds[i]);
-        }
-        fmt::format_to(fmt::appender(buf_), "],\"counts\":[{}],\"count\":{},\"sum\":", fmt::join(h.counts, ","),
-                       h.count);
-        json_number_to(buf_, h.sum);
+        w.array("bounds", h.bounds).array("counts", h.counts).field("count", h.count).field("sum", h.sum);
       } else {
-        buf_.append(std::string_view(",\"value\":"));
-        json_number_to(buf_, m.value);
+        w.field("value", m.value);
       }
-      end_line();
+      end_line(w);
     }
-    begin_line(schema::kind_name(schema::Kind::kStats), s.wall_ns, s.mono_ns, s.step, 0);
-    stats_fields(s.stats);
-    end_line();
+    begin_line(w, schema::kind_name(schema::Kind::kStats), s.wall_ns, s.mono_ns, s.step, 0);
+    stats_fields(w, s.stats);
+    end_line(w);
     write_out();
   }
 
@@ -166,10 +137,11 @@ class JsonlSink final : public detail::RunLogSink {
   void shutdown_impl(Deadline deadline, const Stats& st) {
     const std::uint64_t mono = detail_mono_now();
     write_out();  // the last events (or, on a full disk, their count)
-    begin_line(schema::kind_name(schema::Kind::kRunEnd), detail_wall_now(), mono, -1, 0);
-    stats_fields(st);
-    if (dropped_lines_ != 0) fmt::format_to(fmt::appender(buf_), ",\"run_log_lines_dropped\":{}", dropped_lines_);
-    end_line();
+    JsonWriter w(buf_);
+    begin_line(w, schema::kind_name(schema::Kind::kRunEnd), detail_wall_now(), mono, -1, 0);
+    stats_fields(w, st);
+    if (dropped_lines_ != 0) w.field("run_log_lines_dropped", dropped_lines_);
+    end_line(w);
     if (stopped_) write_reserved();  // kTailReserve keeps room for it
     else write_out();
     // An error line another thread is writing inline (log.cpp) must land
@@ -224,9 +196,13 @@ class JsonlSink final : public detail::RunLogSink {
     return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
   }
 
-  void begin_line(std::string_view kind, std::uint64_t wall, std::uint64_t mono, std::int64_t step, std::int32_t tid) {
+  // A cold line: the hot formatter's opening members, then `w` (writing into
+  // buf_) adds the rest; end_line closes it.
+  void begin_line(JsonWriter& w, std::string_view kind, std::uint64_t wall, std::uint64_t mono, std::int64_t step,
+                  std::int32_t tid) {
     note_line(step);
     fmt_.begin(buf_, kind, wall, mono, step, tid);
+    w.continue_object();
   }
   void note_line(std::int64_t step) {
     ++pending_lines_;
@@ -235,17 +211,15 @@ class JsonlSink final : public detail::RunLogSink {
       if (pending_step_ < 0) pending_step_ = step;
     }
   }
-  void end_line() { buf_.append(std::string_view("}\n")); }
-  void field_str(const char* key, std::string_view v) {
-    fmt::format_to(fmt::appender(buf_), ",\"{}\":", key);
-    json_escape_to(buf_, v);
+  void end_line(JsonWriter& w) {
+    w.end_object();
+    buf_.push_back('\n');
   }
-  void stats_fields(const Stats& st) {
-    fmt::format_to(fmt::appender(buf_),
-                   ",\"events_recorded\":{},\"events_dropped\":{},\"export_errors\":{},\"inactive_calls\":{},"
-                   "\"threads\":{},\"os_threads\":{},\"communicators\":{},\"background_cpu_ns\":{}",
-                   st.events_recorded, st.events_dropped, st.export_errors + errors_, st.inactive_calls, st.threads,
-                   detail::process_threads(), live_communicators(), st.background_cpu_ns);
+  void stats_fields(JsonWriter& w, const Stats& st) {
+    w.field("events_recorded", st.events_recorded).field("events_dropped", st.events_dropped);
+    w.field("export_errors", st.export_errors + errors_).field("inactive_calls", st.inactive_calls);
+    w.field("threads", st.threads).field("os_threads", detail::process_threads());
+    w.field("communicators", live_communicators()).field("background_cpu_ns", st.background_cpu_ns);
   }
   void format_event(const Event& e) {
     if (e.written_inline) return;  // an error the calling thread already wrote
@@ -307,10 +281,10 @@ class JsonlSink final : public detail::RunLogSink {
     retry_at_ = std::chrono::steady_clock::now() + kRetryEvery;
     const std::int64_t step = pending_step_ >= 0 ? pending_step_ : last_step_;
     pending_step_ = -1;
-    begin_line(schema::kind_name(schema::Kind::kLogStopped), detail_wall_now(), detail_mono_now(), step, 0);
-    field_str("error", std::strerror(err));
-    fmt::format_to(fmt::appender(buf_), ",\"errno\":{},\"lines_dropped\":{}", err, dropped_lines_);
-    end_line();
+    JsonWriter w(buf_);
+    begin_line(w, schema::kind_name(schema::Kind::kLogStopped), detail_wall_now(), detail_mono_now(), step, 0);
+    w.field("error", std::strerror(err)).field("errno", err).field("lines_dropped", dropped_lines_);
+    end_line(w);
     write_reserved();
     auto& h = detail::run_log_health();
     h.since_step.store(step, std::memory_order_relaxed);
@@ -328,9 +302,10 @@ class JsonlSink final : public detail::RunLogSink {
     stopped_ = false;
     std::string pending(buf_.data(), buf_.size());  // the lines waiting go after the marker
     buf_.clear();
-    begin_line(schema::kind_name(schema::Kind::kLogResumed), detail_wall_now(), detail_mono_now(), last_step_, 0);
-    fmt::format_to(fmt::appender(buf_), ",\"lines_dropped\":{}", dropped_lines_);
-    end_line();
+    JsonWriter w(buf_);
+    begin_line(w, schema::kind_name(schema::Kind::kLogResumed), detail_wall_now(), detail_mono_now(), last_step_, 0);
+    w.field("lines_dropped", dropped_lines_);
+    end_line(w);
     buf_.append(pending);
     detail::run_log_health().error.store(0, std::memory_order_release);
     std::fprintf(stderr, "[rankscope] rank %d: run log %s resumed at step %lld (%llu lines were dropped)\n", rank_,

@@ -216,39 +216,21 @@ absl::StatusOr<Settings> resolve_settings(const Config& cfg) {
 
 absl::Status write_run_json(const std::string& run_dir, const RunContext& c, const Config& cfg,
                             std::uint64_t wall) {
-  fmt::memory_buffer b;
-  auto out = std::back_inserter(b);
-  fmt::format_to(out, "{{\n  \"schema\": {},\n  \"library\": \"rankscope\",\n  \"version\": \"{}\",\n  \"run_id\": ",
-                 RANKSCOPE_SCHEMA_VERSION, RANKSCOPE_VERSION_STRING);
-  json_escape_to(b, c.run_id);
-  fmt::format_to(out, ",\n  \"world_size\": {},\n  \"local_world_size\": {},\n  \"start_time_ns\": {},\n", c.world_size,
-                 c.local_world_size, wall);
-  fmt::format_to(out, "  \"launcher\": \"{}\",\n  \"restart_count\": {},\n  \"job_id\": ", launcher_name(c.launcher),
-                 c.restart_count);
-  json_escape_to(b, c.job_id);
-  b.append(std::string_view(",\n  \"master_addr\": "));
-  json_escape_to(b, c.master_addr);
-  b.append(std::string_view(",\n  \"host\": "));
-  json_escape_to(b, c.host);
   // The config hash lets triage and tools see at a glance whether two runs (or
   // a run and its resume) used the same configuration.
   std::uint64_t h = 1469598103934665603ull;  // FNV-1a: stable across builds and hosts
   for (const auto& [k, v] : cfg.run_config) {
     for (char ch : k + "=" + v + "\n") h = (h ^ static_cast<unsigned char>(ch)) * 1099511628211ull;
   }
-  b.append(std::string_view(",\n  \"environment\": "));
-  b.append(environment_json(c));
-  fmt::format_to(out, ",\n  \"config_hash\": \"{:016x}\",\n  \"config\": {{", h);
-  bool first = true;
-  for (const auto& [k, v] : cfg.run_config) {
-    b.append(std::string_view(first ? "\n    " : ",\n    "));
-    first = false;
-    json_escape_to(b, k);
-    b.append(std::string_view(": "));
-    json_escape_to(b, v);
-  }
-  b.append(std::string_view(first ? "}\n}\n" : "\n  }\n}\n"));
-  return write_file_atomic(schema::run_json_path(run_dir), std::string(b.data(), b.size()));
+  JsonWriter w;
+  w.indented(2).begin_object().field("schema", RANKSCOPE_SCHEMA_VERSION).field("library", "rankscope");
+  w.field("version", RANKSCOPE_VERSION_STRING).field("run_id", c.run_id).field("world_size", c.world_size);
+  w.field("local_world_size", c.local_world_size).field("start_time_ns", wall);
+  w.field("launcher", launcher_name(c.launcher)).field("restart_count", c.restart_count).field("job_id", c.job_id);
+  w.field("master_addr", c.master_addr).field("host", c.host);
+  w.key("environment").json(environment_json(c)).key("config_hash").hex(h);
+  w.object("config", cfg.run_config).end_object();
+  return write_file_atomic(schema::run_json_path(run_dir), w.take());
 }
 
 }  // namespace rankscope::detail

@@ -148,8 +148,8 @@ std::string Watchdog::describe_inside(std::uint64_t now_tick, const TickClock& c
                                       const std::vector<ThreadState*>& threads, InsideJson& json) const {
   std::string text;
   fmt::memory_buffer j;
-  j.push_back('[');
-  bool first = true;
+  JsonWriter w(j);
+  w.begin_array();
   for (ThreadState* st : threads) {
     std::string chain;
     for (int d = 0; d < kMaxOpenPhases; ++d) {
@@ -159,19 +159,15 @@ std::string Watchdog::describe_inside(std::uint64_t now_tick, const TickClock& c
       const std::uint64_t age = now_tick > t0 ? clock.ticks_to_ns(now_tick - t0) : 0;
       if (!chain.empty()) chain += " > ";
       chain += fmt::format("{} ({:.1f} s)", s->name, secs(age));
-      j.append(std::string_view(first ? "" : ","));
-      first = false;
-      fmt::format_to(fmt::appender(j), "{{\"tid\":{},\"depth\":{},\"name\":", st->tid, d);
-      json_escape_to(j, s->name);
-      fmt::format_to(fmt::appender(j), ",\"phase_kind\":\"{}\",\"age_ns\":{}}}", phase_kind_name(s->kind), age);
+      w.begin_object().field("tid", st->tid).field("depth", d).field("name", s->name);
+      w.field("phase_kind", phase_kind_name(s->kind)).field("age_ns", age).end_object();
     }
     if (!chain.empty()) text += fmt::format("{}tid {}: {}", text.empty() ? "" : "; ", st->tid, chain);
   }
-  j.push_back(']');
+  w.end_array();
   json.open_phases.assign(j.data(), j.size());
   j.clear();
-  j.push_back('[');
-  first = true;
+  w.begin_array();
   std::string coll;
   if (const FlightRing* ring = flight_ring()) {
     const auto comms = all_communicators();
@@ -182,14 +178,11 @@ std::string Watchdog::describe_inside(std::uint64_t now_tick, const TickClock& c
       const std::uint64_t age = now_tick > e.t_issue ? clock.ticks_to_ns(now_tick - e.t_issue) : 0;
       coll += fmt::format("{}{} seq {} on '{}' ({:.1f} s)", coll.empty() ? "" : ", ", collective_op_name(e.op), e.seq,
                           name, secs(age));
-      j.append(std::string_view(first ? "" : ","));
-      first = false;
-      fmt::format_to(fmt::appender(j), "{{\"op\":\"{}\",\"comm\":", collective_op_name(e.op));
-      json_escape_to(j, name);
-      fmt::format_to(fmt::appender(j), ",\"seq\":{},\"count\":{},\"age_ns\":{}}}", e.seq, e.count, age);
+      w.begin_object().field("op", collective_op_name(e.op)).field("comm", name);
+      w.field("seq", e.seq).field("count", e.count).field("age_ns", age).end_object();
     }
   }
-  j.push_back(']');
+  w.end_array();
   json.in_flight.assign(j.data(), j.size());
   if (text.empty() && coll.empty()) return "between steps (no open phase, no collective in flight)";
   if (!coll.empty()) text += (text.empty() ? "" : "; ") + std::string("in flight: ") + coll;
@@ -296,37 +289,26 @@ void Watchdog::write_heartbeat(std::uint64_t now_mono, const TickClock& clock,
   const auto wall = [&](std::uint64_t mono) { return static_cast<std::uint64_t>(static_cast<std::int64_t>(mono) + offset); };
   std::vector<std::uint64_t> totals;
   for (std::size_t i = 0; i < history_n_; ++i) totals.push_back(history_[i].total_ns);
-  fmt::memory_buffer b;
-  auto it = fmt::appender(b);
-  fmt::format_to(it, "{{\"schema\":{},\"kind\":\"heartbeat\",\"rank\":{},\"world_size\":{},\"local_rank\":{},\"pid\":{}",
-                 schema::kHeartbeatVersion, ctx_.rank, ctx_.world_size, ctx_.local_rank, ctx_.pid);
-  b.append(std::string_view(",\"host\":"));
-  json_escape_to(b, ctx_.host);
-  b.append(std::string_view(",\"run_id\":"));
-  json_escape_to(b, ctx_.run_id);
-  fmt::format_to(it,
-                 ",\"state\":\"{}\",\"interval_ns\":{},\"stall_timeout_ns\":{},\"liveness_wall_ns\":{},"
-                 "\"progress_wall_ns\":{},\"progress_age_ns\":{},\"step\":{},\"last_step_ns\":{},"
-                 "\"usual_step_ns\":{},\"stalls\":{},\"slow_steps\":{},\"inside\":",
-                 state, cfg_.interval_ns, timeout_in_effect_ns_, wall(now_mono), wall(progress_mono_),
-                 now_mono > progress_mono_ ? now_mono - progress_mono_ : 0, step_, last_step_ns_, median_of(totals),
-                 stalls_, slow_steps_);
-  json_escape_to(b, inside);
-  b.append(std::string_view(",\"open_phases\":"));
-  b.append(inside_json.open_phases);
-  b.append(std::string_view(",\"in_flight\":"));
-  b.append(inside_json.in_flight);
+  JsonWriter w;
+  w.begin_object().field("schema", schema::kHeartbeatVersion).field("kind", "heartbeat").field("rank", ctx_.rank);
+  w.field("world_size", ctx_.world_size).field("local_rank", ctx_.local_rank).field("pid", ctx_.pid);
+  w.field("host", ctx_.host).field("run_id", ctx_.run_id).field("state", state);
+  w.field("interval_ns", cfg_.interval_ns).field("stall_timeout_ns", timeout_in_effect_ns_);
+  w.field("liveness_wall_ns", wall(now_mono)).field("progress_wall_ns", wall(progress_mono_));
+  w.field("progress_age_ns", now_mono > progress_mono_ ? now_mono - progress_mono_ : 0).field("step", step_);
+  w.field("last_step_ns", last_step_ns_).field("usual_step_ns", median_of(totals)).field("stalls", stalls_);
+  w.field("slow_steps", slow_steps_).field("inside", inside);
+  w.key("open_phases").json(inside_json.open_phases).key("in_flight").json(inside_json.in_flight);
   // A run log that stopped (a full disk) is said here too: this small file is
   // rewritten in place, so it is still written when the log no longer can be.
   const RunLogHealth& log = run_log_health();
   if (const int err = log.error.load(std::memory_order_acquire); err != 0) {
-    b.append(std::string_view(",\"run_log\":{\"error\":"));
-    json_escape_to(b, std::strerror(err));
-    fmt::format_to(it, ",\"errno\":{},\"since_step\":{},\"lines_dropped\":{}}}", err,
-                   log.since_step.load(std::memory_order_relaxed), log.lines_dropped.load(std::memory_order_relaxed));
+    w.key("run_log").begin_object().field("error", std::strerror(err)).field("errno", err);
+    w.field("since_step", log.since_step.load(std::memory_order_relaxed));
+    w.field("lines_dropped", log.lines_dropped.load(std::memory_order_relaxed)).end_object();
   }
-  b.append(std::string_view("}\n"));
-  const std::string doc(b.data(), b.size());
+  w.end_object();
+  const std::string doc = w.take();
   if (!path_.empty()) (void)write_file_atomic(path_, doc, /*durable=*/false);
   std::function<void(std::string_view)> publish;
   {
