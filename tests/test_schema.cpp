@@ -2,6 +2,7 @@
 // and run-directory paths are named, and the documentation that must match it.
 #include <catch2/catch.hpp>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -71,4 +72,52 @@ TEST_CASE("a real run writes only kinds the schema knows", "[schema]") {
   REQUIRE(r.ok());
   CHECK(lines > 10);
   CHECK(unknown == 0);
+}
+
+TEST_CASE("every field key round-trips through its name / unknown keys stay unknown", "[schema]") {
+  for (int i = 0; i < static_cast<int>(schema::Field::kUnknown); ++i) {
+    const auto f = static_cast<schema::Field>(i);
+    CHECK(schema::field_from_name(schema::field_name(f)) == f);
+  }
+  CHECK(schema::field_from_name("no_such_key") == schema::Field::kUnknown);
+  CHECK(schema::next_key<schema::Field::kDur>() == R"(,"dur":)");
+  CHECK(schema::key<schema::Field::kDur>() == R"("dur":)");
+}
+
+// The writers (lib/core) and the readers (lib/reader) of the run directory
+// spell no key themselves: a key spelled twice can drift apart. Reports a
+// reader prints (`status --json`, `triage --json`) have their own schemas and
+// are not searched for .field(...).
+TEST_CASE("no field key of the run directory is spelled outside the schema module", "[schema]") {
+  namespace fs = std::filesystem;
+  const fs::path root = RANKSCOPE_SOURCE_DIR;
+  std::vector<std::pair<fs::path, bool>> files;  // (file, search writer patterns too)
+  for (const char* dir : {"lib/core", "lib/reader"}) {
+    for (const auto& f : fs::directory_iterator(root / dir)) {
+      const std::string name = f.path().filename().string();
+      if (name.rfind("schema.", 0) == 0) continue;
+      if (f.path().extension() == ".cpp" || f.path().extension() == ".hpp") {
+        files.emplace_back(f.path(), std::string_view(dir) == "lib/core");
+      }
+    }
+  }
+  REQUIRE(files.size() > 20);
+  std::vector<std::string> spelled;
+  for (const auto& [path, writer] : files) {
+    const std::string text = slurp(path.string());
+    for (int i = 0; i < static_cast<int>(schema::Field::kUnknown); ++i) {
+      const std::string k(schema::field_name(static_cast<schema::Field>(i)));
+      std::vector<std::string> patterns = {"[\"" + k + "\"]", "k == \"" + k + "\"", "(doc, \"" + k + "\""};
+      if (writer) {
+        for (const char* call : {".field(\"", ".key(\"", ".add(\"", ".array(\"", ".object(\""}) {
+          patterns.push_back(call + k + "\"");
+        }
+        patterns.push_back("\\\"" + k + "\\\":");
+      }
+      for (const std::string& p : patterns) {
+        if (text.find(p) != std::string::npos) spelled.push_back(path.filename().string() + ": " + p);
+      }
+    }
+  }
+  CHECK(spelled == std::vector<std::string>{});
 }

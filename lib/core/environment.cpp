@@ -13,6 +13,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "schema.hpp"
 #include "json_util.hpp"
 #include "rankscope/config.hpp"
 
@@ -89,7 +90,7 @@ void gpus_json(JsonWriter& w) {
   const char* path = std::getenv("RANKSCOPE_NVML_LIBRARY");
   void* lib = ::dlopen(path != nullptr && *path != '\0' ? path : "libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
   if (lib == nullptr) {
-    w.key("gpus").begin_array().end_array().field("gpu_info", "NVML not available");
+    w.key(schema::Field::kGpus).begin_array().end_array().field(schema::Field::kGpuInfo, "NVML not available");
     return;
   }
   using Fn0 = int (*)();
@@ -107,12 +108,12 @@ void gpus_json(JsonWriter& w) {
   if (init == nullptr || shutdown == nullptr || count == nullptr || handle == nullptr || name == nullptr ||
       uuid == nullptr || init() != 0) {
     ::dlclose(lib);
-    w.key("gpus").begin_array().end_array().field("gpu_info", "NVML failed to initialise");
+    w.key(schema::Field::kGpus).begin_array().end_array().field(schema::Field::kGpuInfo, "NVML failed to initialise");
     return;
   }
   char buf[256] = {};
-  w.field("gpu_driver", (driver != nullptr && driver(buf, sizeof(buf)) == 0) ? buf : "unknown");
-  w.key("gpus").begin_array();
+  w.field(schema::Field::kGpuDriver, (driver != nullptr && driver(buf, sizeof(buf)) == 0) ? buf : "unknown");
+  w.key(schema::Field::kGpus).begin_array();
   unsigned n = 0;
   if (count(&n) != 0) n = 0;
   for (unsigned i = 0; i < n; ++i) {
@@ -121,7 +122,7 @@ void gpus_json(JsonWriter& w) {
     char nm[256] = {}, id[128] = {};
     name(dev, nm, sizeof(nm));
     uuid(dev, id, sizeof(id));
-    w.begin_object().field("index", i).field("name", nm).field("uuid", id).end_object();
+    w.begin_object().field(schema::Field::kIndex, i).field(schema::Field::kName, nm).field(schema::Field::kUuid, id).end_object();
   }
   w.end_array();
   shutdown();
@@ -163,17 +164,17 @@ std::string environment_json(const RunContext& c) {
       static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE)) / (1u << 30);
   fmt::memory_buffer b;
   JsonWriter w(b);
-  w.begin_object().field("library", RANKSCOPE_VERSION_STRING).field("build", build_options());
-  w.field("compiler", __VERSION__).field("host", c.host).field("cpus", cpus).field("cpu_affinity", cpu_affinity());
-  w.key("memory_gib").fixed(mem_gib, 1).field("launcher", launcher_name(c.launcher)).field("job_id", c.job_id);
-  w.field("restart_count", c.restart_count).field("world_size", c.world_size);
-  w.field("local_world_size", c.local_world_size);
+  w.begin_object().field(schema::Field::kLibrary, RANKSCOPE_VERSION_STRING).field(schema::Field::kBuild, build_options());
+  w.field(schema::Field::kCompiler, __VERSION__).field(schema::Field::kHost, c.host).field(schema::Field::kCpus, cpus).field(schema::Field::kCpuAffinity, cpu_affinity());
+  w.key(schema::Field::kMemoryGib).fixed(mem_gib, 1).field(schema::Field::kLauncher, launcher_name(c.launcher)).field(schema::Field::kJobId, c.job_id);
+  w.field(schema::Field::kRestartCount, c.restart_count).field(schema::Field::kWorldSize, c.world_size);
+  w.field(schema::Field::kLocalWorldSize, c.local_world_size);
   {
     std::lock_guard<std::mutex> lk(entries_mu());
     for (const auto& [k, v] : entries()) w.field(k, v);
   }
   gpus_json(w);
-  w.object("env", environment_knobs()).end_object();
+  w.object(schema::Field::kEnv, environment_knobs()).end_object();
   return std::string(b.data(), b.size());
 }
 

@@ -122,11 +122,11 @@ namespace {
 
 // Communicators: what was issued and completed on each.
 void dump_communicators(JsonWriter& w, const std::vector<const Communicator*>& comms) {
-  w.newline().key("communicators").begin_array();
+  w.newline().key(schema::Field::kCommunicators).begin_array();
   for (const Communicator* cm : comms) {
-    w.newline(1).begin_object().field("id", cm->id()).field("name", cm->name()).field("size", cm->size());
-    w.field("rank", cm->rank()).field("issued", cm->issued()).field("completed", cm->completed());
-    w.field("destroyed", communicator_destroyed(*cm)).end_object();
+    w.newline(1).begin_object().field(schema::Field::kId, cm->id()).field(schema::Field::kName, cm->name()).field(schema::Field::kSize, cm->size());
+    w.field(schema::Field::kRank, cm->rank()).field(schema::Field::kIssued, cm->issued()).field(schema::Field::kCompleted, cm->completed());
+    w.field(schema::Field::kDestroyed, communicator_destroyed(*cm)).end_object();
   }
   w.end_array();
 }
@@ -134,24 +134,24 @@ void dump_communicators(JsonWriter& w, const std::vector<const Communicator*>& c
 // Collectives, oldest first, with their state and age.
 void dump_collectives(JsonWriter& w, const std::vector<const Communicator*>& comms, const TickClock& clock,
                       std::uint64_t now_tick) {
-  w.newline().key("collectives").begin_array();
+  w.newline().key(schema::Field::kCollectives).begin_array();
   const FlightRing* ring = g_flight.load(std::memory_order_acquire);
   for (const FlightEntry& e : ring != nullptr ? ring->snapshot() : std::vector<FlightEntry>{}) {
     const Communicator* cm = e.comm_id < comms.size() ? comms[e.comm_id] : nullptr;
     const int n = cm != nullptr ? cm->size() : 1;
     const ConvertedTime ti = clock.convert(e.t_issue);
-    w.newline(1).begin_object().field("id", e.id).field("state", flight_state_name(e.state));
-    w.field("op", collective_op_name(e.op)).field("comm", cm != nullptr ? std::string_view(cm->name()) : "");
-    w.field("comm_id", e.comm_id).field("seq", e.seq).field("count", e.count).field("dtype", dtype_name(e.dtype));
-    w.field("bytes", collective_bytes(e.op, e.count, e.dtype, n)).field("peer", e.peer).field("step", e.step);
-    w.field("tid", e.tid).field("t", ti.wall_ns).field("mono", ti.mono_ns);
-    w.key("fingerprint").hex(collective_fingerprint(e.op, e.count, e.dtype, e.peer));
+    w.newline(1).begin_object().field(schema::Field::kId, e.id).field(schema::Field::kState, flight_state_name(e.state));
+    w.field(schema::Field::kOp, collective_op_name(e.op)).field(schema::Field::kComm, cm != nullptr ? std::string_view(cm->name()) : "");
+    w.field(schema::Field::kCommId, e.comm_id).field(schema::Field::kSeq, e.seq).field(schema::Field::kCount, e.count).field(schema::Field::kDtype, dtype_name(e.dtype));
+    w.field(schema::Field::kBytes, collective_bytes(e.op, e.count, e.dtype, n)).field(schema::Field::kPeer, e.peer).field(schema::Field::kStep, e.step);
+    w.field(schema::Field::kTid, e.tid).field(schema::Field::kT, ti.wall_ns).field(schema::Field::kMono, ti.mono_ns);
+    w.key(schema::Field::kFingerprint).hex(collective_fingerprint(e.op, e.count, e.dtype, e.peer));
     if (e.state == FlightState::kIssued) {
-      w.field("age_ns", now_tick > e.t_issue ? clock.ticks_to_ns(now_tick - e.t_issue) : 0);
+      w.field(schema::Field::kAgeNs, now_tick > e.t_issue ? clock.ticks_to_ns(now_tick - e.t_issue) : 0);
     } else {
-      w.field("dur", e.t_end > e.t_issue ? clock.ticks_to_ns(e.t_end - e.t_issue) : 0);
+      w.field(schema::Field::kDur, e.t_end > e.t_issue ? clock.ticks_to_ns(e.t_end - e.t_issue) : 0);
     }
-    if (e.phase != nullptr) w.field("phase", e.phase->name);
+    if (e.phase != nullptr) w.field(schema::Field::kPhase, e.phase->name);
     w.end_object();
   }
   w.end_array();
@@ -160,16 +160,16 @@ void dump_collectives(JsonWriter& w, const std::vector<const Communicator*>& com
 // Open phases per thread, outermost first, with their ages.
 void dump_open_phases(JsonWriter& w, const std::vector<ThreadState*>& threads, const TickClock& clock,
                       std::uint64_t now_tick) {
-  w.newline().key("open_phases").begin_array();
+  w.newline().key(schema::Field::kOpenPhases).begin_array();
   for (ThreadState* st : threads) {
     for (int d = 0; d < kMaxOpenPhases; ++d) {
       const Site* s = st->open[d].site.load(std::memory_order_acquire);
       if (s == nullptr) break;
       const std::uint64_t t0 = st->open[d].t0.load(std::memory_order_relaxed);
       const ConvertedTime t = clock.convert(t0);
-      w.newline(1).begin_object().field("tid", st->tid).field("depth", d).field("name", s->name);
-      w.field("phase_kind", phase_kind_name(s->kind)).field("t", t.wall_ns).field("mono", t.mono_ns);
-      w.field("age_ns", now_tick > t0 ? clock.ticks_to_ns(now_tick - t0) : 0).end_object();
+      w.newline(1).begin_object().field(schema::Field::kTid, st->tid).field(schema::Field::kDepth, d).field(schema::Field::kName, s->name);
+      w.field(schema::Field::kPhaseKind, phase_kind_name(s->kind)).field(schema::Field::kT, t.wall_ns).field(schema::Field::kMono, t.mono_ns);
+      w.field(schema::Field::kAgeNs, now_tick > t0 ? clock.ticks_to_ns(now_tick - t0) : 0).end_object();
     }
   }
   w.end_array();
@@ -177,7 +177,7 @@ void dump_open_phases(JsonWriter& w, const std::vector<ThreadState*>& threads, c
 
 // The last events of every thread, as run-log lines.
 void dump_recent_events(JsonWriter& w, const DumpInput& in, EventFormatter& fmt) {
-  w.newline().key("recent_events").begin_array();
+  w.newline().key(schema::Field::kRecentEvents).begin_array();
   if (in.recent != nullptr) {
     std::vector<std::int32_t> tids;
     for (const auto& [tid, q] : *in.recent) tids.push_back(tid);
@@ -202,15 +202,15 @@ std::string build_flight_dump(const DumpInput& in, EventFormatter& fmt) {
   const std::uint64_t now_tick = now_ticks();
   const ConvertedTime now = clock.convert(now_tick);
   JsonWriter w;
-  w.begin_object().newline().field("schema", schema::kFlightVersion).field("kind", "flight_recorder");
-  w.field("library_version", RANKSCOPE_VERSION_STRING).field("reason", in.reason).field("rank", c.rank);
-  w.field("world_size", c.world_size).field("local_rank", c.local_rank).field("pid", c.pid);
-  w.field("run_id", c.run_id).field("host", c.host).field("step", in.step);
-  w.newline().key("clock").begin_object().field("wall_ns", now.wall_ns).field("mono_ns", now.mono_ns);
-  w.field("source", clock.source()).end_object();
-  w.newline().key("stats").begin_object().field("events_recorded", in.stats.events_recorded);
-  w.field("events_dropped", in.stats.events_dropped).field("export_errors", in.stats.export_errors);
-  w.field("inactive_calls", in.stats.inactive_calls).field("threads", in.stats.threads).end_object();
+  w.begin_object().newline().field(schema::Field::kSchema, schema::kFlightVersion).field(schema::Field::kKind, "flight_recorder");
+  w.field(schema::Field::kLibraryVersion, RANKSCOPE_VERSION_STRING).field(schema::Field::kReason, in.reason).field(schema::Field::kRank, c.rank);
+  w.field(schema::Field::kWorldSize, c.world_size).field(schema::Field::kLocalRank, c.local_rank).field(schema::Field::kPid, c.pid);
+  w.field(schema::Field::kRunId, c.run_id).field(schema::Field::kHost, c.host).field(schema::Field::kStep, in.step);
+  w.newline().key(schema::Field::kClock).begin_object().field(schema::Field::kWallNs, now.wall_ns).field(schema::Field::kMonoNs, now.mono_ns);
+  w.field(schema::Field::kSource, clock.source()).end_object();
+  w.newline().key(schema::Field::kStats).begin_object().field(schema::Field::kEventsRecorded, in.stats.events_recorded);
+  w.field(schema::Field::kEventsDropped, in.stats.events_dropped).field(schema::Field::kExportErrors, in.stats.export_errors);
+  w.field(schema::Field::kInactiveCalls, in.stats.inactive_calls).field(schema::Field::kThreads, in.stats.threads).end_object();
   const auto comms = all_communicators();
   dump_communicators(w, comms);
   dump_collectives(w, comms, clock, now_tick);

@@ -161,7 +161,7 @@ std::vector<Finding> compare_facts(std::string_view check, const std::vector<Ran
                             check, format_ranks(f.ranks), fp, by_group.size());
     fmt::memory_buffer values;
     JsonWriter w(values);
-    w.begin_object().key("fingerprint");
+    w.begin_object().key(schema::Field::kFingerprint);
     values_json(w, vals);
     w.end_object();
     f.values_json = fmt::to_string(values);

@@ -14,6 +14,7 @@
 #include <fmt/compile.h>
 #include <fmt/format.h>
 
+#include "schema.hpp"
 #include "decimal.hpp"
 
 namespace rankscope::detail {
@@ -125,40 +126,15 @@ inline std::size_t utf8_prefix(std::string_view s, std::size_t max) {
   return n;
 }
 
-// `members` is a JSON object's inside ("k":v,"k2":v2): the length of its
-// longest prefix of at most `max` bytes that ends at a member boundary, so a
-// cut list of members is still valid JSON (never cut mid-member).
-inline std::size_t json_members_prefix(std::string_view members, std::size_t max) {
-  if (members.size() <= max) return members.size();
-  std::size_t last = 0;
-  int depth = 0;
-  bool in_string = false, escaped = false;
-  for (std::size_t i = 0; i <= max; ++i) {
-    const char c = members[i];
-    if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
-      continue;
-    }
-    if (c == '"') in_string = true;
-    else if (c == '{' || c == '[') ++depth;
-    else if (c == '}' || c == ']') --depth;
-    else if (c == ',' && depth == 0) last = i;
-  }
-  return last;
-}
-// The member that says members were cut (run-log schema: `fields_truncated`).
-inline constexpr std::string_view kFieldsTruncated = "\"fields_truncated\":true";
 
 // The cold-path JSON writer: objects, arrays, escaped strings and numbers that
 // read back, with the commas placed for you. Every `--json` output and the
 // files written outside the hot formatter (event_format.cpp) go through it, so
 // escaping has one implementation. Not for the hot path (it allocates).
 //
-//   JsonWriter w;
-//   w.begin_object().field("rank", 3).field("host", host).key("ranks").begin_array();
-//   for (int r : ranks) w.value(r);
+//   JsonWriter w;  // keys of the run directory's files: schema::Field, not text
+//   w.begin_object().field(schema::Field::kRank, 3).field("verdict", v).key("culprits").begin_array();
+//   for (int r : culprits) w.value(r);
 //   w.end_array().end_object();
 //   std::string doc = w.take();
 //
@@ -195,6 +171,20 @@ class JsonWriter {
   JsonWriter& continue_object() {
     first_.push_back(false);
     return *this;
+  }
+  // Keys of the run directory's files come from the schema (schema.hpp).
+  JsonWriter& key(schema::Field k) { return key(schema::field_name(k)); }
+  template <typename T>
+  JsonWriter& field(schema::Field k, const T& v) {
+    return field(schema::field_name(k), v);
+  }
+  template <typename Range>
+  JsonWriter& array(schema::Field k, const Range& values) {
+    return array(schema::field_name(k), values);
+  }
+  template <typename Map>
+  JsonWriter& object(schema::Field k, const Map& members) {
+    return object(schema::field_name(k), members);
   }
   JsonWriter& key(std::string_view k) {
     comma();

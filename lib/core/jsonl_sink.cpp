@@ -66,12 +66,12 @@ class JsonlSink final : public detail::RunLogSink {
     const RunContext& c = info.context;
     JsonWriter w(buf_);
     begin_line(w, schema::kind_name(schema::Kind::kRunStart), info.start_wall_ns, info.start_mono_ns, 0, 0);
-    w.field("schema", RANKSCOPE_SCHEMA_VERSION).field("version", RANKSCOPE_VERSION_STRING);
-    w.field("world_size", c.world_size).field("local_rank", c.local_rank).field("local_world_size", c.local_world_size);
-    w.field("node_rank", c.node_rank).field("restart", c.restart_count).field("pid", c.pid);
-    w.field("launcher", launcher_name(c.launcher)).field("run_id", c.run_id).field("job_id", c.job_id);
-    w.field("host", c.host).field("clock", info.clock_source).field("ticks_per_second", info.ticks_per_second);
-    if (!info.environment_json.empty()) w.key("environment").json(info.environment_json);
+    w.field(schema::Field::kSchema, RANKSCOPE_SCHEMA_VERSION).field(schema::Field::kVersion, RANKSCOPE_VERSION_STRING);
+    w.field(schema::Field::kWorldSize, c.world_size).field(schema::Field::kLocalRank, c.local_rank).field(schema::Field::kLocalWorldSize, c.local_world_size);
+    w.field(schema::Field::kNodeRank, c.node_rank).field(schema::Field::kRestart, c.restart_count).field(schema::Field::kPid, c.pid);
+    w.field(schema::Field::kLauncher, launcher_name(c.launcher)).field(schema::Field::kRunId, c.run_id).field(schema::Field::kJobId, c.job_id);
+    w.field(schema::Field::kHost, c.host).field(schema::Field::kClock, info.clock_source).field(schema::Field::kTicksPerSecond, info.ticks_per_second);
+    if (!info.environment_json.empty()) w.key(schema::Field::kEnvironment).json(info.environment_json);
     end_line(w);
     write_out();
   }
@@ -96,13 +96,13 @@ class JsonlSink final : public detail::RunLogSink {
     JsonWriter w(buf_);
     for (const MetricSample& m : s.metrics) {
       begin_line(w, schema::kind_name(schema::Kind::kMetric), s.wall_ns, s.mono_ns, s.step, 0);
-      w.field("name", m.name).field("type", metric_type_name(m.type));
-      if (!m.labels.empty()) w.object("labels", m.labels);
+      w.field(schema::Field::kName, m.name).field(schema::Field::kType, metric_type_name(m.type));
+      if (!m.labels.empty()) w.object(schema::Field::kLabels, m.labels);
       if (m.type == MetricSample::Type::kHistogram) {
         const auto& h = m.histogram;
-        w.array("bounds", h.bounds).array("counts", h.counts).field("count", h.count).field("sum", h.sum);
+        w.array(schema::Field::kBounds, h.bounds).array(schema::Field::kCounts, h.counts).field(schema::Field::kCount, h.count).field(schema::Field::kSum, h.sum);
       } else {
-        w.field("value", m.value);
+        w.field(schema::Field::kValue, m.value);
       }
       end_line(w);
     }
@@ -140,7 +140,7 @@ class JsonlSink final : public detail::RunLogSink {
     JsonWriter w(buf_);
     begin_line(w, schema::kind_name(schema::Kind::kRunEnd), detail_wall_now(), mono, -1, 0);
     stats_fields(w, st);
-    if (dropped_lines_ != 0) w.field("run_log_lines_dropped", dropped_lines_);
+    if (dropped_lines_ != 0) w.field(schema::Field::kRunLogLinesDropped, dropped_lines_);
     end_line(w);
     if (stopped_) write_reserved();  // kTailReserve keeps room for it
     else write_out();
@@ -216,10 +216,10 @@ class JsonlSink final : public detail::RunLogSink {
     buf_.push_back('\n');
   }
   void stats_fields(JsonWriter& w, const Stats& st) {
-    w.field("events_recorded", st.events_recorded).field("events_dropped", st.events_dropped);
-    w.field("export_errors", st.export_errors + errors_).field("inactive_calls", st.inactive_calls);
-    w.field("threads", st.threads).field("os_threads", detail::process_threads());
-    w.field("communicators", live_communicators()).field("background_cpu_ns", st.background_cpu_ns);
+    w.field(schema::Field::kEventsRecorded, st.events_recorded).field(schema::Field::kEventsDropped, st.events_dropped);
+    w.field(schema::Field::kExportErrors, st.export_errors + errors_).field(schema::Field::kInactiveCalls, st.inactive_calls);
+    w.field(schema::Field::kThreads, st.threads).field(schema::Field::kOsThreads, detail::process_threads());
+    w.field(schema::Field::kCommunicators, live_communicators()).field(schema::Field::kBackgroundCpuNs, st.background_cpu_ns);
   }
   void format_event(const Event& e) {
     if (e.written_inline) return;  // an error the calling thread already wrote
@@ -283,7 +283,7 @@ class JsonlSink final : public detail::RunLogSink {
     pending_step_ = -1;
     JsonWriter w(buf_);
     begin_line(w, schema::kind_name(schema::Kind::kLogStopped), detail_wall_now(), detail_mono_now(), step, 0);
-    w.field("error", std::strerror(err)).field("errno", err).field("lines_dropped", dropped_lines_);
+    w.field(schema::Field::kError, std::strerror(err)).field(schema::Field::kErrno, err).field(schema::Field::kLinesDropped, dropped_lines_);
     end_line(w);
     write_reserved();
     auto& h = detail::run_log_health();
@@ -304,7 +304,7 @@ class JsonlSink final : public detail::RunLogSink {
     buf_.clear();
     JsonWriter w(buf_);
     begin_line(w, schema::kind_name(schema::Kind::kLogResumed), detail_wall_now(), detail_mono_now(), last_step_, 0);
-    w.field("lines_dropped", dropped_lines_);
+    w.field(schema::Field::kLinesDropped, dropped_lines_);
     end_line(w);
     buf_.append(pending);
     detail::run_log_health().error.store(0, std::memory_order_release);

@@ -177,7 +177,33 @@ Kind kind_from_name(std::string_view name);
   X(kStalls, "stalls")                             \
   X(kSlowSteps, "slow_steps")                      \
   X(kRunLog, "run_log")                            \
-  X(kSinceStep, "since_step")
+  X(kSinceStep, "since_step")                      \
+  X(kBuild, "build")                               \
+  X(kCompiler, "compiler")                         \
+  X(kCompleted, "completed")                       \
+  X(kConfig, "config")                             \
+  X(kConfigHash, "config_hash")                    \
+  X(kCpus, "cpus")                                 \
+  X(kDestroyed, "destroyed")                       \
+  X(kEnv, "env")                                   \
+  X(kGpuDriver, "gpu_driver")                      \
+  X(kGpuInfo, "gpu_info")                          \
+  X(kGpus, "gpus")                                 \
+  X(kId, "id")                                     \
+  X(kIndex, "index")                               \
+  X(kIssued, "issued")                             \
+  X(kLibrary, "library")                           \
+  X(kLibraryVersion, "library_version")            \
+  X(kMasterAddr, "master_addr")                    \
+  X(kMemoryGib, "memory_gib")                      \
+  X(kMonoNs, "mono_ns")                            \
+  X(kRecentEvents, "recent_events")                \
+  X(kRestartCount, "restart_count")                \
+  X(kSize, "size")                                 \
+  X(kSource, "source")                             \
+  X(kUuid, "uuid")                                 \
+  X(kWallNs, "wall_ns")                            \
+  X(kStats, "stats")
 
 enum class Field : std::uint8_t {
 #define RANKSCOPE_DETAIL_X(e, n) e,

@@ -223,13 +223,13 @@ absl::Status write_run_json(const std::string& run_dir, const RunContext& c, con
     for (char ch : k + "=" + v + "\n") h = (h ^ static_cast<unsigned char>(ch)) * 1099511628211ull;
   }
   JsonWriter w;
-  w.indented(2).begin_object().field("schema", RANKSCOPE_SCHEMA_VERSION).field("library", "rankscope");
-  w.field("version", RANKSCOPE_VERSION_STRING).field("run_id", c.run_id).field("world_size", c.world_size);
-  w.field("local_world_size", c.local_world_size).field("start_time_ns", wall);
-  w.field("launcher", launcher_name(c.launcher)).field("restart_count", c.restart_count).field("job_id", c.job_id);
-  w.field("master_addr", c.master_addr).field("host", c.host);
-  w.key("environment").json(environment_json(c)).key("config_hash").hex(h);
-  w.object("config", cfg.run_config).end_object();
+  w.indented(2).begin_object().field(schema::Field::kSchema, RANKSCOPE_SCHEMA_VERSION).field(schema::Field::kLibrary, "rankscope");
+  w.field(schema::Field::kVersion, RANKSCOPE_VERSION_STRING).field(schema::Field::kRunId, c.run_id).field(schema::Field::kWorldSize, c.world_size);
+  w.field(schema::Field::kLocalWorldSize, c.local_world_size).field(schema::Field::kStartTimeNs, wall);
+  w.field(schema::Field::kLauncher, launcher_name(c.launcher)).field(schema::Field::kRestartCount, c.restart_count).field(schema::Field::kJobId, c.job_id);
+  w.field(schema::Field::kMasterAddr, c.master_addr).field(schema::Field::kHost, c.host);
+  w.key(schema::Field::kEnvironment).json(environment_json(c)).key(schema::Field::kConfigHash).hex(h);
+  w.object(schema::Field::kConfig, cfg.run_config).end_object();
   return write_file_atomic(schema::run_json_path(run_dir), w.take());
 }
 

@@ -159,8 +159,8 @@ std::string Watchdog::describe_inside(std::uint64_t now_tick, const TickClock& c
       const std::uint64_t age = now_tick > t0 ? clock.ticks_to_ns(now_tick - t0) : 0;
       if (!chain.empty()) chain += " > ";
       chain += fmt::format("{} ({:.1f} s)", s->name, secs(age));
-      w.begin_object().field("tid", st->tid).field("depth", d).field("name", s->name);
-      w.field("phase_kind", phase_kind_name(s->kind)).field("age_ns", age).end_object();
+      w.begin_object().field(schema::Field::kTid, st->tid).field(schema::Field::kDepth, d).field(schema::Field::kName, s->name);
+      w.field(schema::Field::kPhaseKind, phase_kind_name(s->kind)).field(schema::Field::kAgeNs, age).end_object();
     }
     if (!chain.empty()) text += fmt::format("{}tid {}: {}", text.empty() ? "" : "; ", st->tid, chain);
   }
@@ -178,8 +178,8 @@ std::string Watchdog::describe_inside(std::uint64_t now_tick, const TickClock& c
       const std::uint64_t age = now_tick > e.t_issue ? clock.ticks_to_ns(now_tick - e.t_issue) : 0;
       coll += fmt::format("{}{} seq {} on '{}' ({:.1f} s)", coll.empty() ? "" : ", ", collective_op_name(e.op), e.seq,
                           name, secs(age));
-      w.begin_object().field("op", collective_op_name(e.op)).field("comm", name);
-      w.field("seq", e.seq).field("count", e.count).field("age_ns", age).end_object();
+      w.begin_object().field(schema::Field::kOp, collective_op_name(e.op)).field(schema::Field::kComm, name);
+      w.field(schema::Field::kSeq, e.seq).field(schema::Field::kCount, e.count).field(schema::Field::kAgeNs, age).end_object();
     }
   }
   w.end_array();
@@ -290,22 +290,22 @@ void Watchdog::write_heartbeat(std::uint64_t now_mono, const TickClock& clock,
   std::vector<std::uint64_t> totals;
   for (std::size_t i = 0; i < history_n_; ++i) totals.push_back(history_[i].total_ns);
   JsonWriter w;
-  w.begin_object().field("schema", schema::kHeartbeatVersion).field("kind", "heartbeat").field("rank", ctx_.rank);
-  w.field("world_size", ctx_.world_size).field("local_rank", ctx_.local_rank).field("pid", ctx_.pid);
-  w.field("host", ctx_.host).field("run_id", ctx_.run_id).field("state", state);
-  w.field("interval_ns", cfg_.interval_ns).field("stall_timeout_ns", timeout_in_effect_ns_);
-  w.field("liveness_wall_ns", wall(now_mono)).field("progress_wall_ns", wall(progress_mono_));
-  w.field("progress_age_ns", now_mono > progress_mono_ ? now_mono - progress_mono_ : 0).field("step", step_);
-  w.field("last_step_ns", last_step_ns_).field("usual_step_ns", median_of(totals)).field("stalls", stalls_);
-  w.field("slow_steps", slow_steps_).field("inside", inside);
-  w.key("open_phases").json(inside_json.open_phases).key("in_flight").json(inside_json.in_flight);
+  w.begin_object().field(schema::Field::kSchema, schema::kHeartbeatVersion).field(schema::Field::kKind, "heartbeat").field(schema::Field::kRank, ctx_.rank);
+  w.field(schema::Field::kWorldSize, ctx_.world_size).field(schema::Field::kLocalRank, ctx_.local_rank).field(schema::Field::kPid, ctx_.pid);
+  w.field(schema::Field::kHost, ctx_.host).field(schema::Field::kRunId, ctx_.run_id).field(schema::Field::kState, state);
+  w.field(schema::Field::kIntervalNs, cfg_.interval_ns).field(schema::Field::kStallTimeoutNs, timeout_in_effect_ns_);
+  w.field(schema::Field::kLivenessWallNs, wall(now_mono)).field(schema::Field::kProgressWallNs, wall(progress_mono_));
+  w.field(schema::Field::kProgressAgeNs, now_mono > progress_mono_ ? now_mono - progress_mono_ : 0).field(schema::Field::kStep, step_);
+  w.field(schema::Field::kLastStepNs, last_step_ns_).field(schema::Field::kUsualStepNs, median_of(totals)).field(schema::Field::kStalls, stalls_);
+  w.field(schema::Field::kSlowSteps, slow_steps_).field(schema::Field::kInside, inside);
+  w.key(schema::Field::kOpenPhases).json(inside_json.open_phases).key(schema::Field::kInFlight).json(inside_json.in_flight);
   // A run log that stopped (a full disk) is said here too: this small file is
   // rewritten in place, so it is still written when the log no longer can be.
   const RunLogHealth& log = run_log_health();
   if (const int err = log.error.load(std::memory_order_acquire); err != 0) {
-    w.key("run_log").begin_object().field("error", std::strerror(err)).field("errno", err);
-    w.field("since_step", log.since_step.load(std::memory_order_relaxed));
-    w.field("lines_dropped", log.lines_dropped.load(std::memory_order_relaxed)).end_object();
+    w.key(schema::Field::kRunLog).begin_object().field(schema::Field::kError, std::strerror(err)).field(schema::Field::kErrno, err);
+    w.field(schema::Field::kSinceStep, log.since_step.load(std::memory_order_relaxed));
+    w.field(schema::Field::kLinesDropped, log.lines_dropped.load(std::memory_order_relaxed)).end_object();
   }
   w.end_object();
   const std::string doc = w.take();
