@@ -6,20 +6,11 @@
 # heartbeat intervals of slack, and triage must blame rank 1.
 # Prints the detection latency (progress age when the stall was reported).
 set -euo pipefail
+source "$(dirname "$0")/ranks.sh"
 trainer=$1 cli=$2 work=$3
 rm -rf "$work"; mkdir -p "$work"
 unset RANKSCOPE_STALL_TIMEOUT RANKSCOPE_STALL_FLOOR RANKSCOPE_STALL_WARMUP RANKSCOPE_HEARTBEAT_INTERVAL
-bash "$(dirname "$0")/../examples/cpp/launch.sh" --ranks 2 --steps 100000 --trainer "$trainer" --dir "$work" \
-  -- --block-rank 1 --block-step 40 --block-phase forward --timeout 300 >"$work/launch.log" 2>&1 &
-launcher=$!
-cleanup() {
-  for f in "$work"/*/rank-*.heartbeat.json; do
-    [[ -f $f ]] && kill -9 "$(grep -o '"pid":[0-9]*' "$f" | cut -d: -f2)" 2>/dev/null || true
-  done
-  wait "$launcher" 2>/dev/null || true
-}
-trap cleanup EXIT
-fail() { echo "default stall test: $*"; cat "$work/launch.log"; exit 1; }
+launch_ranks "default stall test" "$work" 2 "$trainer" -- --block-rank 1 --block-step 40 --block-phase forward --timeout 300
 
 run=""
 for _ in $(seq 1 240); do  # 60 s at most: 15 s timeout + start-up

@@ -8,20 +8,11 @@
 #  - SIGUSR1 dumps and the rank keeps running;
 #  - after SIGKILL of rank 1, `status` says rank 1 is not alive.
 set -euo pipefail
+source "$(dirname "$0")/ranks.sh"
 trainer=$1 cli=$2 work=$3
 rm -rf "$work"; mkdir -p "$work"
 export RANKSCOPE_STALL_TIMEOUT=2 RANKSCOPE_HEARTBEAT_INTERVAL=0.25
-bash "$(dirname "$0")/../examples/cpp/launch.sh" --ranks 3 --steps 100000 --trainer "$trainer" --dir "$work" \
-  -- --block-rank 1 --block-step 5 --timeout 300 >"$work/launch.log" 2>&1 &
-launcher=$!
-cleanup() {
-  for f in "$work"/*/rank-*.heartbeat.json; do
-    [[ -f $f ]] && kill -9 "$(grep -o '"pid":[0-9]*' "$f" | cut -d: -f2)" 2>/dev/null || true
-  done
-  wait "$launcher" 2>/dev/null || true
-}
-trap cleanup EXIT
-fail() { echo "hang test: $*"; cat "$work/launch.log"; exit 1; }
+launch_ranks "hang test" "$work" 3 "$trainer" -- --block-rank 1 --block-step 5 --timeout 300
 
 run=""
 for _ in $(seq 1 120); do

@@ -5,6 +5,7 @@
 #  - after rank 1 blocks (forever, inside checkpoint_save), the stall rule's
 #    expression (threshold shortened to 3 s for the test) becomes true.
 set -euo pipefail
+source "$(dirname "$0")/ranks.sh"
 trainer=$1 work=$2 rules=$3
 rm -rf "$work"; mkdir -p "$work"
 fail() { echo "prometheus test: $*"; tail -20 "$work/train.log" "$work/prometheus.log" 2>/dev/null; exit 1; }
@@ -18,9 +19,7 @@ launcher=$!
 prom=""
 cleanup() {
   [[ -n "$prom" ]] && kill "$prom" 2>/dev/null || true
-  for f in "$work"/runs/*/rank-*.heartbeat.json; do
-    [[ -f $f ]] && kill -9 "$(grep -o '"pid":[0-9]*' "$f" | cut -d: -f2)" 2>/dev/null || true
-  done
+  kill_ranks "$work/runs"
   wait 2>/dev/null || true
 }
 trap cleanup EXIT

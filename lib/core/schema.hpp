@@ -11,6 +11,7 @@
 #include <string>
 #include <string_view>
 
+#include "named_enum.hpp"
 #include "rankscope/config.hpp"
 #include "rankscope/flight_recorder.hpp"
 #include "rankscope/heartbeat.hpp"
@@ -45,24 +46,13 @@ inline constexpr int kFlightVersion = kFlightRecorderSchema;      // rank-<R>.fl
   X(kLogResumed, "log_resumed")
 
 enum class Kind : std::uint8_t {
-#define RANKSCOPE_DETAIL_X(e, n) e,
-  RANKSCOPE_DETAIL_EVENT_KINDS(RANKSCOPE_DETAIL_X)
-#undef RANKSCOPE_DETAIL_X
+  RANKSCOPE_DETAIL_EVENT_KINDS(RANKSCOPE_DETAIL_ENUM_MEMBER)
   kUnknown,  // a kind this version does not know (a newer writer): counted, skipped
 };
 
+inline constexpr std::array kKindNames{RANKSCOPE_DETAIL_EVENT_KINDS(RANKSCOPE_DETAIL_ENUM_NAME)};
 /// The kind's name as the run log spells it (a literal, so NUL-terminated).
-constexpr std::string_view kind_name(Kind k) {
-  switch (k) {
-#define RANKSCOPE_DETAIL_X(e, n) \
-  case Kind::e:                  \
-    return n;
-    RANKSCOPE_DETAIL_EVENT_KINDS(RANKSCOPE_DETAIL_X)
-#undef RANKSCOPE_DETAIL_X
-    case Kind::kUnknown: break;
-  }
-  return "unknown";
-}
+constexpr std::string_view kind_name(Kind k) { return rankscope::detail::enum_name(kKindNames, k, "unknown"); }
 
 /// The kind a run-log line names; kUnknown if none.
 Kind kind_from_name(std::string_view name);
@@ -206,23 +196,12 @@ Kind kind_from_name(std::string_view name);
   X(kStats, "stats")
 
 enum class Field : std::uint8_t {
-#define RANKSCOPE_DETAIL_X(e, n) e,
-  RANKSCOPE_DETAIL_FIELDS(RANKSCOPE_DETAIL_X)
-#undef RANKSCOPE_DETAIL_X
+  RANKSCOPE_DETAIL_FIELDS(RANKSCOPE_DETAIL_ENUM_MEMBER)
   kUnknown,  // a key this version does not read
 };
 
-constexpr std::string_view field_name(Field f) {
-  switch (f) {
-#define RANKSCOPE_DETAIL_X(e, n) \
-  case Field::e:                 \
-    return n;
-    RANKSCOPE_DETAIL_FIELDS(RANKSCOPE_DETAIL_X)
-#undef RANKSCOPE_DETAIL_X
-    case Field::kUnknown: break;
-  }
-  return "";
-}
+inline constexpr std::array kFieldNames{RANKSCOPE_DETAIL_FIELDS(RANKSCOPE_DETAIL_ENUM_NAME)};
+constexpr std::string_view field_name(Field f) { return rankscope::detail::enum_name(kFieldNames, f, ""); }
 
 /// The Field a key names; kUnknown if none (one hash lookup).
 Field field_from_name(std::string_view key);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "named_enum.hpp"
 #include "summary.hpp"
 
 namespace rankscope::reader {
@@ -34,28 +35,13 @@ namespace rankscope::reader {
   X(kRunLog, "run_log")                      \
   X(kNumerics, "numerics")
 
-enum class FindingKind : std::uint8_t {
-#define RANKSCOPE_DETAIL_X(e, n) e,
-  RANKSCOPE_DETAIL_FINDING_KINDS(RANKSCOPE_DETAIL_X)
-#undef RANKSCOPE_DETAIL_X
-};
-
-inline constexpr int kFindingKindCount = 0
-#define RANKSCOPE_DETAIL_X(e, n) +1
-    RANKSCOPE_DETAIL_FINDING_KINDS(RANKSCOPE_DETAIL_X)
-#undef RANKSCOPE_DETAIL_X
-    ;
+enum class FindingKind : std::uint8_t { RANKSCOPE_DETAIL_FINDING_KINDS(RANKSCOPE_DETAIL_ENUM_MEMBER) };
+inline constexpr std::array kFindingKindNames{RANKSCOPE_DETAIL_FINDING_KINDS(RANKSCOPE_DETAIL_ENUM_NAME)};
+inline constexpr int kFindingKindCount = static_cast<int>(kFindingKindNames.size());
 
 /// The kind's name in the reports: finding_kind_name(FindingKind::kDeadRank) == "dead_rank".
 constexpr std::string_view finding_kind_name(FindingKind k) {
-  switch (k) {
-#define RANKSCOPE_DETAIL_X(e, n) \
-  case FindingKind::e:           \
-    return n;
-    RANKSCOPE_DETAIL_FINDING_KINDS(RANKSCOPE_DETAIL_X)
-#undef RANKSCOPE_DETAIL_X
-  }
-  return "unknown";
+  return rankscope::detail::enum_name(kFindingKindNames, k, "unknown");
 }
 
 struct Finding {
