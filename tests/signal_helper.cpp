@@ -3,12 +3,14 @@
 // (SIGTERM after 300 ms of heartbeats and run-log writes), `usr1`
 // (SIGUSR1, wait for the dump, keep recording, exit 0), `pipe` (a write to a
 // pipe nobody reads: SIGPIPE) or `pipe_ignored` (the same with SIGPIPE
-// ignored before init: EPIPE, keep recording, exit 0).
+// ignored before init: EPIPE, keep recording, exit 0), or `throw` (an
+// uncaught std::runtime_error).
 #include <unistd.h>
 
 #include <cerrno>
 #include <csignal>
 #include <filesystem>
+#include <stdexcept>
 #include <string>
 #include <thread>
 
@@ -44,6 +46,9 @@ int main(int argc, char** argv) {
     { RANKSCOPE_PHASE("after_usr1"); }
     rankscope::shutdown();
     return std::filesystem::exists(dump) ? 0 : 4;
+  }
+  if (mode == "throw") {  // an uncaught C++ exception: std::terminate, then SIGABRT
+    throw std::runtime_error("checkpoint shard 3 is corrupt");
   }
   if (mode == "error_abort") {
     RANKSCOPE_LOG_ERROR("about to crash: {}", 42);

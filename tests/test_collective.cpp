@@ -365,6 +365,18 @@ TEST_CASE("a fatal signal flushes the run log and dumps before the default actio
                        Catch::Contains(R"("name":"all_reduce")"));
 }
 
+TEST_CASE("an uncaught C++ exception is an exit line naming it / then aborts as before", "[flight][signals]") {
+  TempDir tmp;
+  const int status = run_helper(tmp.path, "throw");
+  REQUIRE(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGABRT);  // std::terminate's default still happens
+  const std::string log = slurp(tmp.path + "/rank-5.jsonl");
+  CHECK_THAT(log, Catch::Contains(R"("kind":"exit")") && Catch::Contains(R"("cause":"terminate")") &&
+                      Catch::Contains(R"("exception":"std::runtime_error")") &&
+                      Catch::Contains(R"("msg":"std::runtime_error: checkpoint shard 3 is corrupt")"));
+  CHECK_THAT(slurp(tmp.path + "/rank-5.flight.json"), Catch::Contains(R"("reason":"signal SIGABRT")"));
+}
+
 TEST_CASE("SIGTERM flushes and dumps / then terminates as before", "[flight][signals]") {
   TempDir tmp;
   const int status = run_helper(tmp.path, "term");

@@ -423,6 +423,47 @@ TEST_CASE("rule dead_rank names a rank behind the others whose log ends in a tor
   CHECK(run_rule(rules::hang_rule, sum).empty());
 }
 
+TEST_CASE("rule dead_rank says a rank stopped by SIGTERM was stopped - not crashed", "[triage]") {
+  auto sum = run_of(3);
+  reader::RankSummary& dead = sum.ranks[2];
+  dead.ended_cleanly = false;
+  dead.torn_tail = true;
+  dead.dump_reason = "signal SIGTERM";
+  reader::CommunicatorCheck c;
+  c.comm = "world";
+  c.max_seq = 5;
+  c.ranks = {0, 1, 2};
+  c.behind = {{2, 3}};
+  sum.communicators.push_back(c);
+  const auto out = run_rule(rules::dead_rank_rule, sum);
+  REQUIRE(out.size() == 1);
+  CHECK_THAT(out[0].summary, Catch::StartsWith("rank stopped by SIGTERM: rank 2 did not reach seq 5"));
+  CHECK(std::any_of(out[0].evidence.begin(), out[0].evidence.end(),
+                    [](const std::string& e) { return e.find("not a crash or an OOM kill") != std::string::npos; }));
+}
+
+TEST_CASE("rule exception names the rank that raised and counts peer-lost errors as a consequence", "[triage]") {
+  auto sum = run_of(3);
+  sum.ranks[1].exit = reader::ExitRecord{"exception", "RuntimeError", "RuntimeError: bad batch 5", 5, 1000, {}};
+  sum.ranks[0].exit = reader::ExitRecord{
+      "exception", "RuntimeError", "RuntimeError: [pair.cc:561] Connection closed by peer [127.0.0.1]:1", 5, 2000, {}};
+  const auto out = run_rule(rules::exception_rule, sum);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].kind == FindingKind::kException);
+  CHECK(out[0].ranks == std::vector<int>{1});
+  CHECK(out[0].step == 5);
+  CHECK(out[0].summary ==
+        "rank 1 died of an uncaught exception at step 5: RuntimeError: bad batch 5 (rank 0 failed after it: a "
+        "consequence)");
+  const auto lost = run_rule(rules::peer_lost_rule, sum);
+  REQUIRE(lost.size() == 1);
+  CHECK(lost[0].kind == FindingKind::kPeerLost);
+  CHECK(lost[0].ranks.empty());  // a consequence names no culprit
+  CHECK_THAT(lost[0].summary, Catch::StartsWith("rank 0 failed because a peer was gone (not the cause)"));
+  sum.ranks[0].exit.reset();
+  CHECK(run_rule(rules::peer_lost_rule, sum).empty());
+}
+
 TEST_CASE("rule stall names a rank that held the others up and recovered", "[triage]") {
   auto sum = run_of(3);
   stalled(sum.ranks[0], "", true);

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "rankscope/flight_recorder.hpp"
+#include "exit_cause.hpp"
 #include "rankscope/heartbeat.hpp"
 #include "rankscope/runtime.hpp"
 #include "rankscope/step.hpp"
@@ -53,6 +54,17 @@ void bind_runtime(py::module_& m) {
   m.def("set_enabled", &rankscope::set_enabled, "on"_a, "Runtime switch: disabled, every call is one load and branch.");
   m.def("enabled", &rankscope::enabled);
   m.def("initialized", &rankscope::initialized);
+  m.def(
+      "_record_exit",
+      [](const std::string& cause, const std::string& exception, const std::string& message,
+         const std::string& traceback) {
+        using rankscope::detail::ExitCause;
+        const ExitCause c = cause == "thread_exception" ? ExitCause::kThreadException : ExitCause::kException;
+        py::gil_scoped_release release;
+        rankscope::detail::record_exit(c, exception, message, traceback);
+      },
+      "cause"_a, "exception"_a, "message"_a, "traceback"_a,
+      "Internal: the `exit` line for an uncaught exception (rankscope's sys/threading excepthooks).");
   m.def("run_dir", &rankscope::run_dir, "The run directory in use ('' before init).");
   m.def(
       "context",

@@ -28,6 +28,7 @@ void Runtime::decode(ThreadState* st, const Record& r, const Record* next, std::
     case RecordKind::kLog:              // variable length: decode_log()
     case RecordKind::kFact:
     case RecordKind::kViolation:
+    case RecordKind::kExit:
       return;
     default:
       break;
@@ -131,7 +132,9 @@ std::uint64_t Runtime::decode_log(ThreadState* st, std::uint64_t at, std::vector
   }
   Event& e = batch.emplace_back();
   e.kind = h.kind == RecordKind::kFact ? EventKind::kFact
-           : h.kind == RecordKind::kViolation ? EventKind::kViolation : EventKind::kLog;
+           : h.kind == RecordKind::kViolation ? EventKind::kViolation
+           : h.kind == RecordKind::kExit      ? EventKind::kExit
+                                              : EventKind::kLog;
   e.tid = st->tid;
   e.step = h.step;
   const auto t = clock_.convert(h.t0);
@@ -209,7 +212,8 @@ std::size_t Runtime::drain_all(std::vector<Event>& batch) {
     std::size_t seg = batch.size();  // this thread's events start here
     while (tail != head) {
       const Record& r = st->slots[tail & st->mask];
-      if (r.kind == RecordKind::kLog || r.kind == RecordKind::kFact || r.kind == RecordKind::kViolation) {
+      if (r.kind == RecordKind::kLog || r.kind == RecordKind::kFact || r.kind == RecordKind::kViolation ||
+          r.kind == RecordKind::kExit) {
         tail += decode_log(st, tail, batch);
       } else {
         const Record* next = (tail + 1 != head) ? &st->slots[(tail + 1) & st->mask] : nullptr;

@@ -250,6 +250,15 @@ void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
       attributes_json_to(e.attributes, out);
       out.push_back('}');
       break;
+    case EventKind::kExit:
+      begin(out, kind_name(Kind::kExit), e.wall_ns, e.mono_ns, e.step, e.tid);
+      out.append(next_key<Field::kMsg>());
+      json_escape_to(out, e.text);
+      if (!e.attributes.empty()) {
+        out.push_back(',');
+        attributes_json_to(e.attributes, out);
+      }
+      break;
     case EventKind::kViolation:
       begin(out, kind_name(Kind::kViolation), e.wall_ns, e.mono_ns, e.step, e.tid);
       out.append(next_key<Field::kLevel>());

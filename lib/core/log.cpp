@@ -175,7 +175,9 @@ void write_inline(const Event& e) {
   const int fd = g_runlog_fd.load();
   if (fd >= 0) write_all(fd, line.data(), line.size());
   g_inline_writers.fetch_sub(1);
-  if (e.kind == EventKind::kFact) return;  // facts are data, not console news
+  // Facts are data, not console news; an exit's traceback is on stderr already
+  // (Python's hook, std::terminate's message).
+  if (e.kind == EventKind::kFact || e.kind == EventKind::kExit) return;
   fmt::memory_buffer con;
   format_console_line(e, rankscope::context().rank, console_colour(), con);
   write_all(2, con.data(), con.size());
@@ -186,6 +188,7 @@ EventKind event_kind_of(RecordKind k) {
   switch (k) {
     case RecordKind::kFact: return EventKind::kFact;
     case RecordKind::kViolation: return EventKind::kViolation;
+    case RecordKind::kExit: return EventKind::kExit;
     default: return EventKind::kLog;
   }
 }

@@ -33,6 +33,7 @@
 #include "clock.hpp"
 #include "console.hpp"
 #include "environment.hpp"
+#include "exit_cause.hpp"
 #include "rankscope/log.hpp"
 #include "flight.hpp"
 #include "rankscope/flight_recorder.hpp"
@@ -123,7 +124,10 @@ absl::Status Runtime::init(const Config& cfg) {
   recent_.clear();
   dump_fmt_.set_rank(context_.rank);
   detail::install_flight_ring(set->flight_entries);
-  if (set->signals) detail::install_signal_handlers();
+  if (set->signals) {
+    detail::install_signal_handlers();
+    detail::install_terminate_handler();  // an uncaught C++ exception is an `exit` line, then the usual abort
+  }
   sinks_ = std::move(sinks);
   run_log_ = std::move(run_log);
   detail::g_runlog_fd.store(cfg.write_run_log && run_log_ != nullptr ? run_log_->fd() : -1, std::memory_order_release);

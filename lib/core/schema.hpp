@@ -43,7 +43,8 @@ inline constexpr int kFlightVersion = kFlightRecorderSchema;      // rank-<R>.fl
   X(kFact, "fact")                                                                                         \
   X(kViolation, "violation")                                                                               \
   X(kLogStopped, "log_stopped")                                                                            \
-  X(kLogResumed, "log_resumed")
+  X(kLogResumed, "log_resumed")                                                                            \
+  X(kExit, "exit")
 
 enum class Kind : std::uint8_t {
   RANKSCOPE_DETAIL_EVENT_KINDS(RANKSCOPE_DETAIL_ENUM_MEMBER)
@@ -193,7 +194,11 @@ Kind kind_from_name(std::string_view name);
   X(kSource, "source")                             \
   X(kUuid, "uuid")                                 \
   X(kWallNs, "wall_ns")                            \
-  X(kStats, "stats")
+  X(kStats, "stats")                               \
+  X(kCause, "cause")                               \
+  X(kException, "exception")                       \
+  X(kTraceback, "traceback")                       \
+  X(kExitCause, "exit_cause")
 
 enum class Field : std::uint8_t {
   RANKSCOPE_DETAIL_FIELDS(RANKSCOPE_DETAIL_ENUM_MEMBER)

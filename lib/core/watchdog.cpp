@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "exit_cause.hpp"
 #include "flight.hpp"
 #include "json_util.hpp"
 #include "runtime_impl.hpp"
@@ -265,7 +266,8 @@ bool Watchdog::tick(std::uint64_t now_mono, const TickClock& clock, const std::v
 
 void Watchdog::finish(const TickClock& clock, const std::vector<ThreadState*>& threads) {
   quiet_until_mono_ = 0;  // a clean shutdown after a survived signal still says "exited"
-  write_heartbeat(monotonic_ns(), clock, threads, "exited");
+  // An uncaught exception still shuts down (atexit): the heartbeat says it failed.
+  write_heartbeat(monotonic_ns(), clock, threads, exit_cause() != ExitCause::kNone ? "failed" : "exited");
   before_exit();
 }
 
@@ -298,6 +300,7 @@ void Watchdog::write_heartbeat(std::uint64_t now_mono, const TickClock& clock,
   w.field(schema::Field::kProgressAgeNs, now_mono > progress_mono_ ? now_mono - progress_mono_ : 0).field(schema::Field::kStep, step_);
   w.field(schema::Field::kLastStepNs, last_step_ns_).field(schema::Field::kUsualStepNs, median_of(totals)).field(schema::Field::kStalls, stalls_);
   w.field(schema::Field::kSlowSteps, slow_steps_).field(schema::Field::kInside, inside);
+  if (const ExitCause c = exit_cause(); c != ExitCause::kNone) w.field(schema::Field::kExitCause, exit_cause_name(c));
   w.key(schema::Field::kOpenPhases).json(inside_json.open_phases).key(schema::Field::kInFlight).json(inside_json.in_flight);
   // A run log that stopped (a full disk) is said here too: this small file is
   // rewritten in place, so it is still written when the log no longer can be.

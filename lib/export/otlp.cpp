@@ -230,7 +230,8 @@ class OtlpSink final : public Sink {
         break;
       }
       case EventKind::kLog:
-      case EventKind::kViolation: {
+      case EventKind::kViolation:
+      case EventKind::kExit: {
         if (o_.logs_url.empty()) return;
         static constexpr int kSeverity[] = {5, 9, 13, 17, 21};
         static constexpr const char* kText[] = {"DEBUG", "INFO", "WARN", "ERROR", "FATAL"};
@@ -250,8 +251,8 @@ class OtlpSink final : public Sink {
           }
           if (e.logger != nullptr) l.attrs.push_back(Attr::str("rankscope.logger", e.logger));
         } else {
-          l.attrs = {Attr::str("event.name", "rankscope.violation")};
-          append_attrs(e.attributes, "rankscope.", l.attrs);  // check, what, ranks, values
+          l.attrs = {Attr::str("event.name", e.kind == EventKind::kExit ? "rankscope.exit" : "rankscope.violation")};
+          append_attrs(e.attributes, "rankscope.", l.attrs);  // check, what, ranks, values; cause, exception
         }
         l.attrs.push_back(Attr::integer("rankscope.step", e.step));
         logs_.push_back(std::move(l));

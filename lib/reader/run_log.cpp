@@ -142,6 +142,8 @@ void decode_text_field(Field f, simdjson::dom::element v, LogEvent& e) {
     case Field::kGrownPhase: str(e.grown_phase); break;
     case Field::kCheck: str(e.check); break;
     case Field::kWhat: str(e.what); break;
+    case Field::kCause: str(e.cause); break;
+    case Field::kException: str(e.exception); break;
     case Field::kTiming: e.device_timing = v.get_string().get(sv) == SUCCESS && sv == "device"; break;
     case Field::kError:
       if (e.k == schema::Kind::kLogStopped) str(e.msg);

@@ -43,6 +43,7 @@ struct LogEvent {
   // fact lines: "fields" as key -> canonical text; violation lines
   std::vector<std::pair<std::string, std::string>> fields;
   std::string check, what, values_json;
+  std::string cause, exception;  // exit
   std::vector<int> ranks;
   int schema = 0;                             // run_start
   std::int64_t pid = 0;                       // run_start
@@ -55,7 +56,7 @@ struct LogEvent {
   // Resets every field, keeping string capacity (one LogEvent is reused per line).
   void clear() {
     for (std::string* s : {&kind, &name, &phase_kind, &op, &comm, &dtype, &fingerprint, &result, &inside, &grown_phase,
-                           &level, &msg, &check, &what, &values_json, &cpu_affinity}) {
+                           &level, &msg, &check, &what, &values_json, &cpu_affinity, &cause, &exception}) {
       s->clear();
     }
     k = schema::Kind::kUnknown;

@@ -63,6 +63,16 @@ struct StallRecord {
   EvidenceLine line;
 };
 
+/// A process that ended abnormally said how: an `exit` line.
+struct ExitRecord {
+  std::string cause;      // exception, terminate (thread_exception: a thread's, the process went on)
+  std::string exception;  // its type ("RuntimeError", "std::runtime_error")
+  std::string message;    // "RuntimeError: boom"
+  std::int64_t step = -1;
+  std::uint64_t t = 0;
+  EvidenceLine line;
+};
+
 /// The run log stopped being written (a full disk): log_stopped, or the heartbeat.
 struct LogStopRecord {
   std::string error;            // strerror's text: "No space left on device"
@@ -113,6 +123,7 @@ struct RankSummary {
   std::uint64_t stalls = 0, slow_steps = 0, errors = 0;
   std::optional<StallRecord> first_stall, last_stall;
   std::optional<LogStopRecord> log_stopped;  // the first time its run log stopped
+  std::optional<ExitRecord> exit;            // how its process ended, if not cleanly (its last session's)
   std::optional<BadLossRecord> first_bad_loss;  // its first NaN or infinite loss
   std::string last_slow_phase, first_error;
   std::uint64_t first_error_t = 0;

@@ -102,6 +102,7 @@ class RankDigester {
   void on_stall(const LogEvent& e);
   void on_stall_end(const LogEvent& e);
   void on_log_gap(const LogEvent& e);
+  void on_exit(const LogEvent& e);
   void on_fact(const LogEvent& e);
 
   std::string comm_key(const std::string& comm) const {
@@ -136,6 +137,7 @@ void RankDigester::dispatch(const LogEvent& e) {
     case schema::Kind::kStallEnd: on_stall_end(e); break;
     case schema::Kind::kLogStopped:
     case schema::Kind::kLogResumed: on_log_gap(e); break;
+    case schema::Kind::kExit: on_exit(e); break;
     case schema::Kind::kSlowStep:
       ++r.slow_steps;
       r.last_slow_phase = e.grown_phase;
@@ -160,6 +162,7 @@ void RankDigester::dispatch(const LogEvent& e) {
 void RankDigester::on_run_start(const LogEvent& e) {
   RankSummary& r = d_.sum;
   ++r.sessions;
+  r.exit.reset();  // how a process ended is its last session's
   r.pid = e.pid;
   r.host = e.name;
   r.cpu_affinity = e.cpu_affinity;
@@ -240,6 +243,14 @@ void RankDigester::on_log_gap(const LogEvent& e) {
     r.log_stopped->resumed = true;
     r.log_stopped->lines_dropped = e.count;
   }
+}
+
+void RankDigester::on_exit(const LogEvent& e) {
+  if (e.cause == "thread_exception") {  // the process went on: an error, not its end
+    ++d_.sum.errors;
+    return;
+  }
+  d_.sum.exit = ExitRecord{e.cause, e.exception, e.msg, e.step, e.t, evidence(d_.sum.rank, e)};
 }
 
 void RankDigester::on_fact(const LogEvent& e) {

@@ -24,13 +24,18 @@ std::vector<RankRow> rank_rows(const RunSummary& sum, const StatusReport* live) 
   const double typical = rules::median_of(steps);
   std::vector<RankRow> rows;
   for (const auto& r : sum.ranks) {
-    RankRow row{r.rank, r.host, r.ended_cleanly ? "finished" : "no run_end", r.last_step, r.last_phase, r.last_comm,
+    const std::string ended = r.exit ? (r.exit->cause == "terminate" ? "terminate" : "exception")
+                              : r.ended_cleanly ? "finished"
+                                                : "no run_end";
+    RankRow row{r.rank, r.host, ended, r.last_step, r.last_phase, r.last_comm,
                 r.last_seq, r.median_step_ms, typical > 0 ? r.median_step_ms / typical : 0, r.clock_offset_ms};
     if (r.last_stall && !r.last_stall->ended && !r.ended_cleanly) {
       row.state = "stalled";
       row.phase = r.last_stall->phase.empty() ? r.last_stall->inside : r.last_stall->phase;
     }
-    if (live != nullptr && !r.ended_cleanly) {
+    // An exit line is the rank's own word on how it ended: a heartbeat a
+    // moment old cannot overrule it.
+    if (live != nullptr && !r.ended_cleanly && !r.exit) {
       for (const auto& h : live->ranks) {
         if (h.rank != r.rank || !h.present) continue;
         if (!h.alive && h.state != "exited") row.state = "dead";

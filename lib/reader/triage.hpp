@@ -33,7 +33,9 @@ namespace rankscope::reader {
   X(kResourceGrowth, "resource_growth")      \
   X(kRestart, "restart")                     \
   X(kRunLog, "run_log")                      \
-  X(kNumerics, "numerics")
+  X(kNumerics, "numerics")                   \
+  X(kException, "exception")                 \
+  X(kPeerLost, "peer_lost")
 
 enum class FindingKind : std::uint8_t { RANKSCOPE_DETAIL_FINDING_KINDS(RANKSCOPE_DETAIL_ENUM_MEMBER) };
 inline constexpr std::array kFindingKindNames{RANKSCOPE_DETAIL_FINDING_KINDS(RANKSCOPE_DETAIL_ENUM_NAME)};

@@ -92,12 +92,16 @@ void slow_steps_rule(const TriageInput& in, std::vector<Finding>& out);
 void errors_rule(const TriageInput& in, std::vector<Finding>& out);
 void run_log_rule(const TriageInput& in, std::vector<Finding>& out);
 void restart_rule(const TriageInput& in, std::vector<Finding>& out);
+void exception_rule(const TriageInput& in, std::vector<Finding>& out);  // triage_exit.cpp
+void peer_lost_rule(const TriageInput& in, std::vector<Finding>& out);
 
 // The order the report has always listed them in.
 inline constexpr std::array<Rule, kFindingKindCount> kTriageRules{{
     {FindingKind::kCollectiveMismatch, "collective_mismatch", collective_mismatch_rule, Listing::kRunWide},
     {FindingKind::kHang, "hang", hang_rule, Listing::kRunWide},
     {FindingKind::kDeadRank, "dead_rank", dead_rank_rule, Listing::kRunWide},
+    {FindingKind::kException, "exception", exception_rule, Listing::kRunWide},
+    {FindingKind::kPeerLost, "peer_lost", peer_lost_rule, Listing::kRunWide},
     {FindingKind::kStall, "stall", stall_rule, Listing::kRunWide},
     {FindingKind::kMissingRank, "missing_rank", missing_rank_rule, Listing::kRunWide},
     {FindingKind::kDesync, "desync", desync_rule, Listing::kRunWide},

@@ -258,8 +258,19 @@ void hang_rule(const TriageInput& in, std::vector<Finding>& out) {
 void dead_rank_rule(const TriageInput& in, std::vector<Finding>& out) {
   const StallFacts& s = in.facts.stall;
   if (s.verdict != FindingKind::kDeadRank) return;
-  Finding f = culprit_finding(s, FindingKind::kDeadRank, "rank died: ", "did not reach",
-                              s.waiting_ranks.size() > 1 ? "wait" : "waits");
+  // A SIGTERM is in the flight dump the rank wrote on its way out: someone
+  // stopped it, which is not a crash.
+  const RankSummary& c = *s.culprits.front();
+  const bool terminated = c.dump_reason == "signal SIGTERM" || c.dump_reason == "signal SIGINT";
+  Finding f = culprit_finding(s, FindingKind::kDeadRank,
+                              terminated ? fmt::format("rank stopped by {}: ", c.dump_reason.substr(7)) : "rank died: ",
+                              "did not reach", s.waiting_ranks.size() > 1 ? "wait" : "waits");
+  if (terminated) {
+    f.evidence.push_back(fmt::format(
+        "rank {}'s flight dump says {}: sent by the launcher (torchrun stops every rank when one fails), the "
+        "scheduler (Slurm at the time limit, scancel, preemption) or a person — not a crash or an OOM kill",
+        c.rank, c.dump_reason));
+  }
   add_context(in, f);
   out.push_back(std::move(f));
 }

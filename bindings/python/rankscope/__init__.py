@@ -89,6 +89,43 @@ def init(rank=None, world_size=None, local_rank=None, run_dir=None, run_id=None,
                              f"{e}); using the environment's (set RANKSCOPE_RUN_ID to choose one)\n")
     _rankscope.init(rank=rank, world_size=world_size, local_rank=local_rank, run_dir=run_dir, run_id=run_id,
                     enabled=enabled, run_config=run_config)
+    _install_exit_hooks()
+
+
+def _install_exit_hooks():
+    """An uncaught exception is an `exit` line in the run log (type, message, traceback) before
+    Python prints it and dies, and the final heartbeat says "failed": triage then names the rank
+    and the exception instead of calling it finished. Chains to the hooks already installed."""
+    import sys
+    import threading
+    import traceback
+
+    if getattr(sys.excepthook, "_rankscope", False):
+        return
+
+    def record(cause, tp, value, tb):
+        try:
+            text = "".join(traceback.format_exception(tp, value, tb))
+            _rankscope._record_exit(cause, getattr(tp, "__qualname__", str(tp)), str(value), text)
+        except Exception:  # never let the hook itself fail
+            pass
+
+    previous = sys.excepthook
+
+    def excepthook(tp, value, tb):
+        record("exception", tp, value, tb)
+        previous(tp, value, tb)
+
+    excepthook._rankscope = True
+    sys.excepthook = excepthook
+    previous_thread = threading.excepthook
+
+    def thread_excepthook(args):
+        if args.exc_type is not SystemExit:
+            record("thread_exception", args.exc_type, args.exc_value, args.exc_traceback)
+        previous_thread(args)
+
+    threading.excepthook = thread_excepthook
 
 
 def _decorate(handle, fn):

@@ -29,6 +29,7 @@ enum class RecordKind : std::uint8_t {
                    // v[2] field bytes; the bytes follow in ceil(n / 64) raw records
   kFact = 10,      // an invariant fact: encoded like kLog (text = fact name)
   kViolation = 11, // an invariant violation: encoded like kLog (text = message)
+  kExit = 12,      // how the process is ending: encoded like kLog (text = message)
 };
 
 union RecordValue {

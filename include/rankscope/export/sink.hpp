@@ -38,6 +38,8 @@ enum class EventKind : std::uint8_t {
   kLog,        // a log record
   kFact,       // invariant fact (text = name, fields = the values), invariants.hpp
   kViolation,  // invariant violation (text = message, fields = check, ranks, values)
+  kExit,       // the process is ending abnormally (text = message; attributes: cause
+               // = exception / terminate, exception = its type, traceback)
 };
 
 /// One decoded record. Times are nanoseconds; wall = since the Unix epoch.
