@@ -566,6 +566,27 @@ TEST_CASE("rule slow_steps names ranks with slow steps only while no cause is na
   CHECK(stall[0].evidence.back() == "slow_step events: rank 1 (3, forward grew)");
 }
 
+TEST_CASE("rule slow_steps leaves out the run's slow steps - checkpoints and steps slow on most ranks", "[triage]") {
+  auto sum = run_of(2);
+  for (auto& r : sum.ranks) {
+    r.steps = 100;
+    for (std::int64_t s : {16, 32, 48}) r.slow_step_list.push_back({s, "loader_wait"});  // epoch starts, both ranks
+    r.slow_step_list.push_back({50, "checkpoint"});
+    r.slow_steps = r.slow_step_list.size();
+  }
+  CHECK(run_rule(rules::slow_steps_rule, sum).empty());
+  for (std::int64_t s : {7, 61}) sum.ranks[1].slow_step_list.push_back({s, "forward"});  // two hiccups: not yet
+  sum.ranks[1].slow_steps = sum.ranks[1].slow_step_list.size();
+  CHECK(run_rule(rules::slow_steps_rule, sum).empty());
+  sum.ranks[1].slow_step_list.push_back({70, "forward"});  // three of its own: a finding
+  sum.ranks[1].slow_steps = sum.ranks[1].slow_step_list.size();
+  const auto out = run_rule(rules::slow_steps_rule, sum);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].ranks == std::vector<int>{1});
+  CHECK(out[0].summary == "rank 1 had 3 slow step(s) of its own; the phase that grew: forward");
+  CHECK_THAT(out[0].evidence.at(0), Catch::StartsWith("4 more slow step(s) were the run's"));
+}
+
 TEST_CASE("rule errors names each rank that logged an error", "[triage]") {
   auto sum = run_of(2);
   sum.ranks[0].errors = 2;

@@ -38,7 +38,9 @@ def train(args):
     y = x[:, :10].argmax(1)
     data = TensorDataset(x, y)
     sampler = DistributedSampler(data, num_replicas=world, rank=rank, shuffle=True, seed=args.seed)
-    loader = DataLoader(data, batch_size=args.batch, sampler=sampler)
+    # Workers start up again at every epoch (not persistent): the epoch's first
+    # step is slow on every rank alike, which triage counts as the run's, not a rank's.
+    loader = DataLoader(data, batch_size=args.batch, sampler=sampler, num_workers=args.workers)
     model = DDP(torch.nn.Sequential(torch.nn.Linear(128, args.hidden), torch.nn.ReLU(),
                                     torch.nn.Linear(args.hidden, args.hidden), torch.nn.ReLU(),
                                     torch.nn.Linear(args.hidden, 10)))
@@ -150,6 +152,7 @@ class ABRecorder:
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--workers", type=int, default=0, help="DataLoader worker processes per rank")
     p.add_argument("--samples", type=int, default=2048)
     p.add_argument("--batch", type=int, default=64, help="per rank")
     p.add_argument("--hidden", type=int, default=256, help="hidden width of the MLP (larger = longer steps)")

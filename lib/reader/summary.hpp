@@ -63,6 +63,9 @@ struct StallRecord {
   EvidenceLine line;
 };
 
+/// Slow steps kept per rank for triage to tell a rank's own from the run's.
+inline constexpr std::size_t kSlowStepsKept = 1024;
+
 /// A process that ended abnormally said how: an `exit` line.
 struct ExitRecord {
   std::string cause;      // exception, terminate (thread_exception: a thread's, the process went on)
@@ -126,6 +129,11 @@ struct RankSummary {
   std::optional<ExitRecord> exit;            // how its process ended, if not cleanly (its last session's)
   std::optional<BadLossRecord> first_bad_loss;  // its first NaN or infinite loss
   std::string last_slow_phase, first_error;
+  struct SlowStep {
+    std::int64_t step;
+    std::string grown_phase;
+  };
+  std::vector<SlowStep> slow_step_list;  // the first kSlowStepsKept slow steps
   std::uint64_t first_error_t = 0;
   EvidenceLine first_error_line, last_line;
   std::vector<RestoreSample> restores;

@@ -141,6 +141,7 @@ void RankDigester::dispatch(const LogEvent& e) {
     case schema::Kind::kSlowStep:
       ++r.slow_steps;
       r.last_slow_phase = e.grown_phase;
+      if (r.slow_step_list.size() < kSlowStepsKept) r.slow_step_list.push_back({e.step, e.grown_phase});
       break;
     case schema::Kind::kLog:
       if ((e.level == "error" || e.level == "fatal") && r.errors++ == 0) {

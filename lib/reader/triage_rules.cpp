@@ -12,6 +12,8 @@
 
 #include <fmt/format.h>
 
+#include "absl/container/flat_hash_map.h"
+
 #include "absl/strings/str_join.h"
 #include "invariant_rules.hpp"
 #include "rankscope/exchange.hpp"
@@ -295,14 +297,40 @@ void numerics_rule(const TriageInput& in, std::vector<Finding>& out) {
 }
 
 // Slow-step events are findings only while nothing names their cause.
+// A slow step is the run's, not a rank's, when the checkpoint is what grew (a
+// save takes what it takes) or when most ranks were slow at that same step
+// (an epoch start with DataLoader workers starting up, an evaluation pass).
+// What is left is a rank's own: the finding.
 void slow_steps_rule(const TriageInput& in, std::vector<Finding>& out) {
   if (in.facts.cause_named()) return;
+  absl::flat_hash_map<std::int64_t, int> ranks_slow_at;
+  for (const auto& rk : in.sum.ranks) {
+    for (const auto& s : rk.slow_step_list) ++ranks_slow_at[s.step];
+  }
+  const int n = static_cast<int>(in.sum.ranks.size());
+  const int shared = std::max(2, (n + 1) / 2);
   for (const auto& rk : in.sum.ranks) {
     if (rk.slow_steps == 0) continue;
+    std::uint64_t own = rk.slow_steps > rk.slow_step_list.size() ? rk.slow_steps - rk.slow_step_list.size() : 0;
+    std::string grew = rk.last_slow_phase;
+    for (const auto& s : rk.slow_step_list) {
+      if (s.grown_phase == "checkpoint" || (n >= 2 && ranks_slow_at[s.step] >= shared)) continue;
+      ++own;
+      grew = s.grown_phase;
+    }
+    // A few hiccups (a rank descheduled for 20 ms on a busy host) are not a
+    // finding: at least 3 of its own and 1 % of its steps. A rank slow all the
+    // time is the straggler rule's.
+    if (own < std::max<std::uint64_t>(3, rk.steps / 100)) continue;
     out.push_back({FindingKind::kSlowSteps, {rk.rank},
-                   fmt::format("rank {} had {} slow step(s); the phase that grew: {}", rk.rank, rk.slow_steps,
-                               rk.last_slow_phase),
+                   fmt::format("rank {} had {} slow step(s) of its own; the phase that grew: {}", rk.rank, own, grew),
                    {}, 0, -1, {}});
+    if (own < rk.slow_steps) {
+      out.back().evidence.push_back(fmt::format(
+          "{} more slow step(s) were the run's (a checkpoint save, or most ranks slow at that step: an epoch start, "
+          "an evaluation pass), not counted",
+          rk.slow_steps - own));
+    }
   }
 }
 

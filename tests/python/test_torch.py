@@ -352,3 +352,13 @@ def test_an_async_handle_dropped_without_wait_ends_its_span_ok(tmp_path):
     colls = _events(str(tmp_path / "run"), "collective")
     assert sorted((e["seq"], e["op"], e["result"]) for e in colls) == [
         (1, "all_reduce", "ok"), (2, "all_reduce", "ok"), (3, "barrier", "ok")]
+
+
+def test_a_clean_run_with_dataloader_workers_and_checkpoints_has_no_findings(tmp_path, torchrun):
+    """Workers restarting at each epoch make every rank's first step of the epoch slow alike:
+    the run's, not a rank's. The example records a checkpoint per epoch too. Zero findings."""
+    p = torchrun(os.path.join(ROOT, "examples", "python", "train_ddp.py"), 2, "--epochs", "3", "--workers", "2")
+    assert p.returncode == 0, p.stderr[-3000:]
+    run_dir = str(tmp_path / p.stdout.strip().splitlines()[-1])
+    t = subprocess.run([RANKSCOPE, "triage", run_dir], capture_output=True, text=True, timeout=60)
+    assert t.returncode == 0 and "healthy, no findings" in t.stdout, t.stdout[-3000:]
