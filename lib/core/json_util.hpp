@@ -53,12 +53,6 @@ inline void json_escape_to(fmt::memory_buffer& out, std::string_view s) {
   out.resize(static_cast<std::size_t>(json_escape_at(out.data() + used, s) - out.data()));
 }
 
-// `s` as a quoted, escaped JSON string.
-inline std::string json_quoted(std::string_view s) {
-  fmt::memory_buffer b;
-  json_escape_to(b, s);
-  return std::string(b.data(), b.size());
-}
 
 // Shortest round-trip form, with two cheaper exact cases first:
 //  - a whole number below 10^15 (byte counts, sample counts in gauges) as its

@@ -39,44 +39,71 @@ class TraceWriter {
 
  private:
   double us(std::uint64_t t) const { return static_cast<double>(t - std::min(t, t0_)) / 1000.0; }
-  void emit(const std::string& json) {
+  // One trace event: an object the caller fills, after ",\n".
+  template <typename Fill>
+  void emit(Fill&& fill) {
+    w_.begin_object();
+    fill(w_);
+    w_.end_object();
+    std::string json = w_.take();
+    json.pop_back();  // take() ends a document with a newline
     out_ << (first_ ? "\n" : ",\n") << json;
     first_ = false;
   }
+  // The fields every event has, in Chrome's trace format.
+  static void where(detail::JsonWriter& w, int pid, std::int32_t tid) { w.field("pid", pid).field("tid", tid); }
+  void at(detail::JsonWriter& w, double ts) const { w.key("ts").fixed(ts, 3); }
 
   void event(int rank, const LogEvent& e, std::set<std::int32_t>& threads) {
     const int pid = rank;
     const std::int32_t tid = e.tid != 0 ? e.tid : 0;
     if (e.k == schema::Kind::kRunStart) {
-      emit(fmt::format(R"({{"ph":"M","name":"process_name","pid":{},"args":{{"name":{}}}}})", pid,
-                       detail::json_quoted(fmt::format("rank {} ({})", rank, e.name))));
-      emit(fmt::format(R"({{"ph":"M","name":"process_sort_index","pid":{},"args":{{"sort_index":{}}}}})", pid, rank));
+      emit([&](auto& w) {
+        w.field("ph", "M").field("name", "process_name").field("pid", pid);
+        w.key("args").begin_object().field("name", fmt::format("rank {} ({})", rank, e.name)).end_object();
+      });
+      emit([&](auto& w) {
+        w.field("ph", "M").field("name", "process_sort_index").field("pid", pid);
+        w.key("args").begin_object().field("sort_index", rank).end_object();
+      });
       return;
     }
     if (tid != 0 && threads.insert(tid).second) {
-      emit(fmt::format(R"({{"ph":"M","name":"thread_name","pid":{},"tid":{},"args":{{"name":{}}}}})", pid, tid,
-                       detail::json_quoted(fmt::format("thread {}", tid))));
+      emit([&](auto& w) {
+        w.field("ph", "M").field("name", "thread_name");
+        where(w, pid, tid);
+        w.key("args").begin_object().field("name", fmt::format("thread {}", tid)).end_object();
+      });
     }
     if (e.k == schema::Kind::kPhase) {
       ++st_.slices;
-      emit(fmt::format(R"({{"ph":"X","cat":"phase","name":{},"pid":{},"tid":{},"ts":{:.3f},"dur":{:.3f},)"
-                       R"("args":{{"step":{},"phase_kind":{}}}}})",
-                       detail::json_quoted(e.name), pid, tid, us(e.t), static_cast<double>(e.dur) / 1000.0, e.step,
-                       detail::json_quoted(e.phase_kind)));
+      emit([&](auto& w) {
+        w.field("ph", "X").field("cat", "phase").field("name", e.name);
+        where(w, pid, tid);
+        at(w, us(e.t));
+        w.key("dur").fixed(static_cast<double>(e.dur) / 1000.0, 3);
+        w.key("args").begin_object().field("step", e.step).field("phase_kind", e.phase_kind).end_object();
+      });
     } else if (e.k == schema::Kind::kCollective) {
       collective(rank, e, tid);
     } else if (e.k == schema::Kind::kStepEnd) {
       ++st_.instants;
-      emit(fmt::format(R"({{"ph":"i","s":"t","cat":"step","name":{},"pid":{},"tid":{},"ts":{:.3f}}})",
-                       detail::json_quoted(fmt::format("step {}", e.step)), pid, tid, us(e.t)));
+      emit([&](auto& w) {
+        w.field("ph", "i").field("s", "t").field("cat", "step").field("name", fmt::format("step {}", e.step));
+        where(w, pid, tid);
+        at(w, us(e.t));
+      });
     } else if (e.k == schema::Kind::kStall || e.k == schema::Kind::kViolation || e.k == schema::Kind::kSlowStep ||
-               (e.k == schema::Kind::kLog && (e.level == "error" || e.level == "fatal"))) {
+               e.k == schema::Kind::kExit || (e.k == schema::Kind::kLog && (e.level == "error" || e.level == "fatal"))) {
       ++st_.instants;
       const std::string what = e.k == schema::Kind::kStall ? fmt::format("stall: {}", e.inside)
                                : e.k == schema::Kind::kSlowStep ? fmt::format("slow step {} ({})", e.step, e.grown_phase)
                                                        : fmt::format("{}: {}", e.kind, e.msg);
-      emit(fmt::format(R"({{"ph":"i","s":"p","cat":{},"name":{},"pid":{},"tid":{},"ts":{:.3f}}})", detail::json_quoted(e.kind),
-                       detail::json_quoted(what), pid, tid, us(e.t)));
+      emit([&](auto& w) {
+        w.field("ph", "i").field("s", "p").field("cat", e.kind).field("name", what);
+        where(w, pid, tid);
+        at(w, us(e.t));
+      });
     }
   }
 
@@ -85,25 +112,33 @@ class TraceWriter {
     const int pid = rank;
     ++st_.slices;
     const double ts = us(e.t);
-    emit(fmt::format(R"({{"ph":"X","cat":"collective","name":{},"pid":{},"tid":{},"ts":{:.3f},"dur":{:.3f},)"
-                     R"("args":{{"op":{},"comm":{},"seq":{},"count":{},"dtype":{},"result":{},"step":{}}}}})",
-                     detail::json_quoted(fmt::format("{} #{}", e.op, e.seq)), pid, tid, ts, static_cast<double>(e.dur) / 1000.0,
-                     detail::json_quoted(e.op), detail::json_quoted(e.comm), e.seq, e.count, detail::json_quoted(e.dtype), detail::json_quoted(e.result), e.step));
+    emit([&](auto& w) {
+      w.field("ph", "X").field("cat", "collective").field("name", fmt::format("{} #{}", e.op, e.seq));
+      where(w, pid, tid);
+      at(w, ts);
+      w.key("dur").fixed(static_cast<double>(e.dur) / 1000.0, 3);
+      w.key("args").begin_object().field("op", e.op).field("comm", e.comm).field("seq", e.seq).field("count", e.count);
+      w.field("dtype", e.dtype).field("result", e.result).field("step", e.step).end_object();
+    });
     const double mid = ts + static_cast<double>(e.dur) / 2000.0;
+    auto flow = [&](const char* ph, std::uint64_t id) {
+      emit([&](auto& w) {
+        w.field("ph", ph);
+        if (ph[0] == 'f') w.field("bp", "e");
+        w.field("cat", "collective").field("name", "same collective").field("id", id);
+        where(w, pid, tid);
+        at(w, mid);
+      });
+    };
     if (rank > first_rank_) {
       ++st_.flows;
-      emit(fmt::format(R"({{"ph":"f","bp":"e","cat":"collective","name":"same collective","id":{},"pid":{},)"
-                       R"("tid":{},"ts":{:.3f}}})",
-                       flow_id(e.comm, e.seq, rank - 1), pid, tid, mid));
+      flow("f", flow_id(e.comm, e.seq, rank - 1));
     }
-    if (rank < last_rank_) {
-      emit(fmt::format(R"({{"ph":"s","cat":"collective","name":"same collective","id":{},"pid":{},"tid":{},)"
-                       R"("ts":{:.3f}}})",
-                       flow_id(e.comm, e.seq, rank), pid, tid, mid));
-    }
+    if (rank < last_rank_) flow("s", flow_id(e.comm, e.seq, rank));
   }
 
   std::ostream& out_;
+  detail::JsonWriter w_;  // reused: one event at a time
   std::uint64_t t0_;
   int first_rank_, last_rank_;
   bool first_ = true;
@@ -138,7 +173,13 @@ absl::Status write_timeline(const std::string& run_dir, std::ostream& out, Timel
     (void)read_run_log(path, [&](const LogEvent& e) { t0 = std::min(t0, e.t); }, 1 << 16);
   }
   TraceWriter trace(out, t0, logs.front().first, logs.back().first);
-  out << "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"run_dir\":" << detail::json_quoted(run_dir) << "},\"traceEvents\":[";
+  {
+    detail::JsonWriter head;  // the document's head; its events stream after it
+    head.begin_object().field("displayTimeUnit", "ms").key("otherData").begin_object().field("run_dir", run_dir);
+    std::string text = head.end_object().key("traceEvents").begin_array().take();
+    text.pop_back();
+    out << text;
+  }
   for (const auto& [rank, path] : logs) {
     if (auto st = trace.write_rank(rank, path); !st.ok()) return st;
   }
