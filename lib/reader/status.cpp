@@ -53,7 +53,8 @@ bool parse(const std::string& path, std::uint64_t now, RankHeartbeat& hb) {
   hb.usual_step_ns = get<std::uint64_t>(doc, Field::kUsualStepNs, 0);
   hb.host = std::string(get<std::string_view>(doc, Field::kHost, ""));
   hb.inside = std::string(get<std::string_view>(doc, Field::kInside, ""));
-  hb.alive = hb.state != "exited" && hb.liveness_age_ns < 3 * hb.interval_ns;
+  hb.exit_cause = std::string(get<std::string_view>(doc, Field::kExitCause, ""));
+  hb.alive = hb.state != "exited" && hb.state != "failed" && hb.liveness_age_ns < 3 * hb.interval_ns;
   simdjson::dom::array arr;
   if (doc[schema::field_name(Field::kOpenPhases)].get_array().get(arr) == simdjson::SUCCESS) {
     for (auto ph : arr) {
@@ -91,7 +92,7 @@ const RankHeartbeat& at(const StatusReport& r, int rank) { return r.ranks[static
 
 // The ranks by what their heartbeats say, the worst state first.
 struct RankStates {
-  std::vector<int> dead, stalled, slow, exited, missing;
+  std::vector<int> dead, stalled, slow, exited, failed, missing;
 };
 
 RankStates states_of(const StatusReport& r) {
@@ -99,6 +100,7 @@ RankStates states_of(const StatusReport& r) {
   for (const auto& h : r.ranks) {
     if (!h.present) s.missing.push_back(h.rank);
     else if (h.state == "exited") s.exited.push_back(h.rank);
+    else if (h.state == "failed") s.failed.push_back(h.rank);
     else if (!h.alive) s.dead.push_back(h.rank);
     else if (h.stalled()) s.stalled.push_back(h.rank);
     else if (h.state == "slow") s.slow.push_back(h.rank);
@@ -108,6 +110,13 @@ RankStates states_of(const StatusReport& r) {
 
 void dead_findings(StatusReport& r, const RankStates& s) {
   for (int m : s.missing) r.findings.push_back(fmt::format("rank {}: no heartbeat file: never started, or no run log", m));
+  for (int f : s.failed) {
+    const auto& h = at(r, f);
+    r.findings.push_back(fmt::format("rank {} FAILED: it exited after an uncaught {} at step {} (pid {} on {}); the "
+                                     "exception and its traceback are its run log's exit line (rankscope triage)",
+                                     f, h.exit_cause == "terminate" ? "C++ exception (std::terminate)" : "exception",
+                                     h.step, h.pid, h.host));
+  }
   for (int d : s.dead) {
     const auto& h = at(r, d);
     r.findings.push_back(fmt::format(
@@ -212,6 +221,8 @@ void classify(StatusReport& r) {
   dead_findings(r, s);
   if (!s.stalled.empty()) {
     r.verdict = hang_verdict(r, s.stalled);
+  } else if (!s.failed.empty()) {
+    r.verdict = fmt::format("rank{} {} failed: uncaught exception", s.failed.size() > 1 ? "s" : "", rank_list(s.failed));
   } else if (!s.dead.empty()) {
     r.verdict = fmt::format("rank{} {} not alive: crash, OOM or node issue", s.dead.size() > 1 ? "s" : "", rank_list(s.dead));
   } else if (!s.slow.empty()) {
@@ -226,7 +237,10 @@ void classify(StatusReport& r) {
     r.verdict += fmt::format(" (and rank{} {} not alive)", s.dead.size() > 1 ? "s" : "", rank_list(s.dead));
   }
   const std::vector<int> log_stopped = log_stop_findings(r);
-  r.exit_code = (s.dead.empty() && s.stalled.empty() && s.slow.empty() && s.missing.empty() && log_stopped.empty()) ? 0 : 1;
+  r.exit_code =
+      (s.dead.empty() && s.stalled.empty() && s.slow.empty() && s.missing.empty() && s.failed.empty() && log_stopped.empty())
+          ? 0
+          : 1;
 }
 
 }  // namespace
@@ -280,9 +294,9 @@ std::string format_status(const StatusReport& r) {
       continue;
     }
     o += fmt::format("{:>4}  {:<5}  {:>12}  {:>6}  {:<8}  {}\n", h.rank,
-                     h.state == "exited" ? "-" : (h.alive ? "yes" : "NO"),
+                     h.state == "exited" || h.state == "failed" ? "-" : (h.alive ? "yes" : "NO"),
                      fmt::format("{:.1f} s", secs(h.progress_age_ns)), h.step,
-                     h.alive || h.state == "exited" ? h.state : "dead", h.inside);
+                     h.alive || h.state == "exited" || h.state == "failed" ? h.state : "dead", h.inside);
   }
   o += "verdict: " + r.verdict + "\n";
   for (const auto& f : r.findings) o += "  - " + f + "\n";

@@ -58,3 +58,5 @@ def test_an_uncaught_exception_is_the_culprit_and_not_finished(tmp_path, torchru
     assert all(f["ranks"] in ([1], []) for f in report["findings"]), t.stdout
     rows = {r["rank"]: r for r in report["ranks"]}
     assert rows[1]["state"] == "exception"
+    st = subprocess.run(cli + ["status", run_dir], capture_output=True, text=True)
+    assert st.returncode == 1 and "rank 1 FAILED: it exited after an uncaught exception" in st.stdout, st.stdout
