@@ -1,0 +1,342 @@
+// Triage's rules one at a time (lib/reader/triage_rules.hpp): each on a small
+// summary built here, without reading a run directory.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <set>
+#include <string>
+#include <utility>
+
+#include "rankscope/exchange.hpp"
+#include "triage.hpp"
+#include "triage_rules.hpp"
+
+namespace reader = rankscope::reader;
+
+namespace {
+namespace rules = rankscope::reader::rules;
+using reader::FindingKind;
+
+reader::RankSummary finished_rank(int rank) {
+  reader::RankSummary r;
+  r.rank = rank;
+  r.host = "h";
+  r.ended_cleanly = true;
+  r.sessions = 1;
+  r.last_step = 9;
+  return r;
+}
+reader::RunSummary run_of(int ranks) {
+  reader::RunSummary sum;
+  sum.run_dir = "/nonexistent/rankscope-rule-test";
+  for (int rank = 0; rank < ranks; ++rank) sum.ranks.push_back(finished_rank(rank));
+  return sum;
+}
+reader::StallRecord stall_in(const char* comm, std::int64_t step, bool ended) {
+  reader::StallRecord s;
+  s.t = 9'000;
+  s.since = 4'000;
+  s.step = step;
+  s.inside = comm[0] != '\0' ? "all_reduce" : "data loading";
+  s.phase = comm[0] != '\0' ? "" : "loader";
+  s.op = comm[0] != '\0' ? "all_reduce" : "";
+  s.comm = comm;
+  s.seq = comm[0] != '\0' ? 3 : 0;
+  s.ended = ended;
+  return s;
+}
+void stalled(reader::RankSummary& r, const char* comm, bool ended) {
+  r.first_stall = r.last_stall = stall_in(comm, 7, ended);
+  r.stalls = 1;
+  r.ended_cleanly = ended;
+}
+std::vector<reader::Finding> run_rule(rules::RuleFn rule, const reader::RunSummary& sum) {
+  const reader::TriageOptions opts;
+  const rules::TriageInput in = rules::make_triage_input(sum, nullptr, opts);
+  std::vector<reader::Finding> out;
+  rule(in, out);
+  return out;
+}
+}  // namespace
+
+TEST_CASE("the rule table has one rule per finding kind named as the kind", "[triage]") {
+  std::set<FindingKind> kinds;
+  for (const rules::Rule& rule : rules::kTriageRules) {
+    INFO(rule.name);
+    CHECK(rule.run != nullptr);
+    CHECK(rule.name == reader::finding_kind_name(rule.kind));
+    CHECK(kinds.insert(rule.kind).second);
+  }
+  CHECK(kinds.size() == static_cast<std::size_t>(reader::kFindingKindCount));
+  CHECK(reader::finding_kind_name(FindingKind::kDeadRank) == "dead_rank");
+  CHECK(reader::finding_kind_name(FindingKind::kCollectiveMismatch) == "collective_mismatch");
+}
+
+TEST_CASE("rule collective_mismatch names the odd rank out", "[triage]") {
+  auto sum = run_of(3);
+  reader::CommunicatorCheck c;
+  c.comm = "world";
+  c.mismatch_seq = 3;
+  c.mismatch_minority = {1};
+  c.mismatch_t = 500;
+  sum.communicators.push_back(c);
+  const auto out = run_rule(rules::collective_mismatch_rule, sum);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].kind == FindingKind::kCollectiveMismatch);
+  CHECK(out[0].ranks == std::vector<int>{1});
+  CHECK(out[0].t == 500);
+  CHECK(out[0].step == -1);
+  CHECK(run_rule(rules::collective_mismatch_rule, run_of(3)).empty());
+}
+
+TEST_CASE("rule hang names every rank inside one collective as a communication-level hang", "[triage]") {
+  auto sum = run_of(2);
+  for (auto& r : sum.ranks) stalled(r, "world", false);
+  const auto out = run_rule(rules::hang_rule, sum);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].kind == FindingKind::kHang);
+  CHECK(out[0].ranks == std::vector<int>{0, 1});
+  CHECK(out[0].step == 7);
+  CHECK_THAT(out[0].summary, Catch::StartsWith("communication-level hang: every rank is inside all_reduce seq 3"));
+  CHECK(run_rule(rules::dead_rank_rule, sum).empty());
+  CHECK(run_rule(rules::stall_rule, sum).empty());
+}
+
+TEST_CASE("rule hang names the rank blocked outside the collective the others wait in", "[triage]") {
+  auto sum = run_of(2);
+  stalled(sum.ranks[0], "", false);
+  stalled(sum.ranks[1], "world", false);
+  const auto out = run_rule(rules::hang_rule, sum);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].kind == FindingKind::kHang);
+  CHECK(out[0].ranks == std::vector<int>{0});
+  CHECK(out[0].step == 7);
+  CHECK_THAT(out[0].summary,
+             Catch::StartsWith("HANG: rank 0 did not reach all_reduce seq 3 on 'world' while rank 1 waits in it: "
+                               "it is blocked in loader at step 7"));
+}
+
+TEST_CASE("rule dead_rank names a rank behind the others whose log ends in a torn line", "[triage]") {
+  auto sum = run_of(3);
+  reader::RankSummary& dead = sum.ranks[2];
+  dead.ended_cleanly = false;
+  dead.torn_tail = true;
+  dead.last_step = 3;
+  reader::CommunicatorCheck c;
+  c.comm = "world";
+  c.max_seq = 5;
+  c.ranks = {0, 1, 2};
+  c.behind = {{2, 3}};
+  sum.communicators.push_back(c);
+  const auto out = run_rule(rules::dead_rank_rule, sum);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].kind == FindingKind::kDeadRank);
+  CHECK(out[0].ranks == std::vector<int>{2});
+  CHECK(out[0].step == 3);
+  CHECK_THAT(out[0].summary, Catch::StartsWith("rank died: rank 2 did not reach seq 5 on 'world'"));
+  CHECK(run_rule(rules::hang_rule, sum).empty());
+}
+
+TEST_CASE("rule dead_rank says a rank stopped by SIGTERM was stopped - not crashed", "[triage]") {
+  auto sum = run_of(3);
+  reader::RankSummary& dead = sum.ranks[2];
+  dead.ended_cleanly = false;
+  dead.torn_tail = true;
+  dead.dump_reason = "signal SIGTERM";
+  reader::CommunicatorCheck c;
+  c.comm = "world";
+  c.max_seq = 5;
+  c.ranks = {0, 1, 2};
+  c.behind = {{2, 3}};
+  sum.communicators.push_back(c);
+  const auto out = run_rule(rules::dead_rank_rule, sum);
+  REQUIRE(out.size() == 1);
+  CHECK_THAT(out[0].summary, Catch::StartsWith("rank stopped by SIGTERM: rank 2 did not reach seq 5"));
+  CHECK(std::any_of(out[0].evidence.begin(), out[0].evidence.end(),
+                    [](const std::string& e) { return e.find("not a crash or an OOM kill") != std::string::npos; }));
+}
+
+TEST_CASE("rule exception names the rank that raised and counts peer-lost errors as a consequence", "[triage]") {
+  auto sum = run_of(3);
+  sum.ranks[1].exit = reader::ExitRecord{"exception", "RuntimeError", "RuntimeError: bad batch 5", 5, 1000, {}};
+  sum.ranks[0].exit = reader::ExitRecord{
+      "exception", "RuntimeError", "RuntimeError: [pair.cc:561] Connection closed by peer [127.0.0.1]:1", 5, 2000, {}};
+  const auto out = run_rule(rules::exception_rule, sum);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].kind == FindingKind::kException);
+  CHECK(out[0].ranks == std::vector<int>{1});
+  CHECK(out[0].step == 5);
+  CHECK(out[0].summary ==
+        "rank 1 died of an uncaught exception at step 5: RuntimeError: bad batch 5 (rank 0 failed after it: a "
+        "consequence)");
+  const auto lost = run_rule(rules::peer_lost_rule, sum);
+  REQUIRE(lost.size() == 1);
+  CHECK(lost[0].kind == FindingKind::kPeerLost);
+  CHECK(lost[0].ranks.empty());  // a consequence names no culprit
+  CHECK_THAT(lost[0].summary, Catch::StartsWith("rank 0 failed because a peer was gone (not the cause)"));
+  sum.ranks[0].exit.reset();
+  CHECK(run_rule(rules::peer_lost_rule, sum).empty());
+}
+
+TEST_CASE("rule stall names a rank that held the others up and recovered", "[triage]") {
+  auto sum = run_of(3);
+  stalled(sum.ranks[0], "", true);
+  stalled(sum.ranks[1], "world", true);
+  const auto out = run_rule(rules::stall_rule, sum);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].kind == FindingKind::kStall);
+  CHECK(out[0].ranks == std::vector<int>{0});
+  CHECK(out[0].step == 7);
+  CHECK(out[0].t == 4'000);
+  CHECK_THAT(out[0].summary, Catch::StartsWith("stall: rank 0 held up all_reduce seq 3 on 'world' while rank 1 "
+                                               "waited in it: it was blocked in loader at step 7"));
+  CHECK(run_rule(rules::hang_rule, sum).empty());
+  CHECK(run_rule(rules::stall_rule, run_of(3)).empty());
+}
+
+TEST_CASE("rule missing_rank names the ranks without a run log", "[triage]") {
+  auto sum = run_of(2);
+  sum.world_size = 4;
+  sum.missing_ranks = {2, 3};
+  const auto out = run_rule(rules::missing_rank_rule, sum);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].kind == FindingKind::kMissingRank);
+  CHECK(out[0].ranks == std::vector<int>{2, 3});
+  CHECK(out[0].step == -1);
+}
+
+TEST_CASE("rule desync merges one violation recorded by several ranks", "[triage]") {
+  auto sum = run_of(3);
+  for (int rank = 0; rank < 3; ++rank) {
+    reader::ViolationRecord v;
+    v.rank = rank;
+    v.check = v.what = "seed";
+    v.msg = "seeds differ";
+    v.level = "error";
+    v.ranks = {2};
+    v.step = 4;
+    v.t = 100 + static_cast<std::uint64_t>(rank);
+    v.line = {rank, 7, "{}"};
+    sum.violations.push_back(v);
+  }
+  const auto out = run_rule(rules::desync_rule, sum);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].kind == FindingKind::kDesync);
+  CHECK(out[0].ranks == std::vector<int>{2});
+  CHECK(out[0].step == 4);
+  CHECK(out[0].t == 100);
+}
+
+TEST_CASE("rule straggler names the rank far slower than the others in one phase kind", "[triage]") {
+  auto sum = run_of(3);
+  const int fwd = static_cast<int>(rankscope::PhaseKind::kForward);
+  sum.ranks[0].median_kind_ms[fwd] = sum.ranks[1].median_kind_ms[fwd] = 10;
+  sum.ranks[2].median_kind_ms[fwd] = 50;
+  const auto out = run_rule(rules::straggler_rule, sum);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].kind == FindingKind::kStraggler);
+  CHECK(out[0].ranks == std::vector<int>{2});
+  CHECK(out[0].step == -1);  // no run log to find the onset in
+  CHECK_THAT(out[0].summary, Catch::StartsWith("rank 2 is a straggler in forward: 50.0 ms per step vs 10.0 ms"));
+}
+
+TEST_CASE("rule resource_growth names a rank whose threads grow with each restore", "[triage]") {
+  auto sum = run_of(2);
+  sum.ranks[1].restores = {{-1, 10, 2}, {5, 14, 4}, {9, 18, 6}};
+  const auto out = run_rule(rules::resource_growth_rule, sum);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].kind == FindingKind::kResourceGrowth);
+  CHECK(out[0].ranks == std::vector<int>{1});
+  CHECK(out[0].step == -1);
+  CHECK_THAT(out[0].summary, Catch::Contains("process threads and live communicators grow"));
+}
+
+TEST_CASE("rule numerics names the rank whose loss went NaN first", "[triage]") {
+  auto sum = run_of(3);
+  sum.ranks[0].first_bad_loss = reader::BadLossRecord{NAN, 11, 2'000, {}};
+  sum.ranks[1].first_bad_loss = reader::BadLossRecord{NAN, 10, 1'000, {}};
+  const auto out = run_rule(rules::numerics_rule, sum);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].kind == FindingKind::kNumerics);
+  CHECK(out[0].ranks == std::vector<int>{1});
+  CHECK(out[0].step == 10);
+  CHECK_THAT(out[0].summary,
+             Catch::StartsWith("rank 1: loss is NaN from step 10") && Catch::Contains("rank 0 followed"));
+}
+
+TEST_CASE("rule slow_steps names ranks with slow steps only while no cause is named", "[triage]") {
+  auto sum = run_of(2);
+  sum.ranks[1].slow_steps = 3;
+  sum.ranks[1].last_slow_phase = "forward";
+  const auto out = run_rule(rules::slow_steps_rule, sum);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].kind == FindingKind::kSlowSteps);
+  CHECK(out[0].ranks == std::vector<int>{1});
+  CHECK(out[0].step == -1);
+  stalled(sum.ranks[0], "", true);  // a stall verdict takes them as its evidence
+  CHECK(run_rule(rules::slow_steps_rule, sum).empty());
+  const auto stall = run_rule(rules::stall_rule, sum);
+  REQUIRE(stall.size() == 1);
+  CHECK(stall[0].evidence.back() == "slow_step events: rank 1 (3, forward grew)");
+}
+
+TEST_CASE("rule slow_steps leaves out the run's slow steps - checkpoints and steps slow on most ranks", "[triage]") {
+  auto sum = run_of(2);
+  for (auto& r : sum.ranks) {
+    r.steps = 100;
+    for (std::int64_t s : {16, 32, 48}) r.slow_step_list.push_back({s, "loader_wait"});  // epoch starts, both ranks
+    r.slow_step_list.push_back({50, "checkpoint"});
+    r.slow_steps = r.slow_step_list.size();
+  }
+  CHECK(run_rule(rules::slow_steps_rule, sum).empty());
+  for (std::int64_t s : {7, 61}) sum.ranks[1].slow_step_list.push_back({s, "forward"});  // two hiccups: not yet
+  sum.ranks[1].slow_steps = sum.ranks[1].slow_step_list.size();
+  CHECK(run_rule(rules::slow_steps_rule, sum).empty());
+  sum.ranks[1].slow_step_list.push_back({70, "forward"});  // three of its own: a finding
+  sum.ranks[1].slow_steps = sum.ranks[1].slow_step_list.size();
+  const auto out = run_rule(rules::slow_steps_rule, sum);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].ranks == std::vector<int>{1});
+  CHECK(out[0].summary == "rank 1 had 3 slow step(s) of its own; the phase that grew: forward");
+  CHECK_THAT(out[0].evidence.at(0), Catch::StartsWith("4 more slow step(s) were the run's"));
+}
+
+TEST_CASE("rule errors names each rank that logged an error", "[triage]") {
+  auto sum = run_of(2);
+  sum.ranks[0].errors = 2;
+  sum.ranks[0].first_error = "boom";
+  sum.ranks[0].first_error_t = 77;
+  const auto out = run_rule(rules::errors_rule, sum);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].kind == FindingKind::kErrors);
+  CHECK(out[0].ranks == std::vector<int>{0});
+  CHECK(out[0].step == -1);
+  CHECK(out[0].t == 77);
+  CHECK(out[0].summary == "rank 0 logged 2 error(s); first: boom");
+}
+
+TEST_CASE("rule run_log names a rank whose run log stopped", "[triage]") {
+  auto sum = run_of(2);
+  sum.ranks[1].log_stopped = reader::LogStopRecord{"No space left on device", 9, 50, false, 0, {}};
+  const auto out = run_rule(rules::run_log_rule, sum);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].kind == FindingKind::kRunLog);
+  CHECK(out[0].ranks == std::vector<int>{1});
+  CHECK(out[0].step == 9);
+  CHECK_THAT(out[0].summary, Catch::StartsWith("rank 1: run log truncated: no space left on device at step 9"));
+}
+
+TEST_CASE("rule restart names one rank alone and several ranks together", "[triage]") {
+  auto sum = run_of(3);
+  sum.ranks[2].sessions = 3;
+  auto out = run_rule(rules::restart_rule, sum);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].kind == FindingKind::kRestart);
+  CHECK(out[0].ranks == std::vector<int>{2});
+  CHECK(out[0].step == -1);
+  CHECK(out[0].summary == "rank 2 restarted 2 time(s) (sessions in its log)");
+  sum.ranks[0].sessions = 2;
+  out = run_rule(rules::restart_rule, sum);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].ranks == std::vector<int>{0, 2});
+}
