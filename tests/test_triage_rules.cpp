@@ -50,6 +50,21 @@ void stalled(reader::RankSummary& r, const char* comm, bool ended) {
   r.stalls = 1;
   r.ended_cleanly = ended;
 }
+// 3 ranks; rank 2 stopped at seq 3 of 5 on 'world' and its log ends in a torn line.
+reader::RunSummary run_with_dead_rank_2() {
+  auto sum = run_of(3);
+  reader::RankSummary& dead = sum.ranks[2];
+  dead.ended_cleanly = false;
+  dead.torn_tail = true;
+  dead.last_step = 3;
+  reader::CommunicatorCheck c;
+  c.comm = "world";
+  c.max_seq = 5;
+  c.ranks = {0, 1, 2};
+  c.behind = {{2, 3}};
+  sum.communicators.push_back(c);
+  return sum;
+}
 std::vector<reader::Finding> run_rule(rules::RuleFn rule, const reader::RunSummary& sum) {
   const reader::TriageOptions opts;
   const rules::TriageInput in = rules::make_triage_input(sum, nullptr, opts);
@@ -117,17 +132,7 @@ TEST_CASE("rule hang names the rank blocked outside the collective the others wa
 }
 
 TEST_CASE("rule dead_rank names a rank behind the others whose log ends in a torn line", "[triage]") {
-  auto sum = run_of(3);
-  reader::RankSummary& dead = sum.ranks[2];
-  dead.ended_cleanly = false;
-  dead.torn_tail = true;
-  dead.last_step = 3;
-  reader::CommunicatorCheck c;
-  c.comm = "world";
-  c.max_seq = 5;
-  c.ranks = {0, 1, 2};
-  c.behind = {{2, 3}};
-  sum.communicators.push_back(c);
+  auto sum = run_with_dead_rank_2();
   const auto out = run_rule(rules::dead_rank_rule, sum);
   REQUIRE(out.size() == 1);
   CHECK(out[0].kind == FindingKind::kDeadRank);
@@ -138,17 +143,8 @@ TEST_CASE("rule dead_rank names a rank behind the others whose log ends in a tor
 }
 
 TEST_CASE("rule dead_rank says a rank stopped by SIGTERM was stopped - not crashed", "[triage]") {
-  auto sum = run_of(3);
-  reader::RankSummary& dead = sum.ranks[2];
-  dead.ended_cleanly = false;
-  dead.torn_tail = true;
-  dead.dump_reason = "signal SIGTERM";
-  reader::CommunicatorCheck c;
-  c.comm = "world";
-  c.max_seq = 5;
-  c.ranks = {0, 1, 2};
-  c.behind = {{2, 3}};
-  sum.communicators.push_back(c);
+  auto sum = run_with_dead_rank_2();
+  sum.ranks[2].dump_reason = "signal SIGTERM";
   const auto out = run_rule(rules::dead_rank_rule, sum);
   REQUIRE(out.size() == 1);
   CHECK_THAT(out[0].summary, Catch::StartsWith("rank stopped by SIGTERM: rank 2 did not reach seq 5"));

@@ -94,6 +94,25 @@ void begin_raw(RawLine& o, LineClocks& clocks, std::string_view kind, std::uint6
 }
 constexpr std::size_t kBeginMost = 32 + 20 + 20 + 11 + 20 + 11 + 40;
 
+// The cold lines' shared members: `,"msg":...`, `,"level":..,"msg":...`, and
+// the attributes as more members of the line.
+void message(const Event& e, fmt::memory_buffer& out) {
+  out.append(next_key<Field::kMsg>());
+  json_escape_to(out, e.text);
+}
+void level_and_message(const Event& e, fmt::memory_buffer& out) {
+  out.append(next_key<Field::kLevel>());
+  out.push_back('"');
+  out.append(level_name(e.level));
+  out.push_back('"');
+  message(e, out);
+}
+void attribute_members(const Attributes& a, fmt::memory_buffer& out) {
+  if (a.empty()) return;
+  out.push_back(',');
+  attributes_json_to(a, out);
+}
+
 }  // namespace
 
 void EventFormatter::begin(fmt::memory_buffer& out, std::string_view kind, std::uint64_t wall, std::uint64_t mono,
@@ -208,19 +227,11 @@ void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
         out.append(next_key<Field::kInside>());
         json_escape_to(out, e.text);
       }
-      if (!e.attributes.empty()) {
-        out.push_back(',');
-        attributes_json_to(e.attributes, out);
-      }
+      attribute_members(e.attributes, out);
       break;
     case EventKind::kLog: {
       begin(out, kind_name(Kind::kLog), e.wall_ns, e.mono_ns, e.step, e.tid);
-      out.append(next_key<Field::kLevel>());
-      out.push_back('"');
-      out.append(level_name(e.level));
-      out.push_back('"');
-      out.append(next_key<Field::kMsg>());
-      json_escape_to(out, e.text);
+      level_and_message(e, out);
       if (e.logger != nullptr) {
         out.append(next_key<Field::kLogger>());
         json_escape_to(out, e.logger);
@@ -252,25 +263,13 @@ void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
       break;
     case EventKind::kExit:
       begin(out, kind_name(Kind::kExit), e.wall_ns, e.mono_ns, e.step, e.tid);
-      out.append(next_key<Field::kMsg>());
-      json_escape_to(out, e.text);
-      if (!e.attributes.empty()) {
-        out.push_back(',');
-        attributes_json_to(e.attributes, out);
-      }
+      message(e, out);
+      attribute_members(e.attributes, out);
       break;
     case EventKind::kViolation:
       begin(out, kind_name(Kind::kViolation), e.wall_ns, e.mono_ns, e.step, e.tid);
-      out.append(next_key<Field::kLevel>());
-      out.push_back('"');
-      out.append(level_name(e.level));
-      out.push_back('"');
-      out.append(next_key<Field::kMsg>());
-      json_escape_to(out, e.text);
-      if (!e.attributes.empty()) {
-        out.push_back(',');
-        attributes_json_to(e.attributes, out);
-      }
+      level_and_message(e, out);
+      attribute_members(e.attributes, out);
       break;
     case EventKind::kCommError:
       begin(out, kind_name(Kind::kCommError), e.wall_ns, e.mono_ns, e.step, e.tid);

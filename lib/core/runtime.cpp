@@ -277,10 +277,11 @@ absl::Status add_env_sinks(std::vector<std::shared_ptr<Sink>>& sinks) {
     std::lock_guard<std::mutex> lk(r.mu);
     factories = r.factories;
   }
-  for (const auto& [name, make] : factories) {
+  for (const auto& factory : factories) {
+    const std::string& name = factory.first;  // (clang 14 cannot capture a structured binding)
     const bool present = std::any_of(sinks.begin(), sinks.end(), [&](const auto& s) { return s && s->name() == name; });
     if (present) continue;
-    auto sink = make();
+    auto sink = factory.second();
     if (!sink.ok()) return sink.status();
     if (*sink) sinks.push_back(*sink);
   }
