@@ -79,6 +79,16 @@ void bind_invariants(py::module_& m) {
       py::kw_only(), "id"_a, "step"_a, "consumed_samples"_a, "world_size"_a, "global_batch"_a, "config_hash"_a = 0,
       "optimizer_step"_a, "rng_fingerprint"_a = 0);
   m.def(
+      "record_checkpoint_failure",
+      [](const std::string& op, const std::string& id, const std::string& error) {
+        if (op != "save" && op != "load") throw py::value_error("op must be 'save' or 'load', not '" + op + "'");
+        rankscope::record_checkpoint_failure(op == "save" ? rankscope::CheckpointOp::kSave : rankscope::CheckpointOp::kLoad,
+                                             id, error);
+      },
+      "op"_a, "id"_a, "error"_a,
+      "A checkpoint save or load that failed: the run log, rankscope_checkpoint_failures_total, triage. The\n"
+      "checkpoint age keeps counting from the last good save. `with rankscope.checkpoint(...)` calls it for you.");
+  m.def(
       "check_resume",
       [meta](std::string id, std::int64_t step, std::int64_t consumed, std::int64_t world, std::int64_t global,
              std::uint64_t config_hash, std::int64_t opt_step, std::uint64_t rng, bool fail) {

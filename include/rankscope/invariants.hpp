@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "absl/status/status.h"
 
@@ -122,6 +123,14 @@ struct CheckpointMeta {
 };
 /// Records a save (a fact; no checks: the save is what later resumes compare to).
 void record_checkpoint_save(const CheckpointMeta& m) noexcept;
+/// Which checkpoint operation failed.
+enum class CheckpointOp : std::uint8_t { kSave, kLoad };
+/// A save or load that failed, with the error's message: a `checkpoint_failed`
+/// fact in the run log, rankscope_checkpoint_failures_total{op} (Prometheus,
+/// OTLP), a console line, and a triage finding. The checkpoint age keeps
+/// counting from the last good save. Call it inside the checkpoint phase, or
+/// right after it ended.
+void record_checkpoint_failure(CheckpointOp op, std::string_view id, std::string_view error) noexcept;
 /// On resume, per rank: optimizer step == step, consumed samples == step x
 /// global batch; across ranks (exchange or triage): the same checkpoint, step,
 /// samples, optimizer step, global batch and config hash.

@@ -40,6 +40,11 @@ inline void add_to_slot(std::uint32_t slot, double v) noexcept {
 }
 }  // namespace detail
 
+class Counter;
+namespace detail {
+void add_ungated(Counter& c, double v) noexcept;  // rankscope's own derived counters (background thread)
+}
+
 /// Monotonic sum. add() of a negative value is ignored.
 class Counter {
  public:
@@ -56,6 +61,7 @@ class Counter {
 
  private:
   friend class MetricRegistry;
+  friend void detail::add_ungated(Counter& c, double v) noexcept;
   Counter(std::string name, std::uint32_t slot) : name_(std::move(name)), slot_(slot) {}
   std::string name_;
   std::uint32_t slot_;

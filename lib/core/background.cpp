@@ -63,6 +63,7 @@ void Runtime::decode(ThreadState* st, const Record& r, const Record* next, std::
         if (r.aux & 8) e.scalars.samples = next->v[0].i;
         if (r.aux & 16) e.scalars.tokens = next->v[1].i;
       }
+      watch_numerics(e);
       if (auto b = breakdown_.on_step_end(e.tid, e.mono_ns)) {
         e.dur_ns = b->total_ns;
         detail::observe_ungated(*step_seconds_, static_cast<double>(b->total_ns) * 1e-9);
@@ -114,6 +115,20 @@ void Runtime::decode(ThreadState* st, const Record& r, const Record* next, std::
       break;  // excluded above
   }
   watchdog_.on_event(e);
+}
+
+void Runtime::watch_numerics(const Event& step_end) {
+  const detail::NumericsCounts before = numerics_.counts();
+  numerics_.on_step_end(step_end, extra_);
+  const detail::NumericsCounts& now = numerics_.counts();
+  const auto add = [](Counter* c, std::uint64_t from, std::uint64_t to) {
+    if (c != nullptr && to > from) detail::add_ungated(*c, static_cast<double>(to - from));
+  };
+  add(nonfinite_total_[0], before.nonfinite_loss, now.nonfinite_loss);
+  add(nonfinite_total_[1], before.nonfinite_grad_norm, now.nonfinite_grad_norm);
+  add(loss_spikes_total_, before.loss_spikes, now.loss_spikes);
+  add(grad_explosions_total_, before.grad_norm_explosions, now.grad_norm_explosions);
+  add(skip_storms_total_, before.skip_storms, now.skip_storms);
 }
 
 // A log record: the header, then its payload bytes in the following records.

@@ -87,7 +87,10 @@ class ConsoleSink final : public Sink {
     try {
       buf_.clear();
       for (const Event& e : batch) {
-        if ((e.kind != EventKind::kLog && e.kind != EventKind::kViolation) || e.written_inline) continue;
+        if ((e.kind != EventKind::kLog && e.kind != EventKind::kViolation && e.kind != EventKind::kNumerics) ||
+            e.written_inline) {
+          continue;
+        }
         if (!console_prints(policy_, ctx_, e.level)) continue;
         format_console_line(e, ctx_.rank, console_colour(), buf_);
       }

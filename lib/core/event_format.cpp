@@ -267,7 +267,9 @@ void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
       attribute_members(e.attributes, out);
       break;
     case EventKind::kViolation:
-      begin(out, kind_name(Kind::kViolation), e.wall_ns, e.mono_ns, e.step, e.tid);
+    case EventKind::kNumerics:
+      begin(out, kind_name(e.kind == EventKind::kViolation ? Kind::kViolation : Kind::kNumerics), e.wall_ns, e.mono_ns,
+            e.step, e.tid);
       level_and_message(e, out);
       attribute_members(e.attributes, out);
       break;

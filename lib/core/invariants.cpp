@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <initializer_list>
 #include <string_view>
 #include <utility>
@@ -18,6 +19,7 @@
 #include "payload.hpp"
 #include "rankscope/exchange.hpp"
 #include "rankscope/log.hpp"
+#include "rankscope/metrics.hpp"
 #include "rankscope/runtime.hpp"
 #include "rankscope/step.hpp"
 
@@ -28,9 +30,13 @@ namespace {
 std::atomic<std::uint64_t> g_violations{0};
 
 // Per-check call numbers: they match facts of the same call across ranks.
-enum Check : int { kBatchMath, kEpochBatches, kSampler, kResume, kData, kCheckpointSave, kCheckCount };
-constexpr std::string_view kCheckName[kCheckCount] = {"batch_math", "epoch_batches", "sampler",
-                                                      "resume",     "data",          "checkpoint_save"};
+// checkpoint_failed is a fact, not a check: no cross-rank rule compares it.
+enum Check : int {
+  kBatchMath, kEpochBatches, kSampler, kResume, kData, kCheckpointSave, kCheckpointFailed, kCheckCount
+};
+constexpr std::string_view kCheckName[kCheckCount] = {"batch_math", "epoch_batches",   "sampler",
+                                                      "resume",     "data",            "checkpoint_save",
+                                                      "checkpoint_failed"};
 std::atomic<std::int64_t> g_calls[kCheckCount];
 
 // A checked value: typed for the run log, as text for the cross-rank exchange.
@@ -306,6 +312,24 @@ void record_checkpoint_save(const CheckpointMeta& m) noexcept {
   try {
     const Values v = checkpoint_values(m);
     record_fact(kCheckpointSave, g_calls[kCheckpointSave].fetch_add(1, std::memory_order_relaxed), my_rank(), v);
+  } catch (...) {
+  }
+}
+
+void record_checkpoint_failure(CheckpointOp op, std::string_view id, std::string_view error) noexcept {
+  try {
+    const std::string_view op_name = op == CheckpointOp::kSave ? "save" : "load";
+    // An error message can be a whole traceback: the first 1,000 bytes say what it was.
+    const Values v = {str("op", std::string(op_name)), str("id", std::string(id)),
+                      str("error", std::string(error.substr(0, 1000)))};
+    record_fact(kCheckpointFailed, g_calls[kCheckpointFailed].fetch_add(1, std::memory_order_relaxed), my_rank(), v);
+    counter("rankscope_checkpoint_failures_total", "Checkpoint saves and loads that failed", {{"op", std::string(op_name)}})
+        .add();
+    if (enabled()) {
+      std::fprintf(stderr, "[rankscope] rank %d: checkpoint %.*s '%.*s' failed: %.*s\n", context().rank,
+                   static_cast<int>(op_name.size()), op_name.data(), static_cast<int>(id.size()), id.data(),
+                   static_cast<int>(std::min<std::size_t>(error.size(), 300)), error.data());
+    }
   } catch (...) {
   }
 }

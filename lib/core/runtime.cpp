@@ -158,6 +158,16 @@ absl::Status Runtime::init(const Config& cfg) {
                                    {{"phase", std::string(phase_kind_name(static_cast<PhaseKind>(k)))}});
   }
 
+  // Training numerics (numerics.hpp), counted per step by the drain.
+  const std::string nonfinite_help = "Steps whose reported value was NaN or infinite";
+  nonfinite_total_[0] = &counter("rankscope_nonfinite_steps_total", nonfinite_help, {{"signal", "loss"}});
+  nonfinite_total_[1] = &counter("rankscope_nonfinite_steps_total", nonfinite_help, {{"signal", "grad_norm"}});
+  loss_spikes_total_ = &counter("rankscope_loss_spikes_total", "Steps whose loss spiked (robust score over the last 64)");
+  grad_explosions_total_ =
+      &counter("rankscope_grad_norm_explosions_total", "Steps whose gradient norm was 10x its recent median or more");
+  skip_storms_total_ = &counter("rankscope_skip_storms_total", "Episodes of many skipped optimizer steps");
+  numerics_.reset();
+
   watchdog_.start(watchdog_cfg_, context_,
                   run_dir_.empty() ? std::string() : schema::heartbeat_path(run_dir_, context_.rank),
                   mono0);
@@ -294,6 +304,7 @@ EventTime convert_ticks(std::uint64_t ticks) noexcept {
 std::uint64_t ticks_to_ns(std::uint64_t dticks) noexcept { return Runtime::get().clock().ticks_to_ns(dticks); }
 
 void observe_ungated(Histogram& h, double v) noexcept { h.observe_impl(v); }
+void add_ungated(Counter& c, double v) noexcept { add_to_slot(c.slot_, v); }
 
 ThreadState* register_thread(bool force) noexcept {
   if (t_thread_exited || (!force && g_gate.load(std::memory_order_acquire) != kActive)) return nullptr;

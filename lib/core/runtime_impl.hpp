@@ -31,6 +31,7 @@
 #include "registry.hpp"
 #include "settings.hpp"
 #include "step_breakdown.hpp"
+#include "numerics.hpp"
 #include "watchdog.hpp"
 
 namespace rankscope::detail {
@@ -133,6 +134,7 @@ class Runtime {
   std::uint64_t decode_log(ThreadState* st, std::uint64_t at, std::vector<Event>& batch);
   void export_metrics_now();
   void decode(ThreadState* st, const Record& r, const Record* next, std::vector<Event>& batch);
+  void watch_numerics(const Event& step_end);  // numerics events and counters from a step_end
   absl::StatusOr<std::string> dump_now(std::string_view reason);  // background thread only
   void handle_signal(int sig);                                      // background thread only
 
@@ -167,6 +169,11 @@ class Runtime {
   std::uint64_t recent_uses_ = 0;                           // orders histories by last use
   detail::EventFormatter dump_fmt_;
   detail::Watchdog watchdog_;
+  detail::NumericsMonitor numerics_;
+  Counter* nonfinite_total_[2] = {};  // signal: loss, grad_norm
+  Counter* loss_spikes_total_ = nullptr;
+  Counter* grad_explosions_total_ = nullptr;
+  Counter* skip_storms_total_ = nullptr;
   detail::WatchdogConfig watchdog_cfg_;
   std::vector<Event> extra_;  // events derived while decoding (slow steps), delivered with the batch
   std::atomic<std::uint64_t> recorded_{0};

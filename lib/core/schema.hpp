@@ -44,7 +44,8 @@ inline constexpr int kFlightVersion = kFlightRecorderSchema;      // rank-<R>.fl
   X(kViolation, "violation")                                                                               \
   X(kLogStopped, "log_stopped")                                                                            \
   X(kLogResumed, "log_resumed")                                                                            \
-  X(kExit, "exit")
+  X(kExit, "exit")                                                                                         \
+  X(kNumerics, "numerics")
 
 enum class Kind : std::uint8_t {
   RANKSCOPE_DETAIL_EVENT_KINDS(RANKSCOPE_DETAIL_ENUM_MEMBER)
@@ -198,6 +199,9 @@ Kind kind_from_name(std::string_view name);
   X(kCause, "cause")                               \
   X(kException, "exception")                       \
   X(kTraceback, "traceback")                       \
+  X(kSignal, "signal")                             \
+  X(kMedian, "median")                             \
+  X(kScore, "score")                               \
   X(kExitCause, "exit_cause")
 
 enum class Field : std::uint8_t {

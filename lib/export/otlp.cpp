@@ -231,6 +231,7 @@ class OtlpSink final : public Sink {
       }
       case EventKind::kLog:
       case EventKind::kViolation:
+      case EventKind::kNumerics:
       case EventKind::kExit: {
         if (o_.logs_url.empty()) return;
         static constexpr int kSeverity[] = {5, 9, 13, 17, 21};
@@ -251,8 +252,11 @@ class OtlpSink final : public Sink {
           }
           if (e.logger != nullptr) l.attrs.push_back(Attr::str("rankscope.logger", e.logger));
         } else {
-          l.attrs = {Attr::str("event.name", e.kind == EventKind::kExit ? "rankscope.exit" : "rankscope.violation")};
-          append_attrs(e.attributes, "rankscope.", l.attrs);  // check, what, ranks, values; cause, exception
+          l.attrs = {Attr::str("event.name", e.kind == EventKind::kExit       ? "rankscope.exit"
+                                             : e.kind == EventKind::kNumerics ? "rankscope.numerics"
+                                                                              : "rankscope.violation")};
+          // check, what, ranks, values; cause, exception; what, signal, value, median, score
+          append_attrs(e.attributes, "rankscope.", l.attrs);
         }
         l.attrs.push_back(Attr::integer("rankscope.step", e.step));
         logs_.push_back(std::move(l));

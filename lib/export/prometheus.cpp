@@ -11,6 +11,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -200,7 +201,21 @@ class PrometheusSink final : public Sink {
         if (e.site->kind == PhaseKind::kLoaderWait) loader_wait_.observe(static_cast<double>(e.dur_ns) * 1e-9);
         if (e.site->kind == PhaseKind::kCheckpoint) {
           checkpoint_.observe(static_cast<double>(e.dur_ns) * 1e-9);
-          last_checkpoint_wall_ = wall_seconds(e.wall_ns + e.dur_ns);
+          on_checkpoint_phase(e);
+        }
+        break;
+      case EventKind::kFact:
+        if (e.text == "checkpoint_save") {
+          good_checkpoint(wall_seconds(e.wall_ns));
+        } else if (e.text == "checkpoint_failed") {
+          // Recorded inside the failing phase: that phase's end is no save.
+          // Recorded just after it ended: the age goes back to the save before.
+          if (last_checkpoint_wall_ > 0 && wall_seconds(e.wall_ns) - last_checkpoint_wall_ < 60 &&
+              last_checkpoint_from_phase_) {
+            last_checkpoint_wall_ = previous_checkpoint_wall_;
+          } else {
+            failure_open_ = true;
+          }
         }
         break;
       case EventKind::kCollective: {
@@ -218,6 +233,27 @@ class PrometheusSink final : public Sink {
       default:
         break;
     }
+  }
+
+  // A checkpoint phase that ended is a good save, unless a failure was
+  // recorded inside it or it was a load ("load", "restore", "resume" in its name).
+  void on_checkpoint_phase(const Event& e) {
+    if (failure_open_) {
+      failure_open_ = false;
+      return;
+    }
+    const std::string_view name = e.site->name;
+    for (std::string_view load : {"load", "restore", "resume"}) {
+      if (name.find(load) != std::string_view::npos) return;
+    }
+    good_checkpoint(wall_seconds(e.wall_ns + e.dur_ns));
+    last_checkpoint_from_phase_ = true;
+  }
+  void good_checkpoint(double wall) {
+    if (wall <= last_checkpoint_wall_) return;
+    previous_checkpoint_wall_ = last_checkpoint_wall_;
+    last_checkpoint_wall_ = wall;
+    last_checkpoint_from_phase_ = false;
   }
 
   ClientMetric base(const std::vector<std::pair<std::string, std::string>>& extra = {}) const {
@@ -271,9 +307,11 @@ class PrometheusSink final : public Sink {
              T::Gauge, last_step_wall_);
       scalar(out, "rankscope_global_step", "Last finished step", T::Gauge, static_cast<double>(step_));
     }
-    if (!std::isnan(loss_)) scalar(out, "rankscope_loss", "Last reported training loss", T::Gauge, loss_);
-    if (!std::isnan(lr_)) scalar(out, "rankscope_learning_rate", "Last reported learning rate", T::Gauge, lr_);
-    if (!std::isnan(grad_norm_)) scalar(out, "rankscope_grad_norm", "Last reported gradient norm", T::Gauge, grad_norm_);
+    // A NaN or infinite value is exported as such (the exposition format has
+    // NaN, +Inf and -Inf): a series that vanished would hide it from alerts.
+    if (loss_) scalar(out, "rankscope_loss", "Last reported training loss", T::Gauge, *loss_);
+    if (lr_) scalar(out, "rankscope_learning_rate", "Last reported learning rate", T::Gauge, *lr_);
+    if (grad_norm_) scalar(out, "rankscope_grad_norm", "Last reported gradient norm", T::Gauge, *grad_norm_);
     scalar(out, "rankscope_skipped_steps_total", "Steps whose optimizer step was skipped", T::Counter,
            static_cast<double>(skipped_));
     scalar(out, "rankscope_samples_total", "Samples consumed by this rank (from step reports)", T::Counter, samples_);
@@ -285,9 +323,9 @@ class PrometheusSink final : public Sink {
               loader_wait_);
     histogram(out, "rankscope_checkpoint_save_seconds", "Checkpoint phases", checkpoint_);
     if (last_checkpoint_wall_ > 0) {
-      scalar(out, "rankscope_last_checkpoint_timestamp_seconds", "Wall time the last checkpoint phase ended",
+      scalar(out, "rankscope_last_checkpoint_timestamp_seconds", "Wall time of the last good checkpoint save",
              T::Gauge, last_checkpoint_wall_);
-      scalar(out, "rankscope_checkpoint_age_seconds", "Seconds since the last checkpoint phase ended", T::Gauge,
+      scalar(out, "rankscope_checkpoint_age_seconds", "Seconds since the last good checkpoint save", T::Gauge,
              now - last_checkpoint_wall_);
     }
     for (const auto& [op, h] : collective_) {
@@ -360,9 +398,14 @@ class PrometheusSink final : public Sink {
   std::vector<std::pair<std::string, std::string>> labels_;
   int rank_ = 0;
   double restarts_ = 0;
-  double last_update_ = 0, last_step_wall_ = 0, last_checkpoint_wall_ = 0;
+  double last_update_ = 0, last_step_wall_ = 0;
+  // The last good save (a checkpoint phase's end, or a checkpoint_save fact)
+  // and the one before it (a failure recorded after its phase reverts to it).
+  double last_checkpoint_wall_ = 0, previous_checkpoint_wall_ = 0;
+  bool last_checkpoint_from_phase_ = false;
+  bool failure_open_ = false;  // a failure recorded inside a checkpoint phase still open
   std::int64_t step_ = -1;
-  double loss_ = NAN, lr_ = NAN, grad_norm_ = NAN;
+  std::optional<double> loss_, lr_, grad_norm_;  // unset until first reported
   std::uint64_t skipped_ = 0;
   double samples_ = 0;
   std::deque<std::pair<double, double>> window_;  // (wall s, samples so far)

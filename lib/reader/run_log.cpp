@@ -26,11 +26,39 @@ std::optional<T> opt(simdjson::simdjson_result<T> r) {
 }
 
 // The nested values, each read only for the kinds that carry them.
+// The run_start's environment: cpu_affinity, and every leaf flattened into
+// `fields` with dotted keys (config drift compares them across ranks).
+void flatten(std::string& prefix, simdjson::dom::element v, LogEvent& e, int depth) {
+  simdjson::dom::object obj;
+  simdjson::dom::array arr;
+  std::string_view sv;
+  const std::size_t keep = prefix.size();
+  if (depth < 4 && v.get_object().get(obj) == simdjson::SUCCESS) {
+    for (auto [k, x] : obj) {
+      if (keep != 0) prefix.push_back('.');
+      prefix.append(k);
+      flatten(prefix, x, e, depth + 1);
+      prefix.resize(keep);
+    }
+  } else if (depth < 4 && v.get_array().get(arr) == simdjson::SUCCESS) {
+    std::size_t i = 0;
+    for (auto x : arr) {
+      prefix.append(fmt::format(".{}", i++));
+      flatten(prefix, x, e, depth + 1);
+      prefix.resize(keep);
+    }
+  } else if (e.fields.size() < 512) {
+    e.fields.emplace_back(prefix, v.get_string().get(sv) == simdjson::SUCCESS ? std::string(sv) : simdjson::minify(v));
+  }
+}
+
 void decode_environment(simdjson::dom::element v, LogEvent& e) {  // run_start
   simdjson::dom::object env;
   std::string_view sv;
   if (v.get_object().get(env) != simdjson::SUCCESS) return;
   if (env[schema::field_name(Field::kCpuAffinity)].get_string().get(sv) == simdjson::SUCCESS) e.cpu_affinity.assign(sv);
+  std::string prefix;
+  flatten(prefix, v, e, 0);
 }
 
 void decode_fact_fields(simdjson::dom::element v, LogEvent& e) {
@@ -72,11 +100,11 @@ void decode_ranks(simdjson::dom::element v, LogEvent& e) {  // a violation's ran
   }
 }
 
-void decode_loss(simdjson::dom::element v, LogEvent& e) {  // a number, or "NaN" / "Infinity" / "-Infinity"
+void decode_scalar(simdjson::dom::element v, std::optional<double>& out) {  // a number, or "NaN" / "Infinity" / "-Infinity"
   double d;
   std::string_view sv;
-  if (v.get_double().get(d) == simdjson::SUCCESS) e.loss = d;
-  else if (v.get_string().get(sv) == simdjson::SUCCESS) e.loss = sv == "NaN" ? NAN : (sv == "-Infinity" ? -INFINITY : INFINITY);
+  if (v.get_double().get(d) == simdjson::SUCCESS) out = d;
+  else if (v.get_string().get(sv) == simdjson::SUCCESS) out = sv == "NaN" ? NAN : (sv == "-Infinity" ? -INFINITY : INFINITY);
 }
 
 // One key's value into the event. The key was mapped to its schema::Field
@@ -112,9 +140,12 @@ bool decode_number_field(Field f, simdjson::dom::element v, LogEvent& e) {
     case Field::kEventsDropped: u(e.events_dropped); break;
     case Field::kEventsRecorded: u(e.events_recorded); break;
     case Field::kLinesDropped: u(e.count); break;  // log_stopped, log_resumed
-    case Field::kLoss: decode_loss(v, e); break;
+    case Field::kLoss: decode_scalar(v, e.loss); break;
+    case Field::kGradNorm: decode_scalar(v, e.grad_norm); break;
+    case Field::kMedian: decode_scalar(v, e.median); break;
     case Field::kValue:
-      if (v.get_double().get(d) == SUCCESS) e.value = d;
+      if (e.k == schema::Kind::kNumerics) decode_scalar(v, e.value);
+      else if (v.get_double().get(d) == SUCCESS) e.value = d;
       break;
     default: return false;
   }
@@ -143,6 +174,7 @@ void decode_text_field(Field f, simdjson::dom::element v, LogEvent& e) {
     case Field::kCheck: str(e.check); break;
     case Field::kWhat: str(e.what); break;
     case Field::kCause: str(e.cause); break;
+    case Field::kSignal: str(e.signal); break;
     case Field::kException: str(e.exception); break;
     case Field::kTiming: e.device_timing = v.get_string().get(sv) == SUCCESS && sv == "device"; break;
     case Field::kError:

@@ -31,8 +31,8 @@ struct LogEvent {
   int depth = 0;
   std::string name;
   std::string phase_kind;
-  std::optional<double> loss;
-  std::optional<double> value;
+  std::optional<double> loss, grad_norm;  // step_end; non-finite ones as NaN / +-Infinity
+  std::optional<double> value, median;    // mark, numerics
   std::optional<std::int64_t> samples;
   std::optional<std::uint64_t> events_dropped;
   std::optional<std::uint64_t> events_recorded;
@@ -40,10 +40,12 @@ struct LogEvent {
   std::string op, comm, dtype, fingerprint, result;
   std::string inside, grown_phase, level, msg;
   std::uint64_t seq = 0, count = 0;
-  // fact lines: "fields" as key -> canonical text; violation lines
+  // fact lines: "fields" as key -> canonical text; run_start: its environment,
+  // flattened ("torch", "env.NCCL_ALGO", "gpus.0.name"); violation lines
   std::vector<std::pair<std::string, std::string>> fields;
   std::string check, what, values_json;
   std::string cause, exception;  // exit
+  std::string signal;            // numerics: loss, grad_norm, skipped
   std::vector<int> ranks;
   int schema = 0;                             // run_start
   std::int64_t pid = 0;                       // run_start
@@ -56,7 +58,7 @@ struct LogEvent {
   // Resets every field, keeping string capacity (one LogEvent is reused per line).
   void clear() {
     for (std::string* s : {&kind, &name, &phase_kind, &op, &comm, &dtype, &fingerprint, &result, &inside, &grown_phase,
-                           &level, &msg, &check, &what, &values_json, &cpu_affinity, &cause, &exception}) {
+                           &level, &msg, &check, &what, &values_json, &cpu_affinity, &cause, &exception, &signal}) {
       s->clear();
     }
     k = schema::Kind::kUnknown;
@@ -67,7 +69,9 @@ struct LogEvent {
     depth = schema = 0;
     pid = 0;
     loss.reset();
+    grad_norm.reset();
     value.reset();
+    median.reset();
     samples.reset();
     events_dropped.reset();
     events_recorded.reset();

@@ -86,11 +86,21 @@ struct LogStopRecord {
   EvidenceLine line;
 };
 
-/// The first step whose loss was NaN or infinite.
+/// The first step whose loss (or gradient norm) was NaN or infinite.
 struct BadLossRecord {
-  double loss = 0;
+  double loss = 0;  // the value
   std::int64_t step = -1;
   std::uint64_t t = 0;
+  EvidenceLine line;
+};
+
+/// A training-numerics episode the rank's monitor reported (a `numerics` line).
+struct NumericsRecord {
+  std::string what, signal;  // spike / explosion / skip_storm / nonfinite; loss / grad_norm / skipped
+  std::int64_t step = -1;
+  std::uint64_t t = 0;
+  std::optional<double> value, median;
+  std::string msg;
   EvidenceLine line;
 };
 
@@ -127,7 +137,12 @@ struct RankSummary {
   std::optional<StallRecord> first_stall, last_stall;
   std::optional<LogStopRecord> log_stopped;  // the first time its run log stopped
   std::optional<ExitRecord> exit;            // how its process ended, if not cleanly (its last session's)
-  std::optional<BadLossRecord> first_bad_loss;  // its first NaN or infinite loss
+  std::optional<BadLossRecord> first_bad_loss;       // its first NaN or infinite loss
+  std::optional<BadLossRecord> first_bad_grad_norm;  // its first NaN or infinite gradient norm
+  std::vector<NumericsRecord> numerics;              // its first kNumericsKept numerics episodes
+  static constexpr std::size_t kNumericsKept = 32;
+  // Its last session's environment summary, flattened ("torch", "env.NCCL_ALGO").
+  std::vector<std::pair<std::string, std::string>> environment;
   std::string last_slow_phase, first_error;
   struct SlowStep {
     std::int64_t step;

@@ -151,6 +151,11 @@ void RankDigester::dispatch(const LogEvent& e) {
       }
       break;
     case schema::Kind::kFact: on_fact(e); break;
+    case schema::Kind::kNumerics:
+      if (r.numerics.size() < RankSummary::kNumericsKept) {
+        r.numerics.push_back({e.what, e.signal, e.step, e.t, e.value, e.median, e.msg, evidence(r.rank, e)});
+      }
+      break;
     case schema::Kind::kViolation:
       d_.violations.push_back({r.rank, e.check, e.what, e.msg, e.level, e.values_json, e.ranks, e.step, e.t,
                                evidence(r.rank, e)});
@@ -167,6 +172,7 @@ void RankDigester::on_run_start(const LogEvent& e) {
   r.pid = e.pid;
   r.host = e.name;
   r.cpu_affinity = e.cpu_affinity;
+  r.environment = e.fields;
   r.schema = std::max(r.schema, e.schema);
   r.ended_cleanly = false;
   r.restores.clear();
@@ -192,6 +198,9 @@ void RankDigester::on_step_end(const LogEvent& e) {
   if (e.loss) r.last_loss = e.loss;
   if (e.loss && !std::isfinite(*e.loss) && !r.first_bad_loss) {
     r.first_bad_loss = BadLossRecord{*e.loss, e.step, e.t, evidence(r.rank, e)};
+  }
+  if (e.grad_norm && !std::isfinite(*e.grad_norm) && !r.first_bad_grad_norm) {
+    r.first_bad_grad_norm = BadLossRecord{*e.grad_norm, e.step, e.t, evidence(r.rank, e)};
   }
   if (e.samples) r.samples += *e.samples;
   if (auto b = builder_.on_step_end(e.tid, e.mono)) {

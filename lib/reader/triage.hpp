@@ -35,7 +35,9 @@ namespace rankscope::reader {
   X(kRunLog, "run_log")                      \
   X(kNumerics, "numerics")                   \
   X(kException, "exception")                 \
-  X(kPeerLost, "peer_lost")
+  X(kPeerLost, "peer_lost")                  \
+  X(kCheckpointFailed, "checkpoint_failed")  \
+  X(kConfigDrift, "config_drift")
 
 enum class FindingKind : std::uint8_t { RANKSCOPE_DETAIL_FINDING_KINDS(RANKSCOPE_DETAIL_ENUM_MEMBER) };
 inline constexpr std::array kFindingKindNames{RANKSCOPE_DETAIL_FINDING_KINDS(RANKSCOPE_DETAIL_ENUM_NAME)};

@@ -1,5 +1,5 @@
 // Triage's rules other than the stall verdicts (triage_stall.cpp): collective
-// mismatch, missing ranks, desync, stragglers, resource growth, numerics, and
+// mismatch, missing ranks, desync, stragglers, resource growth, and
 // each rank's slow steps, errors, run-log gaps and restarts.
 #include "triage_rules.hpp"
 
@@ -266,34 +266,6 @@ void resource_growth_rule(const TriageInput& in, std::vector<Finding>& out) {
                              "groups/communicators are leaked (destroy them before creating new ones)",
                              format_ranks(ranks), comms ? " and live communicators" : ""),
                  evidence, 0, -1, {}});
-}
-
-// Numerics: a NaN or infinite loss. It spreads through the gradient
-// all-reduce, so the rank that had it first (on the reference clock) is the
-// culprit and the others followed; a tie names every rank that had it first.
-void numerics_rule(const TriageInput& in, std::vector<Finding>& out) {
-  std::vector<const RankSummary*> bad;
-  for (const auto& r : in.sum.ranks) {
-    if (r.first_bad_loss) bad.push_back(&r);
-  }
-  if (bad.empty()) return;
-  auto when = [](const RankSummary* r) { return std::make_pair(r->first_bad_loss->step, aligned(*r, r->first_bad_loss->t)); };
-  std::sort(bad.begin(), bad.end(), [&](const RankSummary* a, const RankSummary* b) { return when(a) < when(b); });
-  const std::int64_t first_step = bad.front()->first_bad_loss->step;
-  std::vector<int> first, followed;
-  for (const auto* r : bad) (r->first_bad_loss->step == first_step ? first : followed).push_back(r->rank);
-  const double v = bad.front()->first_bad_loss->loss;
-  Finding f{FindingKind::kNumerics, first,
-            fmt::format("{}: loss is {} from step {}{}", format_ranks(first),
-                        std::isnan(v) ? "NaN" : (v > 0 ? "+Infinity" : "-Infinity"), first_step,
-                        followed.empty() ? std::string(" (no other rank followed)")
-                                         : fmt::format("; {} followed (the all-reduce spreads it)", format_ranks(followed))),
-            {}, aligned(*bad.front(), bad.front()->first_bad_loss->t), first_step, {}};
-  for (const auto* r : bad) {
-    f.evidence.push_back(fmt::format("rank {}: first non-finite loss at step {}", r->rank, r->first_bad_loss->step));
-    if (r->first_bad_loss->line && f.lines.size() < 4) f.lines.push_back(r->first_bad_loss->line);
-  }
-  out.push_back(std::move(f));
 }
 
 // Slow-step events are findings only while nothing names their cause.

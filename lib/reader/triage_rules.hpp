@@ -87,7 +87,9 @@ void missing_rank_rule(const TriageInput& in, std::vector<Finding>& out);
 void desync_rule(const TriageInput& in, std::vector<Finding>& out);
 void straggler_rule(const TriageInput& in, std::vector<Finding>& out);
 void resource_growth_rule(const TriageInput& in, std::vector<Finding>& out);
-void numerics_rule(const TriageInput& in, std::vector<Finding>& out);
+void numerics_rule(const TriageInput& in, std::vector<Finding>& out);  // triage_health.cpp
+void checkpoint_failed_rule(const TriageInput& in, std::vector<Finding>& out);
+void config_drift_rule(const TriageInput& in, std::vector<Finding>& out);
 void slow_steps_rule(const TriageInput& in, std::vector<Finding>& out);
 void errors_rule(const TriageInput& in, std::vector<Finding>& out);
 void run_log_rule(const TriageInput& in, std::vector<Finding>& out);
@@ -108,6 +110,8 @@ inline constexpr std::array<Rule, kFindingKindCount> kTriageRules{{
     {FindingKind::kStraggler, "straggler", straggler_rule, Listing::kRunWide},
     {FindingKind::kResourceGrowth, "resource_growth", resource_growth_rule, Listing::kRunWide},
     {FindingKind::kNumerics, "numerics", numerics_rule, Listing::kRunWide},
+    {FindingKind::kCheckpointFailed, "checkpoint_failed", checkpoint_failed_rule, Listing::kRunWide},
+    {FindingKind::kConfigDrift, "config_drift", config_drift_rule, Listing::kRunWide},
     {FindingKind::kSlowSteps, "slow_steps", slow_steps_rule, Listing::kPerRank},
     {FindingKind::kErrors, "errors", errors_rule, Listing::kPerRank},
     {FindingKind::kRunLog, "run_log", run_log_rule, Listing::kPerRank},

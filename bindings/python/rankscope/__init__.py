@@ -56,6 +56,7 @@ from ._rankscope import (  # noqa: F401  (the public API)
     log_level,
     phase,
     progress,
+    record_checkpoint_failure,
     record_checkpoint_save,
     run_dir,
     set_enabled,
@@ -126,6 +127,32 @@ def _install_exit_hooks():
         previous_thread(args)
 
     threading.excepthook = thread_excepthook
+
+
+class checkpoint:
+    """Times a checkpoint save or load as a phase and records its outcome:
+
+        with rankscope.checkpoint("save", path):
+            torch.save(state, path)
+
+    An exception inside is recorded (record_checkpoint_failure: the run log, the
+    rankscope_checkpoint_failures_total metric, triage's checkpoint_failed finding; the
+    checkpoint age keeps counting from the last good save) and then raised as it was."""
+
+    def __init__(self, op, id=""):
+        if op not in ("save", "load"):
+            raise ValueError(f"op must be 'save' or 'load', not {op!r}")
+        self.op, self.id = op, str(id)
+        self._phase = _rankscope.phase("checkpoint_" + op)
+
+    def __enter__(self):
+        self._phase.__enter__()
+        return self
+
+    def __exit__(self, tp, value, tb):
+        if tp is not None and issubclass(tp, Exception):
+            record_checkpoint_failure(self.op, self.id, f"{tp.__qualname__}: {value}")
+        return self._phase.__exit__(tp, value, tb)
 
 
 def _decorate(handle, fn):

@@ -40,6 +40,8 @@ enum class EventKind : std::uint8_t {
   kViolation,  // invariant violation (text = message, fields = check, ranks, values)
   kExit,       // the process is ending abnormally (text = message; attributes: cause
                // = exception / terminate, exception = its type, traceback)
+  kNumerics,   // a training-numerics episode began (text = message; attributes:
+               // what = nonfinite / spike / explosion / skip_storm, signal, value, median, score)
 };
 
 /// One decoded record. Times are nanoseconds; wall = since the Unix epoch.

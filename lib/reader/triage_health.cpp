@@ -1,0 +1,272 @@
+// Is the training healthy while the ranks keep going: numerics (non-finite
+// values, loss spikes, gradient-norm explosions, skip storms), failed
+// checkpoint saves and loads, and configuration drift between ranks.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <string_view>
+
+#include "absl/strings/str_join.h"
+#include "rankscope/exchange.hpp"
+#include "triage_rules.hpp"
+
+namespace rankscope::reader::rules {
+
+namespace {
+
+std::string nonfinite_name(double v) { return std::isnan(v) ? "NaN" : (v > 0 ? "+Infinity" : "-Infinity"); }
+
+// A value that goes bad on one rank spreads through the gradient all-reduce,
+// so the rank that had it first (by step, then on the reference clock) is the
+// culprit and the others followed; a tie names every rank that had it first.
+struct FirstAndFollowers {
+  std::vector<int> first, followed;
+  std::int64_t step = -1;
+  std::uint64_t t = 0;
+};
+template <typename Get>  // Get: const RankSummary& -> const X* with ->step, ->t (nullptr: none)
+FirstAndFollowers first_and_followers(const RunSummary& sum, Get get, std::vector<const RankSummary*>& order) {
+  order.clear();
+  for (const auto& r : sum.ranks) {
+    if (get(r) != nullptr) order.push_back(&r);
+  }
+  FirstAndFollowers out;
+  if (order.empty()) return out;
+  auto when = [&](const RankSummary* r) { return std::make_pair(get(*r)->step, aligned(*r, get(*r)->t)); };
+  std::stable_sort(order.begin(), order.end(), [&](auto* a, auto* b) { return when(a) < when(b); });
+  out.step = get(*order.front())->step;
+  out.t = aligned(*order.front(), get(*order.front())->t);
+  for (const auto* r : order) (get(*r)->step == out.step ? out.first : out.followed).push_back(r->rank);
+  return out;
+}
+
+std::string followers_text(const FirstAndFollowers& f, std::string_view how) {
+  if (f.followed.empty()) return " (no other rank followed)";
+  return fmt::format("; {} followed{}", format_ranks(f.followed), how);
+}
+
+void nonfinite_finding(const TriageInput& in, std::string_view signal, std::optional<BadLossRecord> RankSummary::*m,
+                       std::vector<Finding>& out) {
+  std::vector<const RankSummary*> order;
+  const auto fa = first_and_followers(
+      in.sum, [&](const RankSummary& r) { return (r.*m) ? &*(r.*m) : nullptr; }, order);
+  if (fa.first.empty()) return;
+  Finding f{FindingKind::kNumerics, fa.first,
+            fmt::format("{}: {} is {} from step {}{}", format_ranks(fa.first), signal,
+                        nonfinite_name((order.front()->*m)->loss), fa.step,
+                        followers_text(fa, " (the all-reduce spreads it)")),
+            {}, fa.t, fa.step, {}};
+  for (const auto* r : order) {
+    f.evidence.push_back(fmt::format("rank {}: first non-finite {} at step {}", r->rank, signal, (r->*m)->step));
+    if ((r->*m)->line && f.lines.size() < 4) f.lines.push_back((r->*m)->line);
+  }
+  out.push_back(std::move(f));
+}
+
+// Episodes the ranks' monitors reported (spikes, explosions, skip storms), one
+// finding per kind of episode, naming the rank(s) with the first one.
+void episode_findings(const TriageInput& in, std::vector<Finding>& out) {
+  std::set<std::pair<std::string, std::string>> kinds;  // (what, signal)
+  for (const auto& r : in.sum.ranks) {
+    for (const auto& n : r.numerics) {
+      if (n.what != "nonfinite") kinds.insert({n.what, n.signal});  // the step_end values say those
+    }
+  }
+  for (const auto& [what, signal] : kinds) {
+    auto first_of = [&](const RankSummary& r) -> const NumericsRecord* {
+      for (const auto& n : r.numerics) {
+        if (n.what == what && n.signal == signal) return &n;
+      }
+      return nullptr;
+    };
+    std::vector<const RankSummary*> order;
+    const auto fa = first_and_followers(in.sum, first_of, order);
+    const NumericsRecord& first = *first_of(*order.front());
+    const bool everyone = fa.first.size() == in.sum.ranks.size() && in.sum.ranks.size() > 1;
+    Finding f{FindingKind::kNumerics, fa.first,
+              fmt::format("{}: {}{}", format_ranks(fa.first), first.msg,
+                          everyone ? std::string(" (on every rank at once: the update, not one rank's batch)")
+                                   : followers_text(fa, "")),
+              {}, fa.t, fa.step, {}};
+    for (const auto* r : order) {
+      const NumericsRecord& n = *first_of(*r);
+      std::size_t count = 0;
+      for (const auto& x : r->numerics) count += x.what == what && x.signal == signal;
+      f.evidence.push_back(fmt::format("rank {}: first at step {}{}", r->rank, n.step,
+                                       count > 1 ? fmt::format(", {} episodes in all", count) : std::string()));
+      if (n.line && f.lines.size() < 4) f.lines.push_back(n.line);
+    }
+    out.push_back(std::move(f));
+  }
+}
+
+// Keys of the environment summary that differ between ranks by design (who
+// and where a rank is) or describe the host, not the job's configuration.
+bool per_rank_key(std::string_view k) {
+  for (std::string_view x : {"host", "local_rank", "node_rank", "rank", "pid", "memory_gib", "cpus", "gpu_info",
+                             "local_world_size", "cpu_affinity", "env.CUDA_VISIBLE_DEVICES"}) {
+    if (k == x) return true;
+  }
+  return k.starts_with("gpus.") || k.starts_with("env.OTEL_RESOURCE_ATTRIBUTES");
+}
+
+// CPUs in an affinity list ("0-3,8" -> 5): ranks on one host get different
+// CPUs; the shape (how many) should agree.
+int cpu_count(std::string_view list) {
+  int n = 0;
+  const std::string s(list);
+  for (const char* p = s.c_str(); *p != '\0';) {
+    int a = 0, b = 0, used = 0;
+    if (std::sscanf(p, "%d-%d%n", &a, &b, &used) == 2) n += b - a + 1;
+    else if (std::sscanf(p, "%d%n", &a, &used) == 1) ++n;
+    else break;
+    p += used;
+    if (*p == ',') ++p;
+  }
+  return n;
+}
+
+// The environment a rank shows for drift: the job's knobs and versions, plus
+// derived shapes (CPUs it may use, devices it sees).
+std::map<std::string, std::string> drift_view(const RankSummary& r) {
+  std::map<std::string, std::string> v;
+  for (const auto& [k, x] : r.environment) {
+    if (!per_rank_key(k)) v[k] = x;
+    if (k == "env.CUDA_VISIBLE_DEVICES") {
+      v["visible devices"] = std::to_string(std::count(x.begin(), x.end(), ',') + (x.empty() ? 0 : 1));
+    }
+  }
+  if (!r.cpu_affinity.empty()) v["CPUs in its affinity"] = std::to_string(cpu_count(r.cpu_affinity));
+  return v;
+}
+
+std::string display_key(std::string_view k) { return std::string(k.starts_with("env.") ? k.substr(4) : k); }
+
+}  // namespace
+
+void numerics_rule(const TriageInput& in, std::vector<Finding>& out) {
+  const std::size_t first = out.size();
+  nonfinite_finding(in, "loss", &RankSummary::first_bad_loss, out);
+  const bool loss_bad = out.size() > first;
+  std::vector<Finding> grad;
+  nonfinite_finding(in, "grad_norm", &RankSummary::first_bad_grad_norm, grad);
+  // The gradient norm is taken after the all-reduce: a NaN from one rank's
+  // loss is in every rank's gradients at once. That names no culprit; the
+  // loss finding does, and takes it as evidence.
+  if (!grad.empty() && loss_bad && grad[0].ranks.size() == in.sum.ranks.size() && grad[0].step >= out[first].step) {
+    out[first].evidence.push_back(
+        fmt::format("grad_norm non-finite on every rank from step {} (taken after the all-reduce)", grad[0].step));
+  } else {
+    for (auto& f : grad) out.push_back(std::move(f));
+  }
+  episode_findings(in, out);
+}
+
+// A failed save leaves the job without the checkpoint it thinks it has; a
+// failed load means it did not resume from where it thinks it did.
+void checkpoint_failed_rule(const TriageInput& in, std::vector<Finding>& out) {
+  const std::string_view kId = schema::field_name(schema::Field::kId), kError = schema::field_name(schema::Field::kError);
+  std::map<std::string, std::vector<const FactRecord*>> by_op;
+  for (const auto& f : in.sum.facts) {
+    if (f.name != "checkpoint_failed") continue;
+    std::string op = "save";
+    for (const auto& [k, v] : f.values) {
+      if (k == schema::field_name(schema::Field::kOp)) op = v;
+    }
+    by_op[op].push_back(&f);
+  }
+  for (const auto& [op, facts] : by_op) {
+    auto value = [](const FactRecord& f, std::string_view key) {
+      for (const auto& [k, v] : f.values) {
+        if (k == key) return v;
+      }
+      return std::string();
+    };
+    const FactRecord* first = facts.front();
+    std::set<int> ranks;
+    std::set<std::int64_t> steps;
+    for (const auto* f : facts) {
+      ranks.insert(f->rank);
+      steps.insert(f->step);
+      if (std::make_pair(f->step, f->t) < std::make_pair(first->step, first->t)) first = f;
+    }
+    const std::vector<int> rv(ranks.begin(), ranks.end());
+    Finding f{FindingKind::kCheckpointFailed, rv,
+              fmt::format("{} failed to {} checkpoint '{}' at step {}: {}{}", format_ranks(rv), op, value(*first, kId),
+                          first->step, value(*first, kError),
+                          steps.size() > 1 ? fmt::format(" ({} failures, at steps {})", facts.size(), absl::StrJoin(steps, ","))
+                                           : std::string()),
+              {}, first->t, first->step, {}};
+    for (const auto* x : facts) {
+      if (f.evidence.size() >= 8) break;
+      f.evidence.push_back(fmt::format("rank {} step {}: {} '{}' failed: {}", x->rank, x->step, op, value(*x, kId),
+                                       value(*x, kError)));
+    }
+    if (op == "save") f.evidence.push_back("the checkpoint age keeps counting from the last good save");
+    for (const auto& rk : in.sum.ranks) {
+      if (rk.rank == first->rank) f.t = aligned(rk, f.t);
+    }
+    out.push_back(std::move(f));
+  }
+}
+
+// Ranks whose versions or knobs (NCCL_*, TORCH_*, OMP_NUM_THREADS, ...) differ
+// from the others': the odd rank out when most agree, every rank when no
+// value holds a majority (two ranks that differ are both named).
+void config_drift_rule(const TriageInput& in, std::vector<Finding>& out) {
+  if (in.sum.ranks.size() < 2) return;
+  std::vector<std::map<std::string, std::string>> views;
+  std::set<std::string> keys;
+  for (const auto& r : in.sum.ranks) {
+    if (r.environment.empty()) return;  // an old writer: nothing to compare
+    views.push_back(drift_view(r));
+    for (const auto& [k, v] : views.back()) keys.insert(k);
+  }
+  const std::size_t n = views.size();
+  std::map<std::vector<int>, std::vector<std::string>> by_ranks;  // odd ranks -> what differs
+  for (const std::string& k : keys) {
+    std::map<std::string, std::vector<int>> holders;
+    for (std::size_t i = 0; i < n; ++i) {
+      auto it = views[i].find(k);
+      holders[it != views[i].end() ? it->second : "(unset)"].push_back(in.sum.ranks[i].rank);
+    }
+    if (holders.size() < 2) continue;
+    auto major = std::max_element(holders.begin(), holders.end(),
+                                  [](const auto& a, const auto& b) { return a.second.size() < b.second.size(); });
+    std::vector<int> odd;
+    std::vector<std::string> parts;
+    if (2 * major->second.size() > n) {
+      for (auto it = holders.begin(); it != holders.end(); ++it) {
+        if (it == major) continue;
+        odd.insert(odd.end(), it->second.begin(), it->second.end());
+        parts.push_back(fmt::format("{} on {}", it->first, format_ranks(it->second)));
+      }
+      parts.push_back(fmt::format("{} on the other {}", major->first, major->second.size()));
+    } else {
+      for (const auto& [v, rs] : holders) {
+        odd.insert(odd.end(), rs.begin(), rs.end());
+        parts.push_back(fmt::format("{} on {}", v, format_ranks(rs)));
+      }
+    }
+    std::sort(odd.begin(), odd.end());
+    by_ranks[odd].push_back(fmt::format("{}: {}", display_key(k), absl::StrJoin(parts, ", ")));
+  }
+  for (auto& [odd, diffs] : by_ranks) {
+    const bool all = odd.size() == n;
+    Finding f{FindingKind::kConfigDrift, odd,
+              fmt::format("{} {} a different configuration{}: {}", format_ranks(odd), odd.size() == 1 ? "has" : "have",
+                          all ? " (no value holds a majority, so every rank is named)" : " from the other ranks",
+                          diffs.front()),
+              {}, 0, -1, {}};
+    for (std::size_t i = 0; i < diffs.size() && i < 16; ++i) f.evidence.push_back(diffs[i]);
+    if (diffs.size() > 16) f.evidence.push_back(fmt::format("... and {} more differences", diffs.size() - 16));
+    f.evidence.push_back("from each rank's run_start environment summary");
+    out.push_back(std::move(f));
+  }
+}
+
+}  // namespace rankscope::reader::rules

@@ -1,0 +1,204 @@
+// The numerics monitor (lib/core/numerics.hpp) on synthetic loss and gradient
+// series, and the triage rules that read its events and the ranks'
+// environments (numerics, checkpoint_failed, config_drift).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "numerics.hpp"
+#include "triage_rules.hpp"
+
+namespace {
+using rankscope::Event;
+using rankscope::EventKind;
+using rankscope::detail::NumericsMonitor;
+namespace rules = rankscope::reader::rules;
+using rankscope::reader::FindingKind;
+
+Event step_end(std::int64_t step, std::optional<double> loss, std::optional<double> grad_norm = {}, bool skipped = false) {
+  Event e;
+  e.kind = EventKind::kStepEnd;
+  e.step = step;
+  e.scalars.loss = loss;
+  e.scalars.grad_norm = grad_norm;
+  e.scalars.skipped = skipped;
+  return e;
+}
+
+std::string attr(const Event& e, std::string_view key) {
+  for (const auto& a : e.attributes) {
+    if (a.key == key) return a.type == rankscope::Attribute::Type::kString ? std::string(a.s) : std::string("?");
+  }
+  return {};
+}
+
+// A training-like loss: decaying from 2.3 towards 0.1, with heavy-tailed
+// (log-normal) minibatch noise; gradient norms likewise.
+struct CleanRun {
+  std::mt19937_64 rng{42};
+  std::lognormal_distribution<double> noise{0.0, 0.25};
+  double loss(std::int64_t s) { return (0.1 + 2.2 * std::exp(-static_cast<double>(s) / 800.0)) * noise(rng); }
+  double grad(std::int64_t s) { return (0.5 + 4.0 * std::exp(-static_cast<double>(s) / 500.0)) * noise(rng); }
+};
+}  // namespace
+
+// The bar: at most one false alarm per 10,000 clean steps, on noise heavier
+// than a language model's (log-normal, sigma 0.25: a batch 2x the median is a
+// 2.8-sigma event).
+TEST_CASE("numerics: clean steps with heavy-tailed noise raise at most one alarm per 10,000", "[numerics]") {
+  std::size_t events = 0;
+  std::uint64_t spikes = 0, explosions = 0;
+  for (std::uint64_t seed = 1; seed <= 5; ++seed) {
+    NumericsMonitor m;
+    CleanRun run;
+    run.rng.seed(seed);
+    std::vector<Event> out;
+    for (std::int64_t s = 0; s < 10'000; ++s) m.on_step_end(step_end(s, run.loss(s), run.grad(s), s % 2000 == 1999), out);
+    events += out.size();
+    spikes += m.counts().loss_spikes;
+    explosions += m.counts().grad_norm_explosions;
+  }
+  CHECK(events <= 5);
+  CHECK(spikes <= 5);
+  CHECK(explosions == 0);
+}
+
+TEST_CASE("numerics: a loss spike, a gradient explosion and a NaN are each one episode at their step", "[numerics]") {
+  NumericsMonitor m;
+  CleanRun run;
+  std::vector<Event> out;
+  for (std::int64_t s = 0; s < 300; ++s) {
+    double loss = run.loss(s), grad = run.grad(s);
+    if (s == 100) loss *= 5;                  // a bad batch
+    if (s == 150) grad *= 40;                 // an exploding update
+    if (s >= 200 && s < 205) loss = NAN;      // five NaN steps: one episode
+    if (s == 250) grad = INFINITY;
+    m.on_step_end(step_end(s, loss, grad), out);
+  }
+  REQUIRE(out.size() == 4);
+  CHECK(out[0].kind == EventKind::kNumerics);
+  CHECK(out[0].step == 100);
+  CHECK(attr(out[0], "what") == "spike");
+  CHECK(attr(out[0], "signal") == "loss");
+  CHECK(out[1].step == 150);
+  CHECK(attr(out[1], "what") == "explosion");
+  CHECK(attr(out[1], "signal") == "grad_norm");
+  CHECK(out[2].step == 200);
+  CHECK(attr(out[2], "what") == "nonfinite");
+  CHECK(out[2].text == "loss is NaN at step 200");
+  CHECK(out[2].level == rankscope::Level::kError);
+  CHECK(out[3].step == 250);
+  CHECK(out[3].text == "grad_norm is +Infinity at step 250");
+  CHECK(m.counts().nonfinite_loss == 5);
+  CHECK(m.counts().nonfinite_grad_norm == 1);
+}
+
+TEST_CASE("numerics: a GradScaler skip now and then is normal, a storm is one episode", "[numerics]") {
+  NumericsMonitor m;
+  std::vector<Event> out;
+  std::int64_t s = 0;
+  for (; s < 500; ++s) m.on_step_end(step_end(s, 1.0, {}, s % 50 == 0), out);
+  CHECK(out.empty());
+  for (; s < 540; ++s) m.on_step_end(step_end(s, 1.0, {}, true), out);  // overflowing every step
+  for (; s < 700; ++s) m.on_step_end(step_end(s, 1.0, {}, false), out);
+  for (; s < 740; ++s) m.on_step_end(step_end(s, 1.0, {}, true), out);  // a second storm
+  REQUIRE(out.size() == 2);
+  CHECK(attr(out[0], "what") == "skip_storm");
+  CHECK(out[0].step == 507);
+  CHECK(m.counts().skip_storms == 2);
+}
+
+TEST_CASE("numerics: a constant loss (MAD 0) flags a jump but not equal values", "[numerics]") {
+  NumericsMonitor m;
+  std::vector<Event> out;
+  for (std::int64_t s = 0; s < 100; ++s) m.on_step_end(step_end(s, 2.0), out);
+  CHECK(out.empty());
+  m.on_step_end(step_end(100, 2.1), out);  // 5 %: under the 20 % floor
+  CHECK(out.empty());
+  m.on_step_end(step_end(101, 3.0), out);
+  CHECK(out.size() == 1);
+}
+
+namespace {
+rankscope::reader::RunSummary ranks(int n) {
+  rankscope::reader::RunSummary sum;
+  sum.run_dir = "/nonexistent/rankscope-numerics-test";
+  for (int r = 0; r < n; ++r) {
+    rankscope::reader::RankSummary rk;
+    rk.rank = r;
+    rk.ended_cleanly = true;
+    rk.sessions = 1;
+    rk.environment = {{"library", "0.1.0"}, {"torch", "2.6.0"}, {"env.NCCL_ALGO", "Ring"}, {"host", "h" + std::to_string(r)}};
+    rk.cpu_affinity = r % 2 == 0 ? "0-3" : "4-7";
+    sum.ranks.push_back(rk);
+  }
+  return sum;
+}
+std::vector<rankscope::reader::Finding> run_rule(rules::RuleFn rule, const rankscope::reader::RunSummary& sum) {
+  auto in = rules::make_triage_input(sum, nullptr, {});
+  std::vector<rankscope::reader::Finding> out;
+  rule(in, out);
+  return out;
+}
+}  // namespace
+
+TEST_CASE("config_drift: the odd rank out of four, both ranks of two, hosts and CPU lists are not drift", "[numerics]") {
+  auto sum = ranks(4);
+  CHECK(run_rule(rules::config_drift_rule, sum).empty());  // different hosts and CPU lists, same shapes
+  sum.ranks[2].environment[2].second = "Tree";
+  auto f = run_rule(rules::config_drift_rule, sum);
+  REQUIRE(f.size() == 1);
+  CHECK(f[0].kind == FindingKind::kConfigDrift);
+  CHECK(f[0].ranks == std::vector<int>{2});
+  CHECK(f[0].summary == "rank 2 has a different configuration from the other ranks: NCCL_ALGO: Tree on rank 2, Ring on the other 3");
+
+  auto two = ranks(2);
+  two.ranks[1].environment.emplace_back("env.NCCL_IB_DISABLE", "1");
+  f = run_rule(rules::config_drift_rule, two);
+  REQUIRE(f.size() == 1);
+  CHECK(f[0].ranks == std::vector<int>{0, 1});
+  CHECK(f[0].summary.find("no value holds a majority") != std::string::npos);
+
+  auto shape = ranks(3);
+  shape.ranks[1].cpu_affinity = "4-5";  // 2 CPUs where the others may use 4
+  f = run_rule(rules::config_drift_rule, shape);
+  REQUIRE(f.size() == 1);
+  CHECK(f[0].ranks == std::vector<int>{1});
+}
+
+TEST_CASE("numerics rule: the first rank with a NaN loss is the culprit, a spike on every rank says so", "[numerics]") {
+  auto sum = ranks(3);
+  sum.ranks[1].first_bad_loss = rankscope::reader::BadLossRecord{NAN, 10, 5'000, {}};
+  sum.ranks[0].first_bad_loss = rankscope::reader::BadLossRecord{NAN, 11, 6'000, {}};
+  sum.ranks[2].first_bad_loss = rankscope::reader::BadLossRecord{NAN, 11, 6'000, {}};
+  for (auto& r : sum.ranks) {
+    r.first_bad_grad_norm = rankscope::reader::BadLossRecord{NAN, 10, 5'000, {}};  // the all-reduce: everyone at once
+    r.numerics.push_back({"explosion", "grad_norm", 8, 4'000, 90.0, 2.0, "grad_norm explosion at step 8", {}});
+  }
+  auto f = run_rule(rules::numerics_rule, sum);
+  REQUIRE(f.size() == 2);  // the NaN grad norm on every rank is the loss finding's evidence, not a finding
+  CHECK(f[0].ranks == std::vector<int>{1});
+  CHECK(f[0].summary == "rank 1: loss is NaN from step 10; ranks 0,2 followed (the all-reduce spreads it)");
+  CHECK(f[1].ranks == std::vector<int>{0, 1, 2});
+  CHECK(f[1].summary.find("on every rank at once") != std::string::npos);
+}
+
+TEST_CASE("checkpoint_failed: the rank, the step and the error", "[numerics]") {
+  auto sum = ranks(2);
+  rankscope::reader::FactRecord f;
+  f.rank = 1;
+  f.name = "checkpoint_failed";
+  f.step = 40;
+  f.values = {{"op", "save"}, {"id", "/ckpt/step-40.pt"}, {"error", "OSError: [Errno 28] No space left on device"}};
+  sum.facts.push_back(f);
+  auto out = run_rule(rules::checkpoint_failed_rule, sum);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].kind == FindingKind::kCheckpointFailed);
+  CHECK(out[0].ranks == std::vector<int>{1});
+  CHECK(out[0].step == 40);
+  CHECK(out[0].summary ==
+        "rank 1 failed to save checkpoint '/ckpt/step-40.pt' at step 40: OSError: [Errno 28] No space left on device");
+}
