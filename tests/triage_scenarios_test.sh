@@ -10,6 +10,7 @@
 #   mismatched collective      -> collective_mismatch, the odd rank
 #   stall in checkpoint save   -> stall (recovered), the rank in checkpoint_save
 #   restores that leak the old process group -> resource_growth, every rank
+#   a NaN loss on one rank    -> numerics, that rank, the step; the others followed
 set -euo pipefail
 trainer=$1 cli=$2 work=$3
 launch="$(dirname "$0")/../examples/cpp/launch.sh"
@@ -118,4 +119,8 @@ grep -q 'recovered after' <<<"$tri" || fail "the stall does not say it recovered
 RANKSCOPE_METRICS_INTERVAL=0.02 start leak 60 -- --restore-every 15 --leak-pg
 finish
 expect resource_growth 0,1,2,3 "grow with every in-process restore"
+# Rank 2's loss is NaN at step 12; the all-reduce carries it to the others.
+start nan 30 -- --nan-rank 2 --nan-step 12
+finish
+expect numerics 2 "rank 2: loss is NaN from step 12; ranks 0,1,3 followed"
 echo "triage scenarios: ok"

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "rankscope/flight_recorder.hpp"
+#include "environment.hpp"
 #include "exit_cause.hpp"
 #include "rankscope/heartbeat.hpp"
 #include "rankscope/runtime.hpp"
@@ -65,6 +66,10 @@ void bind_runtime(py::module_& m) {
       },
       "cause"_a, "exception"_a, "message"_a, "traceback"_a,
       "Internal: the `exit` line for an uncaught exception (rankscope's sys/threading excepthooks).");
+  m.def(
+      "_add_environment_entry",
+      [](std::string key, std::string value) { rankscope::detail::add_environment_entry(std::move(key), std::move(value)); },
+      "key"_a, "value"_a, "Internal: a version in the environment summary (python, torch), before init().");
   m.def("run_dir", &rankscope::run_dir, "The run directory in use ('' before init).");
   m.def(
       "context",

@@ -21,6 +21,7 @@
 #include <rankscope/rankscope.hpp>
 
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -53,6 +54,8 @@ struct Args {
   int mismatch_step = -1;  // one element fewer at this step (a real gloo mismatch)
   int timeout_s = 30;      // gloo operation timeout
   int slow_from_step = 0;  // --slow-rank sleeps from this step on
+  int nan_rank = -1;       // inject a NaN loss: this rank's loss is NaN
+  int nan_step = -1;       // at this step (the gradient all-reduce spreads it)
   int block_rank = -1;     // inject a hang: this rank blocks forever inside
   int block_step = -1;     // "checkpoint_save" at this step, before the all-reduce
   int block_ms = 0;        // ... for this long instead of forever (a stall that recovers)
@@ -101,6 +104,8 @@ Args parse(int argc, char** argv) {
     else if (k == "--mismatch-step") a.mismatch_step = std::stoi(next());
     else if (k == "--timeout") a.timeout_s = std::stoi(next());
     else if (k == "--slow-from-step") a.slow_from_step = std::stoi(next());
+    else if (k == "--nan-rank") a.nan_rank = std::stoi(next());
+    else if (k == "--nan-step") a.nan_step = std::stoi(next());
     else if (k == "--block-rank") a.block_rank = std::stoi(next());
     else if (k == "--block-step") a.block_step = std::stoi(next());
     else if (k == "--block-ms") a.block_ms = std::stoi(next());
@@ -295,6 +300,7 @@ int main(int argc, char** argv) {
             std::this_thread::sleep_for(std::chrono::milliseconds(args.slow_ms));
           }
           loss = torch::nn::functional::cross_entropy(model->forward(b->x), b->y);
+          if (rank == args.nan_rank && step == args.nan_step) loss = loss * std::nan("");
         }
         {
           RANKSCOPE_PHASE("backward");

@@ -25,6 +25,9 @@ def train(args):
     if args.bind:                # --bind: rank r on the r-th allowed CPU, as launch.sh --bind / Slurm --cpu-bind
         cpus = sorted(os.sched_getaffinity(0))
         os.sched_setaffinity(0, {cpus[rank % len(cpus)]})
+    if args.env and rank == args.fault_rank:  # fault: one rank's knob differs (a node with another profile)
+        name, _, value = args.env.partition("=")
+        os.environ[name] = value
     rankscope.init(run_config={"model": "mlp", "batch": str(args.batch)})  # run id agreed through torchrun's store
     dist.init_process_group("gloo")
     rst.instrument()             # torch.distributed calls -> collective spans
@@ -52,22 +55,31 @@ def train(args):
     acc = rankscope.BatchAccounting(dataset_size=args.samples, micro_batch=args.batch, data_parallel=world)
     step = 0
     ab = ABRecorder(args.ab_block, args.ab_control) if args.ab_block else None
+    ckpt_dir = args.ckpt_dir or os.path.join(rankscope.run_dir() or ".", "checkpoints")
+    os.makedirs(ckpt_dir, exist_ok=True)
     for epoch in range(args.epochs):
         rst.check_distributed_sampler(sampler, epoch)
         acc.start_epoch(epoch)
         if ab:
             ab.start(step)
         for xb, yb in rst.timed_loader(loader, accounting=acc):
+            faulty = rank == args.fault_rank and step == args.fault_step
+            if faulty and args.spike:
+                xb = xb * 50                        # fault: a corrupt batch on one rank (a loss spike)
             with rankscope.phase("forward"):
                 loss = torch.nn.functional.cross_entropy(model(xb), yb)
+                if faulty and args.nan:
+                    loss = loss * float("nan")      # fault: a NaN loss on one rank; the all-reduce spreads it
             with rankscope.phase("backward"):
                 opt.zero_grad()
                 scaler.scale(loss).backward()
             with rankscope.phase("optimizer"):
+                scaler.unscale_(opt)
+                grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf"))
                 scaler.step(opt)
                 amp.update()
             rst.record_cuda_memory()
-            rankscope.step(step, loss=loss.item(), lr=0.1, samples=len(xb))
+            rankscope.step(step, loss=loss.item(), lr=0.1, grad_norm=grad_norm.item(), samples=len(xb))
             step += 1
             if ab:
                 ab.step_done(step)  # this step's time, loader wait included; then the next step's arm
@@ -79,9 +91,19 @@ def train(args):
             work.wait()                             # measured to completion
         if rank == 0:
             rankscope.info("epoch done", epoch=epoch, mean_loss=t.item() / world / 2)
-        rankscope.record_checkpoint_save(id=f"epoch-{epoch}", step=step, consumed_samples=step * args.batch * world,
-                                         world_size=world, global_batch=args.batch * world,
-                                         optimizer_step=step)
+        # Every rank saves its own file (as a sharded checkpoint does); a failed save is
+        # recorded by `with rankscope.checkpoint` and the run goes on without it.
+        path = os.path.join(ckpt_dir, f"epoch-{epoch}-rank-{rank}.pt")
+        if args.fail_save and rank == args.fault_rank:
+            path = os.path.join(ckpt_dir, "missing-dir", os.path.basename(path))  # fault: the save raises
+        try:
+            with rankscope.checkpoint("save", path):
+                torch.save(model.state_dict(), path)
+            rankscope.record_checkpoint_save(id=f"epoch-{epoch}", step=step,
+                                             consumed_samples=step * args.batch * world, world_size=world,
+                                             global_batch=args.batch * world, optimizer_step=step)
+        except (OSError, RuntimeError) as e:
+            rankscope.warning("checkpoint save failed; training goes on", error=f"{type(e).__name__}: {e}")
     rankscope.set_enabled(True)
     if ab and rank == 0:
         ab.report()
@@ -160,6 +182,14 @@ def main():
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--ab-block", type=int, default=0, help="A/B: alternate blocks of K steps on/off")
     p.add_argument("--ab-control", action="store_true", help="A/B schedule with both arms off (noise floor)")
+    p.add_argument("--ckpt-dir", default="", help="where each rank saves its checkpoint (default: RUN_DIR/checkpoints)")
+    f = p.add_argument_group("faults to inject (what triage must name), on --fault-rank")
+    f.add_argument("--fault-rank", type=int, default=-1)
+    f.add_argument("--fault-step", type=int, default=20)
+    f.add_argument("--nan", action="store_true", help="its loss is NaN at --fault-step")
+    f.add_argument("--spike", action="store_true", help="its batch at --fault-step is corrupt (x50): a loss spike")
+    f.add_argument("--fail-save", action="store_true", help="its checkpoint saves fail")
+    f.add_argument("--env", default="", help="NAME=VALUE set on that rank only (config drift), e.g. NCCL_ALGO=Tree")
     train(p.parse_args())
 
 

@@ -58,7 +58,7 @@ void format_console_line(const Event& e, int rank, bool colour, fmt::memory_buff
   fmt::format_to(it, "[r{}] {:02}:{:02}:{:02}.{:03} {}{}{} ", rank, tm.tm_hour, tm.tm_min, tm.tm_sec,
                  (e.wall_ns / 1000000ull) % 1000, colour ? kColour[lv] : "", kTag[lv], colour ? "\x1b[0m" : "");
   out.append(std::string_view(e.text));
-  if (!e.attributes.empty()) {
+  if (!e.attributes.empty() && e.kind != EventKind::kNumerics) {  // a numerics message says it all
     // Human-readable fields: k=v, strings unquoted.
     out.append(std::string_view(" "));
     for (const Attribute& a : e.attributes) {

@@ -133,6 +133,12 @@ void gpus_json(JsonWriter& w) {
 
 void add_environment_entry(std::string key, std::string value) {
   std::lock_guard<std::mutex> lk(entries_mu());
+  for (auto& [k, v] : entries()) {
+    if (k == key) {  // a second init() of the process: the newest value
+      v = std::move(value);
+      return;
+    }
+  }
   entries().emplace_back(std::move(key), std::move(value));
 }
 

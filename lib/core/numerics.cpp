@@ -89,7 +89,7 @@ void NumericsMonitor::watch(Signal& s, std::string_view name, double v, double r
         out.push_back(numerics_event(
             at, spike, name, Level::kWarn,
             fmt::format("{} {} at step {}: {:.4g}, {:.1f}x the median {:.4g} of the last {} steps", name,
-                        loss ? "spike" : "explosion", at.step, v, v / med, med, RobustWindow::kSize)));
+                        loss ? "spike" : "explosion", at.step, v, v / med, med, s.window.size())));
         out.back()
             .attributes.add(schema::field_name(schema::Field::kValue), v)
             .add(schema::field_name(schema::Field::kMedian), med)

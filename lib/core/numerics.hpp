@@ -31,6 +31,7 @@ class RobustWindow {
   void clear() { n_ = next_ = since_refresh_ = 0; median_ = mad_ = 0; }
   void push(double v);
   bool ready() const { return n_ >= kMinValues; }
+  std::size_t size() const { return n_; }
   double median() const { return median_; }
   double mad() const { return mad_; }  // scaled to a normal's standard deviation (x 1.4826)
   /// How many MADs above the median (robust z); huge when the MAD is 0.

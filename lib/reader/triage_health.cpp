@@ -41,8 +41,12 @@ FirstAndFollowers first_and_followers(const RunSummary& sum, Get get, std::vecto
   out.step = get(*order.front())->step;
   out.t = aligned(*order.front(), get(*order.front())->t);
   for (const auto* r : order) (get(*r)->step == out.step ? out.first : out.followed).push_back(r->rank);
+  std::sort(out.first.begin(), out.first.end());
+  std::sort(out.followed.begin(), out.followed.end());
   return out;
 }
+
+void episode_findings_each(const TriageInput& in, std::vector<Finding>& out);
 
 std::string followers_text(const FirstAndFollowers& f, std::string_view how) {
   if (f.followed.empty()) return " (no other rank followed)";
@@ -69,7 +73,30 @@ void nonfinite_finding(const TriageInput& in, std::string_view signal, std::opti
 
 // Episodes the ranks' monitors reported (spikes, explosions, skip storms), one
 // finding per kind of episode, naming the rank(s) with the first one.
+// Gradient norms are taken after the all-reduce: one rank's corrupt batch
+// explodes every rank's norm at once, which names no culprit; the loss spike
+// of that step (or before it) does, and takes the explosion as evidence.
 void episode_findings(const TriageInput& in, std::vector<Finding>& out) {
+  const std::size_t begin = out.size();
+  episode_findings_each(in, out);
+  auto find = [&](std::string_view head) {
+    for (std::size_t i = begin; i < out.size(); ++i) {
+      if (out[i].summary.find(head) != std::string::npos) return i;
+    }
+    return out.size();
+  };
+  const std::size_t spike = find(": loss spike at step "), expl = find(": grad_norm explosion at step ");
+  if (spike == out.size() || expl == out.size()) return;
+  if (out[expl].ranks.size() != in.sum.ranks.size() || out[spike].ranks.size() == out[expl].ranks.size() ||
+      out[spike].step > out[expl].step) {
+    return;
+  }
+  out[spike].evidence.push_back(fmt::format("grad_norm exploded on every rank at step {} (the all-reduce carried it): {}",
+                                            out[expl].step, out[expl].summary.substr(out[expl].summary.find(": ") + 2)));
+  out.erase(out.begin() + static_cast<std::ptrdiff_t>(expl));
+}
+
+void episode_findings_each(const TriageInput& in, std::vector<Finding>& out) {
   std::set<std::pair<std::string, std::string>> kinds;  // (what, signal)
   for (const auto& r : in.sum.ranks) {
     for (const auto& n : r.numerics) {

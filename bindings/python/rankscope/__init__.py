@@ -88,9 +88,20 @@ def init(rank=None, world_size=None, local_rank=None, run_dir=None, run_id=None,
             import sys
             sys.stderr.write(f"rankscope: could not agree on a run id through torchrun's store ({type(e).__name__}: "
                              f"{e}); using the environment's (set RANKSCOPE_RUN_ID to choose one)\n")
+    _add_versions()
     _rankscope.init(rank=rank, world_size=world_size, local_rank=local_rank, run_dir=run_dir, run_id=run_id,
                     enabled=enabled, run_config=run_config)
     _install_exit_hooks()
+
+
+def _add_versions():
+    """Python's and torch's versions join the environment summary: triage's config_drift
+    compares them across ranks. torch only if the program imported it (never imported here)."""
+    import sys
+    _rankscope._add_environment_entry("python", sys.version.split()[0])
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "__version__"):
+        _rankscope._add_environment_entry("torch", str(torch.__version__))
 
 
 def _install_exit_hooks():
