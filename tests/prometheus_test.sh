@@ -2,6 +2,9 @@
 # A real Prometheus server scrapes a running 2-rank example trainer:
 #  - promtool accepts the shipped alert rules and a live /metrics page;
 #  - the server's step series advances while the ranks train;
+#  - promtool's unit tests of the training-health alerts pass (tests/prometheus/rules_test.yml);
+#  - rank 0's loss goes NaN at step 50: the NaN stays on the page and
+#    RankscopeNonFiniteLoss fires in the server;
 #  - after rank 1 blocks (forever, inside checkpoint_save), the stall rule's
 #    expression (threshold shortened to 3 s for the test) becomes true.
 set -euo pipefail
@@ -10,10 +13,11 @@ trainer=$1 work=$2 rules=$3
 rm -rf "$work"; mkdir -p "$work"
 fail() { echo "prometheus test: $*"; tail -20 "$work/train.log" "$work/prometheus.log" 2>/dev/null; exit 1; }
 promtool check rules "$rules" >/dev/null || fail "promtool rejects $rules"
+(cd "$(dirname "$0")/prometheus" && promtool test rules rules_test.yml) || fail "promtool test rules failed"
 
 base=$((20000 + ($$ % 2000) * 4)) prom_port=$((base + 2))
 RANKSCOPE_PROMETHEUS_PORT=$base bash "$(dirname "$0")/../examples/cpp/launch.sh" --ranks 2 --steps 100000 \
-  --trainer "$trainer" --dir "$work/runs" -- --slow-rank 0 --slow-ms 25 --block-rank 1 --block-step 400 \
+  --trainer "$trainer" --dir "$work/runs" -- --slow-rank 0 --slow-ms 25 --block-rank 1 --block-step 400 --nan-rank 0 --nan-step 50 \
   --timeout 600 >"$work/train.log" 2>&1 &
 launcher=$!
 prom=""
@@ -62,6 +66,16 @@ for _ in $(seq 1 50); do
 done
 awk "BEGIN{exit !($later > $first)}" || fail "the step series did not advance ($first -> $later)"
 echo "step series advanced: $first -> $later"
+
+nonfinite=""
+for _ in $(seq 1 60); do
+  nonfinite=$(query 'count(ALERTS{alertname="RankscopeNonFiniteLoss",alertstate="firing"})' || true)
+  [[ -n "$nonfinite" ]] && break
+  sleep 1
+done
+[[ -n "$nonfinite" ]] || fail "RankscopeNonFiniteLoss never fired after rank 0's loss went NaN"
+curl -sf "http://127.0.0.1:$base/metrics" | grep -q '^rankscope_loss{.*} Nan$' || fail "the NaN loss is not on the page"
+echo "non-finite loss rule firing for $nonfinite series"
 
 stalled=""
 for _ in $(seq 1 60); do

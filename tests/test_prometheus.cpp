@@ -4,7 +4,10 @@
 #include <netinet/in.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
+#include <optional>
+#include <thread>
 
 #include "rankscope/export/prometheus.hpp"
 #include "rankscope/rankscope.hpp"
@@ -218,5 +221,60 @@ TEST_CASE("prometheus: init() adds the exporter the environment asks for - a con
   ::setenv("RANKSCOPE_PROMETHEUS_PORT", "http", 1);
   CHECK(init(cfg).ok());  // opted out: the variable is not read
   ::unsetenv("RANKSCOPE_PROMETHEUS_PORT");
+  shutdown();
+}
+
+namespace {
+// The value of the first sample of `series` (a name with its opening brace) on the page.
+std::optional<std::string> sample(const std::string& text, const std::string& series) {
+  const auto at = text.find("\n" + series);
+  if (at == std::string::npos) return std::nullopt;
+  const auto v = text.find("} ", at) + 2;
+  return text.substr(v, text.find('\n', v) - v);
+}
+}  // namespace
+
+TEST_CASE("prometheus: a NaN loss stays on the page / numerics counters / the checkpoint age skips failed saves",
+          "[prometheus]") {
+  TempDir tmp;
+  auto sink = make_prometheus_sink({.local_rank = 0});  // no port: read through prometheus_text
+  REQUIRE(sink.ok());
+  Config cfg;
+  cfg.run_dir = tmp.path;
+  cfg.context.rank = 0;
+  cfg.context.world_size = 1;
+  cfg.sinks = {*sink};
+  cfg.metrics_interval = std::chrono::milliseconds(1);
+  cfg.exporters_from_env = false;
+  REQUIRE(init(cfg).ok());
+  for (int s = 0; s < 20; ++s) {
+    StepScope step(s);
+    step.report({.loss = s < 18 ? 2.0 : NAN});
+  }
+  {
+    RANKSCOPE_PHASE("checkpoint_save");  // fails inside: no good save yet
+    record_checkpoint_failure(CheckpointOp::kSave, "/ckpt/20.pt", "OSError: [Errno 28] No space left on device");
+  }
+  REQUIRE(flush());
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the next metrics export
+  REQUIRE(flush());
+  std::string text = prometheus_text(**sink);
+  CHECK(sample(text, "rankscope_loss{") == "Nan");  // prometheus-cpp's spelling; the format reads it case-blind
+  CHECK(sample(text, "rankscope_nonfinite_steps_total{") == "2");
+  CHECK_THAT(text, Catch::Contains("signal=\"loss\"} 2"));
+  CHECK_THAT(text, Catch::Contains("rankscope_checkpoint_failures_total{"));
+  CHECK_FALSE(sample(text, "rankscope_checkpoint_age_seconds{"));
+
+  { RANKSCOPE_PHASE("checkpoint_save"); }  // a good save
+  REQUIRE(flush());
+  text = prometheus_text(**sink);
+  const auto good = sample(text, "rankscope_last_checkpoint_timestamp_seconds{");
+  REQUIRE(good);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  { RANKSCOPE_PHASE("checkpoint_save"); }  // a save whose failure is recorded after it ended
+  record_checkpoint_failure(CheckpointOp::kSave, "/ckpt/40.pt", "torch.save raised");
+  REQUIRE(flush());
+  text = prometheus_text(**sink);
+  CHECK(sample(text, "rankscope_last_checkpoint_timestamp_seconds{") == good);
   shutdown();
 }
