@@ -1,0 +1,61 @@
+"""Is the training healthy: faults injected into the real DDP example on 2 torchrun ranks,
+each named by `rankscope triage` with its rank and step, at default settings."""
+import json
+import os
+import subprocess
+import sys
+
+from conftest import ROOT
+
+RANKSCOPE = os.path.join(os.path.dirname(sys.executable), "rankscope")
+EXAMPLE = os.path.join(ROOT, "examples", "python", "train_ddp.py")
+
+
+def _triage(tmp_path, p):
+    assert p.returncode == 0, p.stderr[-3000:]
+    run_dir = str(tmp_path / p.stdout.strip().splitlines()[-1])
+    t = subprocess.run([RANKSCOPE, "triage", "--json", run_dir], capture_output=True, text=True, timeout=60)
+    assert t.returncode == 1, t.stdout[-3000:] + t.stderr[-2000:]
+    return run_dir, json.loads(t.stdout)["findings"]
+
+
+def _one(findings, kind):
+    of_kind = [f for f in findings if f["kind"] == kind]
+    assert len(of_kind) == 1, findings
+    return of_kind[0]
+
+
+def test_a_nan_loss_on_one_rank_is_named_with_its_step_and_the_rank_that_followed(tmp_path, torchrun):
+    p = torchrun(EXAMPLE, 2, "--epochs", "2", "--fault-rank", "1", "--fault-step", "10", "--nan")
+    _, findings = _triage(tmp_path, p)
+    f = findings[0]
+    assert f["kind"] == "numerics" and f["ranks"] == [1] and f["step"] == 10, findings
+    assert f["summary"] == "rank 1: loss is NaN from step 10; rank 0 followed (the all-reduce spreads it)"
+    assert any("grad_norm non-finite on every rank from step 10" in e for e in f["evidence"]), f
+    assert "E loss is NaN at step 10" in p.stderr  # the console says it as it happens
+
+
+def test_a_corrupt_batch_a_failed_save_and_a_different_knob_on_one_rank_are_each_named(tmp_path, torchrun):
+    p = torchrun(EXAMPLE, 2, "--epochs", "2", "--fault-rank", "1", "--fault-step", "20", "--spike", "--fail-save",
+                 "--env", "NCCL_ALGO=Tree")
+    run_dir, findings = _triage(tmp_path, p)
+    assert sorted(f["kind"] for f in findings) == ["checkpoint_failed", "config_drift", "numerics"], findings
+
+    spike = _one(findings, "numerics")
+    assert spike["ranks"] == [1] and spike["step"] == 20, spike
+    assert spike["summary"].startswith("rank 1: loss spike at step 20: "), spike
+    assert spike["summary"].endswith("(no other rank followed)"), spike
+    assert any(e.startswith("grad_norm exploded on every rank at step 20") for e in spike["evidence"]), spike
+
+    ckpt = _one(findings, "checkpoint_failed")
+    assert ckpt["ranks"] == [1] and ckpt["step"] == 16, ckpt  # the first epoch's end: 2048 / 64 / 2 steps
+    assert "failed to save checkpoint" in ckpt["summary"] and "does not exist" in ckpt["summary"], ckpt
+    assert "(2 failures, at steps 16,32)" in ckpt["summary"], ckpt
+
+    drift = _one(findings, "config_drift")
+    assert drift["ranks"] == [0, 1], drift  # two ranks that differ: both named
+    assert "NCCL_ALGO: (unset) on rank 0, Tree on rank 1" in drift["summary"], drift
+
+    # The good saves are on disk, the failed ones are not; rank 0 saved both epochs.
+    saved = sorted(os.listdir(os.path.join(run_dir, "checkpoints")))
+    assert saved == ["epoch-0-rank-0.pt", "epoch-1-rank-0.pt"], saved
