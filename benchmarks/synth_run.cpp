@@ -7,6 +7,8 @@
 //   rankscope_synth_run --dir D --ranks 1024 --steps 1000 [--straggler R:STEP]
 //     [--hang R:STEP] [--dead R:STEP] [--mismatch R:STEP] [--seed-rank R]
 //     [--skew NODE:MS] [--comm-hang STEP] [--corrupt R] [--ranks-per-node 8]
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -36,6 +38,9 @@ struct Options {
   long steps = 100;
   Fault straggler, hang, dead, mismatch, skew;  // skew: rank = node, step = milliseconds
   long comm_hang = -1;                          // every rank enters this step's all-reduce; none leaves
+  double straggler_factor = 3.0;                // the straggler's forward, x the others'
+  double noise = 0.0;                           // log-normal sigma on every compute phase, per rank and step
+  std::uint64_t noise_seed = 0;
 };
 
 class RankWriter {
@@ -70,9 +75,24 @@ class RankWriter {
         return;
       }
       if (rank_ == o_.corrupt && s % 97 == 5) std::fputs("{not json at all\n{\"kind\":7}\n", f_);
-      const std::uint64_t fwd = (rank_ == o_.straggler.rank && s >= o_.straggler.step) ? 3 * 30'000'000 : 30'000'000;
-      const std::uint64_t wait = (o_.straggler.rank >= 0 && s >= o_.straggler.step && rank_ != o_.straggler.rank)
-                                     ? 60'000'000 + 5'000'000 : 5'000'000;
+      // Every rank's compute varies step to step (--noise); the step ends when
+      // the slowest rank reaches the all-reduce, which the others wait in.
+      const bool slow = o_.straggler.rank >= 0 && s >= o_.straggler.step;
+      const std::uint64_t fwd_nominal = 30'000'000, bwd_nominal = 40'000'000;
+      auto compute = [&](int r) {
+        const double f = (r == o_.straggler.rank && slow ? o_.straggler_factor : 1.0) * jitter(r, s, 0);
+        return static_cast<std::uint64_t>(static_cast<double>(fwd_nominal) * f) +
+               static_cast<std::uint64_t>(static_cast<double>(bwd_nominal) * jitter(r, s, 1));
+      };
+      // Without noise every rank but the straggler computes alike: no need to
+      // visit them all (1,024 ranks x 1,024 writers).
+      std::uint64_t slowest = std::max(compute(rank_), slow ? compute(o_.straggler.rank) : 0);
+      for (int r = 0; o_.noise > 0 && r < o_.ranks; ++r) slowest = std::max(slowest, compute(r));
+      const std::uint64_t fwd = static_cast<std::uint64_t>(
+          static_cast<double>(fwd_nominal) * (rank_ == o_.straggler.rank && slow ? o_.straggler_factor : 1.0) *
+          jitter(rank_, s, 0));
+      const std::uint64_t bwd = static_cast<std::uint64_t>(static_cast<double>(bwd_nominal) * jitter(rank_, s, 1));
+      const std::uint64_t wait = slowest - (fwd + bwd) + 5'000'000;
       const std::uint64_t start = now_;
       line("step_begin", s, "");
       phase(s, "loader_wait", "loader_wait", 0, 2'000'000);
@@ -81,7 +101,7 @@ class RankWriter {
       phase(s, "mlp", "other", 1, fwd / 2);
       now_ = f0;
       phase(s, "forward", "forward", 0, fwd);
-      phase(s, "backward", "backward", 0, 40'000'000);
+      phase(s, "backward", "backward", 0, bwd);
       if (hang_culprit && s == o_.hang.step) {
         stall(s, "checkpoint_save (31.0 s)", "");
         return;
@@ -103,7 +123,7 @@ class RankWriter {
       phase(s, "all_reduce", "collective", 0, wait);
       now_ = c0 + wait;
       phase(s, "optimizer", "optimizer", 0, 8'000'000);
-      now_ = start + base + (fwd - 30'000'000) + (wait - 5'000'000);
+      now_ = start + base + (slowest - fwd_nominal - bwd_nominal);
       line("step_end", s, fmt::format(",\"dur\":{},\"loss\":{:.4f},\"lr\":0.1,\"samples\":8", now_ - start,
                                       2.0 / static_cast<double>(s + 1)));
       if (s % 100 == 99) {
@@ -120,6 +140,20 @@ class RankWriter {
   std::uint64_t wall_now() const { return wall0_ + now_; }
 
  private:
+  // Rank r's compute-time factor at step s for phase p: log-normal with
+  // sigma --noise, the same on every writer (each computes the slowest rank).
+  double jitter(int r, long s, int p) const {
+    if (o_.noise <= 0) return 1.0;
+    std::uint64_t h = (static_cast<std::uint64_t>(r) * 0x9E3779B97F4A7C15ull) ^
+                      (static_cast<std::uint64_t>(s) * 0xC2B2AE3D27D4EB4Full) ^ (static_cast<std::uint64_t>(p) + 1) ^
+                      (o_.noise_seed * 0x165667B19E3779F9ull);
+    auto uniform = [&]() {
+      h = h * 6364136223846793005ull + 1442695040888963407ull;
+      return (static_cast<double>(h >> 11) + 0.5) / 9007199254740992.0;
+    };
+    const double z = std::sqrt(-2.0 * std::log(uniform())) * std::cos(6.283185307179586 * uniform());
+    return std::exp(o_.noise * z);
+  }
   void line(const char* kind, long step, std::string_view extra, long tid = -1) {
     fmt::print(f_, "{{\"kind\":\"{}\",\"t\":{},\"mono\":{},\"rank\":{},\"step\":{},\"tid\":{}{}}}\n", kind,
                wall0_ + now_, mono_ + now_, rank_, step, tid < 0 ? 5000 + rank_ : tid, extra);
@@ -158,7 +192,11 @@ int main(int argc, char** argv) {
   app.add_option("--ranks", o.ranks)->capture_default_str();
   app.add_option("--steps", o.steps)->capture_default_str();
   app.add_option("--ranks-per-node", o.ranks_per_node)->capture_default_str();
-  app.add_option("--straggler", straggler, "RANK:STEP  rank computes 3x longer in forward from STEP");
+  app.add_option("--straggler", straggler, "RANK:STEP  rank computes --straggler-factor x longer in forward from STEP");
+  app.add_option("--straggler-factor", o.straggler_factor)->capture_default_str();
+  app.add_option("--noise", o.noise, "log-normal sigma of every rank's compute time per step (0: none)")
+      ->capture_default_str();
+  app.add_option("--noise-seed", o.noise_seed)->capture_default_str();
   app.add_option("--hang", hang, "RANK:STEP  rank blocks in checkpoint_save before the all-reduce of STEP");
   app.add_option("--dead", dead, "RANK:STEP  rank dies (torn last line) at STEP");
   app.add_option("--mismatch", mismatch, "RANK:STEP  rank all-reduces a different count at STEP");

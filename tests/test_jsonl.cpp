@@ -318,7 +318,7 @@ TEST_CASE("triage finds the straggler and stays quiet on a healthy run", "[triag
   REQUIRE(r->findings.size() == 1);
   CHECK(r->findings[0].kind == reader::FindingKind::kStraggler);
   CHECK(r->findings[0].ranks == std::vector<int>{2});
-  CHECK_THAT(r->findings[0].summary, Catch::Contains("forward: 20.0 ms per step vs 5.0 ms"));
+  CHECK_THAT(r->findings[0].summary, Catch::Contains("forward: 20.0 ms per step vs 5.00 ms"));
   CHECK(r->exit_code == 1);
 
   TempDir healthy;

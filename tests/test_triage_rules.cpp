@@ -226,14 +226,22 @@ TEST_CASE("rule desync merges one violation recorded by several ranks", "[triage
 TEST_CASE("rule straggler names the rank far slower than the others in one phase kind", "[triage]") {
   auto sum = run_of(3);
   const int fwd = static_cast<int>(rankscope::PhaseKind::kForward);
-  sum.ranks[0].median_kind_ms[fwd] = sum.ranks[1].median_kind_ms[fwd] = 10;
-  sum.ranks[2].median_kind_ms[fwd] = 50;
+  for (auto& r : sum.ranks) r.median_step_ms = 100;
+  for (std::int64_t s = 0; s < 40; ++s) {
+    for (auto& r : sum.ranks) {
+      double ms[rankscope::kPhaseKindCount] = {};
+      ms[fwd] = r.rank == 2 && s >= 10 ? 50 : 10;
+      r.series.add(s, ms);
+    }
+  }
   const auto out = run_rule(rules::straggler_rule, sum);
   REQUIRE(out.size() == 1);
   CHECK(out[0].kind == FindingKind::kStraggler);
   CHECK(out[0].ranks == std::vector<int>{2});
-  CHECK(out[0].step == -1);  // no run log to find the onset in
-  CHECK_THAT(out[0].summary, Catch::StartsWith("rank 2 is a straggler in forward: 50.0 ms per step vs 10.0 ms"));
+  CHECK(out[0].step == 10);
+  CHECK(out[0].summary == "rank 2 is a straggler in forward: 50.0 ms per step vs 10.0 ms on the other ranks (5.00x), "
+                          "from step 10");
+  CHECK(out[0].evidence[0] == "the other ranks wait about 40.0 ms per step for it in the next collective (40.0 % of a 100.0 ms step)");
 }
 
 TEST_CASE("rule resource_growth names a rank whose threads grow with each restore", "[triage]") {

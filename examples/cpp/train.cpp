@@ -50,6 +50,7 @@ struct Args {
   bool ab_control = false;  // A/A: both arms disabled, to measure the noise floor
   int slow_rank = -1;     // inject a straggler: this rank sleeps in forward
   int slow_ms = 0;
+  double slow_factor = 0;  // ... or computes its forward this many times (1.2: a subtle straggler)
   int mismatch_rank = -1;  // inject a collective mismatch: this rank all-reduces
   int mismatch_step = -1;  // one element fewer at this step (a real gloo mismatch)
   int timeout_s = 30;      // gloo operation timeout
@@ -100,6 +101,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--ab-control") a.ab_control = true;
     else if (k == "--slow-rank") a.slow_rank = std::stoi(next());
     else if (k == "--slow-ms") a.slow_ms = std::stoi(next());
+    else if (k == "--slow-factor") a.slow_factor = std::stod(next());
     else if (k == "--mismatch-rank") a.mismatch_rank = std::stoi(next());
     else if (k == "--mismatch-step") a.mismatch_step = std::stoi(next());
     else if (k == "--timeout") a.timeout_s = std::stoi(next());
@@ -299,7 +301,14 @@ int main(int argc, char** argv) {
           if (rank == args.slow_rank && step >= args.slow_from_step) {
             std::this_thread::sleep_for(std::chrono::milliseconds(args.slow_ms));
           }
+          const auto f0 = std::chrono::steady_clock::now();
           loss = torch::nn::functional::cross_entropy(model->forward(b->x), b->y);
+          if (rank == args.slow_rank && step >= args.slow_from_step && args.slow_factor > 1) {
+            // A slower device: the same work takes slow_factor times as long (spinning, as compute would).
+            const auto until = std::chrono::steady_clock::now() + (std::chrono::steady_clock::now() - f0) * (args.slow_factor - 1);
+            while (std::chrono::steady_clock::now() < until) {
+            }
+          }
           if (rank == args.nan_rank && step == args.nan_step) loss = loss * std::nan("");
         }
         {

@@ -67,7 +67,12 @@ def train(args):
             if faulty and args.spike:
                 xb = xb * 50                        # fault: a corrupt batch on one rank (a loss spike)
             with rankscope.phase("forward"):
+                t0 = time.perf_counter()
                 loss = torch.nn.functional.cross_entropy(model(xb), yb)
+                if args.slow_factor > 1 and rank == args.fault_rank and step >= args.fault_step:
+                    until = time.perf_counter() + (time.perf_counter() - t0) * (args.slow_factor - 1)
+                    while time.perf_counter() < until:  # fault: a slower device, spinning as compute would
+                        pass
                 if faulty and args.nan:
                     loss = loss * float("nan")      # fault: a NaN loss on one rank; the all-reduce spreads it
             with rankscope.phase("backward"):
@@ -189,6 +194,8 @@ def main():
     f.add_argument("--nan", action="store_true", help="its loss is NaN at --fault-step")
     f.add_argument("--spike", action="store_true", help="its batch at --fault-step is corrupt (x50): a loss spike")
     f.add_argument("--fail-save", action="store_true", help="its checkpoint saves fail")
+    f.add_argument("--slow-factor", type=float, default=0, help="its forward takes this many times as long from "
+                   "--fault-step on (1.2: a subtle straggler)")
     f.add_argument("--env", default="", help="NAME=VALUE set on that rank only (config drift), e.g. NCCL_ALGO=Tree")
     train(p.parse_args())
 

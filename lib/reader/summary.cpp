@@ -369,4 +369,43 @@ absl::StatusOr<RunSummary> summarize_run(const std::string& run_dir, const Summa
   return out;
 }
 
+void PhaseSeries::coarsen_to(std::int64_t b) {
+  while (block_steps < b) {
+    // Pairs of blocks (2i, 2i+1) merge into block i; the absolute index
+    // decides the pairing, so every rank's blocks still line up.
+    // Steps are never negative (add() takes only those), so neither are indices.
+    std::vector<Block> merged;
+    const std::int64_t first = first_block / 2;
+    for (std::size_t j = 0; j < blocks.size(); ++j) {
+      const auto to = static_cast<std::size_t>((first_block + static_cast<std::int64_t>(j)) / 2 - first);
+      if (merged.size() <= to) merged.resize(to + 1);
+      for (int k = 0; k < kPhaseKindCount; ++k) merged[to].ms[k] += blocks[j].ms[k];
+      merged[to].steps += blocks[j].steps;
+    }
+    blocks = std::move(merged);
+    first_block = first;
+    block_steps *= 2;
+  }
+}
+
+void PhaseSeries::add(std::int64_t step, const double (&ms)[kPhaseKindCount]) {
+  if (step < 0) return;
+  if (blocks.empty()) first_block = step / block_steps;
+  // A step before the first block (a restart that went back further): widen
+  // the blocks until it fits in front, bounded like the rest.
+  while (step / block_steps < first_block &&
+         static_cast<std::size_t>(first_block - step / block_steps) + blocks.size() > kMaxBlocks) {
+    coarsen_to(block_steps * 2);
+  }
+  if (step / block_steps < first_block) {
+    blocks.insert(blocks.begin(), static_cast<std::size_t>(first_block - step / block_steps), Block{});
+    first_block = step / block_steps;
+  }
+  while (static_cast<std::size_t>(step / block_steps - first_block) >= kMaxBlocks) coarsen_to(block_steps * 2);
+  const auto j = static_cast<std::size_t>(step / block_steps - first_block);
+  if (j >= blocks.size()) blocks.resize(j + 1);
+  for (int k = 0; k < kPhaseKindCount; ++k) blocks[j].ms[k] += static_cast<float>(ms[k]);
+  ++blocks[j].steps;
+}
+
 }  // namespace rankscope::reader

@@ -112,6 +112,30 @@ struct RestoreSample {
   std::int64_t os_threads = -1, communicators = -1;
 };
 
+/// A rank's time per step by phase kind, summed over blocks of `block_steps`
+/// consecutive steps (block i holds steps [i*B, (i+1)*B)), for the cross-rank
+/// straggler test. B is a power of two that doubles whenever the series would
+/// pass kMaxBlocks, so memory is bounded (~60 KiB per rank) and any two ranks'
+/// series line up after coarsening the finer one.
+struct PhaseSeries {
+  static constexpr std::size_t kMaxBlocks = 2048;
+  struct Block {
+    float ms[kPhaseKindCount] = {};
+    std::uint32_t steps = 0;
+  };
+  std::int64_t block_steps = 1;
+  std::int64_t first_block = 0;  // the block index of blocks[0]
+  std::vector<Block> blocks;
+  void add(std::int64_t step, const double (&ms)[kPhaseKindCount]);
+  void coarsen_to(std::int64_t b);  // b: a power of two >= block_steps
+  /// Mean ms per step of `kind` in absolute block `i`; nullopt when no step is there.
+  std::optional<double> mean(std::int64_t i, int kind) const {
+    const std::int64_t j = i - first_block;
+    if (j < 0 || j >= static_cast<std::int64_t>(blocks.size()) || blocks[j].steps == 0) return std::nullopt;
+    return blocks[j].ms[kind] / blocks[j].steps;
+  }
+};
+
 struct RankSummary {
   int rank = -1;
   std::uint64_t lines = 0, bad_lines = 0, unknown_kinds = 0, bytes = 0;
@@ -152,6 +176,7 @@ struct RankSummary {
   std::uint64_t first_error_t = 0;
   EvidenceLine first_error_line, last_line;
   std::vector<RestoreSample> restores;
+  PhaseSeries series;       // per-step phase times, in blocks
   std::int64_t pid = 0;     // its last session's process (run_start)
   std::string cpu_affinity;  // the CPUs it may run on ("0-3"), its last session's
   std::string dump_reason;  // its flight dump's reason ("signal SIGPIPE", "stall", ...), from that process

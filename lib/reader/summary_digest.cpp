@@ -205,7 +205,12 @@ void RankDigester::on_step_end(const LogEvent& e) {
   if (e.samples) r.samples += *e.samples;
   if (auto b = builder_.on_step_end(e.tid, e.mono)) {
     step_ms_.push_back(static_cast<double>(b->total_ns) / 1e6);
-    for (int k = 0; k < kPhaseKindCount; ++k) kind_ms_[k].push_back(static_cast<double>(b->by_kind_ns[k]) / 1e6);
+    double ms[kPhaseKindCount];
+    for (int k = 0; k < kPhaseKindCount; ++k) {
+      ms[k] = static_cast<double>(b->by_kind_ns[k]) / 1e6;
+      kind_ms_[k].push_back(ms[k]);
+    }
+    if (e.step >= 0) r.series.add(e.step, ms);
   }
 }
 

@@ -97,52 +97,24 @@ std::vector<Finding> desync_findings(const RunSummary& sum) {
   return out;
 }
 
-// The step where a straggler's phase grew, re-read from that rank's file only
-// (bounded memory: the summary keeps medians, not per-step series).
-void straggler_onset(const std::string& run_dir, const RankSummary& r, PhaseKind kind, double threshold_ms,
-                     const SummaryOptions& opts, Finding& f) {
-  detail::StepBreakdownBuilder builder;
-  EvidenceLine last_phase_line;
-  bool found = false;
+// The phase line a straggler's slow period begins with, re-read from that
+// rank's file only (the summary keeps per-block sums, not lines).
+EvidenceLine straggler_line(const std::string& run_dir, const RankSummary& r, PhaseKind kind, std::int64_t step,
+                            const SummaryOptions& opts, std::uint64_t& t) {
+  EvidenceLine line;
   (void)read_run_log(schema::run_log_path(run_dir, r.rank), [&](const LogEvent& e) {
-    if (found || e.t < opts.since_ns || e.t > opts.until_ns) return;
-    if (e.k == schema::Kind::kPhase) {
-      builder.on_phase(e.tid, e.depth, e.phase_kind == phase_kind_name(kind) ? kind : PhaseKind::kOther, e.mono, e.dur);
-      if (e.phase_kind == phase_kind_name(kind)) last_phase_line = {r.rank, e.line_no, std::string(e.raw.substr(0, 400))};
-    } else if (e.k == schema::Kind::kStepBegin) {
-      builder.on_step_begin(e.tid, e.step, e.mono);
-    } else if (e.k == schema::Kind::kStepEnd) {
-      auto b = builder.on_step_end(e.tid, e.mono);
-      if (b && static_cast<double>(b->by_kind_ns[static_cast<int>(kind)]) / 1e6 > threshold_ms) {
-        found = true;
-        f.step = e.step;
-        f.t = aligned(r, e.t);
-        if (last_phase_line) f.lines.push_back(last_phase_line);
-      }
+    if (line || e.t < opts.since_ns || e.t > opts.until_ns) return;
+    if (e.k == schema::Kind::kPhase && e.step >= step && e.phase_kind == phase_kind_name(kind)) {
+      line = {r.rank, e.line_no, std::string(e.raw.substr(0, 400))};
+      t = e.t;
     }
   });
+  return line;
 }
 
-// Ranks whose median time in a phase kind is more than twice, and 5 ms over,
-// the other ranks' median.
-std::vector<StragglerFact> find_stragglers(const RunSummary& sum) {
-  const PhaseKind kinds[] = {PhaseKind::kLoaderWait, PhaseKind::kForward, PhaseKind::kBackward, PhaseKind::kOptimizer,
-                             PhaseKind::kCheckpoint};
-  std::vector<StragglerFact> out;
-  if (sum.ranks.size() < 2) return out;
-  for (PhaseKind kind : kinds) {
-    const int k = static_cast<int>(kind);
-    for (const auto& rk : sum.ranks) {
-      const double mine = rk.median_kind_ms[k];
-      std::vector<double> others;
-      for (const auto& o : sum.ranks) {
-        if (o.rank != rk.rank) others.push_back(o.median_kind_ms[k]);
-      }
-      const double typical = median_of(std::move(others));
-      if (mine > 2.0 * typical && mine - typical > 5.0) out.push_back({&rk, kind, mine, typical});
-    }
-  }
-  return out;
+// Milliseconds with the digits a 0.1 ms phase needs and a 40 ms one does not.
+std::string format_ms(double ms) {
+  return ms < 1 ? fmt::format("{:.3f}", ms) : ms < 10 ? fmt::format("{:.2f}", ms) : fmt::format("{:.1f}", ms);
 }
 
 }  // namespace
@@ -211,17 +183,32 @@ void straggler_rule(const TriageInput& in, std::vector<Finding>& out) {
       if (o.rank != rk.rank) others_coll.push_back(o.median_collective_ms);
     }
     Finding f{FindingKind::kStraggler, {rk.rank},
-              fmt::format("rank {} is a straggler in {}: {:.1f} ms per step vs {:.1f} ms on the other ranks", rk.rank,
-                          phase_kind_name(s.kind), s.mine_ms, s.typical_ms),
-              {fmt::format("it waits {:.1f} ms per step in collectives, the others {:.1f} ms (they wait for it)",
+              fmt::format("rank {} is a straggler in {}: {} ms per step vs {} ms on the other ranks ({:.2f}x), from "
+                          "step {}{}",
+                          rk.rank, phase_kind_name(s.kind), format_ms(s.mine_ms), format_ms(s.typical_ms),
+                          s.mine_ms / std::max(s.typical_ms, 1e-9), s.onset_step,
+                          s.to_the_end ? std::string() : fmt::format(" to step {}", s.last_step)),
+              {fmt::format("the other ranks wait about {} ms per step for it in the next collective{}",
+                           format_ms(s.excess_ms),
+                           rk.median_step_ms > 0 ? fmt::format(" ({:.1f} % of a {} ms step)",
+                                                               100.0 * s.excess_ms / rk.median_step_ms,
+                                                               format_ms(rk.median_step_ms))
+                                                 : std::string()),
+               fmt::format("it waits {:.1f} ms per step in collectives, the others {:.1f} ms (they wait for it)",
                            rk.median_collective_ms, median_of(others_coll))},
-              0, -1, {}};
-    const double threshold = (s.mine_ms + s.typical_ms) / 2;
-    if (reread++ < 8) straggler_onset(in.sum.run_dir, rk, s.kind, threshold, in.opts.read, f);
-    if (f.step >= 0) {
-      f.summary += fmt::format(", from step {}", f.step);
-      f.evidence.push_back(fmt::format("its {} time first exceeded {:.1f} ms at step {} ({})", phase_kind_name(s.kind),
-                                       threshold, f.step, format_clock_time(f.t)));
+              0, s.onset_step, {}};
+    if (!s.waiting_in_backward.empty()) {
+      f.evidence.push_back(fmt::format("{} look{} slow in backward over the same steps: waiting for it in DDP's "
+                                       "gradient all-reduce, which runs inside backward",
+                                       format_ranks(s.waiting_in_backward),
+                                       s.waiting_in_backward.size() == 1 ? "s" : ""));
+    }
+    if (reread++ < 8) {
+      std::uint64_t t = 0;
+      if (auto line = straggler_line(in.sum.run_dir, rk, s.kind, s.onset_step, in.opts.read, t)) {
+        f.lines.push_back(line);
+        f.t = aligned(rk, t);
+      }
     }
     out.push_back(std::move(f));
   }

@@ -35,12 +35,31 @@ struct StallFacts {
   std::string in_what;                                 // "all_reduce seq 3 on 'world'"
 };
 
-// A rank whose median time in one phase kind is far above the others'.
+// A rank slower than its peers in one phase kind, step by step, for long
+// enough to be more than noise (triage_straggler.cpp).
 struct StragglerFact {
   const RankSummary* rank = nullptr;
   PhaseKind kind = PhaseKind::kOther;
-  double mine_ms = 0, typical_ms = 0;
+  double mine_ms = 0, typical_ms = 0;  // medians per step over the slow period: its, the peers'
+  double excess_ms = 0;                // mean (its - the peers') per step: what the others wait for it
+  std::int64_t onset_step = -1, last_step = -1;  // the slow period
+  bool to_the_end = false;             // still slow when its log ends
+  std::vector<int> waiting_in_backward;  // ranks whose backward grew as much: DDP's all-reduce waits there
 };
+/// Stragglers by phase kind, then rank. Per step (or block of steps, see
+/// PhaseSeries) each rank's time in a kind is divided by its peers' (the
+/// median rank's; with two ranks, the other one's). A window of 30 steps is
+/// slow when the median ratio is >= max(1.1, exp(4 x that rank's own
+/// window-to-window noise)) and >= 80 % of its steps are slower than the
+/// peers'. A rank is a straggler when slow windows cover >= 200 steps in a
+/// row, or its last >= 60 steps (30 at >= 1.5x; a log shorter than a window: one window of
+/// all of it from 8 steps, ratio >= 1.5), and where collectives are timed the
+/// peers wait there for it. No millisecond floor: a 0.06 ms slowdown of a
+/// 0.3 ms forward is found; noise raises the bar.
+/// DDP's gradient all-reduce runs inside backward, so the ranks waiting for a
+/// straggler look slow in backward: such a backward "straggler" overlapping
+/// another rank's is folded into that one as its waiting ranks.
+std::vector<StragglerFact> find_stragglers(const RunSummary& sum);
 
 struct TriageFacts {
   StallFacts stall;

@@ -1,0 +1,244 @@
+// Stragglers from the ranks' per-step phase series: relative scores against
+// the peers, thresholds raised by each rank's own noise, not by milliseconds.
+#include <algorithm>
+#include <cmath>
+#include <optional>
+
+#include "triage_rules.hpp"
+
+namespace rankscope::reader::rules {
+
+namespace {
+
+constexpr std::int64_t kWindowSteps = 30;  // the evidence one window needs
+constexpr std::int64_t kEpisodeSteps = 200; // a slow period that ends before the log does must last this long
+constexpr std::int64_t kLastSteps = 60;     // ... one still going at the end, this long (one window if >= 1.5x)
+constexpr double kMinRatio = 1.1;          // never below this, however quiet the run
+constexpr double kNoiseZ = 4.0;            // above the rank's own window-to-window noise
+constexpr double kConsistent = 0.8;        // the share of a window's steps slower than the peers
+constexpr std::int64_t kShortSteps = 8;    // a log shorter than a window: one window of all of it, from this many steps
+constexpr double kShortRatio = 1.5;        // ... with less evidence, a higher bar
+
+double median_in_place(std::vector<double>& v) {
+  if (v.empty()) return 0;
+  const auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
+  std::nth_element(v.begin(), mid, v.end());
+  return *mid;
+}
+
+// One rank's samples for one kind: per block, its mean and the peers'.
+struct Sample {
+  std::int64_t block;
+  double mine, peers, log_ratio;
+};
+
+struct Window {
+  std::size_t begin, end;  // samples [begin, end)
+  double median_log = 0, share_slower = 0;
+};
+
+std::vector<Sample> samples_of(const std::vector<const PhaseSeries*>& series, std::size_t r, int kind,
+                               std::int64_t lo, std::int64_t hi) {
+  std::vector<Sample> out;
+  std::vector<double> vals;
+  for (std::int64_t i = lo; i < hi; ++i) {
+    const auto mine = series[r]->mean(i, kind);
+    if (!mine) continue;
+    vals.clear();
+    for (std::size_t o = 0; o < series.size(); ++o) {
+      if (const auto v = series[o]->mean(i, kind); v && (series.size() > 2 || o != r)) vals.push_back(*v);
+    }
+    if (vals.empty() || (series.size() > 2 && vals.size() < 3)) continue;
+    const double peers = median_in_place(vals);
+    if (peers <= 0 && *mine <= 0) continue;
+    // A phase the peers spend no time in: a large, finite ratio.
+    const double ratio = peers > 0 ? *mine / peers : 1e3;
+    out.push_back({i, *mine, peers, std::log(std::max(ratio, 1e-6))});
+  }
+  return out;
+}
+
+std::vector<Window> windows_of(const std::vector<Sample>& s, std::size_t w) {
+  std::vector<Window> out;
+  if (s.size() < w) return out;
+  const std::size_t stride = std::max<std::size_t>(1, w / 2);
+  std::vector<double> logs;
+  for (std::size_t b = 0;; b += stride) {
+    b = std::min(b, s.size() - w);  // the last window ends with the log
+    logs.clear();
+    std::size_t slower = 0;
+    for (std::size_t i = b; i < b + w; ++i) {
+      logs.push_back(s[i].log_ratio);
+      slower += s[i].log_ratio > 0;
+    }
+    out.push_back({b, b + w, median_in_place(logs), static_cast<double>(slower) / static_cast<double>(w)});
+    if (b + w == s.size()) break;
+  }
+  return out;
+}
+
+// The rank's own noise, as the spread of a window's median ratio: from the
+// step-to-step differences (one step change moves one of them, not their
+// median), and where there are enough windows also from the window-to-window
+// differences, which see slow drifts (a host busy for a while) too.
+double window_noise(const std::vector<Sample>& s, const std::vector<Window>& ws, std::size_t w) {
+  std::vector<double> d;
+  for (std::size_t i = 1; i < s.size(); ++i) d.push_back(std::fabs(s[i].log_ratio - s[i - 1].log_ratio));
+  const double per_sample = d.empty() ? 0.0 : 1.4826 * median_in_place(d) / std::sqrt(2.0);
+  double noise = 1.2533 * per_sample / std::sqrt(static_cast<double>(w));  // the sd of a median of w
+  d.clear();
+  for (std::size_t i = 2; i < ws.size(); ++i) d.push_back(std::fabs(ws[i].median_log - ws[i - 2].median_log));
+  if (d.size() >= 6) noise = std::max(noise, 1.4826 * median_in_place(d) / std::sqrt(2.0));
+  return noise;
+}
+
+std::optional<StragglerFact> straggler_in(const std::vector<Sample>& s, std::int64_t block_steps, std::size_t w) {
+  const bool short_log = s.size() < w;
+  if (short_log) {
+    if (static_cast<std::int64_t>(s.size()) * block_steps < kShortSteps) return std::nullopt;
+    w = s.size();
+  }
+  const auto ws = windows_of(s, w);
+  if (ws.empty()) return std::nullopt;
+  const double bar = std::max(std::log(short_log ? kShortRatio : kMinRatio), kNoiseZ * window_noise(s, ws, w));
+  auto slow = [&](const Window& x) { return x.median_log >= bar && x.share_slower >= kConsistent; };
+  const auto episode_steps = static_cast<std::size_t>((kEpisodeSteps + block_steps - 1) / block_steps);
+  for (std::size_t i = 0; i < ws.size(); ++i) {
+    if (!slow(ws[i])) continue;
+    std::size_t j = i;
+    while (j + 1 < ws.size() && slow(ws[j + 1])) ++j;
+    const std::size_t begin = ws[i].begin, end = ws[j].end;
+    const bool to_the_end = end == s.size();
+    // Still slow at the end: 60 steps of it, or one window when it is gross.
+    double worst = 0;
+    for (std::size_t k = i; k <= j; ++k) worst = std::max(worst, ws[k].median_log);
+    const auto last_steps = worst >= std::log(kShortRatio)
+                                ? w
+                                : static_cast<std::size_t>((kLastSteps + block_steps - 1) / block_steps);
+    if (end - begin < (to_the_end ? std::min(last_steps, s.size()) : episode_steps)) {
+      i = j;
+      continue;
+    }
+    // Onset: the first step of the episode slower than the peers by half the bar.
+    std::size_t onset = begin;
+    while (onset + 1 < end && s[onset].log_ratio < bar / 2) ++onset;
+    std::vector<double> mine, peers;
+    double excess = 0;
+    for (std::size_t k = onset; k < end; ++k) {
+      mine.push_back(s[k].mine);
+      peers.push_back(s[k].peers);
+      excess += s[k].mine - s[k].peers;
+    }
+    StragglerFact f;
+    f.mine_ms = median_in_place(mine);
+    f.typical_ms = median_in_place(peers);
+    f.excess_ms = excess / static_cast<double>(end - onset);
+    f.onset_step = s[onset].block * block_steps;
+    f.last_step = (s[end - 1].block + 1) * block_steps - 1;
+    f.to_the_end = to_the_end;
+    return f;
+  }
+  return std::nullopt;
+}
+
+// Where collectives are timed outside the rank's phases, a straggler's peers
+// wait there for it: over the slow period they spend at least a third of its
+// excess more time in collectives than it does. A slowdown nobody waits for
+// (ranks descheduled in turn on a busy host) is no straggler. Where the peers
+// spend little time in collectives (DDP: the all-reduce runs inside
+// backward) there is nothing to check.
+bool peers_waited(const std::vector<const PhaseSeries*>& series, std::size_t r, const StragglerFact& f,
+                  std::int64_t block_steps) {
+  const int coll = static_cast<int>(PhaseKind::kCollective);
+  double mine = 0, peers = 0;
+  int n = 0;
+  std::vector<double> vals;
+  for (std::int64_t i = f.onset_step / block_steps; i <= f.last_step / block_steps; ++i) {
+    const auto m = series[r]->mean(i, coll);
+    if (!m) continue;
+    vals.clear();
+    for (std::size_t o = 0; o < series.size(); ++o) {
+      if (o == r) continue;
+      if (const auto v = series[o]->mean(i, coll)) vals.push_back(*v);
+    }
+    if (vals.empty()) continue;
+    mine += *m;
+    peers += median_in_place(vals);
+    ++n;
+  }
+  if (n == 0) return true;
+  mine /= n;
+  peers /= n;
+  if (peers < f.excess_ms / 2) return true;  // collectives not timed where the waiting happens
+  return peers - mine >= f.excess_ms / 3;
+}
+
+// A rank slow in backward while another rank is slow in something else over
+// the same steps, by a similar amount, is waiting for it: DDP's all-reduce
+// runs inside backward.
+void fold_ddp_waiting(std::vector<StragglerFact>& facts) {
+  std::vector<bool> drop(facts.size(), false);
+  for (std::size_t b = 0; b < facts.size(); ++b) {
+    if (facts[b].kind != PhaseKind::kBackward) continue;
+    for (auto& cause : facts) {
+      if (cause.kind == PhaseKind::kBackward || cause.rank == facts[b].rank) continue;
+      const bool overlap = cause.onset_step <= facts[b].last_step && facts[b].onset_step <= cause.last_step;
+      if (overlap && facts[b].excess_ms <= 2 * cause.excess_ms) {
+        cause.waiting_in_backward.push_back(facts[b].rank->rank);
+        drop[b] = true;
+        break;
+      }
+    }
+  }
+  std::size_t keep = 0;
+  for (std::size_t i = 0; i < facts.size(); ++i) {
+    if (!drop[i]) facts[keep++] = std::move(facts[i]);
+  }
+  facts.resize(keep);
+}
+
+}  // namespace
+
+std::vector<StragglerFact> find_stragglers(const RunSummary& sum) {
+  std::vector<StragglerFact> out;
+  std::vector<const RankSummary*> ranks;
+  std::int64_t block_steps = 1;
+  for (const auto& r : sum.ranks) {
+    if (r.series.blocks.empty()) continue;
+    ranks.push_back(&r);
+    block_steps = std::max(block_steps, r.series.block_steps);
+  }
+  if (ranks.size() < 2) return out;
+  // Every series at the coarsest block size (copies only where it differs).
+  std::vector<PhaseSeries> coarser;
+  coarser.reserve(ranks.size());
+  std::vector<const PhaseSeries*> series;
+  std::int64_t lo = INT64_MAX, hi = 0;
+  for (const auto* r : ranks) {
+    const PhaseSeries* p = &r->series;
+    if (p->block_steps != block_steps) {
+      coarser.push_back(*p);
+      coarser.back().coarsen_to(block_steps);
+      p = &coarser.back();
+    }
+    series.push_back(p);
+    lo = std::min(lo, p->first_block);
+    hi = std::max(hi, p->first_block + static_cast<std::int64_t>(p->blocks.size()));
+  }
+  const auto w = static_cast<std::size_t>((kWindowSteps + block_steps - 1) / block_steps);
+  const PhaseKind kinds[] = {PhaseKind::kLoaderWait, PhaseKind::kForward, PhaseKind::kBackward, PhaseKind::kOptimizer};
+  for (PhaseKind kind : kinds) {
+    for (std::size_t r = 0; r < ranks.size(); ++r) {
+      const auto s = samples_of(series, r, static_cast<int>(kind), lo, hi);
+      auto f = straggler_in(s, block_steps, w);
+      if (!f || !peers_waited(series, r, *f, block_steps)) continue;
+      f->rank = ranks[r];
+      f->kind = kind;
+      out.push_back(*f);
+    }
+  }
+  fold_ddp_waiting(out);
+  return out;
+}
+
+}  // namespace rankscope::reader::rules
