@@ -48,14 +48,16 @@ struct StragglerFact {
 };
 /// Stragglers by phase kind, then rank. Per step (or block of steps, see
 /// PhaseSeries) each rank's time in a kind is divided by its peers' (the
-/// median rank's; with two ranks, the other one's). A window of 30 steps is
-/// slow when the median ratio is >= max(1.1, exp(4 x that rank's own
-/// window-to-window noise)) and >= 80 % of its steps are slower than the
-/// peers'. A rank is a straggler when slow windows cover >= 200 steps in a
-/// row, or its last >= 60 steps (30 at >= 1.5x; a log shorter than a window: one window of
-/// all of it from 8 steps, ratio >= 1.5), and where collectives are timed the
-/// peers wait there for it. No millisecond floor: a 0.06 ms slowdown of a
-/// 0.3 ms forward is found; noise raises the bar.
+/// median rank's; with two ranks, the other one's). A window of 30 steps (60,
+/// 120, 240 where noise hides 1.2x in 30) is slow when the median ratio is >=
+/// max(1.15, exp(4 x the rank's own noise at that window size)) and >= 80 % of
+/// its steps are slower than the peers'. A rank is a straggler when slow
+/// windows cover >= max(200 steps, two windows) in a row, or its last >= 60
+/// steps (30 at >= 1.5x; a log shorter than a window: one window of
+/// all of it from 8 steps, ratio >= 1.5), it costs the others >= 2 % of a
+/// step, and they did not clearly not wait for it (where collectives are
+/// timed). No millisecond floor: a 0.1 ms phase 5x slower in a 1 ms step is
+/// found; noise raises the bar.
 /// DDP's gradient all-reduce runs inside backward, so the ranks waiting for a
 /// straggler look slow in backward: such a backward "straggler" overlapping
 /// another rank's is folded into that one as its waiting ranks.

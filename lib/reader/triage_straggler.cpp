@@ -10,11 +10,14 @@ namespace rankscope::reader::rules {
 
 namespace {
 
-constexpr std::int64_t kWindowSteps = 30;  // the evidence one window needs
+// Windows of 30 steps find a straggler fast where the run is quiet; where it
+// is noisy (the bar above 1.2x) longer ones average the noise down.
+constexpr std::int64_t kWindowSteps[] = {30, 60, 120, 240};
 constexpr std::int64_t kEpisodeSteps = 200; // a slow period that ends before the log does must last this long
 constexpr std::int64_t kLastSteps = 60;     // ... one still going at the end, this long (one window if >= 1.5x)
-constexpr double kMinRatio = 1.1;          // never below this, however quiet the run
+constexpr double kMinRatio = 1.15;         // never below this, however quiet the run
 constexpr double kNoiseZ = 4.0;            // above the rank's own window-to-window noise
+constexpr double kMinShareOfStep = 0.02;   // what it costs the others per step, as a share of the step
 constexpr double kConsistent = 0.8;        // the share of a window's steps slower than the peers
 constexpr std::int64_t kShortSteps = 8;    // a log shorter than a window: one window of all of it, from this many steps
 constexpr double kShortRatio = 1.5;        // ... with less evidence, a higher bar
@@ -37,23 +40,35 @@ struct Window {
   double median_log = 0, share_slower = 0;
 };
 
-std::vector<Sample> samples_of(const std::vector<const PhaseSeries*>& series, std::size_t r, int kind,
-                               std::int64_t lo, std::int64_t hi) {
-  std::vector<Sample> out;
+// The peers' time per block: the median rank's (computed once per block for
+// every rank: with three or more ranks one straggler cannot move it), or with
+// two ranks the other one's (peers[1 - r]).
+std::vector<std::optional<double>> medians_of(const std::vector<const PhaseSeries*>& series, int kind,
+                                              std::int64_t lo, std::int64_t hi) {
+  std::vector<std::optional<double>> out(static_cast<std::size_t>(hi - lo));
   std::vector<double> vals;
+  for (std::int64_t i = lo; i < hi; ++i) {
+    vals.clear();
+    for (const auto* p : series) {
+      if (const auto v = p->mean(i, kind)) vals.push_back(*v);
+    }
+    if (vals.size() >= 3) out[static_cast<std::size_t>(i - lo)] = median_in_place(vals);
+  }
+  return out;
+}
+
+std::vector<Sample> samples_of(const std::vector<const PhaseSeries*>& series, std::size_t r, int kind,
+                               std::int64_t lo, std::int64_t hi, const std::vector<std::optional<double>>& medians) {
+  std::vector<Sample> out;
   for (std::int64_t i = lo; i < hi; ++i) {
     const auto mine = series[r]->mean(i, kind);
     if (!mine) continue;
-    vals.clear();
-    for (std::size_t o = 0; o < series.size(); ++o) {
-      if (const auto v = series[o]->mean(i, kind); v && (series.size() > 2 || o != r)) vals.push_back(*v);
-    }
-    if (vals.empty() || (series.size() > 2 && vals.size() < 3)) continue;
-    const double peers = median_in_place(vals);
-    if (peers <= 0 && *mine <= 0) continue;
+    const std::optional<double> peers =
+        series.size() == 2 ? series[1 - r]->mean(i, kind) : medians[static_cast<std::size_t>(i - lo)];
+    if (!peers || (*peers <= 0 && *mine <= 0)) continue;
     // A phase the peers spend no time in: a large, finite ratio.
-    const double ratio = peers > 0 ? *mine / peers : 1e3;
-    out.push_back({i, *mine, peers, std::log(std::max(ratio, 1e-6))});
+    const double ratio = *peers > 0 ? *mine / *peers : 1e3;
+    out.push_back({i, *mine, *peers, std::log(std::max(ratio, 1e-6))});
   }
   return out;
 }
@@ -102,19 +117,25 @@ std::optional<StragglerFact> straggler_in(const std::vector<Sample>& s, std::int
   if (ws.empty()) return std::nullopt;
   const double bar = std::max(std::log(short_log ? kShortRatio : kMinRatio), kNoiseZ * window_noise(s, ws, w));
   auto slow = [&](const Window& x) { return x.median_log >= bar && x.share_slower >= kConsistent; };
-  const auto episode_steps = static_cast<std::size_t>((kEpisodeSteps + block_steps - 1) / block_steps);
+  // A slow period that ended: 200 steps, and two windows of the size that found it.
+  const auto episode_steps = std::max(2 * w, static_cast<std::size_t>((kEpisodeSteps + block_steps - 1) / block_steps));
   for (std::size_t i = 0; i < ws.size(); ++i) {
     if (!slow(ws[i])) continue;
     std::size_t j = i;
     while (j + 1 < ws.size() && slow(ws[j + 1])) ++j;
-    const std::size_t begin = ws[i].begin, end = ws[j].end;
+    // The grid of windows starts where it does: the slow period may begin a
+    // little before the first slow window (back to the last window that was not).
+    std::size_t begin = ws[i].begin;
+    const std::size_t floor = i > 0 ? ws[i - 1].begin : 0;
+    while (begin > floor && s[begin - 1].log_ratio >= bar / 2) --begin;
+    const std::size_t end = ws[j].end;
     const bool to_the_end = end == s.size();
     // Still slow at the end: 60 steps of it, or one window when it is gross.
     double worst = 0;
     for (std::size_t k = i; k <= j; ++k) worst = std::max(worst, ws[k].median_log);
     const auto last_steps = worst >= std::log(kShortRatio)
                                 ? w
-                                : static_cast<std::size_t>((kLastSteps + block_steps - 1) / block_steps);
+                                : std::max(w, static_cast<std::size_t>((kLastSteps + block_steps - 1) / block_steps));
     if (end - begin < (to_the_end ? std::min(last_steps, s.size()) : episode_steps)) {
       i = j;
       continue;
@@ -142,17 +163,17 @@ std::optional<StragglerFact> straggler_in(const std::vector<Sample>& s, std::int
 }
 
 // Where collectives are timed outside the rank's phases, a straggler's peers
-// wait there for it: over the slow period they spend at least a third of its
-// excess more time in collectives than it does. A slowdown nobody waits for
-// (ranks descheduled in turn on a busy host) is no straggler. Where the peers
-// spend little time in collectives (DDP: the all-reduce runs inside
-// backward) there is nothing to check.
+// wait there for it: over the slow period they should spend about its excess
+// more time in collectives than it does. A slowdown they clearly did not wait
+// for (under a third of it, beyond two standard errors of the per-step
+// differences) is no straggler: ranks descheduled in turn on a busy host.
+// Where the peers spend little time in collectives (DDP: the all-reduce runs
+// inside backward) there is nothing to check.
 bool peers_waited(const std::vector<const PhaseSeries*>& series, std::size_t r, const StragglerFact& f,
                   std::int64_t block_steps) {
   const int coll = static_cast<int>(PhaseKind::kCollective);
-  double mine = 0, peers = 0;
-  int n = 0;
-  std::vector<double> vals;
+  std::vector<double> diffs, vals;
+  double peers_total = 0;
   for (std::int64_t i = f.onset_step / block_steps; i <= f.last_step / block_steps; ++i) {
     const auto m = series[r]->mean(i, coll);
     if (!m) continue;
@@ -162,15 +183,16 @@ bool peers_waited(const std::vector<const PhaseSeries*>& series, std::size_t r, 
       if (const auto v = series[o]->mean(i, coll)) vals.push_back(*v);
     }
     if (vals.empty()) continue;
-    mine += *m;
-    peers += median_in_place(vals);
-    ++n;
+    const double peers = median_in_place(vals);
+    peers_total += peers;
+    diffs.push_back(peers - *m);
   }
-  if (n == 0) return true;
-  mine /= n;
-  peers /= n;
-  if (peers < f.excess_ms / 2) return true;  // collectives not timed where the waiting happens
-  return peers - mine >= f.excess_ms / 3;
+  const auto n = static_cast<double>(diffs.size());
+  if (diffs.size() < 2 || peers_total / n < f.excess_ms / 2) return true;  // collectives not where the waiting is
+  double mean = 0, var = 0;
+  for (double d : diffs) mean += d / n;
+  for (double d : diffs) var += (d - mean) * (d - mean) / (n - 1);
+  return mean + 2 * std::sqrt(var / n) >= f.excess_ms / 3;
 }
 
 // A rank slow in backward while another rank is slow in something else over
@@ -225,13 +247,25 @@ std::vector<StragglerFact> find_stragglers(const RunSummary& sum) {
     lo = std::min(lo, p->first_block);
     hi = std::max(hi, p->first_block + static_cast<std::int64_t>(p->blocks.size()));
   }
-  const auto w = static_cast<std::size_t>((kWindowSteps + block_steps - 1) / block_steps);
   const PhaseKind kinds[] = {PhaseKind::kLoaderWait, PhaseKind::kForward, PhaseKind::kBackward, PhaseKind::kOptimizer};
   for (PhaseKind kind : kinds) {
+    const auto medians = ranks.size() > 2 ? medians_of(series, static_cast<int>(kind), lo, hi)
+                                          : std::vector<std::optional<double>>();
     for (std::size_t r = 0; r < ranks.size(); ++r) {
-      const auto s = samples_of(series, r, static_cast<int>(kind), lo, hi);
-      auto f = straggler_in(s, block_steps, w);
-      if (!f || !peers_waited(series, r, *f, block_steps)) continue;
+      const auto s = samples_of(series, r, static_cast<int>(kind), lo, hi, medians);
+      std::optional<StragglerFact> f;
+      for (std::int64_t steps : kWindowSteps) {
+        const auto w = static_cast<std::size_t>((steps + block_steps - 1) / block_steps);
+        if (steps != kWindowSteps[0] && s.size() < w) break;  // a short log: the first size only
+        if ((f = straggler_in(s, block_steps, w))) break;
+      }
+      // A slowdown that costs the job under 2 % of a step (by the medians: a
+      // few outliers do not make it) is not worth a page; a relative floor,
+      // so a 1 ms step is judged like a 1 s one.
+      if (!f || f->mine_ms - f->typical_ms < kMinShareOfStep * ranks[r]->median_step_ms ||
+          !peers_waited(series, r, *f, block_steps)) {
+        continue;
+      }
       f->rank = ranks[r];
       f->kind = kind;
       out.push_back(*f);

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# How well triage finds subtle stragglers, and how often it cries wolf.
+#  1. Synthetic runs (benchmarks/synth_run.cpp), 8 ranks, every rank's compute
+#     log-normal per step with sigma NOISE:
+#     - false alarms: straggler findings on clean runs of 10,000 steps;
+#     - detection: a rank 1.2x slower in forward from step 1,000, the log cut
+#       30, 60 and 120 steps later (a live run triaged mid-way): found? onset?
+#  2. Real runs of the C++ example (libtorch + gloo, 2 ranks on this 2-core
+#     machine): one clean run of 5,000 steps and RUNS of 600 steps with
+#     --hidden 1024 (forward ~15 % of a step), and RUNS with --slow-factor 1.2
+#     on rank 1 from step 300 (a busy-wait as long as 20 % of its forward).
+# Prints one line per case; the numbers go into benchmarks/README.md.
+#   benchmarks/straggler_eval.sh [BUILD_DIR] [CLEAN_RUNS_REAL]
+set -euo pipefail
+build=${1:-build} real_runs=${2:-2}
+synth="$build/benchmarks/rankscope_synth_run" cli="$build/lib/rankscope"
+trainer="$build/examples/cpp/rankscope_example_train"
+here=$(cd "$(dirname "$0")" && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# findings DIR: "kind ranks step" of each straggler finding, one per line
+findings() {
+  { "$cli" triage --json "$1" || true; } | /usr/bin/python3 -c '
+import json, sys
+for f in json.load(sys.stdin)["findings"]:
+    if f["kind"] == "straggler":
+        print(f["ranks"][0], f["step"], f["summary"].split(": ", 1)[1][:60])'
+}
+
+echo "== synthetic, 8 ranks (forward 30 ms, backward 40 ms per step, each x lognormal(sigma))"
+for noise in 0.05 0.1 0.2; do
+  alarms=0
+  for seed in 1 2; do
+    rm -rf "$work/s"
+    "$synth" --dir "$work/s" --ranks 8 --steps 10000 --noise "$noise" --noise-seed "$seed"
+    alarms=$((alarms + $(findings "$work/s" | wc -l)))
+  done
+  echo "noise $noise: $alarms false alarm(s) in 2 clean runs of 10,000 steps"
+  for after in 30 60 120; do
+    found=0 onsets=""
+    for seed in 1 2 3 4 5; do
+      rm -rf "$work/s"
+      "$synth" --dir "$work/s" --ranks 8 --steps $((1000 + after)) --noise "$noise" --noise-seed "$seed" \
+        --straggler 5:1000 --straggler-factor 1.2
+      if f=$(findings "$work/s" | grep '^5 '); then
+        found=$((found + 1)) onsets="$onsets $(cut -d' ' -f2 <<<"$f" | head -1)"
+      fi
+    done
+    echo "noise $noise: 1.2x straggler, log cut $after steps after it began: found in $found/5 runs, onset step(s):$onsets"
+  done
+done
+
+echo "== real: the C++ example, 2 ranks"
+rm -rf "$work/r"
+bash "$here/../examples/cpp/launch.sh" --ranks 2 --steps 5000 --trainer "$trainer" --dir "$work/r" >/dev/null 2>&1
+echo "clean, 5,000 steps: $(findings "$work/r"/*/ | wc -l) straggler finding(s)"
+for i in $(seq 1 "$real_runs"); do
+  rm -rf "$work/r"
+  bash "$here/../examples/cpp/launch.sh" --ranks 2 --steps 600 --trainer "$trainer" --dir "$work/r" -- \
+    --hidden 1024 >/dev/null 2>&1
+  echo "clean run $i, 600 steps, --hidden 1024: $(findings "$work/r"/*/ | wc -l) straggler finding(s)"
+  rm -rf "$work/r"
+  bash "$here/../examples/cpp/launch.sh" --ranks 2 --steps 600 --trainer "$trainer" --dir "$work/r" -- \
+    --hidden 1024 --slow-rank 1 --slow-from-step 300 --slow-factor 1.2 >/dev/null 2>&1
+  echo "1.2x from step 300, run $i: $(findings "$work/r"/*/ | head -1)"
+done
