@@ -134,7 +134,7 @@ TEST_CASE("prometheus: environment configuration and its errors", "[prometheus]"
   CHECK(!make_prometheus_sink({.base_port = 70000}).ok());
 }
 
-TEST_CASE("samples per second come from the last 30 s of steps at 1/000 steps per second", "[prometheus]") {
+TEST_CASE("samples and tokens per second come from the last 30 s of steps at 1/000 steps per second", "[prometheus]") {
   auto sink = make_prometheus_sink({.base_port = free_port(), .local_rank = 0});
   REQUIRE(sink.ok());
   RunInfo info;
@@ -146,6 +146,7 @@ TEST_CASE("samples per second come from the last 30 s of steps at 1/000 steps pe
   Event& e = batch[0];
   e.kind = EventKind::kStepEnd;
   e.scalars.samples = 8;
+  e.scalars.tokens = 4096;
   for (int s = 0; s < 100'000; ++s) {
     e.step = s;
     e.wall_ns = t0 + static_cast<std::uint64_t>(s) * 1'000'000;
@@ -156,6 +157,9 @@ TEST_CASE("samples per second come from the last 30 s of steps at 1/000 steps pe
   REQUIRE(at != std::string::npos);
   const double rate = std::stod(text.substr(text.find("} ", at) + 2));
   CHECK(rate == Approx(8000.0).epsilon(0.01));
+  const auto tokens_at = text.find("\nrankscope_tokens_per_second{");
+  REQUIRE(tokens_at != std::string::npos);
+  CHECK(std::stod(text.substr(text.find("} ", tokens_at) + 2)) == Approx(4'096'000.0).epsilon(0.01));
 }
 
 TEST_CASE("prometheus: a scrape is served while 100 idle and half-sent connections are held open", "[prometheus]") {

@@ -62,7 +62,7 @@ def train(args):
         acc.start_epoch(epoch)
         if ab:
             ab.start(step)
-        for xb, yb in rst.timed_loader(loader, accounting=acc):
+        for xb, yb in rst.timed_loader(slowed(loader, args, lambda: step), accounting=acc):
             faulty = rank == args.fault_rank and step == args.fault_step
             if faulty and args.spike:
                 xb = xb * 50                        # fault: a corrupt batch on one rank (a loss spike)
@@ -118,6 +118,15 @@ def train(args):
     if rank == 0:
         print(rankscope.run_dir(), flush=True)  # the last line: what to give `rankscope triage`
     rankscope.shutdown()
+
+
+def slowed(loader, args, step):
+    """--slow-data-from STEP: from that step every rank's batches come 5 ms later (a slower
+    filesystem for the whole job): the job's throughput drops, no rank is the straggler."""
+    for batch in loader:
+        if 0 <= args.slow_data_from <= step():
+            time.sleep(0.005)
+        yield batch
 
 
 class ABRecorder:
@@ -196,6 +205,7 @@ def main():
     f.add_argument("--fail-save", action="store_true", help="its checkpoint saves fail")
     f.add_argument("--slow-factor", type=float, default=0, help="its forward takes this many times as long from "
                    "--fault-step on (1.2: a subtle straggler)")
+    f.add_argument("--slow-data-from", type=int, default=-1, help="every rank's data 5 ms slower from this step")
     f.add_argument("--env", default="", help="NAME=VALUE set on that rank only (config drift), e.g. NCCL_ALGO=Tree")
     train(p.parse_args())
 

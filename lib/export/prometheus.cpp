@@ -182,17 +182,18 @@ class PrometheusSink final : public Sink {
         if (s.lr) lr_ = *s.lr;
         if (s.grad_norm) grad_norm_ = *s.grad_norm;
         if (s.skipped) ++skipped_;
-        if (s.samples) {
-          samples_ += static_cast<double>(*s.samples);
+        if (s.samples || s.tokens) {
+          samples_ += static_cast<double>(s.samples.value_or(0));
+          tokens_ += static_cast<double>(s.tokens.value_or(0));
           // One point per 0.1 s (the newest moves forward in between): at most
           // ~300 points over the 30 s window, whatever the step rate.
           const std::size_t n = window_.size();
-          if (n >= 2 && last_step_wall_ - window_[n - 2].first < 0.1) {
-            window_.back() = {last_step_wall_, samples_};
+          if (n >= 2 && last_step_wall_ - window_[n - 2].wall < 0.1) {
+            window_.back() = {last_step_wall_, samples_, tokens_};
           } else {
-            window_.emplace_back(last_step_wall_, samples_);
+            window_.push_back({last_step_wall_, samples_, tokens_});
           }
-          while (window_.size() > 2 && window_.back().first - window_.front().first > 30) window_.pop_front();
+          while (window_.size() > 2 && window_.back().wall - window_.front().wall > 30) window_.pop_front();
         }
         break;
       }
@@ -315,9 +316,15 @@ class PrometheusSink final : public Sink {
     scalar(out, "rankscope_skipped_steps_total", "Steps whose optimizer step was skipped", T::Counter,
            static_cast<double>(skipped_));
     scalar(out, "rankscope_samples_total", "Samples consumed by this rank (from step reports)", T::Counter, samples_);
-    if (window_.size() >= 2 && window_.back().first > window_.front().first) {
+    if (tokens_ > 0) scalar(out, "rankscope_tokens_total", "Tokens consumed by this rank (from step reports)", T::Counter, tokens_);
+    if (window_.size() >= 2 && window_.back().wall > window_.front().wall) {
+      const double secs = window_.back().wall - window_.front().wall;
       scalar(out, "rankscope_samples_per_second", "Samples per second over the last 30 s of steps", T::Gauge,
-             (window_.back().second - window_.front().second) / (window_.back().first - window_.front().first));
+             (window_.back().samples - window_.front().samples) / secs);
+      if (tokens_ > 0) {
+        scalar(out, "rankscope_tokens_per_second", "Tokens per second over the last 30 s of steps", T::Gauge,
+               (window_.back().tokens - window_.front().tokens) / secs);
+      }
     }
     histogram(out, "rankscope_loader_wait_seconds", "Time the training thread waited for the data loader",
               loader_wait_);
@@ -407,8 +414,11 @@ class PrometheusSink final : public Sink {
   std::int64_t step_ = -1;
   std::optional<double> loss_, lr_, grad_norm_;  // unset until first reported
   std::uint64_t skipped_ = 0;
-  double samples_ = 0;
-  std::deque<std::pair<double, double>> window_;  // (wall s, samples so far)
+  double samples_ = 0, tokens_ = 0;
+  struct Point {
+    double wall, samples, tokens;  // wall s; samples and tokens so far
+  };
+  std::deque<Point> window_;
   Hist loader_wait_, checkpoint_;
   std::map<std::string, Hist> collective_;
   std::map<std::string, double> busbw_;

@@ -133,6 +133,7 @@ bool decode_number_field(Field f, simdjson::dom::element v, LogEvent& e) {
     case Field::kSeq: u(e.seq); break;
     case Field::kCount: u(e.count); break;
     case Field::kSamples: i(e.samples); break;
+    case Field::kTokens: i(e.tokens); break;
     case Field::kSchema: i(e.schema); break;
     case Field::kPid: i(e.pid); break;
     case Field::kCommunicators: i(e.communicators); break;

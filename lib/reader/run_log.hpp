@@ -33,7 +33,7 @@ struct LogEvent {
   std::string phase_kind;
   std::optional<double> loss, grad_norm;  // step_end; non-finite ones as NaN / +-Infinity
   std::optional<double> value, median;    // mark, numerics
-  std::optional<std::int64_t> samples;
+  std::optional<std::int64_t> samples, tokens;
   std::optional<std::uint64_t> events_dropped;
   std::optional<std::uint64_t> events_recorded;
   // collective lines
@@ -73,6 +73,7 @@ struct LogEvent {
     value.reset();
     median.reset();
     samples.reset();
+    tokens.reset();
     events_dropped.reset();
     events_recorded.reset();
     os_threads.reset();

@@ -380,6 +380,9 @@ void PhaseSeries::coarsen_to(std::int64_t b) {
       const auto to = static_cast<std::size_t>((first_block + static_cast<std::int64_t>(j)) / 2 - first);
       if (merged.size() <= to) merged.resize(to + 1);
       for (int k = 0; k < kPhaseKindCount; ++k) merged[to].ms[k] += blocks[j].ms[k];
+      merged[to].total_ms += blocks[j].total_ms;
+      merged[to].samples += blocks[j].samples;
+      merged[to].tokens += blocks[j].tokens;
       merged[to].steps += blocks[j].steps;
     }
     blocks = std::move(merged);
@@ -388,7 +391,8 @@ void PhaseSeries::coarsen_to(std::int64_t b) {
   }
 }
 
-void PhaseSeries::add(std::int64_t step, const double (&ms)[kPhaseKindCount]) {
+void PhaseSeries::add(std::int64_t step, const double (&ms)[kPhaseKindCount], double total_ms, double samples,
+                      double tokens) {
   if (step < 0) return;
   if (blocks.empty()) first_block = step / block_steps;
   // A step before the first block (a restart that went back further): widen
@@ -405,6 +409,9 @@ void PhaseSeries::add(std::int64_t step, const double (&ms)[kPhaseKindCount]) {
   const auto j = static_cast<std::size_t>(step / block_steps - first_block);
   if (j >= blocks.size()) blocks.resize(j + 1);
   for (int k = 0; k < kPhaseKindCount; ++k) blocks[j].ms[k] += static_cast<float>(ms[k]);
+  blocks[j].total_ms += static_cast<float>(total_ms);
+  blocks[j].samples += static_cast<float>(samples);
+  blocks[j].tokens += static_cast<float>(tokens);
   ++blocks[j].steps;
 }
 

@@ -121,18 +121,27 @@ struct PhaseSeries {
   static constexpr std::size_t kMaxBlocks = 2048;
   struct Block {
     float ms[kPhaseKindCount] = {};
+    float total_ms = 0;  // whole steps (step_begin to step_end)
+    float samples = 0, tokens = 0;
     std::uint32_t steps = 0;
   };
   std::int64_t block_steps = 1;
   std::int64_t first_block = 0;  // the block index of blocks[0]
   std::vector<Block> blocks;
-  void add(std::int64_t step, const double (&ms)[kPhaseKindCount]);
+  void add(std::int64_t step, const double (&ms)[kPhaseKindCount], double total_ms = 0, double samples = 0,
+           double tokens = 0);
   void coarsen_to(std::int64_t b);  // b: a power of two >= block_steps
   /// Mean ms per step of `kind` in absolute block `i`; nullopt when no step is there.
   std::optional<double> mean(std::int64_t i, int kind) const {
     const std::int64_t j = i - first_block;
     if (j < 0 || j >= static_cast<std::int64_t>(blocks.size()) || blocks[j].steps == 0) return std::nullopt;
     return blocks[j].ms[kind] / blocks[j].steps;
+  }
+  /// The block itself; nullptr when no step is there.
+  const Block* at(std::int64_t i) const {
+    const std::int64_t j = i - first_block;
+    if (j < 0 || j >= static_cast<std::int64_t>(blocks.size()) || blocks[j].steps == 0) return nullptr;
+    return &blocks[j];
   }
 };
 

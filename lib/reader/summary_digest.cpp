@@ -210,7 +210,10 @@ void RankDigester::on_step_end(const LogEvent& e) {
       ms[k] = static_cast<double>(b->by_kind_ns[k]) / 1e6;
       kind_ms_[k].push_back(ms[k]);
     }
-    if (e.step >= 0) r.series.add(e.step, ms);
+    if (e.step >= 0) {
+      r.series.add(e.step, ms, static_cast<double>(b->total_ns) / 1e6, static_cast<double>(e.samples.value_or(0)),
+                   static_cast<double>(e.tokens.value_or(0)));
+    }
   }
 }
 

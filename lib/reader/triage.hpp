@@ -37,7 +37,8 @@ namespace rankscope::reader {
   X(kException, "exception")                 \
   X(kPeerLost, "peer_lost")                  \
   X(kCheckpointFailed, "checkpoint_failed")  \
-  X(kConfigDrift, "config_drift")
+  X(kConfigDrift, "config_drift")            \
+  X(kThroughput, "throughput")
 
 enum class FindingKind : std::uint8_t { RANKSCOPE_DETAIL_FINDING_KINDS(RANKSCOPE_DETAIL_ENUM_MEMBER) };
 inline constexpr std::array kFindingKindNames{RANKSCOPE_DETAIL_FINDING_KINDS(RANKSCOPE_DETAIL_ENUM_NAME)};

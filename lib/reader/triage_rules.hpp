@@ -107,6 +107,7 @@ void stall_rule(const TriageInput& in, std::vector<Finding>& out);
 void missing_rank_rule(const TriageInput& in, std::vector<Finding>& out);
 void desync_rule(const TriageInput& in, std::vector<Finding>& out);
 void straggler_rule(const TriageInput& in, std::vector<Finding>& out);
+void throughput_rule(const TriageInput& in, std::vector<Finding>& out);  // triage_straggler.cpp
 void resource_growth_rule(const TriageInput& in, std::vector<Finding>& out);
 void numerics_rule(const TriageInput& in, std::vector<Finding>& out);  // triage_health.cpp
 void checkpoint_failed_rule(const TriageInput& in, std::vector<Finding>& out);
@@ -129,6 +130,7 @@ inline constexpr std::array<Rule, kFindingKindCount> kTriageRules{{
     {FindingKind::kMissingRank, "missing_rank", missing_rank_rule, Listing::kRunWide},
     {FindingKind::kDesync, "desync", desync_rule, Listing::kRunWide},
     {FindingKind::kStraggler, "straggler", straggler_rule, Listing::kRunWide},
+    {FindingKind::kThroughput, "throughput", throughput_rule, Listing::kRunWide},
     {FindingKind::kResourceGrowth, "resource_growth", resource_growth_rule, Listing::kRunWide},
     {FindingKind::kNumerics, "numerics", numerics_rule, Listing::kRunWide},
     {FindingKind::kCheckpointFailed, "checkpoint_failed", checkpoint_failed_rule, Listing::kRunWide},

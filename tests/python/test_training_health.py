@@ -59,3 +59,23 @@ def test_a_corrupt_batch_a_failed_save_and_a_different_knob_on_one_rank_are_each
     # The good saves are on disk, the failed ones are not; rank 0 saved both epochs.
     saved = sorted(os.listdir(os.path.join(run_dir, "checkpoints")))
     assert saved == ["epoch-0-rank-0.pt", "epoch-1-rank-0.pt"], saved
+
+
+def test_a_job_wide_throughput_drop_is_named_with_the_step_it_began(tmp_path, torchrun):
+    p = torchrun(EXAMPLE, 2, "--samples", "8192", "--epochs", "2", "--slow-data-from", "64")
+    _, findings = _triage(tmp_path, p)
+    f = _one(findings, "throughput")
+    assert f["ranks"] == [0, 1] and 56 <= f["step"] <= 68, f  # 5 ms more per batch from step 64, windows of 30+ steps
+    assert "what grew: loader_wait" in f["evidence"][0], f
+    assert not [x for x in findings if x["kind"] == "straggler"], findings  # every rank slowed: nobody's fault
+
+
+def test_a_rank_slower_in_forward_is_a_straggler_with_the_wait_it_costs_the_others(tmp_path, torchrun):
+    p = torchrun(EXAMPLE, 2, "--samples", "8192", "--epochs", "1", "--hidden", "512", "--fault-rank", "1",
+                 "--fault-step", "10", "--slow-factor", "1.5")
+    _, findings = _triage(tmp_path, p)
+    f = _one(findings, "straggler")
+    # From step 10 on; on this busy host rank 1 is sometimes slower from the first steps already.
+    assert f["ranks"] == [1] and 0 <= f["step"] <= 20, f
+    assert f["summary"].startswith("rank 1 is a straggler in forward: "), f
+    assert f["evidence"][0].startswith("the other ranks wait about "), f
