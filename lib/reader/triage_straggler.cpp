@@ -369,6 +369,18 @@ void throughput_rule(const TriageInput& in, std::vector<Finding>& out) {
     if (after / before > best_ratio) best_ratio = after / before, best = c;
   }
   if (best_ratio == 0) return;
+  // The step it began: the change point near the best split, where the sum of
+  // (step time - the midpoint of before and after) from there on is largest.
+  {
+    const double mid = (median_step(s, best - w, best) + median_step(s, best, best + w)) / 2;
+    double sum = 0, top = -1e300;
+    std::size_t at = best;
+    for (std::size_t k = std::min(s.size(), best + w); k-- > best - w;) {
+      sum += s[k].step_ms - mid;
+      if (sum >= top) top = sum, at = k;
+    }
+    best = std::max(at, w);
+  }
   const double before = median_step(s, best - w, best), after = median_step(s, best, s.size());
   const std::int64_t step = s[best].block * block_steps;
   // What grew, per step, from the medians before and after.
