@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "numerics.hpp"
+#include "rankscope/invariants.hpp"
 #include "triage_rules.hpp"
 
 namespace {
@@ -201,4 +202,44 @@ TEST_CASE("checkpoint_failed: the rank, the step and the error", "[numerics]") {
   CHECK(out[0].step == 40);
   CHECK(out[0].summary ==
         "rank 1 failed to save checkpoint '/ckpt/step-40.pt' at step 40: OSError: [Errno 28] No space left on device");
+}
+
+TEST_CASE("replica_checksum: any single flipped bit changes it", "[numerics]") {
+  std::vector<unsigned char> buf(4099);
+  std::mt19937_64 rng(7);
+  for (auto& b : buf) b = static_cast<unsigned char>(rng());
+  const std::uint64_t clean = rankscope::replica_checksum(buf.data(), buf.size());
+  for (std::size_t byte = 0; byte < buf.size(); byte += 97) {
+    for (int bit = 0; bit < 8; ++bit) {
+      buf[byte] ^= static_cast<unsigned char>(1u << bit);
+      CHECK(rankscope::replica_checksum(buf.data(), buf.size()) != clean);
+      buf[byte] ^= static_cast<unsigned char>(1u << bit);
+    }
+  }
+  buf[4098] ^= 0x80;  // the tail bytes past the last whole word count too
+  CHECK(rankscope::replica_checksum(buf.data(), buf.size()) != clean);
+}
+
+TEST_CASE("silent_corruption: one finding per tensor from the replicas violations, not desync", "[numerics]") {
+  auto sum = ranks(3);
+  for (int r = 0; r < 3; ++r) {
+    for (std::int64_t step : {29, 39}) {
+      rankscope::reader::ViolationRecord v;
+      v.rank = r;
+      v.check = "replicas";
+      v.what = "fc1.weight";
+      v.msg = "replicas disagree on 'fc1.weight' at step " + std::to_string(step) + ": rank 2 differs from the others";
+      v.ranks = {2};
+      v.step = step;
+      v.t = 1000 + static_cast<std::uint64_t>(step);
+      sum.violations.push_back(v);
+    }
+  }
+  auto out = run_rule(rules::silent_corruption_rule, sum);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].kind == FindingKind::kSilentCorruption);
+  CHECK(out[0].ranks == std::vector<int>{2});
+  CHECK(out[0].step == 29);
+  CHECK(out[0].evidence.back() == "seen at 2 checks, steps 29,39");
+  CHECK(run_rule(rules::desync_rule, sum).empty());
 }

@@ -89,6 +89,21 @@ void bind_invariants(py::module_& m) {
       "A checkpoint save or load that failed: the run log, rankscope_checkpoint_failures_total, triage. The\n"
       "checkpoint age keeps counting from the last good save. `with rankscope.checkpoint(...)` calls it for you.");
   m.def(
+      "_replica_checksum",
+      [](std::uintptr_t address, std::size_t bytes) {
+        py::gil_scoped_release release;
+        return static_cast<std::int64_t>(rankscope::replica_checksum(reinterpret_cast<const void*>(address), bytes));
+      },
+      "address"_a, "bytes"_a, "Internal: replica_checksum() of a contiguous CPU tensor's memory (its data_ptr()).");
+  m.def(
+      "record_replica_mismatch",
+      [](const std::string& tensor, const std::vector<int>& ranks, const std::string& values_json) {
+        rankscope::record_replica_mismatch(tensor, ranks, values_json);
+      },
+      "tensor"_a, "ranks"_a, "values_json"_a = "",
+      "Data-parallel replicas disagree on a tensor: the ranks that differ from the majority (with no majority,\n"
+      "all of them). rankscope.torch.ReplicaCheck finds them and calls this.");
+  m.def(
       "check_resume",
       [meta](std::string id, std::int64_t step, std::int64_t consumed, std::int64_t world, std::int64_t global,
              std::uint64_t config_hash, std::int64_t opt_step, std::uint64_t rng, bool fail) {

@@ -51,6 +51,7 @@ def train(args):
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     scaler = torch.amp.GradScaler("cuda", enabled=torch.cuda.is_available())
     amp = rst.AmpSkips(scaler)
+    replicas = rst.ReplicaCheck(model, every=args.check_replicas)  # silent data corruption: replicas must agree
     rankscope.check_batch_math(micro_batch=args.batch, data_parallel=world, global_batch=args.batch * world)
     acc = rankscope.BatchAccounting(dataset_size=args.samples, micro_batch=args.batch, data_parallel=world)
     step = 0
@@ -83,6 +84,11 @@ def train(args):
                 grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf"))
                 scaler.step(opt)
                 amp.update()
+            if args.bitflip and rank == args.fault_rank and step == args.fault_step:
+                with torch.no_grad():                  # fault: one flipped bit in one replica's weights
+                    w = model.module[0].weight.view(-1).view(torch.int32)
+                    w[7] ^= 1 << 12
+            replicas()
             rst.record_cuda_memory()
             rankscope.step(step, loss=loss.item(), lr=0.1, grad_norm=grad_norm.item(), samples=len(xb))
             step += 1
@@ -121,11 +127,11 @@ def train(args):
 
 
 def slowed(loader, args, step):
-    """--slow-data-from STEP: from that step every rank's batches come 5 ms later (a slower
-    filesystem for the whole job): the job's throughput drops, no rank is the straggler."""
+    """--slow-data-from STEP: from that step every rank's batches come --slow-data-ms later (a
+    slower filesystem for the whole job): the job's throughput drops, no rank is the straggler."""
     for batch in loader:
         if 0 <= args.slow_data_from <= step():
-            time.sleep(0.005)
+            time.sleep(args.slow_data_ms / 1e3)
         yield batch
 
 
@@ -196,6 +202,7 @@ def main():
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--ab-block", type=int, default=0, help="A/B: alternate blocks of K steps on/off")
     p.add_argument("--ab-control", action="store_true", help="A/B schedule with both arms off (noise floor)")
+    p.add_argument("--check-replicas", type=int, default=50, help="compare the replicas' parameters every N steps")
     p.add_argument("--ckpt-dir", default="", help="where each rank saves its checkpoint (default: RUN_DIR/checkpoints)")
     f = p.add_argument_group("faults to inject (what triage must name), on --fault-rank")
     f.add_argument("--fault-rank", type=int, default=-1)
@@ -205,7 +212,9 @@ def main():
     f.add_argument("--fail-save", action="store_true", help="its checkpoint saves fail")
     f.add_argument("--slow-factor", type=float, default=0, help="its forward takes this many times as long from "
                    "--fault-step on (1.2: a subtle straggler)")
-    f.add_argument("--slow-data-from", type=int, default=-1, help="every rank's data 5 ms slower from this step")
+    f.add_argument("--bitflip", action="store_true", help="one bit of its first layer's weights flips at --fault-step")
+    f.add_argument("--slow-data-from", type=int, default=-1, help="every rank's data slower from this step")
+    f.add_argument("--slow-data-ms", type=float, default=5, help="... by this many ms per batch")
     f.add_argument("--env", default="", help="NAME=VALUE set on that rank only (config drift), e.g. NCCL_ALGO=Tree")
     train(p.parse_args())
 

@@ -140,6 +140,17 @@ absl::Status check_resume(const CheckpointMeta& m, OnViolation on = OnViolation:
 /// token tensor); compared across ranks like the sampler fingerprint.
 absl::Status check_data(std::uint64_t fingerprint, int data_group = -1, OnViolation on = OnViolation::kWarn);
 
+/// Silent data corruption: data-parallel replicas must hold bit-identical
+/// parameters after each optimizer step. replica_checksum() is a cheap
+/// checksum of a tensor's bytes (any single flipped bit changes it); compare
+/// every rank's checksums over your own collective (rankscope.torch's
+/// ReplicaCheck does it with two small all-reduces) and, where they
+/// differ, record the ranks that disagree with the majority (with two ranks:
+/// both) for that tensor. A `replicas` violation at error level: triage's
+/// silent_corruption finding names rank, tensor and step.
+std::uint64_t replica_checksum(const void* data, std::size_t bytes) noexcept;
+void record_replica_mismatch(std::string_view tensor, std::span<const int> odd_ranks, std::string_view values_json) noexcept;
+
 /// Violations recorded by this process so far.
 std::uint64_t violation_count() noexcept;
 

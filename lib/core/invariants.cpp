@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstring>
 #include <initializer_list>
 #include <string_view>
 #include <utility>
@@ -330,6 +331,39 @@ void record_checkpoint_failure(CheckpointOp op, std::string_view id, std::string
                    static_cast<int>(op_name.size()), op_name.data(), static_cast<int>(id.size()), id.data(),
                    static_cast<int>(std::min<std::size_t>(error.size(), 300)), error.data());
     }
+  } catch (...) {
+  }
+}
+
+std::uint64_t replica_checksum(const void* data, std::size_t bytes) noexcept {
+  // The sum of the 32-bit words (and the tail bytes), mod 2^64: a flipped bit
+  // moves it by +-2^k. Vectorises; any order of summation gives the same result.
+  const auto* p = static_cast<const unsigned char*>(data);
+  std::uint64_t sum = 0;
+  std::size_t i = 0;
+  for (; i + 4 <= bytes; i += 4) {
+    std::uint32_t w;
+    std::memcpy(&w, p + i, 4);
+    sum += w;
+  }
+  for (; i < bytes; ++i) sum += static_cast<std::uint64_t>(p[i]) << (8 * (i % 4));
+  return sum;
+}
+
+void record_replica_mismatch(std::string_view tensor, std::span<const int> odd_ranks, std::string_view values_json) noexcept {
+  try {
+    detail::Finding f;
+    f.check = "replicas";
+    f.what = std::string(tensor);
+    f.ranks.assign(odd_ranks.begin(), odd_ranks.end());
+    const bool no_majority = static_cast<int>(f.ranks.size()) * 2 >= context().world_size;
+    f.message = fmt::format("replicas disagree on '{}' at step {}: {} {} (a flipped bit: silent data corruption on "
+                            "that device, or a non-deterministic update)",
+                            tensor, current_step(), format_ranks(f.ranks),
+                            no_majority ? "disagree and no majority says which is right"
+                                        : (f.ranks.size() == 1 ? "differs from the others" : "differ from the others"));
+    f.values_json = std::string(values_json);
+    (void)violate(OnViolation::kFail, f);  // error level; nothing is thrown or returned to anyone
   } catch (...) {
   }
 }

@@ -38,7 +38,8 @@ namespace rankscope::reader {
   X(kPeerLost, "peer_lost")                  \
   X(kCheckpointFailed, "checkpoint_failed")  \
   X(kConfigDrift, "config_drift")            \
-  X(kThroughput, "throughput")
+  X(kThroughput, "throughput")                \
+  X(kSilentCorruption, "silent_corruption")
 
 enum class FindingKind : std::uint8_t { RANKSCOPE_DETAIL_FINDING_KINDS(RANKSCOPE_DETAIL_ENUM_MEMBER) };
 inline constexpr std::array kFindingKindNames{RANKSCOPE_DETAIL_FINDING_KINDS(RANKSCOPE_DETAIL_ENUM_NAME)};

@@ -39,6 +39,8 @@ std::optional<LogStopRecord> log_stop_of(const RankSummary& r, const StatusRepor
   return std::nullopt;
 }
 
+constexpr std::string_view kReplicasCheck = "replicas";  // record_replica_mismatch (invariants.hpp)
+
 // Desync: the violations the ranks recorded, plus the cross-rank rules
 // applied offline to their facts (which catches what no online check saw).
 std::vector<Finding> desync_findings(const RunSummary& sum) {
@@ -49,6 +51,7 @@ std::vector<Finding> desync_findings(const RunSummary& sum) {
   std::vector<std::pair<std::set<int>, std::set<std::int64_t>>> by;  // per finding: who recorded it, at which steps
   std::vector<std::string> levels;
   for (const auto& v : sum.violations) {
+    if (v.check == kReplicasCheck) continue;  // silent_corruption_rule's
     const auto key = std::make_tuple(v.check, v.what, v.msg);
     auto it = seen.find(key);
     if (it == seen.end()) {
@@ -170,6 +173,31 @@ void desync_rule(const TriageInput& in, std::vector<Finding>& out) {
       if (!d.lines.empty() && d.lines.front().rank == rk.rank) d.t = aligned(rk, d.t);
     }
     out.push_back(std::move(d));
+  }
+}
+
+// Replicas whose parameters differ: every rank records the same comparison,
+// so one finding per tensor, from the first step it was seen.
+void silent_corruption_rule(const TriageInput& in, std::vector<Finding>& out) {
+  std::map<std::string, const ViolationRecord*> first;  // tensor -> its earliest record
+  std::map<std::string, std::set<std::int64_t>> steps;
+  for (const auto& v : in.sum.violations) {
+    if (v.check != kReplicasCheck) continue;
+    auto& f = first[v.what];
+    if (f == nullptr || std::make_pair(v.step, v.t) < std::make_pair(f->step, f->t)) f = &v;
+    steps[v.what].insert(v.step);
+  }
+  for (const auto& [tensor, v] : first) {
+    Finding f{FindingKind::kSilentCorruption, v->ranks, v->msg, {}, v->t, v->step, {v->line}};
+    if (!v->values_json.empty()) f.evidence.push_back(fmt::format("checksums: {}", v->values_json));
+    if (steps[tensor].size() > 1) {
+      f.evidence.push_back(fmt::format("seen at {} checks, steps {}", steps[tensor].size(),
+                                       absl::StrJoin(steps[tensor], ",")));
+    }
+    for (const auto& rk : in.sum.ranks) {
+      if (rk.rank == v->rank) f.t = aligned(rk, f.t);
+    }
+    out.push_back(std::move(f));
   }
 }
 

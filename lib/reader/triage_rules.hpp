@@ -112,6 +112,7 @@ void resource_growth_rule(const TriageInput& in, std::vector<Finding>& out);
 void numerics_rule(const TriageInput& in, std::vector<Finding>& out);  // triage_health.cpp
 void checkpoint_failed_rule(const TriageInput& in, std::vector<Finding>& out);
 void config_drift_rule(const TriageInput& in, std::vector<Finding>& out);
+void silent_corruption_rule(const TriageInput& in, std::vector<Finding>& out);
 void slow_steps_rule(const TriageInput& in, std::vector<Finding>& out);
 void errors_rule(const TriageInput& in, std::vector<Finding>& out);
 void run_log_rule(const TriageInput& in, std::vector<Finding>& out);
@@ -129,6 +130,7 @@ inline constexpr std::array<Rule, kFindingKindCount> kTriageRules{{
     {FindingKind::kStall, "stall", stall_rule, Listing::kRunWide},
     {FindingKind::kMissingRank, "missing_rank", missing_rank_rule, Listing::kRunWide},
     {FindingKind::kDesync, "desync", desync_rule, Listing::kRunWide},
+    {FindingKind::kSilentCorruption, "silent_corruption", silent_corruption_rule, Listing::kRunWide},
     {FindingKind::kStraggler, "straggler", straggler_rule, Listing::kRunWide},
     {FindingKind::kThroughput, "throughput", throughput_rule, Listing::kRunWide},
     {FindingKind::kResourceGrowth, "resource_growth", resource_growth_rule, Listing::kRunWide},

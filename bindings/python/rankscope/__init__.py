@@ -58,6 +58,7 @@ from ._rankscope import (  # noqa: F401  (the public API)
     progress,
     record_checkpoint_failure,
     record_checkpoint_save,
+    record_replica_mismatch,
     run_dir,
     set_enabled,
     set_exchange,

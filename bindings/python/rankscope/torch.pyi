@@ -58,3 +58,9 @@ def check_distributed_sampler(sampler: Any, epoch: Optional[int] = None, first_k
                               fail: bool = False) -> None:
     """Sampler invariants from a DistributedSampler: seed, epoch, shuffle, index fingerprint."""
     ...
+
+class ReplicaCheck:
+    """Every `every` calls, checks that data-parallel replicas hold bit-identical parameters."""
+    mismatches: int
+    def __init__(self, model: Any, every: int = 500, group: Any = None) -> None: ...
+    def __call__(self) -> int: ...
