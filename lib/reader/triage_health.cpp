@@ -91,8 +91,20 @@ void episode_findings(const TriageInput& in, std::vector<Finding>& out) {
       out[spike].step > out[expl].step) {
     return;
   }
-  out[spike].evidence.push_back(fmt::format("grad_norm exploded on every rank at step {} (the all-reduce carried it): {}",
-                                            out[expl].step, out[expl].summary.substr(out[expl].summary.find(": ") + 2)));
+  const NumericsRecord* x = nullptr;  // the explosion as the first rank recorded it
+  for (const auto& r : in.sum.ranks) {
+    for (const auto& n : r.numerics) {
+      if (x == nullptr && n.what == "explosion" && n.step == out[expl].step) x = &n;
+    }
+  }
+  out[spike].evidence.push_back(
+      x != nullptr && x->value && x->median && *x->median > 0
+          ? fmt::format("grad_norm exploded on every rank at step {} ({:.4g}, {:.1f}x its median): the all-reduce "
+                        "carried this batch's gradients to all of them",
+                        out[expl].step, *x->value, *x->value / *x->median)
+          : fmt::format("grad_norm exploded on every rank at step {}: the all-reduce carried this batch's gradients "
+                        "to all of them",
+                        out[expl].step));
   out.erase(out.begin() + static_cast<std::ptrdiff_t>(expl));
 }
 

@@ -221,10 +221,13 @@ void straggler_rule(const TriageInput& in, std::vector<Finding>& out) {
                            rk.median_step_ms > 0 ? fmt::format(" ({:.1f} % of a {} ms step)",
                                                                100.0 * s.excess_ms / rk.median_step_ms,
                                                                format_ms(rk.median_step_ms))
-                                                 : std::string()),
-               fmt::format("it waits {:.1f} ms per step in collectives, the others {:.1f} ms (they wait for it)",
-                           rk.median_collective_ms, median_of(others_coll))},
+                                                 : std::string())},
               0, s.onset_step, {}};
+    // Where collectives are timed apart from the phases, the waiting shows there too.
+    if (rk.median_collective_ms >= 0.05 || median_of(others_coll) >= 0.05) {
+      f.evidence.push_back(fmt::format("it waits {:.1f} ms per step in collectives, the others {:.1f} ms (they wait for it)",
+                                       rk.median_collective_ms, median_of(others_coll)));
+    }
     if (!s.waiting_in_backward.empty()) {
       f.evidence.push_back(fmt::format("{} look{} slow in backward over the same steps: waiting for it in DDP's "
                                        "gradient all-reduce, which runs inside backward",
