@@ -46,6 +46,7 @@ extern std::uint64_t seed;
 extern std::string path;
 extern std::vector<std::int64_t> my_indices;
 extern rankscope::CheckpointMeta meta;
+void save_checkpoint(const std::string& path);
 extern rankscope::Config config;
 extern c10::intrusive_ptr<c10d::ProcessGroup> pg;
 extern std::vector<at::Tensor> tensors;
