@@ -17,6 +17,7 @@ RENAMED = {  # C++ name -> Python name (one concept, the spelling each language 
     "LocalExchangeGroup": "use_local_exchange", "BatchMath": "check_batch_math",
     "SamplerState": "check_sampler", "CheckpointMeta": "check_resume", "Field": "info",
     "exchange_timeout": "set_exchange", "exchange": "set_exchange",
+    "replica_checksum": "ReplicaCheck", "CheckpointOp": "record_checkpoint_failure",
 }
 CPP_ONLY = {  # why Python has no counterpart
     "collective_op_name": "ops are strings in Python", "dtype_name": "dtypes are strings in Python",
