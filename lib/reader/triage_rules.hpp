@@ -53,7 +53,7 @@ struct StragglerFact {
 /// max(1.15, exp(4 x the rank's own noise at that window size)) and >= 80 % of
 /// its steps are slower than the peers'. A rank is a straggler when slow
 /// windows cover >= max(200 steps, two windows) in a row, or its last >= 60
-/// steps (30 at >= 1.5x; a log shorter than a window: one window of
+/// steps (30 at >= 1.5x or in a quiet run; a log shorter than a window: one window of
 /// all of it from 8 steps, ratio >= 1.5), it costs the others >= 2 % of a
 /// step, and they did not clearly not wait for it (where collectives are
 /// timed). No millisecond floor: a 0.1 ms phase 5x slower in a 1 ms step is

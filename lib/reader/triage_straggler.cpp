@@ -118,7 +118,10 @@ std::optional<StragglerFact> straggler_in(const std::vector<Sample>& s, std::int
   }
   const auto ws = windows_of(s, w);
   if (ws.empty()) return std::nullopt;
-  const double bar = std::max(std::log(short_log ? kShortRatio : kMinRatio), kNoiseZ * window_noise(s, ws, w));
+  const double noise = kNoiseZ * window_noise(s, ws, w);
+  const double bar = std::max(std::log(short_log ? kShortRatio : kMinRatio), noise);
+  // A quiet run (its noise well under the floor): one window of evidence is enough.
+  const bool quiet = noise <= std::log(kMinRatio) / 2;
   auto slow = [&](const Window& x) { return x.median_log >= bar && x.share_slower >= kConsistent; };
   // A slow period that ended: 200 steps, and two windows of the size that found it.
   const auto episode_steps = std::max(2 * w, static_cast<std::size_t>((kEpisodeSteps + block_steps - 1) / block_steps));
@@ -148,7 +151,7 @@ std::optional<StragglerFact> straggler_in(const std::vector<Sample>& s, std::int
     // Still slow at the end: 60 steps of it, or one window when it is gross.
     double worst = 0;
     for (std::size_t k = i; k <= j; ++k) worst = std::max(worst, ws[k].median_log);
-    const auto last_steps = worst >= std::log(kShortRatio)
+    const auto last_steps = worst >= std::log(kShortRatio) || quiet
                                 ? w
                                 : std::max(w, static_cast<std::size_t>((kLastSteps + block_steps - 1) / block_steps));
     if (end - ws[i].begin < (to_the_end ? std::min(last_steps, s.size()) : episode_steps)) {
@@ -379,7 +382,9 @@ void throughput_rule(const TriageInput& in, std::vector<Finding>& out) {
       sum += s[k].step_ms - mid;
       if (sum >= top) top = sum, at = k;
     }
-    best = std::max(at, w);
+    // Kept only where the drop still holds from there (noise can pull the sum elsewhere).
+    at = std::max(at, w);
+    if (median_step(s, at, s.size()) >= kThroughputStays * median_step(s, at - w, at)) best = at;
   }
   const double before = median_step(s, best - w, best), after = median_step(s, best, s.size());
   const std::int64_t step = s[best].block * block_steps;
