@@ -53,6 +53,19 @@ grep -q '"kind":"straggler","ranks":\[3\]' <<<"$tri" || fail "--since +3500ms: n
 rc=0; "$cli" triage "$work/nonexistent" 2>/dev/null || rc=$?
 [[ $rc == 2 ]] || fail "a missing run directory must exit 2 (got $rc)"
 
+# Subtle: 16 ranks, 5 % per-step noise on every rank's compute; a clean run stays healthy, a
+# rank 1.2x slower in forward from step 400 is named from that step (benchmarks/straggler_eval.sh
+# measures the rates).
+"$synth" --dir "$work/noisy" --ranks 16 --steps 1000 --noise 0.05
+name=noisy
+tri=$("$cli" triage --json "$work/noisy") || fail "a clean noisy run: exit $? (expected healthy)"
+"$synth" --dir "$work/subtle" --ranks 16 --steps 500 --noise 0.05 --straggler 9:400 --straggler-factor 1.2
+name=subtle
+tri=$("$cli" triage --json "$work/subtle") && fail "expected the 1.2x straggler" || true
+"$py" -c 'import json,sys; f=json.load(sys.stdin)["findings"][0]; assert f["kind"] == "straggler" and f["ranks"] == [9] and 398 <= f["step"] <= 405, f' <<<"$tri" ||
+  fail "1.2x straggler"
+echo "  subtle: $(grep -o '"headline":"[^"]*"' <<<"$tri" | cut -c13- | head -c 200)"
+
 # Scale smoke: 256 ranks x 100 steps, every rank in the table, one finding.
 "$synth" --dir "$work/scale" --ranks 256 --steps 100 --straggler 200:50
 tri=$("$cli" triage --json "$work/scale") || true
