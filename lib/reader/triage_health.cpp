@@ -115,7 +115,9 @@ void episode_findings_each(const TriageInput& in, std::vector<Finding>& out) {
       if (n.what != "nonfinite") kinds.insert({n.what, n.signal});  // the step_end values say those
     }
   }
-  for (const auto& [what, signal] : kinds) {
+  for (const auto& kind : kinds) {
+    const std::string& what = kind.first;  // named, not bound: clang 14 (the fuzz build) cannot capture bindings
+    const std::string& signal = kind.second;
     auto first_of = [&](const RankSummary& r) -> const NumericsRecord* {
       for (const auto& n : r.numerics) {
         if (n.what == what && n.signal == signal) return &n;
