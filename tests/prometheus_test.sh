@@ -67,22 +67,21 @@ done
 awk "BEGIN{exit !($later > $first)}" || fail "the step series did not advance ($first -> $later)"
 echo "step series advanced: $first -> $later"
 
-nonfinite=""
-for _ in $(seq 1 60); do
-  nonfinite=$(query 'count(ALERTS{alertname="RankscopeNonFiniteLoss",alertstate="firing"})' || true)
-  [[ -n "$nonfinite" ]] && break
-  sleep 1
-done
+firing() {  # firing ALERT: prints how many series of ALERT fire, waiting up to 60 s; nothing if none
+  local n=""
+  for _ in $(seq 1 60); do
+    n=$(query "count(ALERTS{alertname=\"$1\",alertstate=\"firing\"})" || true)
+    [[ -n "$n" ]] && break
+    sleep 1
+  done
+  echo "$n"
+}
+nonfinite=$(firing RankscopeNonFiniteLoss)
 [[ -n "$nonfinite" ]] || fail "RankscopeNonFiniteLoss never fired after rank 0's loss went NaN"
 curl -sf "http://127.0.0.1:$base/metrics" | grep -q '^rankscope_loss{.*} Nan$' || fail "the NaN loss is not on the page"
 echo "non-finite loss rule firing for $nonfinite series"
 
-stalled=""
-for _ in $(seq 1 60); do
-  stalled=$(query 'count(ALERTS{alertname="RankscopeJobStalled",alertstate="firing"})' || true)
-  [[ -n "$stalled" ]] && break
-  sleep 1
-done
+stalled=$(firing RankscopeJobStalled)
 [[ -n "$stalled" ]] || fail "the stall rule never fired after rank 1 blocked"
 echo "stall rule firing for $stalled series; at step $(query 'max(rankscope_global_step)')"
 echo "prometheus test: ok"
