@@ -107,7 +107,7 @@ void stall_rule(const TriageInput& in, std::vector<Finding>& out);
 void missing_rank_rule(const TriageInput& in, std::vector<Finding>& out);
 void desync_rule(const TriageInput& in, std::vector<Finding>& out);
 void straggler_rule(const TriageInput& in, std::vector<Finding>& out);
-void throughput_rule(const TriageInput& in, std::vector<Finding>& out);  // triage_straggler.cpp
+void throughput_rule(const TriageInput& in, std::vector<Finding>& out);  // triage_throughput.cpp
 void resource_growth_rule(const TriageInput& in, std::vector<Finding>& out);
 void numerics_rule(const TriageInput& in, std::vector<Finding>& out);  // triage_health.cpp
 void checkpoint_failed_rule(const TriageInput& in, std::vector<Finding>& out);

@@ -1,0 +1,146 @@
+// A persistent drop of the job's throughput, from the ranks' per-step series.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "triage_rules.hpp"
+
+namespace rankscope::reader::rules {
+
+namespace {
+constexpr double kThroughputDrop = 1.33;      // step time after / before: a 25 % throughput loss...
+constexpr double kThroughputStays = 1.25;     // ... and the rest of the log stays >= 20 % down
+constexpr std::int64_t kThroughputWindow = 100;  // steps on each side of the change (fewer in short logs)
+constexpr std::int64_t kThroughputMinWindow = 30;
+
+// The job's step: per block, the median rank's ms per step (all ranks wait
+// for the slowest, so they agree up to noise); samples and tokens summed.
+struct JobBlock {
+  std::int64_t block;
+  double step_ms, samples_per_step, tokens_per_step;
+  double kind_ms[kPhaseKindCount];
+};
+
+std::vector<JobBlock> job_series(const RunSummary& sum, std::int64_t& block_steps) {
+  std::vector<PhaseSeries> coarse;
+  block_steps = 1;
+  for (const auto& r : sum.ranks) block_steps = std::max(block_steps, r.series.block_steps);
+  std::int64_t lo = INT64_MAX, hi = 0;
+  for (const auto& r : sum.ranks) {
+    if (r.series.blocks.empty()) continue;
+    coarse.push_back(r.series);
+    coarse.back().coarsen_to(block_steps);
+    lo = std::min(lo, coarse.back().first_block);
+    hi = std::max(hi, coarse.back().first_block + static_cast<std::int64_t>(coarse.back().blocks.size()));
+  }
+  std::vector<JobBlock> out;
+  std::vector<double> steps, kinds[kPhaseKindCount];
+  for (std::int64_t i = lo; i < hi; ++i) {
+    JobBlock j{i, 0, 0, 0, {}};
+    steps.clear();
+    for (auto& k : kinds) k.clear();
+    for (const auto& p : coarse) {
+      const PhaseSeries::Block* b = p.at(i);
+      if (b == nullptr || b->total_ms <= 0) continue;
+      steps.push_back(b->total_ms / b->steps);
+      for (int k = 0; k < kPhaseKindCount; ++k) kinds[k].push_back(b->ms[k] / b->steps);
+      j.samples_per_step += b->samples / b->steps;
+      j.tokens_per_step += b->tokens / b->steps;
+    }
+    if (steps.size() * 2 <= coarse.size()) continue;  // most ranks must have it
+    j.step_ms = median_of(steps);
+    for (int k = 0; k < kPhaseKindCount; ++k) j.kind_ms[k] = median_of(kinds[k]);
+    out.push_back(j);
+  }
+  return out;
+}
+
+double median_step(const std::vector<JobBlock>& s, std::size_t from, std::size_t to) {
+  std::vector<double> v;
+  for (std::size_t i = from; i < to; ++i) v.push_back(s[i].step_ms);
+  return median_of(std::move(v));
+}
+}  // namespace
+
+// A persistent drop in the job's throughput: the median step over the window
+// after a step (30-100 steps) is >= 1.33x the median over the window before
+// it, and the rest of the log stays >= 1.25x. Not a single slow step, not the warm-up (that
+// makes "before" slower, not "after"). Where a straggler began there, the
+// drop is its consequence: said in the straggler's finding, not twice.
+void throughput_rule(const TriageInput& in, std::vector<Finding>& out) {
+  std::int64_t block_steps = 1;
+  const auto s = job_series(in.sum, block_steps);
+  const auto w = static_cast<std::size_t>(std::clamp<std::int64_t>(
+      static_cast<std::int64_t>(s.size()) / 4, kThroughputMinWindow / block_steps, kThroughputWindow / block_steps));
+  if (w == 0 || s.size() < 2 * w) return;
+  std::size_t best = 0;
+  double best_ratio = 0;
+  for (std::size_t c = w; c + w <= s.size(); ++c) {
+    const double before = median_step(s, c - w, c), after = median_step(s, c, c + w);
+    if (before <= 0 || after < kThroughputDrop * before) {
+      if (best_ratio > 0) break;  // past the change: the first one found is the onset
+      continue;
+    }
+    if (median_step(s, c, s.size()) < kThroughputStays * before) continue;  // it recovered: not persistent
+    if (after / before > best_ratio) best_ratio = after / before, best = c;
+  }
+  if (best_ratio == 0) return;
+  // The step it began: the change point near the best split, where the sum of
+  // (step time - the midpoint of before and after) from there on is largest.
+  {
+    const double mid = (median_step(s, best - w, best) + median_step(s, best, best + w)) / 2;
+    double sum = 0, top = -1e300;
+    std::size_t at = best;
+    for (std::size_t k = std::min(s.size(), best + w); k-- > best - w;) {
+      sum += s[k].step_ms - mid;
+      if (sum >= top) top = sum, at = k;
+    }
+    // Kept only where the drop still holds from there (noise can pull the sum elsewhere).
+    at = std::max(at, w);
+    if (median_step(s, at, s.size()) >= kThroughputStays * median_step(s, at - w, at)) best = at;
+  }
+  const double before = median_step(s, best - w, best), after = median_step(s, best, s.size());
+  const std::int64_t step = s[best].block * block_steps;
+  // What grew, per step, from the medians before and after.
+  int grown = -1;
+  double grown_by = 0;
+  for (int k = 0; k < kPhaseKindCount; ++k) {
+    std::vector<double> b, a;
+    for (std::size_t i = best - w; i < best; ++i) b.push_back(s[i].kind_ms[k]);
+    for (std::size_t i = best; i < s.size(); ++i) a.push_back(s[i].kind_ms[k]);
+    const double d = median_of(std::move(a)) - median_of(std::move(b));
+    if (d > grown_by) grown_by = d, grown = k;
+  }
+  auto per_second = [&](std::size_t from, std::size_t to, bool tokens) {
+    std::vector<double> v;
+    for (std::size_t i = from; i < to; ++i) {
+      v.push_back((tokens ? s[i].tokens_per_step : s[i].samples_per_step) * 1e3 / s[i].step_ms);
+    }
+    return median_of(std::move(v));
+  };
+  const bool tokens = s[best].tokens_per_step > 0;
+  const double rate_before = per_second(best - w, best, tokens), rate_after = per_second(best, s.size(), tokens);
+  const std::string rate = rate_before > 0 ? fmt::format(", {:.0f} -> {:.0f} {}/s for the job", rate_before, rate_after,
+                                                         tokens ? "tokens" : "samples")
+                                           : std::string();
+  const std::string what = fmt::format("throughput fell {:.0f} % from step {}: {:.2f} -> {:.2f} ms per step{}",
+                                       100.0 * (1.0 - before / after), step, before, after, rate);
+  for (const StragglerFact& f : in.facts.stragglers) {
+    if (std::llabs(f.onset_step - step) <= static_cast<std::int64_t>(w) * block_steps) return;  // its consequence
+  }
+  std::vector<int> all;
+  for (const auto& r : in.sum.ranks) all.push_back(r.rank);
+  Finding f{FindingKind::kThroughput, all, what, {}, 0, step, {}};
+  if (grown >= 0) {
+    f.evidence.push_back(fmt::format("what grew: {} by {:.2f} ms per step (the median rank's)",
+                                     phase_kind_name(static_cast<PhaseKind>(grown)), grown_by));
+  }
+  f.evidence.push_back(fmt::format("median step over the {} steps before: {:.2f} ms; from step {} to the end ({} "
+                                   "steps): {:.2f} ms; no rank is slower than the others, every rank slowed down",
+                                   w * static_cast<std::size_t>(block_steps), before, step,
+                                   (s.size() - best) * static_cast<std::size_t>(block_steps), after));
+  out.push_back(std::move(f));
+}
+
+}  // namespace rankscope::reader::rules
