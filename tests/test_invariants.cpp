@@ -85,10 +85,17 @@ TEST_CASE("rules: the minority of ranks that disagree is named with every value"
                           "step (rank 1 has 10; ranks 0,2,3 have 20)");
   CHECK(two[1].what == "config_hash");
   CHECK(two[1].ranks == std::vector<int>{3});
-  // A tie: the lowest rank's value is the reference.
+  // A tie (two ranks that differ, a 2-2 split): no majority, no invented culprit: everyone is named.
   const auto tie = detail::compare_facts("resume", {fact(0, {{"step", "20"}}), fact(1, {{"step", "10"}})});
   REQUIRE(tie.size() == 1);
-  CHECK(tie[0].ranks == std::vector<int>{1});
+  CHECK(tie[0].ranks == std::vector<int>{0, 1});
+  CHECK(tie[0].message ==
+        "resume: ranks 0,1 disagree on step (rank 1 has 10; rank 0 has 20: no majority says which is right)");
+  std::vector<detail::RankFact> split;
+  for (int r = 0; r < 4; ++r) split.push_back(fact(r, {{"seed", r < 2 ? "1" : "2"}}));
+  const auto two_two = detail::compare_facts("sampler", split);
+  REQUIRE(two_two.size() == 1);
+  CHECK(two_two[0].ranks == std::vector<int>{0, 1, 2, 3});
   CHECK(detail::compare_facts("resume", {fact(0, {{"step", "20"}}), fact(1, {{"step", "20"}})}).empty());
   CHECK(detail::compare_facts("unknown_check", f).empty());
 }
@@ -118,7 +125,7 @@ TEST_CASE("rules: shards must differ across data groups and agree within one", "
   found = detail::compare_facts("data", tp);
   REQUIRE(found.size() == 1);
   CHECK(found[0].what == "fingerprint");
-  CHECK(found[0].ranks == std::vector<int>{1});
+  CHECK(found[0].ranks == std::vector<int>{0, 1});  // a group of two that differs: no majority, both named
   CHECK_THAT(found[0].message, Catch::Contains("data group 0"));
 }
 

@@ -48,12 +48,15 @@ void values_json(JsonWriter& w, const std::map<std::string, std::vector<int>>& b
 }
 
 // One key's disagreement: who holds which value, and the reference value
-// (the majority; ties go to the lowest rank's value).
+// (the majority). With no strict majority (two ranks that differ, a 2-2
+// split) nobody is the odd one out: every rank is named, no value is the
+// reference, and the message says so instead of inventing a culprit.
 struct Disagreement {
   std::string key;
   std::map<std::string, std::vector<int>> by_value;
-  std::string ref;
-  std::vector<int> minority;  // every rank not holding ref, sorted
+  std::string ref;            // meaningless when tie
+  bool tie = false;           // no value holds a strict majority
+  std::vector<int> minority;  // every rank not holding ref (all of them on a tie), sorted
 };
 
 std::optional<Disagreement> disagreement(std::string_view key, const std::vector<const RankFact*>& facts) {
@@ -74,8 +77,11 @@ std::optional<Disagreement> disagreement(std::string_view key, const std::vector
       best_low = low;
     }
   }
+  std::size_t holders = 0;
+  for (const auto& [v, ranks] : d.by_value) holders += ranks.size();
+  d.tie = 2 * best <= holders;  // no majority: a tie names everyone
   for (const auto& [v, ranks] : d.by_value) {
-    if (v != d.ref) d.minority.insert(d.minority.end(), ranks.begin(), ranks.end());
+    if (d.tie || v != d.ref) d.minority.insert(d.minority.end(), ranks.begin(), ranks.end());
   }
   std::sort(d.minority.begin(), d.minority.end());
   return d;
@@ -106,11 +112,18 @@ void agree(std::string_view check, const std::vector<std::string_view>& keys,
       whats.push_back(d.key);
       std::string others;
       for (const auto& [v, ranks] : d.by_value) {
-        if (v != d.ref) others += fmt::format("{}{} has {}", others.empty() ? "" : "; ", format_ranks(ranks), v);
+        if (d.tie || v != d.ref) {
+          others += fmt::format("{}{} {} {}", others.empty() ? "" : "; ", format_ranks(ranks),
+                                ranks.size() == 1 ? "has" : "have", v);
+        }
       }
-      const auto& ref_ranks = d.by_value.at(d.ref);
-      parts.push_back(fmt::format("{} ({}; {} {} {})", d.key, others, format_ranks(ref_ranks),
-                                  ref_ranks.size() == 1 ? "has" : "have", d.ref));
+      if (d.tie) {
+        parts.push_back(fmt::format("{} ({}: no majority says which is right)", d.key, others));
+      } else {
+        const auto& ref_ranks = d.by_value.at(d.ref);
+        parts.push_back(fmt::format("{} ({}; {} {} {})", d.key, others, format_ranks(ref_ranks),
+                                    ref_ranks.size() == 1 ? "has" : "have", d.ref));
+      }
       w.key(d.key);
       values_json(w, d.by_value);
     }

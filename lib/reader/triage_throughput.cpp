@@ -78,10 +78,9 @@ void throughput_rule(const TriageInput& in, std::vector<Finding>& out) {
   double best_ratio = 0;
   for (std::size_t c = w; c + w <= s.size(); ++c) {
     const double before = median_step(s, c - w, c), after = median_step(s, c, c + w);
-    if (before <= 0 || after < kThroughputDrop * before) {
-      if (best_ratio > 0) break;  // past the change: the first one found is the onset
-      continue;
-    }
+    // Every split is tried: a noisy stretch before the real drop (2x for a
+    // while on a busy host) must not stop the search at its own, smaller step.
+    if (before <= 0 || after < kThroughputDrop * before) continue;
     if (median_step(s, c, s.size()) < kThroughputStays * before) continue;  // it recovered: not persistent
     if (after / before > best_ratio) best_ratio = after / before, best = c;
   }
