@@ -144,7 +144,7 @@ absl::Status check_data(std::uint64_t fingerprint, int data_group = -1, OnViolat
 /// parameters after each optimizer step. replica_checksum() is a cheap
 /// checksum of a tensor's bytes (any single flipped bit changes it); compare
 /// every rank's checksums over your own collective (rankscope.torch's
-/// ReplicaCheck does it with two small all-reduces) and, where they
+/// ReplicaCheck does it with one small all-reduce) and, where they
 /// differ, record the ranks that disagree with the majority (with two ranks:
 /// both) for that tensor. A `replicas` violation at error level: triage's
 /// silent_corruption finding names rank, tensor and step.
