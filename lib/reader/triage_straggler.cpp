@@ -118,7 +118,9 @@ std::optional<StragglerFact> straggler_in(const std::vector<Sample>& s, std::int
   const double noise = kNoiseZ * window_noise(s, ws, w);
   const double bar = std::max(std::log(short_log ? kShortRatio : kMinRatio), noise);
   // A quiet run (its noise well under the floor): one window of evidence is enough.
-  const bool quiet = noise <= std::log(kMinRatio) / 2;
+  // Quiet only where the slow drifts were measured too (8 windows or more): a
+  // short log's step-to-step noise says nothing about a host busy for a while.
+  const bool quiet = ws.size() >= 8 && noise <= std::log(kMinRatio) / 2;
   auto slow = [&](const Window& x) { return x.median_log >= bar && x.share_slower >= kConsistent; };
   // A slow period that ended: 200 steps, and two windows of the size that found it.
   const auto episode_steps = std::max(2 * w, static_cast<std::size_t>((kEpisodeSteps + block_steps - 1) / block_steps));
@@ -151,6 +153,11 @@ std::optional<StragglerFact> straggler_in(const std::vector<Sample>& s, std::int
     const auto last_steps = worst >= std::log(kShortRatio) || quiet
                                 ? w
                                 : std::max(w, static_cast<std::size_t>((kLastSteps + block_steps - 1) / block_steps));
+    // A log shorter than the evidence needed is held to the gross bar (1.5x).
+    if (to_the_end && s.size() < last_steps && worst < std::log(kShortRatio)) {
+      i = j;
+      continue;
+    }
     if (end - ws[i].begin < (to_the_end ? std::min(last_steps, s.size()) : episode_steps)) {
       i = j;
       continue;
