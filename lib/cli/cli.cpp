@@ -6,6 +6,7 @@
 //   rankscope status RUN_DIR [--json] [--watch]
 //   rankscope triage RUN_DIR [--json] [--since T] [--until T] [--threads N]
 //   rankscope timeline RUN_DIR [-o trace.json]
+//   rankscope goodput RUN_DIR [--json]
 // Exit codes (kExit* in cli.hpp): 0 healthy, 1 findings, 2 the run could not be read.
 #include "cli.hpp"
 
@@ -19,6 +20,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "goodput.hpp"
 #include "rankscope/config.hpp"
 #include "status.hpp"
 #include "summary.hpp"
@@ -63,6 +65,12 @@ int run(int argc, const char* const* argv) {
   auto* timeline = app.add_subcommand("timeline", "Chrome/Perfetto trace JSON of a run: a track per rank and thread");
   timeline->add_option("run_dir", timeline_dir, "Run directory")->required();
   timeline->add_option("-o,--output", timeline_out, "Trace file to write ('-' = stdout)")->capture_default_str();
+
+  std::string goodput_dir;
+  bool goodput_json = false;
+  auto* goodput = app.add_subcommand("goodput", "Where the wall time went: compute, loader wait, communication, checkpoints, stalls, restarts");
+  goodput->add_option("run_dir", goodput_dir, "Run directory")->required();
+  goodput->add_flag("--json", goodput_json, "Machine-readable output");
 
   try {
     app.parse(argc, argv);
@@ -153,6 +161,16 @@ int run(int argc, const char* const* argv) {
       std::this_thread::sleep_for(std::chrono::duration<double>(watch_interval));
     }
     return rc;
+  }
+
+  if (goodput->parsed()) {
+    auto s = rankscope::reader::summarize_run(goodput_dir);
+    if (!s.ok()) {
+      std::cerr << "rankscope goodput: " << s.status().message() << "\n";
+      return kExitUnreadable;
+    }
+    std::cout << (goodput_json ? rankscope::reader::format_goodput_json(*s) : rankscope::reader::format_goodput(*s));
+    return kExitHealthy;
   }
 
   if (summary->parsed()) {

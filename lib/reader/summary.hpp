@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "goodput.hpp"
 #include "rankscope/runtime.hpp"
 #include "run_log.hpp"
 
@@ -188,6 +189,7 @@ struct RankSummary {
   PhaseSeries series;       // per-step phase times, in blocks
   std::int64_t pid = 0;     // its last session's process (run_start)
   std::string cpu_affinity;  // the CPUs it may run on ("0-3"), its last session's
+  Goodput goodput;          // where its wall time went (goodput.hpp)
   std::string dump_reason;  // its flight dump's reason ("signal SIGPIPE", "stall", ...), from that process
 };
 

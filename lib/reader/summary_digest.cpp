@@ -82,12 +82,14 @@ class RankDigester {
     RankSummary& r = d_.sum;
     if (e.k == schema::Kind::kRunStart) {  // always read: sessions and host frame the rest
       on_run_start(e);
+      goodput_.on_run_start(e.t);
       return;
     }
     if (e.t < opts_.since_ns || e.t > opts_.until_ns) return;
     if (r.first_t == 0) r.first_t = e.t;
     r.last_t = std::max(r.last_t, e.t);
     r.last_line = evidence(r.rank, e);
+    goodput_.on_any(e.t);
     dispatch(e);
   }
 
@@ -112,6 +114,7 @@ class RankDigester {
   const SummaryOptions& opts_;
   RankDigest d_;
   rankscope::detail::StepBreakdownBuilder builder_;
+  GoodputBuilder goodput_;
   std::vector<double> step_ms_, kind_ms_[kPhaseKindCount];
   std::uint64_t last_phase_end_ = 0;
   std::optional<std::int64_t> threads_now_, comms_now_;
@@ -183,7 +186,9 @@ void RankDigester::on_run_start(const LogEvent& e) {
 
 void RankDigester::on_phase(const LogEvent& e) {
   ++d_.sum.phases;
-  builder_.on_phase(e.tid, e.depth, kind_from_name(e.phase_kind), e.mono, e.dur);
+  const PhaseKind kind = kind_from_name(e.phase_kind);
+  builder_.on_phase(e.tid, e.depth, kind, e.mono, e.dur);
+  goodput_.on_phase(e.tid, e.depth, kind, e.t, e.dur);
   if (e.t + e.dur >= last_phase_end_) {
     last_phase_end_ = e.t + e.dur;
     d_.sum.last_phase = e.name;
@@ -204,6 +209,7 @@ void RankDigester::on_step_end(const LogEvent& e) {
   }
   if (e.samples) r.samples += *e.samples;
   if (auto b = builder_.on_step_end(e.tid, e.mono)) {
+    goodput_.on_step(e.tid, e.step, e.t, b->total_ns, b->by_kind_ns);
     step_ms_.push_back(static_cast<double>(b->total_ns) / 1e6);
     double ms[kPhaseKindCount];
     for (int k = 0; k < kPhaseKindCount; ++k) {
@@ -237,6 +243,7 @@ void RankDigester::on_stall(const LogEvent& e) {
   RankSummary& r = d_.sum;
   StallRecord s{e.t, e.t > e.dur ? e.t - e.dur : e.t, e.step, e.inside, e.name, e.op, e.comm, e.seq, false, 0,
                 evidence(r.rank, e)};
+  goodput_.on_stall(s.since);
   if (r.stalls++ == 0) r.first_stall = s;
   r.last_stall = s;
   if (!e.comm.empty() && e.seq != 0) {  // entered and never left: progress evidence
@@ -245,6 +252,7 @@ void RankDigester::on_stall(const LogEvent& e) {
 }
 
 void RankDigester::on_stall_end(const LogEvent& e) {
+  goodput_.on_stall_end(e.t);
   for (auto* s : {&d_.sum.first_stall, &d_.sum.last_stall}) {
     if (*s && !(*s)->ended) {
       (*s)->ended = true;
@@ -299,6 +307,7 @@ RankDigest RankDigester::finish(const absl::StatusOr<ReadResult>& res, const std
   r.bad_lines = res->bad_lines;
   r.torn_tail = res->torn_tail;
   r.bytes = res->bytes;
+  r.goodput = goodput_.finish();
   r.median_step_ms = median(step_ms_);
   for (int k = 0; k < kPhaseKindCount; ++k) r.median_kind_ms[k] = median(kind_ms_[k]);
   r.median_collective_ms = r.median_kind_ms[static_cast<int>(PhaseKind::kCollective)];

@@ -1,0 +1,84 @@
+"""`rankscope goodput`: a run with delays of known length injected into every category
+(start-up, loader wait, communication, compute, a checkpoint, an evaluation pass, a 3 s hang
+the watchdog reports, an elastic restart that repeats 10 steps) is accounted category by
+category within 1 % of what the job itself measured, and the categories sum to the wall time."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+RANKSCOPE = os.path.join(os.path.dirname(sys.executable), "rankscope")
+
+JOB = r'''
+import json, os, sys, time
+import rankscope
+session = int(sys.argv[1])
+spent = dict.fromkeys(("startup", "loader_wait", "communication", "compute", "checkpoint", "stall", "other",
+                       "restart_recompute"), 0.0)
+t_init = time.time()
+rankscope.init(rank=0, world_size=1, run_dir=os.environ["RUN_DIR"])
+time.sleep(0.5)                                      # start-up
+first, last = (0, 30) if session == 0 else (20, 40)  # the restart resumes from the step-20 checkpoint
+def timed(name, seconds, into):
+    with rankscope.phase(name):
+        t = time.perf_counter()
+        time.sleep(seconds)
+        if into:
+            spent[into] += time.perf_counter() - t
+for step in range(first, last):
+    repeated = session == 1 and step < 30
+    t_step = time.perf_counter()
+    if step == first:
+        spent["startup"] = time.time() - t_init
+    rankscope.begin_step(step)
+    hang = (session, step) == (0, 25)
+    timed("data", 0.03, None if repeated else "loader_wait")
+    timed("forward", 3.0 if hang else 0.04, "stall" if hang else None if repeated else "compute")
+    timed("all_reduce", 0.03, None if repeated else "communication")
+    rankscope.step(step)
+    if repeated:  # the whole step, phases and the gaps between them
+        spent["restart_recompute"] += time.perf_counter() - t_step
+    if session == 0 and step == 10:
+        timed("checkpoint_save", 0.4, "checkpoint")
+    if session == 0 and step == 12:
+        t = time.perf_counter()
+        time.sleep(0.3)                              # an evaluation pass
+        spent["other"] += time.perf_counter() - t
+rankscope.shutdown()
+json.dump({"spent": spent, "t_init": t_init, "t_end": time.time()}, open(sys.argv[2], "w"))
+'''
+
+
+def test_goodput_accounts_each_injected_delay_within_one_percent(tmp_path):
+    job = tmp_path / "job.py"
+    job.write_text(JOB)
+    env = dict(os.environ, RUN_DIR=str(tmp_path / "run"), RANKSCOPE_STALL_TIMEOUT="1")
+    env.pop("TORCHELASTIC_RESTART_COUNT", None)
+    measured = []
+    for session in (0, 1):
+        if session:
+            env["TORCHELASTIC_RESTART_COUNT"] = "1"  # an elastic restart of the same job
+            time.sleep(0.5)
+        out = tmp_path / f"spent-{session}.json"
+        p = subprocess.run([sys.executable, str(job), str(session), str(out)], env=env, capture_output=True,
+                           text=True, timeout=120)
+        assert p.returncode == 0, p.stderr[-3000:]
+        measured.append(json.loads(out.read_text()))
+    want = {k: sum(m["spent"][k] for m in measured) for k in measured[0]["spent"]}
+    want["restart_downtime"] = measured[1]["t_init"] - measured[0]["t_end"]
+
+    g = subprocess.run([RANKSCOPE, "goodput", "--json", str(tmp_path / "run")], capture_output=True, text=True,
+                       timeout=60)
+    assert g.returncode == 0, g.stderr
+    got = json.loads(g.stdout)
+    cats = got["categories"]
+    assert abs(sum(cats.values()) - got["wall_seconds"]) <= 0.005 * got["wall_seconds"], got
+    for k, v in want.items():
+        # start-up and downtime also hold init() and the process exit: 1 % + 20 ms.
+        slack = 0.01 * v + (0.02 if k in ("startup", "restart_downtime") else 0.0)
+        assert abs(cats[k] - v) <= slack, f"{k}: goodput says {cats[k]:.4f} s, the job spent {v:.4f} s\n{got}"
+    assert cats["warmup"] < 0.01, got  # no compilation here: the first step is like the others
+
+    text = subprocess.run([RANKSCOPE, "goodput", str(tmp_path / "run")], capture_output=True, text=True).stdout
+    assert "goodput" in text and "stalls and hangs" in text and "restart recompute" in text, text
