@@ -7,6 +7,8 @@
 //   rankscope triage RUN_DIR [--json] [--since T] [--until T] [--threads N]
 //   rankscope timeline RUN_DIR [-o trace.json]
 //   rankscope goodput RUN_DIR [--json]
+//   rankscope diff RUN_A RUN_B [--json]
+//   rankscope report RUN_DIR [-o report.html]
 // Exit codes (kExit* in cli.hpp): 0 healthy, 1 findings, 2 the run could not be read.
 #include "cli.hpp"
 
@@ -20,7 +22,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include "diff.hpp"
 #include "goodput.hpp"
+#include "report.hpp"
 #include "rankscope/config.hpp"
 #include "status.hpp"
 #include "summary.hpp"
@@ -71,6 +75,18 @@ int run(int argc, const char* const* argv) {
   auto* goodput = app.add_subcommand("goodput", "Where the wall time went: compute, loader wait, communication, checkpoints, stalls, restarts");
   goodput->add_option("run_dir", goodput_dir, "Run directory")->required();
   goodput->add_flag("--json", goodput_json, "Machine-readable output");
+
+  std::string diff_a, diff_b;
+  bool diff_json = false;
+  auto* diff = app.add_subcommand("diff", "What changed from run A to run B: step and phase times, goodput, collective bandwidth, environment, findings (exit 1: B has findings A has not)");
+  diff->add_option("run_a", diff_a, "The baseline run directory")->required();
+  diff->add_option("run_b", diff_b, "The run compared with it")->required();
+  diff->add_flag("--json", diff_json, "Machine-readable output");
+
+  std::string report_dir, report_out = "report.html";
+  auto* report = app.add_subcommand("report", "One self-contained HTML page of a run: findings, ranks x steps heat map, step time, goodput, phases, bandwidth, loss");
+  report->add_option("run_dir", report_dir, "Run directory")->required();
+  report->add_option("-o,--output", report_out, "Page to write")->capture_default_str();
 
   try {
     app.parse(argc, argv);
@@ -161,6 +177,48 @@ int run(int argc, const char* const* argv) {
       std::this_thread::sleep_for(std::chrono::duration<double>(watch_interval));
     }
     return rc;
+  }
+
+  if (report->parsed()) {
+    namespace rr = rankscope::reader;
+    auto run = rr::analyze_run(report_dir);
+    if (!run.ok()) {
+      std::cerr << "rankscope report: " << run.status().message() << "\n";
+      return kExitUnreadable;
+    }
+    const std::string page = rr::render_report(*run);
+    const std::string tmp = report_out + ".tmp";
+    {
+      std::ofstream f(tmp, std::ios::binary);
+      f << page;
+      if (!f.flush()) {
+        std::cerr << "rankscope report: cannot write '" << report_out << "'\n";
+        std::remove(tmp.c_str());
+        return kExitUnreadable;
+      }
+    }
+    if (std::rename(tmp.c_str(), report_out.c_str()) != 0) {
+      std::cerr << "rankscope report: cannot write '" << report_out << "'\n";
+      std::remove(tmp.c_str());
+      return kExitUnreadable;
+    }
+    std::cerr << "rankscope report: " << run->summary.ranks.size() << " ranks, " << run->triage.findings.size()
+              << " finding(s), " << page.size() / 1024 << " KiB -> " << report_out << " (opens offline in any browser)"
+              << (rr::report_has_charts() ? "" : "; this build has no Chart.js, so the page has no charts") << "\n";
+    return kExitHealthy;
+  }
+
+  if (diff->parsed()) {
+    namespace rr = rankscope::reader;
+    auto a = rr::analyze_run(diff_a);
+    auto b = a.ok() ? rr::analyze_run(diff_b) : absl::StatusOr<rr::AnalyzedRun>(a.status());
+    if (!a.ok() || !b.ok()) {
+      std::cerr << "rankscope diff: " << (a.ok() ? b.status() : a.status()).message() << "\n";
+      return kExitUnreadable;
+    }
+    const rr::RunDiff d = rr::diff_runs(*a, *b);
+    std::cout << (diff_json ? rr::format_diff_json(d, *a, *b) : rr::format_diff(d, *a, *b));
+    return rr::diff_exit_code(d);
   }
 
   if (goodput->parsed()) {

@@ -77,7 +77,7 @@ std::string format_goodput_json(const RunSummary& s) {
     categories(w, r.goodput);
     w.end_object();
   }
-  return w.end_array().end_object().take() + "\n";
+  return w.end_array().end_object().take();
 }
 
 }  // namespace rankscope::reader

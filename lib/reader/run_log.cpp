@@ -132,6 +132,7 @@ bool decode_number_field(Field f, simdjson::dom::element v, LogEvent& e) {
     case Field::kDepth: i(e.depth); break;
     case Field::kSeq: u(e.seq); break;
     case Field::kCount: u(e.count); break;
+    case Field::kBytes: u(e.bytes); break;
     case Field::kSamples: i(e.samples); break;
     case Field::kTokens: i(e.tokens); break;
     case Field::kSchema: i(e.schema); break;
@@ -143,6 +144,7 @@ bool decode_number_field(Field f, simdjson::dom::element v, LogEvent& e) {
     case Field::kLinesDropped: u(e.count); break;  // log_stopped, log_resumed
     case Field::kLoss: decode_scalar(v, e.loss); break;
     case Field::kGradNorm: decode_scalar(v, e.grad_norm); break;
+    case Field::kLr: decode_scalar(v, e.lr); break;
     case Field::kMedian: decode_scalar(v, e.median); break;
     case Field::kValue:
       if (e.k == schema::Kind::kNumerics) decode_scalar(v, e.value);

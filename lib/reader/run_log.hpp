@@ -31,7 +31,7 @@ struct LogEvent {
   int depth = 0;
   std::string name;
   std::string phase_kind;
-  std::optional<double> loss, grad_norm;  // step_end; non-finite ones as NaN / +-Infinity
+  std::optional<double> loss, grad_norm, lr;  // step_end; non-finite ones as NaN / +-Infinity
   std::optional<double> value, median;    // mark, numerics
   std::optional<std::int64_t> samples, tokens;
   std::optional<std::uint64_t> events_dropped;
@@ -39,7 +39,7 @@ struct LogEvent {
   // collective lines
   std::string op, comm, dtype, fingerprint, result;
   std::string inside, grown_phase, level, msg;
-  std::uint64_t seq = 0, count = 0;
+  std::uint64_t seq = 0, count = 0, bytes = 0;
   // fact lines: "fields" as key -> canonical text; run_start: its environment,
   // flattened ("torch", "env.NCCL_ALGO", "gpus.0.name"); violation lines
   std::vector<std::pair<std::string, std::string>> fields;
@@ -64,12 +64,13 @@ struct LogEvent {
     k = schema::Kind::kUnknown;
     rank = -1;
     step = -1;
-    t = mono = dur = seq = count = line_no = 0;
+    t = mono = dur = seq = count = bytes = line_no = 0;
     tid = 0;
     depth = schema = 0;
     pid = 0;
     loss.reset();
     grad_norm.reset();
+    lr.reset();
     value.reset();
     median.reset();
     samples.reset();

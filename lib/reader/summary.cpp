@@ -379,11 +379,7 @@ void PhaseSeries::coarsen_to(std::int64_t b) {
     for (std::size_t j = 0; j < blocks.size(); ++j) {
       const auto to = static_cast<std::size_t>((first_block + static_cast<std::int64_t>(j)) / 2 - first);
       if (merged.size() <= to) merged.resize(to + 1);
-      for (int k = 0; k < kPhaseKindCount; ++k) merged[to].ms[k] += blocks[j].ms[k];
-      merged[to].total_ms += blocks[j].total_ms;
-      merged[to].samples += blocks[j].samples;
-      merged[to].tokens += blocks[j].tokens;
-      merged[to].steps += blocks[j].steps;
+      merged[to].merge(blocks[j]);
     }
     blocks = std::move(merged);
     first_block = first;
@@ -391,8 +387,22 @@ void PhaseSeries::coarsen_to(std::int64_t b) {
   }
 }
 
+void PhaseSeries::Block::merge(const Block& o) {
+  for (int k = 0; k < kPhaseKindCount; ++k) ms[k] += o.ms[k];
+  total_ms += o.total_ms;
+  samples += o.samples;
+  tokens += o.tokens;
+  steps += o.steps;
+  loss += o.loss;
+  lr += o.lr;
+  grad_norm += o.grad_norm;
+  loss_n += o.loss_n;
+  lr_n += o.lr_n;
+  grad_norm_n += o.grad_norm_n;
+}
+
 void PhaseSeries::add(std::int64_t step, const double (&ms)[kPhaseKindCount], double total_ms, double samples,
-                      double tokens) {
+                      double tokens, const Scalars& scalars) {
   if (step < 0) return;
   if (blocks.empty()) first_block = step / block_steps;
   // A step before the first block (a restart that went back further): widen
@@ -413,6 +423,12 @@ void PhaseSeries::add(std::int64_t step, const double (&ms)[kPhaseKindCount], do
   blocks[j].samples += static_cast<float>(samples);
   blocks[j].tokens += static_cast<float>(tokens);
   ++blocks[j].steps;
+  auto put = [](const std::optional<double>& v, float& sum, std::uint32_t& n) {
+    if (v) sum += static_cast<float>(*v), ++n;
+  };
+  put(scalars.loss, blocks[j].loss, blocks[j].loss_n);
+  put(scalars.lr, blocks[j].lr, blocks[j].lr_n);
+  put(scalars.grad_norm, blocks[j].grad_norm, blocks[j].grad_norm_n);
 }
 
 }  // namespace rankscope::reader

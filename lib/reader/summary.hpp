@@ -125,12 +125,19 @@ struct PhaseSeries {
     float total_ms = 0;  // whole steps (step_begin to step_end)
     float samples = 0, tokens = 0;
     std::uint32_t steps = 0;
+    // Training scalars summed over the steps that reported them (a NaN stays NaN: the report shows a gap).
+    float loss = 0, lr = 0, grad_norm = 0;
+    std::uint32_t loss_n = 0, lr_n = 0, grad_norm_n = 0;
+    void merge(const Block& o);
+  };
+  struct Scalars {
+    std::optional<double> loss, lr, grad_norm;
   };
   std::int64_t block_steps = 1;
   std::int64_t first_block = 0;  // the block index of blocks[0]
   std::vector<Block> blocks;
   void add(std::int64_t step, const double (&ms)[kPhaseKindCount], double total_ms = 0, double samples = 0,
-           double tokens = 0);
+           double tokens = 0, const Scalars& scalars = {});
   void coarsen_to(std::int64_t b);  // b: a power of two >= block_steps
   /// Mean ms per step of `kind` in absolute block `i`; nullopt when no step is there.
   std::optional<double> mean(std::int64_t i, int kind) const {
@@ -144,6 +151,15 @@ struct PhaseSeries {
     if (j < 0 || j >= static_cast<std::int64_t>(blocks.size()) || blocks[j].steps == 0) return nullptr;
     return &blocks[j];
   }
+};
+
+/// A rank's completed collectives of one op and size class (bytes in [2^k, 2^(k+1))).
+struct CollectiveStat {
+  std::string op;
+  int size_log2 = 0;
+  std::uint64_t calls = 0, bytes = 0;
+  double seconds = 0;  // summed durations
+  double gbps() const { return seconds > 0 ? static_cast<double>(bytes) / seconds * 1e-9 : 0; }  // algorithm bandwidth
 };
 
 struct RankSummary {
@@ -190,6 +206,7 @@ struct RankSummary {
   std::int64_t pid = 0;     // its last session's process (run_start)
   std::string cpu_affinity;  // the CPUs it may run on ("0-3"), its last session's
   Goodput goodput;          // where its wall time went (goodput.hpp)
+  std::vector<CollectiveStat> collective_stats;  // by op and size class (ordered)
   std::string dump_reason;  // its flight dump's reason ("signal SIGPIPE", "stall", ...), from that process
 };
 

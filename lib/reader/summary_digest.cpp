@@ -3,7 +3,9 @@
 // violations, then its flight dump's collectives in flight.
 #include "summary_digest.hpp"
 
+#include <bit>
 #include <cmath>
+#include <map>
 #include <filesystem>
 #include <optional>
 
@@ -115,6 +117,7 @@ class RankDigester {
   RankDigest d_;
   rankscope::detail::StepBreakdownBuilder builder_;
   GoodputBuilder goodput_;
+  std::map<std::pair<std::string, int>, CollectiveStat> coll_stats_;  // (op, size class): a few dozen at most
   std::vector<double> step_ms_, kind_ms_[kPhaseKindCount];
   std::uint64_t last_phase_end_ = 0;
   std::optional<std::int64_t> threads_now_, comms_now_;
@@ -129,6 +132,12 @@ void RankDigester::dispatch(const LogEvent& e) {
     case schema::Kind::kStepEnd: on_step_end(e); break;
     case schema::Kind::kCollective: {
       const bool ok = e.result == "ok";
+      if (ok && e.bytes > 0) {
+        CollectiveStat& c = coll_stats_[{e.op, static_cast<int>(std::bit_width(e.bytes)) - 1}];
+        ++c.calls;
+        c.bytes += e.bytes;
+        c.seconds += static_cast<double>(e.dur) * 1e-9;
+      }
       d_.colls[comm_key(e.comm)].push_back({e.seq, parse_fp(e.fingerprint), e.count, e.t,
                                             ok && !e.device_timing ? e.t + e.dur : 0, e.op, e.dtype,
                                             ok ? std::string("completed") : e.result});
@@ -218,7 +227,7 @@ void RankDigester::on_step_end(const LogEvent& e) {
     }
     if (e.step >= 0) {
       r.series.add(e.step, ms, static_cast<double>(b->total_ns) / 1e6, static_cast<double>(e.samples.value_or(0)),
-                   static_cast<double>(e.tokens.value_or(0)));
+                   static_cast<double>(e.tokens.value_or(0)), {e.loss, e.lr, e.grad_norm});
     }
   }
 }
@@ -308,6 +317,11 @@ RankDigest RankDigester::finish(const absl::StatusOr<ReadResult>& res, const std
   r.torn_tail = res->torn_tail;
   r.bytes = res->bytes;
   r.goodput = goodput_.finish();
+  for (auto& [key, c] : coll_stats_) {
+    c.op = key.first;
+    c.size_log2 = key.second;
+    r.collective_stats.push_back(std::move(c));
+  }
   r.median_step_ms = median(step_ms_);
   for (int k = 0; k < kPhaseKindCount; ++k) r.median_kind_ms[k] = median(kind_ms_[k]);
   r.median_collective_ms = r.median_kind_ms[static_cast<int>(PhaseKind::kCollective)];

@@ -105,14 +105,18 @@ void set_verdict(const RunSummary& sum, TriageReport& r) {
 absl::StatusOr<TriageReport> triage(const std::string& run_dir, const TriageOptions& opts) {
   auto sum = summarize_run(run_dir, opts.read);
   if (!sum.ok()) return sum.status();
-  TriageReport r = report_frame(run_dir, *sum, opts);
-  auto st = read_status(run_dir, opts.now_ns);
+  return triage(*sum, opts);
+}
+
+TriageReport triage(const RunSummary& sum, const TriageOptions& opts) {
+  TriageReport r = report_frame(sum.run_dir, sum, opts);
+  auto st = read_status(sum.run_dir, opts.now_ns);
   const StatusReport* live = st.ok() ? &*st : nullptr;
-  const rules::TriageInput in = rules::make_triage_input(*sum, live, opts);
+  const rules::TriageInput in = rules::make_triage_input(sum, live, opts);
   r.findings = run_rules(in);
   order_findings(r.findings);
-  r.ranks = rank_rows(*sum, live);
-  set_verdict(*sum, r);
+  r.ranks = rank_rows(sum, live);
+  set_verdict(sum, r);
   return r;
 }
 

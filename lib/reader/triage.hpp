@@ -92,6 +92,8 @@ struct TriageReport {
 };
 
 absl::StatusOr<TriageReport> triage(const std::string& run_dir, const TriageOptions& opts = {});
+/// Triage of a run already summarised (`rankscope diff` and `report` read each run once).
+TriageReport triage(const RunSummary& sum, const TriageOptions& opts = {});
 /// HH:MM:SS.mmmZ of a wall time in ns since the epoch ("?" for 0).
 std::string format_clock_time(std::uint64_t ns);
 std::string format_triage(const TriageReport& r);

@@ -13,6 +13,9 @@ constexpr double kThroughputDrop = 1.33;      // step time after / before: a 25 
 constexpr double kThroughputStays = 1.25;     // ... and the rest of the log stays >= 20 % down
 constexpr std::int64_t kThroughputWindow = 100;  // steps on each side of the change (fewer in short logs)
 constexpr std::int64_t kThroughputMinWindow = 30;
+// ...and it cost the job at least this much time: a 30 % "drop" over the last
+// 40 steps of a 0.2 s run is a busy host's blip, not a regression to page about.
+constexpr double kThroughputMinLostMs = 500;
 
 // The job's step: per block, the median rank's ms per step (all ranks wait
 // for the slowest, so they agree up to noise); samples and tokens summed.
@@ -101,6 +104,8 @@ void throughput_rule(const TriageInput& in, std::vector<Finding>& out) {
   }
   const double before = median_step(s, best - w, best), after = median_step(s, best, s.size());
   const std::int64_t step = s[best].block * block_steps;
+  const double steps_after = static_cast<double>((s.back().block + 1) * block_steps - step);
+  if ((after - before) * steps_after < kThroughputMinLostMs) return;
   // What grew, per step, from the medians before and after.
   int grown = -1;
   double grown_by = 0;

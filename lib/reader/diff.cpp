@@ -1,0 +1,210 @@
+#include "diff.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "goodput.hpp"
+#include "json_util.hpp"
+
+namespace rankscope::reader {
+
+absl::StatusOr<AnalyzedRun> analyze_run(const std::string& run_dir, const TriageOptions& opts) {
+  auto sum = summarize_run(run_dir, opts.read);
+  if (!sum.ok()) return sum.status();
+  AnalyzedRun r;
+  r.triage = triage(*sum, opts);
+  r.summary = std::move(*sum);
+  return r;
+}
+
+namespace {
+
+double median_over_ranks(const RunSummary& s, double (*get)(const RankSummary&, int), int k) {
+  std::vector<double> v;
+  for (const auto& r : s.ranks) {
+    if (r.steps > 0) v.push_back(get(r, k));
+  }
+  if (v.empty()) return 0;
+  auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
+  std::nth_element(v.begin(), mid, v.end());
+  return *mid;
+}
+
+// Settings that differ from run to run by nature, not by configuration.
+bool per_run_setting(const std::string& key) {
+  return key == "host" || key == "job_id" || key == "restart_count" || key.ends_with(".uuid") ||
+         key == "env.RANKSCOPE_DIR" || key == "env.RANKSCOPE_RUN_ID" || key == "env.TORCHELASTIC_RUN_ID" ||
+         key == "env.MASTER_PORT";
+}
+
+std::map<std::string, std::string> settings_of(const RunSummary& s) {
+  std::map<std::string, std::string> out;
+  if (s.ranks.empty()) return out;
+  for (const auto& [k, v] : s.ranks.front().environment) {
+    if (!per_run_setting(k)) out[k] = v;
+  }
+  out[std::string(schema::field_name(schema::Field::kWorldSize))] = std::to_string(s.world_size > 0 ? s.world_size : static_cast<int>(s.ranks.size()));
+  return out;
+}
+
+std::string finding_key(const Finding& f) {
+  std::string k(finding_kind_name(f.kind));
+  for (int r : f.ranks) k += fmt::format(",{}", r);
+  return k;
+}
+
+}  // namespace
+
+std::string format_size_class(int size_log2) {
+  static constexpr const char* kUnits[] = {"", "K", "M", "G", "T"};
+  const int unit = std::clamp(size_log2 / 10, 0, 4);
+  return fmt::format("{}{}", 1ull << (size_log2 - 10 * unit), kUnits[unit]);
+}
+
+RunDiff diff_runs(const AnalyzedRun& a, const AnalyzedRun& b) {
+  RunDiff d;
+  const RunSummary &sa = a.summary, &sb = b.summary;
+  auto step = [](const RankSummary& r, int) { return r.median_step_ms; };
+  auto kind = [](const RankSummary& r, int k) { return r.median_kind_ms[k]; };
+  d.step_ms = {median_over_ranks(sa, step, 0), median_over_ranks(sb, step, 0)};
+  for (int k = 0; k < kPhaseKindCount; ++k) d.phase_ms[k] = {median_over_ranks(sa, kind, k), median_over_ranks(sb, kind, k)};
+  d.goodput = {mean_goodput(sa).fraction(), mean_goodput(sb).fraction()};
+  d.ranks = {static_cast<double>(sa.ranks.size()), static_cast<double>(sb.ranks.size())};
+
+  // Collectives: every rank's calls of one op and size class pooled; calls per rank.
+  std::map<std::pair<std::string, int>, RunDiff::Collective> colls;
+  auto pool = [&](const RunSummary& s, bool is_a) {
+    std::map<std::pair<std::string, int>, CollectiveStat> sums;
+    for (const auto& r : s.ranks) {
+      for (const auto& c : r.collective_stats) {
+        auto& t = sums[{c.op, c.size_log2}];
+        t.calls += c.calls;
+        t.bytes += c.bytes;
+        t.seconds += c.seconds;
+      }
+    }
+    const double n = std::max<double>(1, static_cast<double>(s.ranks.size()));
+    for (const auto& [key, t] : sums) {
+      auto& c = colls[key];
+      c.op = key.first;
+      c.size_log2 = key.second;
+      (is_a ? c.calls_a : c.calls_b) = static_cast<double>(t.calls) / n;
+      (is_a ? c.gbps_a : c.gbps_b) = t.gbps();
+    }
+  };
+  pool(sa, true);
+  pool(sb, false);
+  for (auto& [key, c] : colls) d.collectives.push_back(std::move(c));
+
+  const auto ea = settings_of(sa), eb = settings_of(sb);
+  std::set<std::string> keys;
+  for (const auto& [k, v] : ea) keys.insert(k);
+  for (const auto& [k, v] : eb) keys.insert(k);
+  for (const auto& k : keys) {
+    auto ia = ea.find(k), ib = eb.find(k);
+    const std::string va = ia != ea.end() ? ia->second : "(unset)", vb = ib != eb.end() ? ib->second : "(unset)";
+    if (va != vb) d.environment.push_back({k, va, vb});
+  }
+
+  std::set<std::string> in_a, in_b;
+  for (const auto& f : a.triage.findings) in_a.insert(finding_key(f));
+  for (const auto& f : b.triage.findings) in_b.insert(finding_key(f));
+  auto entry = [](const Finding& f) {
+    return RunDiff::FindingDiff{std::string(finding_kind_name(f.kind)), f.summary, f.ranks};
+  };
+  for (const auto& f : a.triage.findings) (in_b.count(finding_key(f)) ? d.both : d.only_a).push_back(entry(f));
+  for (const auto& f : b.triage.findings) {
+    if (!in_a.count(finding_key(f))) d.only_b.push_back(entry(f));
+  }
+  return d;
+}
+
+int diff_exit_code(const RunDiff& d) { return d.only_b.empty() ? 0 : 1; }
+
+namespace {
+std::string pct(const RunDiff::Value& v) {
+  if (v.a == 0 || !std::isfinite(v.change())) return "";
+  return fmt::format("{:+.1f} %", 100 * v.change());
+}
+std::string ranks_text(const std::vector<int>& r) {
+  if (r.empty()) return "";
+  std::string s = " (rank";
+  s += r.size() > 1 ? "s " : " ";
+  for (std::size_t i = 0; i < r.size() && i < 8; ++i) s += fmt::format("{}{}", i ? "," : "", r[i]);
+  return s + (r.size() > 8 ? ",...)" : ")");
+}
+}  // namespace
+
+std::string format_diff(const RunDiff& d, const AnalyzedRun& a, const AnalyzedRun& b) {
+  std::string o = fmt::format("rankscope diff\n  A: {} ({} ranks)\n  B: {} ({} ranks)\n\n", a.summary.run_dir,
+                              a.summary.ranks.size(), b.summary.run_dir, b.summary.ranks.size());
+  o += fmt::format("  {:<26} {:>12} {:>12} {:>10}\n", "per step (median rank)", "A", "B", "change");
+  o += fmt::format("  {:<26} {:>9.3f} ms {:>9.3f} ms {:>10}\n", "step time", d.step_ms.a, d.step_ms.b, pct(d.step_ms));
+  for (int k = 0; k < kPhaseKindCount; ++k) {
+    const auto& v = d.phase_ms[k];
+    if (v.a == 0 && v.b == 0) continue;
+    o += fmt::format("  {:<26} {:>9.3f} ms {:>9.3f} ms {:>10}\n", fmt::format("  {}", phase_kind_name(static_cast<PhaseKind>(k))),
+                     v.a, v.b, pct(v));
+  }
+  o += fmt::format("  {:<26} {:>10.1f} % {:>10.1f} % {:>10}\n", "goodput", 100 * d.goodput.a, 100 * d.goodput.b,
+                   fmt::format("{:+.1f} pts", 100 * (d.goodput.b - d.goodput.a)));
+  if (!d.collectives.empty()) {
+    o += fmt::format("\n  {:<26} {:>8} {:>8} {:>10} {:>10} {:>10}\n", "collectives (op, size)", "calls A", "calls B",
+                     "GB/s A", "GB/s B", "change");
+    for (const auto& c : d.collectives) {
+      const RunDiff::Value bw{c.gbps_a, c.gbps_b};
+      o += fmt::format("  {:<26} {:>8.0f} {:>8.0f} {:>10} {:>10} {:>10}\n",
+                       fmt::format("{} {}B-{}B", c.op, format_size_class(c.size_log2), format_size_class(c.size_log2 + 1)),
+                       c.calls_a, c.calls_b, c.calls_a > 0 ? fmt::format("{:.3f}", c.gbps_a) : "-",
+                       c.calls_b > 0 ? fmt::format("{:.3f}", c.gbps_b) : "-", c.calls_a > 0 && c.calls_b > 0 ? pct(bw) : "");
+    }
+  }
+  o += "\n  configuration and environment";
+  if (d.environment.empty()) o += ": the same\n";
+  else o += fmt::format(" ({} differ):\n", d.environment.size());
+  for (const auto& s : d.environment) o += fmt::format("    {}: {} -> {}\n", s.key, s.a, s.b);
+  o += "\n  findings";
+  if (d.only_a.empty() && d.only_b.empty() && d.both.empty()) o += ": none in either run\n";
+  else o += ":\n";
+  for (const auto& f : d.only_b) o += fmt::format("    only in B: {}{}: {}\n", f.kind, ranks_text(f.ranks), f.summary);
+  for (const auto& f : d.only_a) o += fmt::format("    only in A: {}{}: {}\n", f.kind, ranks_text(f.ranks), f.summary);
+  for (const auto& f : d.both) o += fmt::format("    in both:   {}{}\n", f.kind, ranks_text(f.ranks));
+  return o;
+}
+
+std::string format_diff_json(const RunDiff& d, const AnalyzedRun& a, const AnalyzedRun& b) {
+  detail::JsonWriter w;
+  auto value = [&](std::string_view k, const RunDiff::Value& v) {
+    w.key(k).begin_object().field("a", v.a).field("b", v.b).field("change", v.change()).end_object();
+  };
+  w.begin_object().field("a", a.summary.run_dir).field("b", b.summary.run_dir);
+  value("ranks", d.ranks);
+  value("step_ms", d.step_ms);
+  w.key("phase_ms").begin_object();
+  for (int k = 0; k < kPhaseKindCount; ++k) value(phase_kind_name(static_cast<PhaseKind>(k)), d.phase_ms[k]);
+  w.end_object();
+  value("goodput", d.goodput);
+  w.key("collectives").begin_array();
+  for (const auto& c : d.collectives) {
+    w.begin_object().field("op", c.op).field("size_min_bytes", 1ull << c.size_log2);
+    w.field("calls_per_rank_a", c.calls_a).field("calls_per_rank_b", c.calls_b);
+    w.field("algbw_gbps_a", c.gbps_a).field("algbw_gbps_b", c.gbps_b).end_object();
+  }
+  w.end_array().key("environment").begin_array();
+  for (const auto& s : d.environment) w.begin_object().field("key", s.key).field("a", s.a).field("b", s.b).end_object();
+  w.end_array().key("findings").begin_object();
+  for (auto [name, list] : {std::pair{"only_a", &d.only_a}, std::pair{"only_b", &d.only_b}, std::pair{"both", &d.both}}) {
+    w.key(name).begin_array();
+    for (const auto& f : *list) {
+      w.begin_object().field("kind", f.kind).array("ranks", f.ranks).field("summary", f.summary).end_object();
+    }
+    w.end_array();
+  }
+  return w.end_object().end_object().take();
+}
+
+}  // namespace rankscope::reader

@@ -1,0 +1,59 @@
+// `rankscope diff RUN_A RUN_B`: what changed between two runs (fresh vs
+// restored, before vs after an upgrade): step time and each phase, goodput,
+// collective bandwidth by op and size, configuration and environment, and
+// the findings one run has and the other has not.
+// Thread-safety: pure functions of their inputs.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "summary.hpp"
+#include "triage.hpp"
+
+namespace rankscope::reader {
+
+/// A run read once: its summary and its triage.
+struct AnalyzedRun {
+  RunSummary summary;
+  TriageReport triage;
+};
+absl::StatusOr<AnalyzedRun> analyze_run(const std::string& run_dir, const TriageOptions& opts = {});
+
+struct RunDiff {
+  struct Value {
+    double a = 0, b = 0;
+    double change() const { return a != 0 ? (b - a) / a : 0; }  // relative
+  };
+  Value step_ms;                      // median over ranks of each rank's median step
+  Value phase_ms[kPhaseKindCount];    // likewise, per phase kind
+  Value goodput;                      // productive compute / wall (mean rank)
+  Value ranks;
+  struct Collective {
+    std::string op;
+    int size_log2 = 0;
+    double calls_a = 0, calls_b = 0;  // per rank
+    double gbps_a = 0, gbps_b = 0;    // algorithm bandwidth, 0 = none in that run
+  };
+  std::vector<Collective> collectives;
+  struct Setting {
+    std::string key, a, b;  // "(unset)" where a run lacks it
+  };
+  std::vector<Setting> environment;
+  struct FindingDiff {
+    std::string kind, summary;
+    std::vector<int> ranks;
+  };
+  std::vector<FindingDiff> only_a, only_b, both;
+};
+
+RunDiff diff_runs(const AnalyzedRun& a, const AnalyzedRun& b);
+std::string format_diff(const RunDiff& d, const AnalyzedRun& a, const AnalyzedRun& b);
+std::string format_diff_json(const RunDiff& d, const AnalyzedRun& a, const AnalyzedRun& b);
+/// 1 when B has findings A has not (a regression), else 0.
+int diff_exit_code(const RunDiff& d);
+
+/// "4K" for 2^12: a size class's lower bound in bytes, binary units.
+std::string format_size_class(int size_log2);
+
+}  // namespace rankscope::reader

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# rankscope diff, goodput and report on real runs, and report at 1,024 ranks:
+#  - two real 2-rank runs: A clean, B with rank 1 slow in forward and NCCL_ALGO=Tree;
+#    `diff A B` names the straggler as new in B and the changed knob (exit 1),
+#    `diff B A` exits 0; goodput's categories sum to the wall time;
+#  - `report` pages open in headless Chromium (Debian's package) with every chart
+#    rendered and no script or console error; the screenshot shows the heat
+#    map's straggler row and Chart.js's plots;
+#  - a synthetic 1,024-rank run with a straggler: the page renders, the rank is visible;
+#  - bad input: a missing run directory and an unwritable output say so (exit 2).
+set -euo pipefail
+trainer=$1 cli=$2 synth=$3 work=$4 py=$5
+here=$(dirname "$0")
+rm -rf "$work"; mkdir -p "$work"
+fail() { echo "report test: $*"; exit 1; }
+browser=$(command -v chromium || command -v chromium-browser || true)
+[[ -n "$browser" ]] || fail "no chromium (bash .ci/setup.sh installs Debian's)"
+
+launch() {  # DIR [trainer args]
+  local dir=$1; shift
+  bash "$here/../examples/cpp/launch.sh" --ranks 2 --steps 80 --trainer "$trainer" --cli "$cli" --dir "$dir" \
+    -- --checkpoint-every 0 "$@" >/dev/null 2>&1
+  ls -d "$dir"/*/
+}
+a=$(launch "$work/a")
+b=$(NCCL_ALGO=Tree launch "$work/b" --slow-rank 1 --slow-ms 5)
+
+rc=0; out=$("$cli" diff "$a" "$b") || rc=$?
+[[ $rc == 1 ]] || fail "diff A B: exit $rc, want 1 (B has a finding A has not): $out"
+grep -q "only in B: straggler (rank 1)" <<<"$out" || fail "diff did not name the new straggler: $out"
+grep -q "env.NCCL_ALGO: (unset) -> Tree" <<<"$out" || fail "diff did not name the changed knob: $out"
+grep -q "all_reduce" <<<"$out" || fail "diff has no collective bandwidth rows: $out"
+{ "$cli" diff --json "$a" "$b" || true; } | "$py" -c '
+import json, sys
+d = json.load(sys.stdin)
+assert [f["ranks"] for f in d["findings"]["only_b"] if f["kind"] == "straggler"] == [[1]], d["findings"]
+assert d["step_ms"]["b"] > d["step_ms"]["a"], d["step_ms"]
+assert any(c["op"] == "all_reduce" and c["algbw_gbps_a"] > 0 for c in d["collectives"]), d["collectives"]
+' || fail "diff --json"
+rc=0; out=$("$cli" diff "$b" "$a") || rc=$?
+[[ $rc == 0 ]] && grep -q "only in A: straggler (rank 1)" <<<"$out" || fail "diff B A: exit $rc: $out"
+
+"$cli" goodput --json "$b" | "$py" -c '
+import json, sys
+g = json.load(sys.stdin)
+assert abs(sum(g["categories"].values()) - g["wall_seconds"]) <= 0.005 * g["wall_seconds"], g
+assert g["categories"]["compute"] > 0 and g["categories"]["communication"] > 0, g
+' || fail "goodput --json"
+
+# A page in headless Chromium: rendered, no errors; its screenshot has the plots.
+check_page() {  # HTML PNG CHARTS
+  local html=$1 png=$2 log=$1.log dom
+  dom=$("$browser" --headless --no-sandbox --disable-gpu --enable-logging=stderr --v=0 --dump-dom "file://$html" 2>"$log")
+  grep -q "data-rendered=\"$3\"" <<<"$dom" || fail "$html: not every chart rendered ($(grep -o 'data-rendered="[0-9]*"' <<<"$dom"))"
+  ! grep -q "data-errors=" <<<"$dom" || fail "$html: script errors on the page: $(grep -o '<div id="errors">[^<]*' <<<"$dom")"
+  ! grep -q "Uncaught" "$log" || fail "$html: $(grep Uncaught "$log")"
+  "$browser" --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1400,2400 --screenshot="$png" \
+    "file://$html" >/dev/null 2>&1
+  [[ -s "$png" ]] || fail "$html: no screenshot"
+}
+# Screenshot pixels: the heat map's straggler red and Chart.js's blue (lines, bars) are there.
+check_pixels() {  # PNG MIN-RED MIN-BLUE
+  "$py" - "$@" <<'PY' || fail "screenshot $1"
+import sys
+from PIL import Image
+img = Image.open(sys.argv[1]).convert("RGB")
+px = list(img.getdata())
+red = sum(1 for r, g, b in px if r > 230 and g < 130 and b < 130)
+blue = sum(1 for r, g, b in px if abs(r - 31) < 30 and abs(g - 119) < 30 and abs(b - 180) < 30)
+busy = sum(1 for r, g, b in px if (r, g, b) not in ((255, 255, 255), (243, 245, 248)))
+print(f"  {sys.argv[1]}: {img.size[0]}x{img.size[1]}, straggler-red {red} px, chart-blue {blue} px, non-background {busy} px")
+assert red >= int(sys.argv[2]), f"no straggler row in the heat map ({red} red px)"
+assert blue >= int(sys.argv[3]), f"no Chart.js plot ({blue} blue px)"
+assert busy > 0.15 * len(px), "the page is mostly blank"
+PY
+}
+
+"$cli" report "$b" -o "$work/b.html" 2>/dev/null || fail "report B"
+check_page "$work/b.html" "$work/b.png" 7
+check_pixels "$work/b.png" 2000 2000
+
+# 1,024 ranks: generation time (printed, not asserted), the page, the one slow rank visible.
+"$synth" --dir "$work/s1024" --ranks 1024 --steps 200 --straggler 700:50 --noise 0.05 >/dev/null
+start=$EPOCHREALTIME
+"$cli" report "$work/s1024" -o "$work/s1024.html" 2>/dev/null || fail "report at 1,024 ranks"
+echo "  report at 1,024 ranks x 200 steps: $("$py" -c "print(round($EPOCHREALTIME - $start, 2))") s, $(du -h "$work/s1024.html" | cut -f1)"
+check_page "$work/s1024.html" "$work/s1024.png" 7
+check_pixels "$work/s1024.png" 300 2000
+rm -rf "$work/s1024"
+
+# Bad input: clear errors, exit 2, nothing half-written.
+rc=0; err=$("$cli" report "$work/nonexistent" -o "$work/x.html" 2>&1) || rc=$?
+[[ $rc == 2 ]] && grep -q "is not a run directory" <<<"$err" || fail "report on a missing run: exit $rc: $err"
+rc=0; err=$("$cli" report "$b" -o "/proc/x/report.html" 2>&1) || rc=$?
+[[ $rc == 2 ]] && grep -q "cannot write" <<<"$err" || fail "report to an unwritable path: exit $rc: $err"
+rc=0; err=$("$cli" diff "$a" "$work/nonexistent" 2>&1) || rc=$?
+[[ $rc == 2 ]] || fail "diff with a missing run: exit $rc: $err"
+echo "report test: ok"
