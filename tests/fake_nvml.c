@@ -43,3 +43,61 @@ int nvmlDeviceGetComputeRunningProcesses(void* d, unsigned* n, fake_process* p) 
   *n = 2;
   return 0;
 }
+
+/* Resource snapshots (resources.cpp). Knobs for the tests, from the environment:
+ *   FAKE_NVML_UTIL=<percent>   utilisation (default 100: a GPU spinning in an NCCL kernel looks busy)
+ *   FAKE_NVML_POWER_W=<watts>  power draw (default 70 of 700: spinning, not computing); "70,350": per GPU
+ *   FAKE_NVML_HANG_MS=<ms>     nvmlDeviceGetPowerUsage blocks that long (a wedged driver)
+ *   FAKE_NVML_XID=<code>       one critical XID event of that code, on the first wait */
+#include <stdlib.h>
+#include <time.h>
+static unsigned env_or(const char* name, unsigned fallback) {
+  const char* v = getenv(name);
+  return v && *v ? (unsigned)strtoul(v, NULL, 10) : fallback;
+}
+typedef struct { unsigned gpu, memory; } fake_util;
+int nvmlDeviceGetUtilizationRates(void* d, fake_util* u) {
+  (void)d;
+  u->gpu = env_or("FAKE_NVML_UTIL", 100);
+  u->memory = 5;
+  return 0;
+}
+int nvmlDeviceGetPowerUsage(void* d, unsigned* mw) {
+  unsigned hang = env_or("FAKE_NVML_HANG_MS", 0);
+  if (hang) {
+    struct timespec ts = {hang / 1000, (long)(hang % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+  /* A comma-separated list gives each GPU its own: "70,350" */
+  const char* list = getenv("FAKE_NVML_POWER_W");
+  unsigned w = 70;
+  if (list && *list) {
+    int idx = (int)((int*)d - devices);
+    const char* p = list;
+    for (int i = 0; i < idx && strchr(p, ','); ++i) p = strchr(p, ',') + 1;
+    w = (unsigned)strtoul(p, NULL, 10);
+  }
+  *mw = w * 1000;
+  return 0;
+}
+int nvmlDeviceGetTemperature(void* d, int sensor, unsigned* c) { (void)d; (void)sensor; *c = 61; return 0; }
+int nvmlDeviceGetClockInfo(void* d, int type, unsigned* mhz) { (void)d; (void)type; *mhz = 1410; return 0; }
+int nvmlDeviceGetCurrentClocksThrottleReasons(void* d, unsigned long long* bits) { (void)d; *bits = 0; return 0; }
+int nvmlDeviceGetTotalEccErrors(void* d, int type, int counter, unsigned long long* n) {
+  (void)d; (void)type; (void)counter; *n = 0; return 0;
+}
+int nvmlDeviceGetPcieThroughput(void* d, int counter, unsigned* kbs) { (void)d; *kbs = counter ? 2048 : 1024; return 0; }
+typedef struct { void* device; unsigned long long type, data; unsigned gi, ci; } fake_event;
+static int event_set, xid_sent;
+int nvmlEventSetCreate(void** set) { *set = &event_set; return 0; }
+int nvmlDeviceRegisterEvents(void* d, unsigned long long types, void* set) { (void)d; (void)types; (void)set; return 0; }
+int nvmlEventSetWait_v2(void* set, fake_event* e, unsigned timeout_ms) {
+  (void)set; (void)timeout_ms;
+  unsigned xid = env_or("FAKE_NVML_XID", 0);
+  if (!xid || xid_sent) return 10; /* NVML_ERROR_TIMEOUT */
+  xid_sent = 1;
+  e->device = &devices[0];
+  e->type = 0x8;
+  e->data = xid;
+  return 0;
+}

@@ -9,9 +9,12 @@
 #  - after SIGKILL of rank 1, `status` says rank 1 is not alive.
 set -euo pipefail
 source "$(dirname "$0")/ranks.sh"
-trainer=$1 cli=$2 work=$3
+trainer=$1 cli=$2 work=$3 fake_nvml=$4
 rm -rf "$work"; mkdir -p "$work"
 export RANKSCOPE_STALL_TIMEOUT=2 RANKSCOPE_HEARTBEAT_INTERVAL=0.25
+# Resource snapshots through the fake NVML: the waiting ranks' GPUs (0 and 2)
+# busy at 70 W, the blocked rank's at 350 W (what a computing GPU draws).
+export RANKSCOPE_NVML_LIBRARY=$fake_nvml RANKSCOPE_RESOURCE_INTERVAL=0.2 FAKE_NVML_POWER_W=70,350,70
 launch_ranks "hang test" "$work" 3 "$trainer" -- --block-rank 1 --block-step 5 --timeout 300
 
 run=""
@@ -49,6 +52,11 @@ tri=$("$cli" triage "$run" || true)
 echo "$tri"
 grep -q "\[hang\] HANG: rank 1 did not reach all_reduce seq 6 on 'world' while ranks 0,2 wait in it: it is blocked in .*checkpoint_save" <<<"$tri" ||
   fail "triage did not blame rank 1"
+grep -q "GPUs busy at low power when the ranks stopped (a computing GPU of this run: 350 W): rank 0 (100 % at 70 W), rank 2 (100 % at 70 W)" <<<"$tri" ||
+  fail "triage did not see the waiting ranks' GPUs spinning"
+for _ in $(seq 1 40); do grep -q '"rank":1,"step":5,"reason":"stall"' "$run/rank-1.jsonl" && break; sleep 0.25; done
+grep -q '"kind":"resources","t":[0-9]*,"mono":[0-9]*,"rank":1,"step":5,"reason":"stall"' "$run/rank-1.jsonl" ||
+  fail "rank 1: no resource snapshot at its stall"
 
 pid0=$(grep -o '"pid":[0-9]*' "$run/rank-0.heartbeat.json" | cut -d: -f2)
 kill -USR1 "$pid0"

@@ -4,12 +4,13 @@
 #    `diff A B` names the straggler as new in B and the changed knob (exit 1),
 #    `diff B A` exits 0; goodput's categories sum to the wall time;
 #  - `report` pages open in headless Chromium (Debian's package) with every chart
-#    rendered and no script or console error; the screenshot shows the heat
+#    rendered (resources too: B samples them through a fake NVML) and no script or console
+#    error; the screenshot shows the heat
 #    map's straggler row and Chart.js's plots;
 #  - a synthetic 1,024-rank run with a straggler: the page renders, the rank is visible;
 #  - bad input: a missing run directory and an unwritable output say so (exit 2).
 set -euo pipefail
-trainer=$1 cli=$2 synth=$3 work=$4 py=$5
+trainer=$1 cli=$2 synth=$3 work=$4 py=$5 fake_nvml=$6
 here=$(dirname "$0")
 rm -rf "$work"; mkdir -p "$work"
 fail() { echo "report test: $*"; exit 1; }
@@ -23,7 +24,11 @@ launch() {  # DIR [trainer args]
   ls -d "$dir"/*/
 }
 a=$(launch "$work/a")
-b=$(NCCL_ALGO=Tree launch "$work/b" --slow-rank 1 --slow-ms 5)
+# B also samples resources every 0.1 s through the fake NVML, whose GPUs report one critical XID.
+b=$(NCCL_ALGO=Tree RANKSCOPE_NVML_LIBRARY=$fake_nvml RANKSCOPE_RESOURCE_INTERVAL=0.1 FAKE_NVML_XID=79 \
+    launch "$work/b" --slow-rank 1 --slow-ms 5)
+tri=$("$cli" triage "$b" || true)
+grep -q "\[gpu_error\] rank 1: its GPU 1 reported 1 critical XID error(s)" <<<"$tri" || fail "triage did not report the XID: $tri"
 
 rc=0; out=$("$cli" diff "$a" "$b") || rc=$?
 [[ $rc == 1 ]] || fail "diff A B: exit $rc, want 1 (B has a finding A has not): $out"
@@ -76,7 +81,7 @@ PY
 }
 
 "$cli" report "$b" -o "$work/b.html" 2>/dev/null || fail "report B"
-check_page "$work/b.html" "$work/b.png" 7
+check_page "$work/b.html" "$work/b.png" 8   # and the resources chart
 check_pixels "$work/b.png" 2000 2000
 
 # 1,024 ranks: generation time (printed, not asserted), the page, the one slow rank visible.

@@ -72,6 +72,9 @@ struct Config {
   std::optional<double> slow_factor;
   /// How often the background thread takes a metrics snapshot into the run log.
   std::chrono::milliseconds metrics_interval{10000};
+  /// How often resources (process, host, the rank's GPU) are sampled into the run log and metrics
+  /// (RANKSCOPE_RESOURCE_INTERVAL, seconds; 0 = never); also at every stall.
+  std::chrono::milliseconds resource_interval{30000};
   /// Extra sinks (tests, custom exporters); called on the background thread.
   std::vector<std::shared_ptr<Sink>> sinks;
   /// Add the exporters linked into the program (rankscope::otlp,

@@ -15,6 +15,7 @@
 #include "flight.hpp"
 #include "rankscope/export/jsonl.hpp"
 #include "runtime_impl.hpp"
+#include "resources.hpp"
 #include "schema.hpp"
 #include "signals.hpp"
 #include "yield_point.hpp"
@@ -268,8 +269,44 @@ std::size_t Runtime::drain_all(std::vector<Event>& batch) {
   return n;
 }
 
+// Resource snapshots are taken on their own thread (resources.hpp): here they
+// only become run-log lines, and a snapshot stuck in a driver call is said
+// once - this thread, the heartbeat and stall detection go on regardless.
+void Runtime::write_resources() {
+  std::vector<Event> out;
+  if (auto s = detail::resources_take()) {
+    Event& e = out.emplace_back();
+    e.kind = EventKind::kResources;
+    e.step = detail::g_step.load(std::memory_order_relaxed);
+    e.mono_ns = s->mono_ns;
+    e.wall_ns = s->wall_ns;
+    e.text = s->reason;
+    if (s->gpu >= 0) e.attributes.add(schema::field_name(schema::Field::kGpu), static_cast<std::int64_t>(s->gpu));
+    for (int i = 0; i < detail::kResourceCount; ++i) {
+      if (s->has[i]) e.attributes.add(schema::field_name(detail::resource_info(static_cast<detail::Resource>(i)).key), s->value[i]);
+    }
+  }
+  if (auto stuck = detail::resources_stuck(mono_now())) {
+    if (resource_timeouts_ == nullptr) {
+      resource_timeouts_ = &counter("rankscope_resource_sample_timeouts_total",
+                                    "Resource snapshots that ran past their deadline (a hung driver call)");
+    }
+    resource_timeouts_->add(1);
+    Event& e = out.emplace_back();
+    e.kind = EventKind::kLog;
+    e.level = Level::kWarn;
+    e.step = detail::g_step.load(std::memory_order_relaxed);
+    e.mono_ns = mono_now();
+    e.wall_ns = detail::realtime_ns();
+    e.text = absl::StrCat("resource snapshot stuck in ", *stuck,
+                          " (a hung GPU driver call?); liveness, heartbeats and stall detection go on");
+  }
+  if (out.empty()) return;
+  for (const Event& x : out) remember(x);
+  deliver(out);
+}
+
 void Runtime::export_metrics_now() {
-  detail::poll_gpu_memory();
   MetricsSnapshot snap;
   snap.mono_ns = mono_now();
   snap.wall_ns = detail::realtime_ns();
@@ -446,12 +483,16 @@ bool Runtime::background_iteration(std::vector<Event>& batch, std::chrono::micro
       if (detail::g_gate.load(std::memory_order_relaxed) != detail::kActive) watchdog_.suspend(now);
       std::vector<Event> wd;
       if (watchdog_.tick(now, clock_, threads_, wd)) (void)dump_now("stall");
+      for (const Event& x : wd) {
+        if (x.kind == EventKind::kStall) detail::resources_request("stall");
+      }
       if (!wd.empty()) {
         for (const Event& x : wd) remember(x);
         deliver(wd);
         write_pending();
       }
     }
+    write_resources();
     if (mono_now() - last_metrics_mono_ >= static_cast<std::uint64_t>(metrics_interval_.count()) * 1000000ull) {
       export_metrics_now();
     }

@@ -273,6 +273,12 @@ void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
       level_and_message(e, out);
       attribute_members(e.attributes, out);
       break;
+    case EventKind::kResources:
+      begin(out, kind_name(Kind::kResources), e.wall_ns, e.mono_ns, e.step, e.tid);
+      out.append(next_key<Field::kReason>());
+      json_escape_to(out, e.text);
+      attribute_members(e.attributes, out);
+      break;
     case EventKind::kCommError:
       begin(out, kind_name(Kind::kCommError), e.wall_ns, e.mono_ns, e.step, e.tid);
       out.append(next_key<Field::kComm>());

@@ -2,6 +2,7 @@
 // thread itself is background.cpp; settings are resolved in settings.cpp.
 #include "rankscope/runtime.hpp"
 
+#include "resources.hpp"
 #include "runtime_impl.hpp"
 #include "schema.hpp"
 
@@ -132,6 +133,7 @@ absl::Status Runtime::init(const Config& cfg) {
   run_log_ = std::move(run_log);
   detail::g_runlog_fd.store(cfg.write_run_log && run_log_ != nullptr ? run_log_->fd() : -1, std::memory_order_release);
   detail::retry_gpu_memory();
+  detail::resources_retry_nvml();
   export_errors_.store(0, std::memory_order_relaxed);
   owner_pid_ = ::getpid();
   want_enabled_ = set->enabled;
@@ -190,6 +192,8 @@ absl::Status Runtime::init(const Config& cfg) {
     return absl::ResourceExhaustedError(absl::StrCat("cannot start rankscope's background thread: ", e.what()));
   }
   detail::g_gate.store(set->enabled ? detail::kActive : detail::kDisabled, std::memory_order_release);
+  detail::resources_start({set->resource_interval, set->resource_deadline, context_.local_rank});
+  resource_deadline_ns_ = static_cast<std::uint64_t>(set->resource_deadline.count()) * 1000000ull;
   return absl::OkStatus();
 }
 
@@ -205,6 +209,7 @@ void Runtime::shutdown(std::chrono::milliseconds deadline) noexcept {
   std::unique_lock<std::mutex> lk(mu_);
   if (phase_ != Phase::kRunning || owner_pid_ != ::getpid()) return;
   detail::g_gate.store(detail::kInactive, std::memory_order_release);
+  detail::resources_stop();
   detail::uninstall_signal_handlers();
   detail::g_runlog_fd.store(-1);  // sequentially consistent: see wait_inline_writers
   stop_requested_ = true;

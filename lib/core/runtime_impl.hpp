@@ -3,6 +3,7 @@
 // dumps, signals). Not installed.
 // Thread-safety: members note which thread owns them; mu_ guards control state.
 #pragma once
+#include "resources.hpp"
 
 #include <time.h>
 
@@ -88,6 +89,7 @@ class Runtime {
 
   // Fork handlers (see register_fork_handlers).
   void before_fork() {
+    detail::resources_before_fork();
     mu_.lock();
     detail::lock_metric_registry();
     detail::registry().mu.lock();
@@ -96,11 +98,13 @@ class Runtime {
     detail::registry().mu.unlock();
     detail::unlock_metric_registry();
     mu_.unlock();
+    detail::resources_after_fork();
   }
   void after_fork_child() {
     detail::registry().mu.unlock();
     detail::unlock_metric_registry();
     mu_.unlock();
+    detail::resources_after_fork();
     // The background thread does not exist here, and the files belong to the
     // parent: record nothing, write nothing.
     detail::g_gate.store(detail::kInactive, std::memory_order_relaxed);
@@ -133,6 +137,9 @@ class Runtime {
   static constexpr std::size_t kExitedHistories = 8;
   std::uint64_t decode_log(ThreadState* st, std::uint64_t at, std::vector<Event>& batch);
   void export_metrics_now();
+  void write_resources();  // a finished resource snapshot into the run log; a stuck one said once
+  std::uint64_t resource_deadline_ns_ = 0;
+  Counter* resource_timeouts_ = nullptr;
   void decode(ThreadState* st, const Record& r, const Record* next, std::vector<Event>& batch);
   void watch_numerics(const Event& step_end);  // numerics events and counters from a step_end
   absl::StatusOr<std::string> dump_now(std::string_view reason);  // background thread only

@@ -45,7 +45,8 @@ inline constexpr int kFlightVersion = kFlightRecorderSchema;      // rank-<R>.fl
   X(kLogStopped, "log_stopped")                                                                            \
   X(kLogResumed, "log_resumed")                                                                            \
   X(kExit, "exit")                                                                                         \
-  X(kNumerics, "numerics")
+  X(kNumerics, "numerics")                                                                                 \
+  X(kResources, "resources")
 
 enum class Kind : std::uint8_t {
   RANKSCOPE_DETAIL_EVENT_KINDS(RANKSCOPE_DETAIL_ENUM_MEMBER)
@@ -202,7 +203,30 @@ Kind kind_from_name(std::string_view name);
   X(kSignal, "signal")                             \
   X(kMedian, "median")                             \
   X(kScore, "score")                               \
-  X(kExitCause, "exit_cause")
+  X(kExitCause, "exit_cause")                    \
+  X(kCpuSeconds, "cpu_s")                        \
+  X(kRssBytes, "rss_bytes")                      \
+  X(kOpenFds, "open_fds")                        \
+  X(kCtxVoluntary, "ctx_voluntary")              \
+  X(kCtxInvoluntary, "ctx_involuntary")          \
+  X(kLoad1, "load1")                             \
+  X(kMemAvailable, "mem_available_bytes")        \
+  X(kMemTotal, "mem_total_bytes")                \
+  X(kNetRx, "net_rx_bytes")                      \
+  X(kNetTx, "net_tx_bytes")                      \
+  X(kDiskRead, "disk_read_bytes")                \
+  X(kDiskWritten, "disk_written_bytes")          \
+  X(kGpu, "gpu")                                 \
+  X(kGpuUtil, "gpu_util")                        \
+  X(kGpuMemUsed, "gpu_mem_used_ratio")           \
+  X(kGpuPower, "gpu_power_w")                    \
+  X(kGpuTemp, "gpu_temp_c")                      \
+  X(kGpuSmClock, "gpu_sm_hz")                   \
+  X(kGpuThrottle, "gpu_throttle")                \
+  X(kGpuEcc, "gpu_ecc_uncorrected")              \
+  X(kGpuXid, "gpu_xid")                          \
+  X(kGpuPcieTx, "gpu_pcie_tx_bytes_s")           \
+  X(kGpuPcieRx, "gpu_pcie_rx_bytes_s")
 
 enum class Field : std::uint8_t {
   RANKSCOPE_DETAIL_FIELDS(RANKSCOPE_DETAIL_ENUM_MEMBER)

@@ -192,6 +192,20 @@ absl::StatusOr<Settings> resolve_settings(const Config& cfg) {
                                     ? cfg.metrics_interval
                                     : std::chrono::milliseconds(std::max<std::int64_t>(1, std::llround(*metrics_s * 1e3)));
 
+  // Resource snapshots: the environment sets the interval when the code left the default.
+  const char* res_env = std::getenv("RANKSCOPE_RESOURCE_INTERVAL");
+  auto resource_s = res_env != nullptr && std::string_view(res_env) == "0"
+                        ? absl::StatusOr<double>(0.0)  // off
+                        : env_seconds("RANKSCOPE_RESOURCE_INTERVAL", static_cast<double>(cfg.resource_interval.count()) / 1e3);
+  if (!resource_s.ok()) return resource_s.status();
+  auto resource_deadline_s = env_seconds("RANKSCOPE_RESOURCE_DEADLINE", 5.0);
+  if (!resource_deadline_s.ok()) return resource_deadline_s.status();
+  if (cfg.resource_interval.count() < 0) return absl::InvalidArgumentError("Config::resource_interval must not be negative");
+  out.resource_interval = cfg.resource_interval != Config{}.resource_interval
+                              ? cfg.resource_interval
+                              : std::chrono::milliseconds(std::llround(*resource_s * 1e3));
+  out.resource_deadline = std::chrono::milliseconds(std::max<std::int64_t>(1, std::llround(*resource_deadline_s * 1e3)));
+
   for (const auto& s : cfg.sinks) {
     if (!s) return absl::InvalidArgumentError("Config::sinks contains a null sink");
   }

@@ -44,6 +44,8 @@ struct Settings {
   ConsolePolicy console = ConsolePolicy::kRank0;
   WatchdogConfig watchdog;
   std::chrono::milliseconds metrics_interval{10000};  // metric snapshots and stats lines
+  std::chrono::milliseconds resource_interval{30000};  // resource snapshots (0 = off)
+  std::chrono::milliseconds resource_deadline{5000};   // a snapshot taking longer is reported stuck
   std::string run_dir;  // empty without a run log; created (and checked writable) when set
 };
 

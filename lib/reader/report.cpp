@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <ctime>
+#include <array>
 #include <map>
 
 #include <fmt/format.h>
@@ -266,6 +267,70 @@ void write_collectives(detail::JsonWriter& w, const RunSummary& s) {
   w.end_array();
 }
 
+// Resources over time: every rank's snapshots in up to kResourceBuckets time
+// buckets; CPU and GPU utilisation as the mean over ranks, resident memory as
+// the largest rank, host memory as the tightest host, GPU power as the mean.
+void write_resources(detail::JsonWriter& w, const RunSummary& s) {
+  using F = schema::Field;
+  constexpr int kBuckets = 200;
+  std::uint64_t t0 = UINT64_MAX, t1 = 0;
+  bool gpu = false;
+  for (const auto& r : s.ranks) {
+    for (const auto& p : r.resources) {
+      t0 = std::min(t0, p.t), t1 = std::max(t1, p.t);
+      gpu |= p.get(F::kGpuUtil).has_value();
+    }
+  }
+  w.key("resources").begin_object();
+  if (t1 <= t0) {
+    w.field("note", "No resource snapshots in this run (RANKSCOPE_RESOURCE_INTERVAL, 30 s by default, and at every stall).");
+    w.key("series").begin_array().end_array().end_object();
+    return;
+  }
+  const double span = static_cast<double>(t1 - t0) * 1e-9, width = span / kBuckets;
+  struct Acc {
+    double sum = 0, n = 0, lo = INFINITY, hi = -INFINITY;
+    void add(double v) { sum += v, ++n, lo = std::min(lo, v), hi = std::max(hi, v); }
+  };
+  enum { kCpu, kRss, kHostAvail, kGpuUtil, kGpuPower, kSeries };
+  std::vector<std::array<Acc, kSeries>> b(kBuckets + 1);
+  for (const auto& r : s.ranks) {
+    const ResourcePoint* prev = nullptr;
+    for (const auto& p : r.resources) {
+      auto& a = b[static_cast<std::size_t>(static_cast<double>(p.t - t0) * 1e-9 / width)];
+      if (prev != nullptr && p.t > prev->t) {
+        const auto c1 = p.get(F::kCpuSeconds), c0 = prev->get(F::kCpuSeconds);
+        if (c1 && c0) a[kCpu].add(100 * (*c1 - *c0) / (static_cast<double>(p.t - prev->t) * 1e-9));
+      }
+      if (auto v = p.get(F::kRssBytes)) a[kRss].add(*v / (1 << 30));
+      if (auto v = p.get(F::kMemAvailable)) a[kHostAvail].add(*v / (1 << 30));
+      if (auto v = p.get(F::kGpuUtil)) a[kGpuUtil].add(100 * *v);
+      if (auto v = p.get(F::kGpuPower)) a[kGpuPower].add(*v);
+      prev = &p;
+    }
+  }
+  w.field("note", fmt::format("Snapshots of {} ranks over {:.0f} s: CPU and GPU utilisation are the mean over ranks, "
+                              "resident memory the largest rank, host memory the tightest host.", s.ranks.size(), span));
+  w.field("y_title", "%").field("y2_title", gpu ? "GiB, W" : "GiB");
+  w.key("x").begin_array();
+  for (int i = 0; i <= kBuckets; ++i) w.fixed(i * width, 1);
+  w.end_array().key("series").begin_array();
+  auto series = [&](const char* label, int k, const char* axis, int how) {  // how: 0 mean, 1 max, 2 min
+    w.begin_object().field("label", label).field("axis", axis).key("values").begin_array();
+    for (const auto& a : b) {
+      const Acc& x = a[k];
+      w.fixed(x.n == 0 ? NAN : how == 0 ? x.sum / x.n : how == 1 ? x.hi : x.lo, 3);
+    }
+    w.end_array().end_object();
+  };
+  series("CPU % (mean rank)", kCpu, "y", 0);
+  if (gpu) series("GPU utilisation % (mean)", kGpuUtil, "y", 0);
+  series("resident memory GiB (largest rank)", kRss, "y2", 1);
+  series("host memory available GiB (tightest host)", kHostAvail, "y2", 2);
+  if (gpu) series("GPU power W (mean)", kGpuPower, "y2", 0);
+  w.end_array().end_object();
+}
+
 std::string now_utc() {
   const std::time_t t = std::time(nullptr);
   std::tm tm{};
@@ -308,8 +373,7 @@ std::string report_data_json(const AnalyzedRun& run) {
   w.end_array().key("seconds").begin_array();
   for (double v : m.seconds) w.fixed(v, 4);
   w.end_array().field("wall", m.wall_seconds).field("fraction", m.fraction()).end_object();
-  w.key("resources").begin_object().field("note", "No resource snapshots in this run.").key("series").begin_array();
-  w.end_array().end_object();
+  write_resources(w, s);
   return w.end_object().take();
 }
 

@@ -208,6 +208,16 @@ void decode_text_field(Field f, simdjson::dom::element v, LogEvent& e) {
 void decode_field(std::string_view k, simdjson::dom::element v, LogEvent& e) {
   const Field f = schema::field_from_name(k);
   if (f == Field::kUnknown || f == Field::kKind) return;
+  if (e.k == schema::Kind::kResources) {
+    double d = 0;
+    if (f == Field::kReason) {
+      std::string_view sv;
+      if (v.get_string().get(sv) == simdjson::SUCCESS) e.what.assign(sv);
+    } else if (f != Field::kT && f != Field::kMono && f != Field::kRank && f != Field::kStep &&
+               v.get_double().get(d) == simdjson::SUCCESS && e.numbers.size() < 64) {
+      e.numbers.emplace_back(f, d);
+    }
+  }
   if (!decode_number_field(f, v, e)) decode_text_field(f, v, e);
 }
 

@@ -52,6 +52,7 @@ struct LogEvent {
   std::string cpu_affinity;                   // run_start: environment.cpu_affinity ("0-3,8")
   bool device_timing = false;                 // collective: dur is device time
   std::optional<std::int64_t> os_threads, communicators;  // stats lines
+  std::vector<std::pair<schema::Field, double>> numbers;  // resources lines: every value (reason in `what`)
   std::uint64_t line_no = 0;                  // 1-based line in its file
   std::string_view raw;
 
@@ -81,6 +82,7 @@ struct LogEvent {
     communicators.reset();
     fields.clear();
     ranks.clear();
+    numbers.clear();
     device_timing = false;
     raw = {};
   }

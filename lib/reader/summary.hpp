@@ -162,6 +162,20 @@ struct CollectiveStat {
   double gbps() const { return seconds > 0 ? static_cast<double>(bytes) / seconds * 1e-9 : 0; }  // algorithm bandwidth
 };
 
+/// One resource snapshot of a rank (a `resources` line).
+struct ResourcePoint {
+  std::uint64_t t = 0;
+  std::int64_t step = -1;
+  std::string reason;  // start, interval, stall
+  std::vector<std::pair<schema::Field, double>> values;
+  std::optional<double> get(schema::Field f) const {
+    for (const auto& [k, v] : values) {
+      if (k == f) return v;
+    }
+    return std::nullopt;
+  }
+};
+
 struct RankSummary {
   int rank = -1;
   std::uint64_t lines = 0, bad_lines = 0, unknown_kinds = 0, bytes = 0;
@@ -207,6 +221,11 @@ struct RankSummary {
   std::string cpu_affinity;  // the CPUs it may run on ("0-3"), its last session's
   Goodput goodput;          // where its wall time went (goodput.hpp)
   std::vector<CollectiveStat> collective_stats;  // by op and size class (ordered)
+  // Its resource snapshots: at most kResourcesKept, thinned evenly over the run
+  // (stall snapshots always kept), and the last one as it was.
+  std::vector<ResourcePoint> resources;
+  std::optional<ResourcePoint> last_resources;
+  static constexpr std::size_t kResourcesKept = 512;
   std::string dump_reason;  // its flight dump's reason ("signal SIGPIPE", "stall", ...), from that process
 };
 

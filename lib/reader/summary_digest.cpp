@@ -108,6 +108,7 @@ class RankDigester {
   void on_log_gap(const LogEvent& e);
   void on_exit(const LogEvent& e);
   void on_fact(const LogEvent& e);
+  void on_resources(const LogEvent& e);
 
   std::string comm_key(const std::string& comm) const {
     return d_.sum.sessions > 1 ? fmt::format("{} (session {})", comm, d_.sum.sessions) : comm;
@@ -121,6 +122,7 @@ class RankDigester {
   std::vector<double> step_ms_, kind_ms_[kPhaseKindCount];
   std::uint64_t last_phase_end_ = 0;
   std::optional<std::int64_t> threads_now_, comms_now_;
+  std::uint64_t resource_stride_ = 1, resource_seen_ = 0;  // keep every stride-th interval snapshot
   bool restore_pending_ = false;
 };
 
@@ -168,6 +170,7 @@ void RankDigester::dispatch(const LogEvent& e) {
         r.numerics.push_back({e.what, e.signal, e.step, e.t, e.value, e.median, e.msg, evidence(r.rank, e)});
       }
       break;
+    case schema::Kind::kResources: on_resources(e); break;
     case schema::Kind::kViolation:
       d_.violations.push_back({r.rank, e.check, e.what, e.msg, e.level, e.values_json, e.ranks, e.step, e.t,
                                evidence(r.rank, e)});
@@ -286,6 +289,22 @@ void RankDigester::on_exit(const LogEvent& e) {
     return;
   }
   d_.sum.exit = ExitRecord{e.cause, e.exception, e.msg, e.step, e.t, evidence(d_.sum.rank, e)};
+}
+
+void RankDigester::on_resources(const LogEvent& e) {
+  RankSummary& r = d_.sum;
+  ResourcePoint p{e.t, e.step, e.what, e.numbers};
+  r.last_resources = p;
+  if (e.what == "interval" && resource_seen_++ % resource_stride_ != 0) return;
+  r.resources.push_back(std::move(p));
+  if (r.resources.size() >= RankSummary::kResourcesKept) {  // halve: every other one, stalls kept
+    std::vector<ResourcePoint> kept;
+    for (std::size_t i = 0; i < r.resources.size(); ++i) {
+      if (i % 2 == 0 || r.resources[i].reason != "interval") kept.push_back(std::move(r.resources[i]));
+    }
+    r.resources = std::move(kept);
+    resource_stride_ *= 2;
+  }
 }
 
 void RankDigester::on_fact(const LogEvent& e) {

@@ -114,6 +114,7 @@ TriageReport triage(const RunSummary& sum, const TriageOptions& opts) {
   const StatusReport* live = st.ok() ? &*st : nullptr;
   const rules::TriageInput in = rules::make_triage_input(sum, live, opts);
   r.findings = run_rules(in);
+  rules::add_resource_evidence(in, r.findings);
   order_findings(r.findings);
   r.ranks = rank_rows(sum, live);
   set_verdict(sum, r);

@@ -119,12 +119,18 @@ void run_log_rule(const TriageInput& in, std::vector<Finding>& out);
 void restart_rule(const TriageInput& in, std::vector<Finding>& out);
 void exception_rule(const TriageInput& in, std::vector<Finding>& out);  // triage_exit.cpp
 void peer_lost_rule(const TriageInput& in, std::vector<Finding>& out);
+void gpu_error_rule(const TriageInput& in, std::vector<Finding>& out);  // triage_resources.cpp
+/// What the ranks' resource snapshots add to the findings (triage_resources.cpp):
+/// a hung rank's GPU busy at low power, a dead rank's host out of memory, a
+/// straggler's throttled GPU.
+void add_resource_evidence(const TriageInput& in, std::vector<Finding>& findings);
 
 // The order the report has always listed them in.
 inline constexpr std::array<Rule, kFindingKindCount> kTriageRules{{
     {FindingKind::kCollectiveMismatch, "collective_mismatch", collective_mismatch_rule, Listing::kRunWide},
     {FindingKind::kHang, "hang", hang_rule, Listing::kRunWide},
     {FindingKind::kDeadRank, "dead_rank", dead_rank_rule, Listing::kRunWide},
+    {FindingKind::kGpuError, "gpu_error", gpu_error_rule, Listing::kRunWide},
     {FindingKind::kException, "exception", exception_rule, Listing::kRunWide},
     {FindingKind::kPeerLost, "peer_lost", peer_lost_rule, Listing::kRunWide},
     {FindingKind::kStall, "stall", stall_rule, Listing::kRunWide},

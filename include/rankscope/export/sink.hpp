@@ -42,6 +42,8 @@ enum class EventKind : std::uint8_t {
                // = exception / terminate, exception = its type, traceback)
   kNumerics,   // a training-numerics episode began (text = message; attributes:
                // what = nonfinite / spike / explosion / skip_storm, signal, value, median, score)
+  kResources,  // a resource snapshot (text = why: start / interval / stall; attributes: the
+               // values, keys as in the run log's `resources` line)
 };
 
 /// One decoded record. Times are nanoseconds; wall = since the Unix epoch.

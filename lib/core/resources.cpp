@@ -1,0 +1,469 @@
+#include "resources.hpp"
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <charconv>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "clock.hpp"
+#include "rankscope/detail/clock.hpp"
+#include "rankscope/metrics.hpp"
+
+namespace rankscope::detail {
+
+void poll_gpu_memory();  // gpu_memory.cpp: every device's memory, polled here too
+
+namespace {
+
+using F = schema::Field;
+constexpr ResourceInfo kInfo[] = {
+    {F::kCpuSeconds, "rankscope_process_cpu_seconds_total", "CPU time of the process (user + system)", true, false},
+    {F::kRssBytes, "rankscope_process_resident_memory_bytes", "Resident memory of the process", false, false},
+    {F::kOsThreads, "rankscope_process_threads", "Threads of the process", false, false},
+    {F::kOpenFds, "rankscope_process_open_fds", "Open file descriptors of the process", false, false},
+    {F::kCtxVoluntary, "rankscope_process_voluntary_context_switches_total", "Voluntary context switches (waits)", true, false},
+    {F::kCtxInvoluntary, "rankscope_process_involuntary_context_switches_total", "Involuntary context switches (preemptions)", true, false},
+    {F::kLoad1, "rankscope_host_load1", "Host load average over 1 minute", false, false},
+    {F::kMemAvailable, "rankscope_host_memory_available_bytes", "Host memory available (MemAvailable)", false, false},
+    {F::kMemTotal, "rankscope_host_memory_total_bytes", "Host memory", false, false},
+    {F::kNetRx, "rankscope_host_network_receive_bytes_total", "Bytes received on the host's interfaces (not lo)", true, false},
+    {F::kNetTx, "rankscope_host_network_transmit_bytes_total", "Bytes sent on the host's interfaces (not lo)", true, false},
+    {F::kDiskRead, "rankscope_host_disk_read_bytes_total", "Bytes read from the host's disks", true, false},
+    {F::kDiskWritten, "rankscope_host_disk_written_bytes_total", "Bytes written to the host's disks", true, false},
+    {F::kGpuUtil, "rankscope_gpu_utilization_ratio", "Share of the last sample period a kernel ran on the rank's GPU", false, true},
+    {F::kGpuMemUsed, "rankscope_gpu_memory_used_ratio", "Memory used on the rank's GPU, as a share of its memory", false, true},
+    {F::kGpuPower, "rankscope_gpu_power_watts", "Power drawn by the rank's GPU", false, true},
+    {F::kGpuTemp, "rankscope_gpu_temperature_celsius", "Temperature of the rank's GPU", false, true},
+    {F::kGpuSmClock, "rankscope_gpu_sm_clock_hertz", "SM clock of the rank's GPU", false, true},
+    {F::kGpuThrottle, "rankscope_gpu_throttle_reasons", "Clock throttle reasons of the rank's GPU (NVML bit mask; 0 = none)", false, true},
+    {F::kGpuEcc, "rankscope_gpu_ecc_uncorrected_errors_total", "Uncorrected ECC errors on the rank's GPU since the driver loaded", true, true},
+    {F::kGpuXid, "rankscope_gpu_xid_errors_total", "Critical XID errors on the rank's GPU seen by this process", true, true},
+    {F::kGpuPcieTx, "rankscope_gpu_pcie_transmit_bytes_per_second", "PCIe bytes/s sent by the rank's GPU", false, true},
+    {F::kGpuPcieRx, "rankscope_gpu_pcie_receive_bytes_per_second", "PCIe bytes/s received by the rank's GPU", false, true},
+};
+static_assert(std::size(kInfo) == kResourceCount);
+
+// ---- the process and the host, from /proc ---------------------------------
+
+// Words separated by `sep` (runs of it count once), and numbers from them:
+// /proc's formats, parsed without allocating per field.
+std::vector<std::string_view> words(std::string_view s, char sep = ' ') {
+  std::vector<std::string_view> out;
+  std::size_t i = 0;
+  while (i < s.size()) {
+    while (i < s.size() && (s[i] == sep || s[i] == '\n')) ++i;
+    std::size_t j = i;
+    while (j < s.size() && s[j] != sep && s[j] != '\n') ++j;
+    if (j > i) out.push_back(s.substr(i, j - i));
+    i = j;
+  }
+  return out;
+}
+std::vector<std::string_view> lines(std::string_view s) {
+  std::vector<std::string_view> out;
+  for (std::size_t i = 0; i < s.size();) {
+    const std::size_t j = std::min(s.find('\n', i), s.size());
+    out.push_back(s.substr(i, j - i));
+    i = j + 1;
+  }
+  return out;
+}
+template <typename T>
+bool number(std::string_view s, T& out) {
+  return !s.empty() && std::from_chars(s.data(), s.data() + s.size(), out).ec == std::errc();
+}
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+std::string read_small(const char* path) {
+  std::string out;
+  if (std::FILE* f = std::fopen(path, "re")) {
+    char buf[8192];
+    std::size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0 && out.size() < (1 << 20)) out.append(buf, n);
+    std::fclose(f);
+  }
+  return out;
+}
+
+void sample_process(ResourceSample& s) {
+  rusage ru{};
+  if (::getrusage(RUSAGE_SELF, &ru) == 0) {
+    s.set(Resource::kCpuSeconds, static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+                                     static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6);
+    s.set(Resource::kCtxVoluntary, static_cast<double>(ru.ru_nvcsw));
+    s.set(Resource::kCtxInvoluntary, static_cast<double>(ru.ru_nivcsw));
+  }
+  const std::string statm = read_small("/proc/self/statm");
+  const auto f = words(statm);
+  std::uint64_t pages = 0;
+  if (f.size() > 1 && number(f[1], pages)) {
+    s.set(Resource::kRssBytes, static_cast<double>(pages) * static_cast<double>(::sysconf(_SC_PAGESIZE)));
+  }
+  const std::string stat = read_small("/proc/self/stat");
+  if (const auto close = stat.rfind(')'); close != std::string::npos) {
+    const auto g = words(std::string_view(stat).substr(close + 1));
+    std::uint64_t threads = 0;
+    if (g.size() > 17 && number(g[17], threads)) s.set(Resource::kThreads, static_cast<double>(threads));
+  }
+  if (DIR* d = ::opendir("/proc/self/fd")) {
+    int n = 0;
+    while (const dirent* e = ::readdir(d)) n += e->d_name[0] != '.';
+    ::closedir(d);
+    s.set(Resource::kOpenFds, n - 1);  // not the one opendir holds
+  }
+}
+
+// Per-interface byte counters (the metrics' labels) and their totals (the run log's).
+struct HostCounters {
+  std::map<std::string, std::pair<double, double>> net;  // interface -> (rx, tx)
+};
+
+void sample_host(ResourceSample& s, HostCounters& hc) {
+  double load = 0;
+  const std::string la = read_small("/proc/loadavg");
+  if (const auto w = words(la); !w.empty() && number(w[0], load)) s.set(Resource::kLoad1, load);
+  const std::string meminfo = read_small("/proc/meminfo");
+  for (std::string_view line : lines(meminfo)) {
+    auto kb = [&](std::string_view key, Resource r) {
+      if (!line.starts_with(key)) return;
+      const auto w = words(line.substr(key.size()));
+      std::uint64_t v = 0;
+      if (!w.empty() && number(w[0], v)) s.set(r, static_cast<double>(v) * 1024);
+    };
+    kb("MemTotal:", Resource::kMemTotal);
+    kb("MemAvailable:", Resource::kMemAvailable);
+  }
+  double rx = 0, tx = 0;
+  const std::string netdev = read_small("/proc/net/dev");
+  for (std::string_view line : lines(netdev)) {
+    const auto colon = line.find(':');
+    if (colon == std::string_view::npos) continue;
+    const std::string_view name = trim(line.substr(0, colon));
+    const auto f = words(line.substr(colon + 1));
+    double r = 0, t = 0;
+    if (name == "lo" || f.size() < 9 || !number(f[0], r) || !number(f[8], t)) continue;
+    hc.net[std::string(name)] = {r, t};
+    rx += r;
+    tx += t;
+  }
+  s.set(Resource::kNetRx, rx);
+  s.set(Resource::kNetTx, tx);
+  // Whole disks only (a partition's bytes are its disk's too): the names in /sys/block.
+  std::vector<std::string> disks;
+  if (DIR* d = ::opendir("/sys/block")) {
+    while (const dirent* e = ::readdir(d)) {
+      const std::string_view n = e->d_name;
+      if (n[0] != '.' && !n.starts_with("loop") && !n.starts_with("ram")) disks.emplace_back(n);
+    }
+    ::closedir(d);
+  }
+  double rd = 0, wr = 0;
+  const std::string diskstats = read_small("/proc/diskstats");
+  for (std::string_view line : lines(diskstats)) {
+    const auto f = words(line);
+    double r = 0, w = 0;
+    if (f.size() < 10 || std::find(disks.begin(), disks.end(), f[2]) == disks.end()) continue;
+    if (number(f[5], r) && number(f[9], w)) rd += r * 512, wr += w * 512;  // sectors
+  }
+  s.set(Resource::kDiskRead, rd);
+  s.set(Resource::kDiskWritten, wr);
+}
+
+// ---- the rank's GPU, through NVML ------------------------------------------
+
+struct NvmlUtil {
+  unsigned gpu, memory;
+};
+struct NvmlMemory {
+  unsigned long long total, free, used;
+};
+struct NvmlEvent {  // nvmlEventData_t
+  void* device;
+  unsigned long long type, data;
+  unsigned gpu_instance, compute_instance;
+};
+constexpr unsigned long long kXidCritical = 0x8;  // nvmlEventTypeXidCriticalError
+constexpr int kNvmlTimeout = 10;                  // NVML_ERROR_TIMEOUT
+
+class Nvml {
+ public:
+  void retry() {
+    if (state_ == State::kUnavailable) state_ = State::kUnloaded;
+  }
+  // `current` names the call in progress (for the stuck report).
+  void sample(int local_rank, ResourceSample& s, std::atomic<const char*>& current) {
+    if (state_ == State::kUnavailable) return;
+    if (state_ == State::kUnloaded && !load(local_rank, current)) {
+      state_ = State::kUnavailable;
+      return;
+    }
+    s.gpu = index_;
+    auto call = [&](const char* name, auto fn, auto... args) {
+      current.store(name, std::memory_order_relaxed);
+      return fn != nullptr && fn(dev_, args...) == 0;
+    };
+    NvmlUtil u{};
+    if (call("nvmlDeviceGetUtilizationRates", util_, &u)) s.set(Resource::kGpuUtil, u.gpu / 100.0);
+    NvmlMemory m{};
+    if (call("nvmlDeviceGetMemoryInfo", memory_, &m) && m.total > 0) {
+      s.set(Resource::kGpuMemUsed, static_cast<double>(m.used) / static_cast<double>(m.total));
+    }
+    unsigned v = 0;
+    if (call("nvmlDeviceGetPowerUsage", power_, &v)) s.set(Resource::kGpuPower, v / 1000.0);  // mW
+    if (call("nvmlDeviceGetTemperature", temperature_, 0, &v)) s.set(Resource::kGpuTemp, v);  // NVML_TEMPERATURE_GPU
+    if (call("nvmlDeviceGetClockInfo", clock_, 1, &v)) s.set(Resource::kGpuSmClock, v * 1e6);  // NVML_CLOCK_SM, MHz
+    unsigned long long bits = 0;
+    if (call("nvmlDeviceGetCurrentClocksThrottleReasons", throttle_, &bits)) {
+      s.set(Resource::kGpuThrottle, static_cast<double>(bits));
+    }
+    if (call("nvmlDeviceGetTotalEccErrors", ecc_, 1, 0, &bits)) {  // uncorrected, volatile
+      s.set(Resource::kGpuEcc, static_cast<double>(bits));
+    }
+    if (call("nvmlDeviceGetPcieThroughput", pcie_, 0, &v)) s.set(Resource::kGpuPcieTx, v * 1024.0);  // KB/s
+    if (call("nvmlDeviceGetPcieThroughput", pcie_, 1, &v)) s.set(Resource::kGpuPcieRx, v * 1024.0);
+    if (events_ != nullptr) {
+      current.store("nvmlEventSetWait_v2", std::memory_order_relaxed);
+      NvmlEvent e{};
+      for (int i = 0; i < 64 && wait_(events_, &e, 0) == 0; ++i) {  // what arrived since the last sample
+        if (e.type & kXidCritical) ++xids_, last_xid_ = e.data;
+      }
+      s.set(Resource::kGpuXid, static_cast<double>(xids_));
+    }
+    current.store(nullptr, std::memory_order_relaxed);
+  }
+  unsigned long long last_xid() const { return last_xid_; }
+
+ private:
+  enum class State { kUnloaded, kLoaded, kUnavailable };
+  template <typename Fn>
+  static Fn sym(void* lib, const char* name) {
+    return reinterpret_cast<Fn>(::dlsym(lib, name));
+  }
+  // The rank's GPU: its entry of CUDA_VISIBLE_DEVICES when that lists indices,
+  // else local rank modulo the devices (NVML's indices ignore the variable).
+  bool load(int local_rank, std::atomic<const char*>& current) {
+    const char* path = std::getenv("RANKSCOPE_NVML_LIBRARY");
+    void* lib = ::dlopen(path != nullptr && *path != '\0' ? path : "libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) return false;
+    auto init = sym<int (*)()>(lib, "nvmlInit_v2");
+    auto count = sym<int (*)(unsigned*)>(lib, "nvmlDeviceGetCount_v2");
+    auto handle = sym<int (*)(unsigned, void**)>(lib, "nvmlDeviceGetHandleByIndex_v2");
+    unsigned n = 0;
+    current.store("nvmlInit_v2", std::memory_order_relaxed);
+    if (init == nullptr || count == nullptr || handle == nullptr || init() != 0 || count(&n) != 0 || n == 0) {
+      ::dlclose(lib);
+      return false;
+    }
+    int index = local_rank % static_cast<int>(n);
+    if (const char* cvd = std::getenv("CUDA_VISIBLE_DEVICES"); cvd != nullptr && *cvd != '\0') {
+      const auto ids = words(cvd, ',');
+      int id = 0;
+      if (!ids.empty() && number(ids[static_cast<std::size_t>(local_rank) % ids.size()], id) && id >= 0 &&
+          id < static_cast<int>(n)) {
+        index = id;
+      }
+    }
+    if (handle(static_cast<unsigned>(index), &dev_) != 0) return false;
+    index_ = index;
+    util_ = sym<decltype(util_)>(lib, "nvmlDeviceGetUtilizationRates");
+    memory_ = sym<decltype(memory_)>(lib, "nvmlDeviceGetMemoryInfo");
+    power_ = sym<decltype(power_)>(lib, "nvmlDeviceGetPowerUsage");
+    temperature_ = sym<decltype(temperature_)>(lib, "nvmlDeviceGetTemperature");
+    clock_ = sym<decltype(clock_)>(lib, "nvmlDeviceGetClockInfo");
+    throttle_ = sym<decltype(throttle_)>(lib, "nvmlDeviceGetCurrentClocksEventReasons");
+    if (throttle_ == nullptr) throttle_ = sym<decltype(throttle_)>(lib, "nvmlDeviceGetCurrentClocksThrottleReasons");
+    ecc_ = sym<decltype(ecc_)>(lib, "nvmlDeviceGetTotalEccErrors");
+    pcie_ = sym<decltype(pcie_)>(lib, "nvmlDeviceGetPcieThroughput");
+    auto create = sym<int (*)(void**)>(lib, "nvmlEventSetCreate");
+    auto reg = sym<int (*)(void*, unsigned long long, void*)>(lib, "nvmlDeviceRegisterEvents");
+    wait_ = sym<decltype(wait_)>(lib, "nvmlEventSetWait_v2");
+    void* set = nullptr;
+    if (create != nullptr && reg != nullptr && wait_ != nullptr && create(&set) == 0 && reg(dev_, kXidCritical, set) == 0) {
+      events_ = set;  // XID events need a registration (not every GPU or user may)
+    }
+    state_ = State::kLoaded;  // the library stays loaded: one dlopen per process
+    return true;
+  }
+
+  State state_ = State::kUnloaded;
+  void* dev_ = nullptr;
+  int index_ = -1;
+  int (*util_)(void*, NvmlUtil*) = nullptr;
+  int (*memory_)(void*, NvmlMemory*) = nullptr;
+  int (*power_)(void*, unsigned*) = nullptr;
+  int (*temperature_)(void*, int, unsigned*) = nullptr;
+  int (*clock_)(void*, int, unsigned*) = nullptr;
+  int (*throttle_)(void*, unsigned long long*) = nullptr;
+  int (*ecc_)(void*, int, int, unsigned long long*) = nullptr;
+  int (*pcie_)(void*, int, unsigned*) = nullptr;
+  int (*wait_)(void*, NvmlEvent*, unsigned) = nullptr;
+  void* events_ = nullptr;
+  std::uint64_t xids_ = 0;
+  unsigned long long last_xid_ = 0;
+};
+
+// ---- the sampler thread -----------------------------------------------------
+
+class Sampler {
+ public:
+  void start(const ResourceConfig& cfg) {
+    std::lock_guard<std::mutex> lk(mu_);
+    cfg_ = cfg;
+    const std::uint64_t gen = ++generation_;
+    pending_reason_ = "start";
+    latest_.reset();
+    if (cfg.interval.count() <= 0) return;
+    try {
+      std::thread([this, gen] { loop(gen); }).detach();
+    } catch (const std::system_error&) {
+      // No thread, no snapshots: training goes on (the run log says nothing of resources).
+    }
+  }
+  void stop() {
+    std::lock_guard<std::mutex> lk(mu_);
+    ++generation_;  // a thread of an older generation exits when it wakes (or returns from a hung call)
+    cv_.notify_all();
+  }
+  void request(const char* reason) {
+    std::lock_guard<std::mutex> lk(mu_);
+    pending_reason_ = reason;
+    cv_.notify_all();
+  }
+  std::optional<ResourceSample> take() {
+    std::lock_guard<std::mutex> lk(mu_);
+    std::optional<ResourceSample> out;
+    out.swap(latest_);
+    return out;
+  }
+  std::optional<std::string> stuck(std::uint64_t now) {
+    const std::uint64_t since = busy_since_.load(std::memory_order_acquire);
+    const auto deadline = static_cast<std::uint64_t>(cfg_deadline_ms_.load(std::memory_order_relaxed)) * 1000000ull;
+    if (since == 0 || now < since || now - since < deadline || reported_.exchange(true)) return std::nullopt;
+    const char* call = current_.load(std::memory_order_relaxed);
+    return fmt::format("{} for {:.1f} s", call != nullptr ? call : "reading /proc", static_cast<double>(now - since) / 1e9);
+  }
+  void retry_nvml() { retry_nvml_.store(true, std::memory_order_relaxed); }
+  std::mutex mu_;
+
+ private:
+  void loop(std::uint64_t gen) {
+    Nvml nvml;  // per thread: a thread left stuck in a driver call keeps its own
+    HostCounters hc;
+    std::array<double, kResourceCount> exported{};  // cumulative values already added to the counters
+    std::array<Counter*, kResourceCount> counters{};
+    std::array<Gauge*, kResourceCount> gauges{};
+    std::map<std::string, std::pair<Counter*, Counter*>> net_counters;
+    std::map<std::string, std::pair<double, double>> net_exported;
+    for (;;) {
+      ResourceConfig cfg;
+      std::string reason;
+      {
+        std::unique_lock<std::mutex> lk(mu_);
+        cv_.wait_for(lk, cfg_.interval, [&] { return generation_ != gen || !pending_reason_.empty(); });
+        if (generation_ != gen) return;
+        cfg = cfg_;
+        reason = pending_reason_.empty() ? "interval" : pending_reason_;
+        pending_reason_.clear();
+      }
+      cfg_deadline_ms_.store(cfg.deadline.count(), std::memory_order_relaxed);
+      if (retry_nvml_.exchange(false)) nvml.retry();
+      ResourceSample s;
+      s.reason = std::move(reason);
+      reported_.store(false);
+      busy_since_.store(monotonic_ns(), std::memory_order_release);
+      s.mono_ns = monotonic_ns();
+      s.wall_ns = realtime_ns();
+      current_.store(nullptr);
+      sample_process(s);
+      sample_host(s, hc);
+      nvml.sample(cfg.local_rank, s, current_);
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (generation_ != gen) return;  // back from a hung call after a shutdown: a newer sampler owns the rest
+      }
+      current_.store("nvmlDeviceGetMemoryInfo");
+      poll_gpu_memory();
+      current_.store(nullptr);
+      busy_since_.store(0, std::memory_order_release);
+      // Metrics: gauges set, counters advanced by what is new since the last sample.
+      const Labels gpu_labels = {{"gpu", std::to_string(s.gpu)}};
+      for (int i = 0; i < kResourceCount; ++i) {
+        if (!s.has[i]) continue;
+        const ResourceInfo& info = kInfo[i];
+        const Labels& labels = info.gpu ? gpu_labels : Labels{};
+        if (info.cumulative) {
+          if (info.key == F::kNetRx || info.key == F::kNetTx) continue;  // per interface, below
+          if (counters[i] == nullptr) counters[i] = &counter(info.metric, info.help, labels);
+          if (s.value[i] > exported[i]) counters[i]->add(s.value[i] - exported[i]);
+          exported[i] = s.value[i];
+        } else {
+          if (gauges[i] == nullptr) gauges[i] = &gauge(info.metric, info.help, labels);
+          gauges[i]->set(s.value[i]);
+        }
+      }
+      for (const auto& [name, rt] : hc.net) {
+        auto& c = net_counters[name];
+        if (c.first == nullptr) {
+          const Labels l = {{"interface", name}};
+          c = {&counter(kInfo[static_cast<int>(Resource::kNetRx)].metric, kInfo[static_cast<int>(Resource::kNetRx)].help, l),
+               &counter(kInfo[static_cast<int>(Resource::kNetTx)].metric, kInfo[static_cast<int>(Resource::kNetTx)].help, l)};
+        }
+        auto& done = net_exported[name];
+        if (rt.first > done.first) c.first->add(rt.first - done.first);
+        if (rt.second > done.second) c.second->add(rt.second - done.second);
+        done = rt;
+      }
+      std::lock_guard<std::mutex> lk(mu_);
+      if (generation_ != gen) return;
+      latest_ = std::move(s);
+    }
+  }
+
+  std::condition_variable cv_;
+  ResourceConfig cfg_;                 // Requires mu_ held.
+  std::uint64_t generation_ = 0;       // Requires mu_ held.
+  std::string pending_reason_;         // Requires mu_ held.
+  std::optional<ResourceSample> latest_;  // Requires mu_ held.
+  std::atomic<std::uint64_t> busy_since_{0};
+  std::atomic<const char*> current_{nullptr};
+  std::atomic<bool> reported_{false};
+  std::atomic<std::int64_t> cfg_deadline_ms_{5000};
+  std::atomic<bool> retry_nvml_{false};
+};
+
+Sampler& sampler() {
+  static auto* s = new Sampler;  // leaked: a detached thread may still use it at exit
+  return *s;
+}
+
+}  // namespace
+
+const ResourceInfo& resource_info(Resource r) { return kInfo[static_cast<int>(r)]; }
+void resources_start(const ResourceConfig& cfg) { sampler().start(cfg); }
+void resources_stop() { sampler().stop(); }
+void resources_request(const char* reason) { sampler().request(reason); }
+std::optional<ResourceSample> resources_take() { return sampler().take(); }
+std::optional<std::string> resources_stuck(std::uint64_t now_mono_ns) { return sampler().stuck(now_mono_ns); }
+void resources_retry_nvml() { sampler().retry_nvml(); }
+void resources_before_fork() { sampler().mu_.lock(); }
+void resources_after_fork() { sampler().mu_.unlock(); }
+
+}  // namespace rankscope::detail

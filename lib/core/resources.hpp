@@ -1,0 +1,79 @@
+// Resource snapshots: the process (CPU time, RSS, threads, open fds, context
+// switches), the host (load, memory, network and disk bytes) and the rank's
+// own GPU through NVML loaded at run time (utilisation, memory, power,
+// temperature, SM clock, throttle reasons, ECC errors, XID events, PCIe
+// throughput), every Config::resource_interval (30 s) and at every stall.
+//
+// Sampled on a thread of their own, never on the background thread: a driver
+// call that hangs (a wedged GPU) must not stop liveness, the heartbeat and
+// stall detection. The background thread only picks up finished samples (a
+// `resources` run-log line each) and, past the deadline, says once which call
+// is stuck. Values also go to the metric registry, so Prometheus and OTLP
+// export them alike. Without NVML (no driver) the GPU part is absent.
+// Thread-safety: every function may be called from any thread.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "schema.hpp"
+
+namespace rankscope::detail {
+
+/// Every value a snapshot may hold: its run-log key, its metric, and how it is exported.
+enum class Resource : std::uint8_t {
+  kCpuSeconds, kRssBytes, kThreads, kOpenFds, kCtxVoluntary, kCtxInvoluntary,
+  kLoad1, kMemAvailable, kMemTotal, kNetRx, kNetTx, kDiskRead, kDiskWritten,
+  kGpuUtil, kGpuMemUsed, kGpuPower, kGpuTemp, kGpuSmClock, kGpuThrottle, kGpuEcc, kGpuXid, kGpuPcieTx, kGpuPcieRx,
+  kCount,
+};
+inline constexpr int kResourceCount = static_cast<int>(Resource::kCount);
+
+struct ResourceInfo {
+  schema::Field key;   // the run-log key
+  const char* metric;  // the Prometheus / OTLP metric
+  const char* help;
+  bool cumulative;     // a running total (exported as a counter of the increments)
+  bool gpu;            // labelled with the rank's GPU
+};
+const ResourceInfo& resource_info(Resource r);
+
+struct ResourceSample {
+  std::uint64_t wall_ns = 0, mono_ns = 0;
+  std::string reason;  // "interval", "start", "stall"
+  int gpu = -1;        // the NVML index of the rank's GPU; -1 = none
+  std::array<double, kResourceCount> value{};
+  std::array<bool, kResourceCount> has{};
+  void set(Resource r, double v) {
+    value[static_cast<int>(r)] = v;
+    has[static_cast<int>(r)] = true;
+  }
+};
+
+struct ResourceConfig {
+  std::chrono::milliseconds interval{30000};  // 0 = off
+  std::chrono::milliseconds deadline{5000};   // a sample taking longer is reported as stuck
+  int local_rank = 0;
+};
+
+/// Starts (or restarts, after a shutdown) the sampler thread; the first sample is taken at once.
+void resources_start(const ResourceConfig& cfg);
+/// Stops it; a thread stuck in a driver call is left behind (detached) rather than waited for.
+void resources_stop();
+/// Asks for a snapshot now (the watchdog, at a stall).
+void resources_request(const char* reason);
+/// The newest finished sample not yet taken (the background thread writes it out).
+std::optional<ResourceSample> resources_take();
+/// When the sample in progress has run past the deadline: "nvmlDeviceGetPowerUsage for 7.0 s";
+/// once per stuck sample.
+std::optional<std::string> resources_stuck(std::uint64_t now_mono_ns);
+/// The NVML library stays loaded; a new run may bring one an earlier run lacked (tests).
+void resources_retry_nvml();
+// Fork handlers: the child neither samples nor waits on the parent's lock.
+void resources_before_fork();
+void resources_after_fork();
+
+}  // namespace rankscope::detail

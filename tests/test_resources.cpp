@@ -1,0 +1,104 @@
+// Resource snapshots (resources.hpp) through a fake NVML with NVML's C ABI
+// (tests/fake_nvml.c): the values in the run log and the metrics, XID events,
+// and a driver call that hangs - reported once, while heartbeats and steps go on.
+#include <catch2/catch.hpp>
+
+#include <thread>
+
+#include "rankscope/rankscope.hpp"
+#include "temp_dir.hpp"
+
+using namespace rankscope;
+using namespace std::chrono_literals;
+using rankscope::test::ScopedEnv;
+using rankscope::test::slurp;
+using rankscope::test::TempDir;
+
+namespace {
+Config resource_config(const std::string& dir) {
+  Config cfg;
+  cfg.run_dir = dir;
+  cfg.resource_interval = 100ms;
+  cfg.metrics_interval = 50ms;
+  cfg.heartbeat_interval = 50ms;
+  return cfg;
+}
+// Waits (bounded) until the run log holds `needle`: no timing is asserted.
+bool eventually(const std::string& path, const std::string& needle) {
+  for (int i = 0; i < 200; ++i) {
+    if (slurp(path).find(needle) != std::string::npos) return true;
+    std::this_thread::sleep_for(25ms);
+  }
+  return false;
+}
+}  // namespace
+
+TEST_CASE("resource snapshots: the process, the host and the rank's GPU, in the run log and the metrics",
+          "[resources]") {
+  TempDir tmp;
+  ScopedEnv nvml("RANKSCOPE_NVML_LIBRARY", RANKSCOPE_FAKE_NVML);
+  ScopedEnv xid("FAKE_NVML_XID", "79");
+  REQUIRE(init(resource_config(tmp.path)).ok());
+  const std::string log = tmp.path + "/rank-0.jsonl";
+  CHECK(eventually(log, R"("reason":"interval")"));
+  REQUIRE(flush());
+  CHECK(eventually(log, R"("name":"rankscope_gpu_power_watts","type":"gauge","labels":{"gpu":"0"},"value":70)"));
+  shutdown();
+  const std::string text = slurp(log);
+  CHECK_THAT(text, Catch::Contains(R"("kind":"resources")"));
+  CHECK_THAT(text, Catch::Contains(R"("reason":"start","gpu":0,"cpu_s":)"));
+  for (const char* key : {"\"rss_bytes\":", "\"os_threads\":", "\"open_fds\":", "\"load1\":", "\"mem_total_bytes\":",
+                          "\"mem_available_bytes\":", "\"net_rx_bytes\":", "\"disk_read_bytes\":", "\"gpu_util\":1,",
+                          "\"gpu_mem_used_ratio\":0.125,", "\"gpu_power_w\":70,", "\"gpu_temp_c\":61,",
+                          "\"gpu_sm_hz\":1410000000,", "\"gpu_throttle\":0,", "\"gpu_xid\":1,",
+                          "\"gpu_pcie_tx_bytes_s\":1048576,"}) {
+    CHECK_THAT(text, Catch::Contains(key));
+  }
+  CHECK_THAT(text, Catch::Contains(R"("name":"rankscope_gpu_xid_errors_total","type":"counter","labels":{"gpu":"0"},"value":1)"));
+  CHECK_THAT(text, Catch::Contains(R"("name":"rankscope_process_resident_memory_bytes","type":"gauge")"));
+  CHECK_THAT(text, Catch::Contains(R"("name":"rankscope_host_memory_available_bytes","type":"gauge")"));
+}
+
+TEST_CASE("a GPU driver call that hangs is reported once, while heartbeats and steps go on", "[resources]") {
+  TempDir tmp;
+  ScopedEnv nvml("RANKSCOPE_NVML_LIBRARY", RANKSCOPE_FAKE_NVML);
+  ScopedEnv hang("FAKE_NVML_HANG_MS", "2500");
+  ScopedEnv deadline("RANKSCOPE_RESOURCE_DEADLINE", "0.3");
+  REQUIRE(init(resource_config(tmp.path)).ok());
+  const std::string log = tmp.path + "/rank-0.jsonl";
+  // The first snapshot is stuck in nvmlDeviceGetPowerUsage; meanwhile the trainer steps.
+  for (int step = 0; step < 40; ++step) {
+    begin_step(step);
+    std::this_thread::sleep_for(20ms);
+    end_step();
+  }
+  REQUIRE(flush());
+  // The heartbeat kept up with the steps (it is rewritten every 50 ms).
+  CHECK(eventually(tmp.path + "/rank-0.heartbeat.json", R"("step":39,)"));
+  shutdown();  // returns although the sampler is still inside the driver call
+  const std::string text = slurp(log);
+  CHECK_THAT(text, Catch::Contains("resource snapshot stuck in nvmlDeviceGetPowerUsage for"));
+  CHECK_THAT(text, Catch::Contains("liveness, heartbeats and stall detection go on"));
+  CHECK_THAT(text, Catch::Contains(R"("kind":"step_end","t":)"));
+  CHECK_THAT(text, Catch::Contains(R"("step":39)"));
+  CHECK_THAT(text, Catch::Contains(R"("name":"rankscope_resource_sample_timeouts_total","type":"counter","value":1)"));
+}
+
+TEST_CASE("RANKSCOPE_RESOURCE_INTERVAL=0 turns snapshots off, a bad value is an error", "[resources]") {
+  TempDir tmp;
+  {
+    ScopedEnv off("RANKSCOPE_RESOURCE_INTERVAL", "0");
+    Config cfg = resource_config(tmp.path);
+    cfg.resource_interval = Config{}.resource_interval;  // the environment decides
+    REQUIRE(init(cfg).ok());
+    std::this_thread::sleep_for(200ms);
+    shutdown();
+  }
+  CHECK_THAT(slurp(tmp.path + "/rank-0.jsonl"), !Catch::Contains(R"("kind":"resources")"));
+  ScopedEnv bad("RANKSCOPE_RESOURCE_INTERVAL", "often");
+  Config cfg;
+  cfg.run_dir = tmp.path + "/b";
+  const auto st = init(cfg);
+  CHECK_FALSE(st.ok());
+  CHECK_THAT(std::string(st.message()), Catch::Contains("RANKSCOPE_RESOURCE_INTERVAL='often'"));
+}
