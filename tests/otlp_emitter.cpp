@@ -59,12 +59,14 @@ int main(int argc, char** argv) {
   if (load_steps == 0) {
     for (int s = 0; s < 3; ++s) {
       rankscope::StepScope step(s);
+      { RANKSCOPE_PHASE("data_wait"); }  // loader wait: the training signals' histogram
       { RANKSCOPE_PHASE("forward"); }
       { RANKSCOPE_PHASE("backward"); }
       { rankscope::CollectiveSpan c(comm, rankscope::CollectiveOp::kAllReduce, 1024, rankscope::DType::kFloat32); }
       samples.add(32);
       step.report({.loss = 0.5 - 0.1 * s, .lr = 0.01, .samples = 32});
     }
+    { RANKSCOPE_PHASE("checkpoint_save"); }  // a good save: the checkpoint age
     RANKSCOPE_LOG_KV(rankscope::Level::kWarn, {{"path", "/ckpt/x"}, {"bytes", 4096}, {"ratio", 0.5}, {"ok", false}},
                      "slow checkpoint write");
     RANKSCOPE_LOG_INFO("hello {}", 42);

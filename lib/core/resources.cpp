@@ -33,7 +33,7 @@ using F = schema::Field;
 constexpr ResourceInfo kInfo[] = {
     {F::kCpuSeconds, "rankscope_process_cpu_seconds_total", "CPU time of the process (user + system)", true, false},
     {F::kRssBytes, "rankscope_process_resident_memory_bytes", "Resident memory of the process", false, false},
-    {F::kOsThreads, "rankscope_process_threads", "Threads of the process", false, false},
+    {F::kOsThreads, nullptr, "", false, false},  // the exporters' own rankscope_process_threads is current
     {F::kOpenFds, "rankscope_process_open_fds", "Open file descriptors of the process", false, false},
     {F::kCtxVoluntary, "rankscope_process_voluntary_context_switches_total", "Voluntary context switches (waits)", true, false},
     {F::kCtxInvoluntary, "rankscope_process_involuntary_context_switches_total", "Involuntary context switches (preemptions)", true, false},
@@ -406,8 +406,8 @@ class Sampler {
       // Metrics: gauges set, counters advanced by what is new since the last sample.
       const Labels gpu_labels = {{"gpu", std::to_string(s.gpu)}};
       for (int i = 0; i < kResourceCount; ++i) {
-        if (!s.has[i]) continue;
         const ResourceInfo& info = kInfo[i];
+        if (!s.has[i] || info.metric == nullptr) continue;
         const Labels& labels = info.gpu ? gpu_labels : Labels{};
         if (info.cumulative) {
           if (info.key == F::kNetRx || info.key == F::kNetTx) continue;  // per interface, below

@@ -34,7 +34,7 @@ inline constexpr int kResourceCount = static_cast<int>(Resource::kCount);
 
 struct ResourceInfo {
   schema::Field key;   // the run-log key
-  const char* metric;  // the Prometheus / OTLP metric
+  const char* metric;  // the Prometheus / OTLP metric (nullptr: the run log only)
   const char* help;
   bool cumulative;     // a running total (exported as a counter of the increments)
   bool gpu;            // labelled with the rank's GPU

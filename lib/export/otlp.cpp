@@ -1,6 +1,7 @@
 // The OTLP sink: events and metric snapshots become OTLP spans, log records
 // and metrics on the background thread, batched by size and time, encoded,
 // and handed to the sender thread.
+#include "training_signals.hpp"
 #include "rankscope/export/otlp.hpp"
 
 #include <atomic>
@@ -59,6 +60,10 @@ void append_attrs(const Attributes& attrs, std::string_view prefix, o::Attrs& ou
   }
 }
 
+double now_wall_s() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
 class OtlpSink final : public Sink {
  public:
   explicit OtlpSink(OtlpOptions opt)
@@ -73,6 +78,7 @@ class OtlpSink final : public Sink {
       rank_ = c.rank;
       start_ns_ = info.start_wall_ns;
       res_.scope_version = RANKSCOPE_VERSION_STRING;
+      signals_.start(info, now_wall_s());
       res_.attrs = {Attr::str("service.name", o_.service_name), Attr::integer("rankscope.rank", c.rank),
                     Attr::integer("rankscope.local_rank", c.local_rank), Attr::integer("rankscope.world_size", c.world_size),
                     Attr::str("host.name", c.host), Attr::str("rankscope.run_id", c.run_id),
@@ -86,7 +92,11 @@ class OtlpSink final : public Sink {
 
   void export_events(std::span<const Event> batch) noexcept override {
     try {
-      for (const Event& e : batch) add(e);
+      signals_.touch(now_wall_s());
+      for (const Event& e : batch) {
+        signals_.observe(e);
+        add(e);
+      }
       if (spans_.size() >= o_.max_batch || logs_.size() >= o_.max_batch ||
           std::chrono::steady_clock::now() - last_send_ >= o_.batch_delay) {
         send_pending();
@@ -98,6 +108,7 @@ class OtlpSink final : public Sink {
 
   void export_metrics(const MetricsSnapshot& snap) noexcept override {
     try {
+      signals_.touch(now_wall_s());
       if (o_.metrics_url.empty()) return;
       std::vector<o::Metric> ms;
       auto point = [&](const Labels& labels) {
@@ -107,7 +118,10 @@ class OtlpSink final : public Sink {
         for (const auto& [k, v] : labels) p.attrs.push_back(Attr::str(k, v));
         return p;
       };
-      for (const MetricSample& s : snap.metrics) {
+      // The same training signals as Prometheus (training_signals.hpp), then the registry's metrics.
+      std::vector<MetricSample> all = signals_.samples(static_cast<double>(snap.wall_ns) * 1e-9);
+      all.insert(all.end(), snap.metrics.begin(), snap.metrics.end());
+      for (const MetricSample& s : all) {
         o::Metric m{s.name, s.help, "", o::Metric::Kind::kGauge, true, {}};
         o::Point p = point(s.labels);
         if (s.type == MetricSample::Type::kHistogram) {
@@ -128,8 +142,6 @@ class OtlpSink final : public Sink {
         m.points[0].value = static_cast<double>(v);
         ms.push_back(std::move(m));
       };
-      counter("rankscope_events_dropped_total", "Events dropped because a ring was full", snap.stats.events_dropped);
-      counter("rankscope_events_recorded_total", "Events recorded", snap.stats.events_recorded);
       counter("rankscope_otlp_dropped_batches_total", "OTLP requests dropped (queue full, rejected, retries exhausted)",
               sender_.dropped());
       enqueue(o_.metrics_url, o_.json ? o::metrics_json(res_, ms) : o::metrics_protobuf(res_, ms));
@@ -315,6 +327,7 @@ class OtlpSink final : public Sink {
   OtlpOptions o_;
   o::Sender sender_;
   o::Resource res_;
+  detail::TrainingSignals signals_;  // background thread only
   std::string run_id_;
   int rank_ = 0;
   std::uint64_t start_ns_ = 0;

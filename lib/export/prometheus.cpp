@@ -1,5 +1,6 @@
 // The Prometheus exporter: training signals derived from the event stream on
-// the background thread, rendered by prometheus-cpp's text serializer for the
+// the background thread (training_signals.hpp, shared with OTLP) and the metric
+// registry's snapshot, rendered by prometheus-cpp's text serializer for the
 // /metrics endpoint (its civetweb threads) and the node_exporter textfile.
 #include "rankscope/export/prometheus.hpp"
 
@@ -18,6 +19,7 @@
 #include <prometheus/text_serializer.h>
 
 #include "environment.hpp"
+#include "training_signals.hpp"
 #include "http_server.hpp"
 
 #include "rankscope/collective.hpp"
@@ -33,11 +35,6 @@ using prometheus::ClientMetric;
 using prometheus::MetricFamily;
 using prometheus::MetricType;
 
-// Seconds buckets from 1 ms to 2 min: step phases, collectives, checkpoints.
-const std::vector<double> kSecondsBounds = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
-                                            0.5,   1,      2.5,   5,    10,    30,    60,  120};
-
-double wall_seconds(std::uint64_t wall_ns) { return static_cast<double>(wall_ns) * 1e-9; }
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -50,18 +47,6 @@ std::string metric_name(std::string_view s) {
   return out;
 }
 
-struct Hist {
-  std::vector<std::uint64_t> counts = std::vector<std::uint64_t>(kSecondsBounds.size() + 1, 0);
-  std::uint64_t count = 0;
-  double sum = 0;
-  void observe(double v) {
-    std::size_t i = 0;
-    while (i < kSecondsBounds.size() && v > kSecondsBounds[i]) ++i;
-    ++counts[i];
-    ++count;
-    sum += v;
-  }
-};
 
 class PrometheusSink final : public Sink {
  public:
@@ -102,9 +87,8 @@ class PrometheusSink final : public Sink {
                  {"local_rank", std::to_string(info.context.local_rank)},
                  {"rank", std::to_string(info.context.rank)},
                  {"run_id", info.context.run_id}};
-      restarts_ = info.context.restart_count;
       rank_ = info.context.rank;
-      last_update_ = now_seconds();
+      signals_.start(info, now_seconds());
     } catch (...) {
       ++errors_;
     }
@@ -114,8 +98,8 @@ class PrometheusSink final : public Sink {
     try {
       {
         std::lock_guard<std::mutex> lk(mu_);
-        last_update_ = now_seconds();
-        for (const Event& e : batch) observe(e);
+        signals_.touch(now_seconds());
+        for (const Event& e : batch) signals_.observe(e);
       }
       maybe_write_textfile(false);
     } catch (...) {
@@ -127,7 +111,7 @@ class PrometheusSink final : public Sink {
     try {
       {
         std::lock_guard<std::mutex> lk(mu_);
-        last_update_ = now_seconds();
+        signals_.touch(now_seconds());
         snapshot_ = snap;
       }
       maybe_write_textfile(false);
@@ -171,92 +155,6 @@ class PrometheusSink final : public Sink {
   }
 
  private:
-  // Requires mu_ held.
-  void observe(const Event& e) {
-    switch (e.kind) {
-      case EventKind::kStepEnd: {
-        last_step_wall_ = wall_seconds(e.wall_ns + e.dur_ns);
-        step_ = e.step;
-        const StepScalars& s = e.scalars;
-        if (s.loss) loss_ = *s.loss;
-        if (s.lr) lr_ = *s.lr;
-        if (s.grad_norm) grad_norm_ = *s.grad_norm;
-        if (s.skipped) ++skipped_;
-        if (s.samples || s.tokens) {
-          samples_ += static_cast<double>(s.samples.value_or(0));
-          tokens_ += static_cast<double>(s.tokens.value_or(0));
-          // One point per 0.1 s (the newest moves forward in between): at most
-          // ~300 points over the 30 s window, whatever the step rate.
-          const std::size_t n = window_.size();
-          if (n >= 2 && last_step_wall_ - window_[n - 2].wall < 0.1) {
-            window_.back() = {last_step_wall_, samples_, tokens_};
-          } else {
-            window_.push_back({last_step_wall_, samples_, tokens_});
-          }
-          while (window_.size() > 2 && window_.back().wall - window_.front().wall > 30) window_.pop_front();
-        }
-        break;
-      }
-      case EventKind::kPhase:
-        if (e.site == nullptr || e.depth != 0) break;
-        if (e.site->kind == PhaseKind::kLoaderWait) loader_wait_.observe(static_cast<double>(e.dur_ns) * 1e-9);
-        if (e.site->kind == PhaseKind::kCheckpoint) {
-          checkpoint_.observe(static_cast<double>(e.dur_ns) * 1e-9);
-          on_checkpoint_phase(e);
-        }
-        break;
-      case EventKind::kFact:
-        if (e.text == "checkpoint_save") {
-          good_checkpoint(wall_seconds(e.wall_ns));
-        } else if (e.text == "checkpoint_failed") {
-          // Recorded inside the failing phase: that phase's end is no save.
-          // Recorded just after it ended: the age goes back to the save before.
-          if (last_checkpoint_wall_ > 0 && wall_seconds(e.wall_ns) - last_checkpoint_wall_ < 60 &&
-              last_checkpoint_from_phase_) {
-            last_checkpoint_wall_ = previous_checkpoint_wall_;
-          } else {
-            failure_open_ = true;
-          }
-        }
-        break;
-      case EventKind::kCollective: {
-        const std::string op(collective_op_name(e.op));
-        const double secs = static_cast<double>(e.dur_ns) * 1e-9;
-        if (e.result != CollectiveResult::kOk) {
-          failed_[op] += 1;
-          break;
-        }
-        collective_[op].observe(secs);
-        const int n = e.comm != nullptr ? e.comm->size() : 1;
-        if (secs > 0) busbw_[op] = collective_bandwidth(e.op, e.count, e.dtype, n, secs).busbw_gbps * 1e9;
-        break;
-      }
-      default:
-        break;
-    }
-  }
-
-  // A checkpoint phase that ended is a good save, unless a failure was
-  // recorded inside it or it was a load ("load", "restore", "resume" in its name).
-  void on_checkpoint_phase(const Event& e) {
-    if (failure_open_) {
-      failure_open_ = false;
-      return;
-    }
-    const std::string_view name = e.site->name;
-    for (std::string_view load : {"load", "restore", "resume"}) {
-      if (name.find(load) != std::string_view::npos) return;
-    }
-    good_checkpoint(wall_seconds(e.wall_ns + e.dur_ns));
-    last_checkpoint_from_phase_ = true;
-  }
-  void good_checkpoint(double wall) {
-    if (wall <= last_checkpoint_wall_) return;
-    previous_checkpoint_wall_ = last_checkpoint_wall_;
-    last_checkpoint_wall_ = wall;
-    last_checkpoint_from_phase_ = false;
-  }
-
   ClientMetric base(const std::vector<std::pair<std::string, std::string>>& extra = {}) const {
     ClientMetric m;
     for (const auto& [k, v] : labels_) m.label.push_back({k, v});
@@ -286,77 +184,15 @@ class PrometheusSink final : public Sink {
     m.histogram.sample_count = count;
     m.histogram.sample_sum = sum;
   }
-  void histogram(std::vector<MetricFamily>& out, const std::string& name, const std::string& help, const Hist& h,
-                 const std::vector<std::pair<std::string, std::string>>& extra = {}) const {
-    ClientMetric m = base(extra);
-    fill_histogram(m, kSecondsBounds, h.counts, h.count, h.sum);
-    auto it = std::find_if(out.begin(), out.end(), [&](const MetricFamily& f) { return f.name == name; });
-    if (it == out.end()) {
-      out.push_back({name, help, MetricType::Histogram, {}});
-      it = out.end() - 1;
-    }
-    it->metric.push_back(std::move(m));
-  }
+
 
   // Requires mu_ held.
   std::vector<MetricFamily> families() const {
     std::vector<MetricFamily> out;
-    const double now = now_seconds();
     using T = MetricType;
-    if (step_ >= 0) {
-      scalar(out, "rankscope_last_step_timestamp_seconds", "Wall time the last step ended (stall alerts: time() - this)",
-             T::Gauge, last_step_wall_);
-      scalar(out, "rankscope_global_step", "Last finished step", T::Gauge, static_cast<double>(step_));
-    }
-    // A NaN or infinite value is exported as such (the exposition format has
-    // NaN, +Inf and -Inf): a series that vanished would hide it from alerts.
-    if (loss_) scalar(out, "rankscope_loss", "Last reported training loss", T::Gauge, *loss_);
-    if (lr_) scalar(out, "rankscope_learning_rate", "Last reported learning rate", T::Gauge, *lr_);
-    if (grad_norm_) scalar(out, "rankscope_grad_norm", "Last reported gradient norm", T::Gauge, *grad_norm_);
-    scalar(out, "rankscope_skipped_steps_total", "Steps whose optimizer step was skipped", T::Counter,
-           static_cast<double>(skipped_));
-    scalar(out, "rankscope_samples_total", "Samples consumed by this rank (from step reports)", T::Counter, samples_);
-    if (tokens_ > 0) scalar(out, "rankscope_tokens_total", "Tokens consumed by this rank (from step reports)", T::Counter, tokens_);
-    if (window_.size() >= 2 && window_.back().wall > window_.front().wall) {
-      const double secs = window_.back().wall - window_.front().wall;
-      scalar(out, "rankscope_samples_per_second", "Samples per second over the last 30 s of steps", T::Gauge,
-             (window_.back().samples - window_.front().samples) / secs);
-      if (tokens_ > 0) {
-        scalar(out, "rankscope_tokens_per_second", "Tokens per second over the last 30 s of steps", T::Gauge,
-               (window_.back().tokens - window_.front().tokens) / secs);
-      }
-    }
-    histogram(out, "rankscope_loader_wait_seconds", "Time the training thread waited for the data loader",
-              loader_wait_);
-    histogram(out, "rankscope_checkpoint_save_seconds", "Checkpoint phases", checkpoint_);
-    if (last_checkpoint_wall_ > 0) {
-      scalar(out, "rankscope_last_checkpoint_timestamp_seconds", "Wall time of the last good checkpoint save",
-             T::Gauge, last_checkpoint_wall_);
-      scalar(out, "rankscope_checkpoint_age_seconds", "Seconds since the last good checkpoint save", T::Gauge,
-             now - last_checkpoint_wall_);
-    }
-    for (const auto& [op, h] : collective_) {
-      histogram(out, "rankscope_collective_seconds", "Collective duration, issue to completion", h, {{"op", op}});
-    }
-    for (const auto& [op, bw] : busbw_) {
-      scalar(out, "rankscope_collective_bus_bandwidth_bytes_per_second",
-             "Bus bandwidth of the last collective (nccl-tests busbw)", T::Gauge, bw, {{"op", op}});
-    }
-    for (const auto& [op, n] : failed_) {
-      scalar(out, "rankscope_collective_failures_total", "Collectives that failed or timed out", T::Counter,
-             static_cast<double>(n), {{"op", op}});
-    }
-    scalar(out, "rankscope_heartbeat_age_seconds", "Seconds since rankscope's background thread last reported",
-           T::Gauge, now - last_update_);
-    scalar(out, "rankscope_restarts", "Restarts of this job so far (the launcher's restart count)", T::Gauge, restarts_);
-    scalar(out, "rankscope_process_threads", "Threads in this process", T::Gauge, detail::process_threads());
-    const Stats st = rankscope::stats();  // rankscope's own counters, current (atomics)
-    scalar(out, "rankscope_events_dropped_total", "Events dropped because a ring was full", T::Counter,
-           static_cast<double>(st.events_dropped));
-    scalar(out, "rankscope_events_recorded_total", "Events recorded", T::Counter,
-           static_cast<double>(st.events_recorded));
-    scalar(out, "rankscope_export_errors_total", "Failed sink writes", T::Counter, static_cast<double>(st.export_errors));
-    for (const MetricSample& s : snapshot_.metrics) {
+    std::vector<MetricSample> all = signals_.samples(now_seconds());
+    all.insert(all.end(), snapshot_.metrics.begin(), snapshot_.metrics.end());
+    for (const MetricSample& s : all) {
       const std::string name = metric_name(s.name);
       switch (s.type) {
         case MetricSample::Type::kCounter:
@@ -404,25 +240,7 @@ class PrometheusSink final : public Sink {
   // All below: requires mu_ held (the background thread writes, scrapes read).
   std::vector<std::pair<std::string, std::string>> labels_;
   int rank_ = 0;
-  double restarts_ = 0;
-  double last_update_ = 0, last_step_wall_ = 0;
-  // The last good save (a checkpoint phase's end, or a checkpoint_save fact)
-  // and the one before it (a failure recorded after its phase reverts to it).
-  double last_checkpoint_wall_ = 0, previous_checkpoint_wall_ = 0;
-  bool last_checkpoint_from_phase_ = false;
-  bool failure_open_ = false;  // a failure recorded inside a checkpoint phase still open
-  std::int64_t step_ = -1;
-  std::optional<double> loss_, lr_, grad_norm_;  // unset until first reported
-  std::uint64_t skipped_ = 0;
-  double samples_ = 0, tokens_ = 0;
-  struct Point {
-    double wall, samples, tokens;  // wall s; samples and tokens so far
-  };
-  std::deque<Point> window_;
-  Hist loader_wait_, checkpoint_;
-  std::map<std::string, Hist> collective_;
-  std::map<std::string, double> busbw_;
-  std::map<std::string, std::uint64_t> failed_;
+  detail::TrainingSignals signals_;
   MetricsSnapshot snapshot_;
   std::chrono::steady_clock::time_point last_textfile_{};
   std::atomic<std::uint64_t> errors_{0};  // written by the background thread

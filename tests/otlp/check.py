@@ -392,6 +392,21 @@ def check_metrics(metrics):
         expect(s is not None and abs(s - 55.55) <= 1e-9, f"{where}: sum {describe(p.get('sum'))}, expected 55.55")
     expect(any(m.get("name") == "rankscope_events_dropped_total" for m in metrics),
            'metrics: no metric named "rankscope_events_dropped_total"')
+    # The training signals, as Prometheus has them (one implementation: training_signals.hpp).
+    for name, kind, want in (("rankscope_loss", "gauge", 0.3), ("rankscope_learning_rate", "gauge", 0.01),
+                             ("rankscope_global_step", "gauge", 2), ("rankscope_samples_total", "sum", 96),
+                             ("rankscope_checkpoint_age_seconds", "gauge", None),
+                             ("rankscope_heartbeat_age_seconds", "gauge", None)):
+        entry = get(name, kind)
+        if entry and want is not None:
+            v = point_value(entry[2])
+            expect(v is not None and abs(v - want) < 1e-9, f'metric "{name}": value {describe(v)}, expected {want}')
+    for name, count in (("rankscope_loader_wait_seconds", 3), ("rankscope_collective_seconds", 3),
+                        ("rankscope_checkpoint_save_seconds", 1)):
+        entry = get(name, "histogram")
+        if entry:
+            expect(time_or_zero(entry[2], "count", "count") == count,
+                   f'metric "{name}": count {describe(entry[2].get("count"))}, expected {count}')
 
 
 def main():
