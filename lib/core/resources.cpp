@@ -364,7 +364,8 @@ class Sampler {
   std::mutex mu_;
 
  private:
-  void loop(std::uint64_t gen) {
+  // What a sampler thread keeps from one snapshot to the next.
+  struct LoopState {
     Nvml nvml;  // per thread: a thread left stuck in a driver call keeps its own
     HostCounters hc;
     std::array<double, kResourceCount> exported{};  // cumulative values already added to the counters
@@ -372,6 +373,29 @@ class Sampler {
     std::array<Gauge*, kResourceCount> gauges{};
     std::map<std::string, std::pair<Counter*, Counter*>> net_counters;
     std::map<std::string, std::pair<double, double>> net_exported;
+  };
+  // The thread's exception boundary: an allocation failure loses one snapshot, never the process.
+  void loop(std::uint64_t gen) {
+    LoopState st;
+    for (;;) {
+      try {
+        run(gen, st);
+        return;
+      } catch (...) {
+        busy_since_.store(0, std::memory_order_release);
+        current_.store(nullptr);
+      }
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
+  }
+  void run(std::uint64_t gen, LoopState& st) {
+    auto& nvml = st.nvml;
+    auto& hc = st.hc;
+    auto& exported = st.exported;
+    auto& counters = st.counters;
+    auto& gauges = st.gauges;
+    auto& net_counters = st.net_counters;
+    auto& net_exported = st.net_exported;
     for (;;) {
       ResourceConfig cfg;
       std::string reason;

@@ -88,23 +88,24 @@ class Runtime {
   Stats stats() noexcept;
 
   // Fork handlers (see register_fork_handlers).
+  // Lock order: mu_, the resource sampler's, the metric registries (init takes them so).
   void before_fork() {
-    detail::resources_before_fork();
     mu_.lock();
+    detail::resources_before_fork();
     detail::lock_metric_registry();
     detail::registry().mu.lock();
   }
   void after_fork_parent() {
     detail::registry().mu.unlock();
     detail::unlock_metric_registry();
-    mu_.unlock();
     detail::resources_after_fork();
+    mu_.unlock();
   }
   void after_fork_child() {
     detail::registry().mu.unlock();
     detail::unlock_metric_registry();
-    mu_.unlock();
     detail::resources_after_fork();
+    mu_.unlock();
     // The background thread does not exist here, and the files belong to the
     // parent: record nothing, write nothing.
     detail::g_gate.store(detail::kInactive, std::memory_order_relaxed);
