@@ -204,8 +204,24 @@ void silent_corruption_rule(const TriageInput& in, std::vector<Finding>& out) {
 void straggler_rule(const TriageInput& in, std::vector<Finding>& out) {
   const std::size_t first = out.size();
   int reread = 0;
-  for (const StragglerFact& s : in.facts.stragglers) {
+  // One finding per rank: the phase that costs the others most, the rank's other slow phases as
+  // evidence (a rank slowed in forward is often a little slower in its loader too, on a shared core).
+  std::vector<const StragglerFact*> facts;
+  for (const StragglerFact& s : in.facts.stragglers) facts.push_back(&s);
+  std::stable_sort(facts.begin(), facts.end(), [](const StragglerFact* a, const StragglerFact* b) {
+    return a->rank->rank != b->rank->rank ? a->rank->rank < b->rank->rank : a->excess_ms > b->excess_ms;
+  });
+  std::map<int, std::size_t> finding_of;  // rank -> its finding in `out`
+  for (const StragglerFact* sp : facts) {
+    const StragglerFact& s = *sp;
     const RankSummary& rk = *s.rank;
+    if (auto it = finding_of.find(rk.rank); it != finding_of.end()) {
+      out[it->second].evidence.push_back(fmt::format(
+          "also slower in {}: {} ms per step vs {} ms on the other ranks ({:.2f}x), from step {}", phase_kind_name(s.kind),
+          format_ms(s.mine_ms), format_ms(s.typical_ms), s.mine_ms / std::max(s.typical_ms, 1e-9), s.onset_step));
+      continue;
+    }
+    finding_of[rk.rank] = out.size();
     std::vector<double> others_coll;
     for (const auto& o : in.sum.ranks) {
       if (o.rank != rk.rank) others_coll.push_back(o.median_collective_ms);
