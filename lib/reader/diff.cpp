@@ -59,6 +59,23 @@ std::string finding_key(const Finding& f) {
 
 }  // namespace
 
+std::vector<CollectiveStat> pooled_collectives(const RunSummary& s) {
+  std::map<std::pair<std::string, int>, CollectiveStat> sums;
+  for (const auto& r : s.ranks) {
+    for (const auto& c : r.collective_stats) {
+      auto& t = sums[{c.op, c.size_log2}];
+      t.op = c.op;
+      t.size_log2 = c.size_log2;
+      t.calls += c.calls;
+      t.bytes += c.bytes;
+      t.seconds += c.seconds;
+    }
+  }
+  std::vector<CollectiveStat> out;
+  for (auto& [key, t] : sums) out.push_back(std::move(t));
+  return out;
+}
+
 std::string format_size_class(int size_log2) {
   static constexpr const char* kUnits[] = {"", "K", "M", "G", "T"};
   const int unit = std::clamp(size_log2 / 10, 0, 4);
@@ -78,20 +95,11 @@ RunDiff diff_runs(const AnalyzedRun& a, const AnalyzedRun& b) {
   // Collectives: every rank's calls of one op and size class pooled; calls per rank.
   std::map<std::pair<std::string, int>, RunDiff::Collective> colls;
   auto pool = [&](const RunSummary& s, bool is_a) {
-    std::map<std::pair<std::string, int>, CollectiveStat> sums;
-    for (const auto& r : s.ranks) {
-      for (const auto& c : r.collective_stats) {
-        auto& t = sums[{c.op, c.size_log2}];
-        t.calls += c.calls;
-        t.bytes += c.bytes;
-        t.seconds += c.seconds;
-      }
-    }
     const double n = std::max<double>(1, static_cast<double>(s.ranks.size()));
-    for (const auto& [key, t] : sums) {
-      auto& c = colls[key];
-      c.op = key.first;
-      c.size_log2 = key.second;
+    for (const CollectiveStat& t : pooled_collectives(s)) {
+      auto& c = colls[{t.op, t.size_log2}];
+      c.op = t.op;
+      c.size_log2 = t.size_log2;
       (is_a ? c.calls_a : c.calls_b) = static_cast<double>(t.calls) / n;
       (is_a ? c.gbps_a : c.gbps_b) = t.gbps();
     }

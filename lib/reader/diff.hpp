@@ -53,6 +53,9 @@ std::string format_diff_json(const RunDiff& d, const AnalyzedRun& a, const Analy
 /// 1 when B has findings A has not (a regression), else 0.
 int diff_exit_code(const RunDiff& d);
 
+/// Every rank's collectives pooled by op and size class (calls, bytes and seconds summed), ordered.
+std::vector<CollectiveStat> pooled_collectives(const RunSummary& s);
+
 /// "4K" for 2^12: a size class's lower bound in bytes, binary units.
 std::string format_size_class(int size_log2);
 

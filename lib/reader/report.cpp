@@ -249,19 +249,10 @@ void write_phases(detail::JsonWriter& w, const RunSummary& s) {
 }
 
 void write_collectives(detail::JsonWriter& w, const RunSummary& s) {
-  std::map<std::pair<std::string, int>, CollectiveStat> pooled;
-  for (const auto& r : s.ranks) {
-    for (const auto& c : r.collective_stats) {
-      auto& p = pooled[{c.op, c.size_log2}];
-      p.calls += c.calls;
-      p.bytes += c.bytes;
-      p.seconds += c.seconds;
-    }
-  }
   w.key("collectives").begin_array();
-  for (const auto& [key, c] : pooled) {
-    w.begin_object().field("label", fmt::format("{} {}B-{}B", key.first, format_size_class(key.second),
-                                                format_size_class(key.second + 1)));
+  for (const CollectiveStat& c : pooled_collectives(s)) {
+    w.begin_object().field("label", fmt::format("{} {}B-{}B", c.op, format_size_class(c.size_log2),
+                                                format_size_class(c.size_log2 + 1)));
     w.key("gbps").fixed(c.gbps(), 4).field("calls", c.calls / std::max<std::size_t>(1, s.ranks.size())).end_object();
   }
   w.end_array();
