@@ -40,6 +40,13 @@ std::string demangled(const char* name) {
 }
 
 [[noreturn]] void on_terminate() {
+  // The process is already ending of an uncaught exception: a library thread that
+  // terminates during the teardown (a process group never destroyed) is part of
+  // that end, not a second cause.
+  if (g_cause.load(std::memory_order_acquire) == ExitCause::kException) {
+    if (g_previous_terminate != nullptr) g_previous_terminate();
+    std::abort();
+  }
   std::string type = "std::terminate", what = "terminate called without an active exception";
   if (std::exception_ptr ep = std::current_exception()) {
     try {
