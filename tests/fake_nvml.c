@@ -101,3 +101,16 @@ int nvmlEventSetWait_v2(void* set, fake_event* e, unsigned timeout_ms) {
   e->data = xid;
   return 0;
 }
+
+/* NVLink data counters through field values: 4 MiB sent, 8 MiB received on GPU 0; no NVLink on GPU 1. */
+typedef struct { unsigned field_id, scope_id; long long timestamp, latency_us; int value_type, result; unsigned long long value; } fake_field;
+int nvmlDeviceGetFieldValues(void* d, int n, fake_field* f) {
+  int gpu = (int)((int*)d - devices);
+  for (int i = 0; i < n; ++i) {
+    if (gpu != 0 || (f[i].field_id != 138 && f[i].field_id != 139)) { f[i].result = 3; continue; } /* NOT_SUPPORTED */
+    f[i].result = 0;
+    f[i].value_type = 1; /* unsigned long long */
+    f[i].value = f[i].field_id == 138 ? 4096 : 8192;
+  }
+  return 0;
+}

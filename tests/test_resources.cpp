@@ -51,10 +51,12 @@ TEST_CASE("resource snapshots: the process, the host and the rank's GPU, in the 
                           "\"mem_available_bytes\":", "\"net_rx_bytes\":", "\"disk_read_bytes\":", "\"gpu_util\":1,",
                           "\"gpu_mem_used_ratio\":0.125,", "\"gpu_power_w\":70,", "\"gpu_temp_c\":61,",
                           "\"gpu_sm_hz\":1410000000,", "\"gpu_throttle\":0,", "\"gpu_xid\":1,",
-                          "\"gpu_pcie_tx_bytes_s\":1048576,"}) {
+                          "\"gpu_pcie_tx_bytes_s\":1048576,", "\"gpu_nvlink_tx_bytes\":4194304,",
+                          "\"gpu_nvlink_rx_bytes\":8388608"}) {
     CHECK_THAT(text, Catch::Contains(key));
   }
   CHECK_THAT(text, Catch::Contains(R"("name":"rankscope_gpu_xid_errors_total","type":"counter","labels":{"gpu":"0"},"value":1)"));
+  CHECK_THAT(text, Catch::Contains(R"("name":"rankscope_gpu_nvlink_receive_bytes_total","type":"counter","labels":{"gpu":"0"},"value":8388608)"));
   CHECK_THAT(text, Catch::Contains(R"("name":"rankscope_process_resident_memory_bytes","type":"gauge")"));
   CHECK_THAT(text, Catch::Contains(R"("name":"rankscope_host_memory_available_bytes","type":"gauge")"));
 }

@@ -226,3 +226,37 @@ TEST_CASE("timestamps from different threads are ordered by real time", "[runtim
     CHECK(phases[i].tid != phases[i - 1].tid);  // strict alternation survives conversion
   }
 }
+
+TEST_CASE("this process's goodput is a metric, in every snapshot and at the end of the run", "[goodput]") {
+  TempDir tmp;
+  Config cfg;
+  cfg.run_dir = tmp.path;
+  REQUIRE(init(cfg).ok());
+  for (int s = 0; s < 20; ++s) {
+    StepScope step(s);
+    { RANKSCOPE_PHASE("forward"); std::this_thread::sleep_for(std::chrono::milliseconds(4)); }
+    { RANKSCOPE_PHASE("all_reduce"); std::this_thread::sleep_for(std::chrono::milliseconds(2)); }
+  }
+  shutdown();
+  // The final snapshot's values: sleeps set lower bounds (no timing is asserted).
+  std::map<std::string, double> seconds;
+  double ratio = -1;
+  std::ifstream log(tmp.path + "/rank-0.jsonl");
+  for (std::string line; std::getline(log, line);) {
+    const auto value = [&] { return std::stod(line.substr(line.rfind("\"value\":") + 8)); };
+    if (line.find(R"("name":"rankscope_goodput_ratio")") != std::string::npos) ratio = value();
+    const auto at = line.find(R"("name":"rankscope_goodput_seconds","type":"gauge","labels":{"category":")");
+    if (at == std::string::npos) continue;
+    const auto from = line.find("\"category\":\"", at) + 12;
+    seconds[line.substr(from, line.find('"', from) - from)] = value();
+  }
+  REQUIRE(seconds.size() == 10);
+  CHECK(seconds["compute"] >= 0.080);        // 20 x 4 ms in forward
+  CHECK(seconds["communication"] >= 0.040);  // 20 x 2 ms in the all-reduce phase
+  CHECK(seconds["stall"] == 0);
+  CHECK(seconds["restart_recompute"] == 0);
+  double sum = 0;
+  for (const auto& [k, v] : seconds) sum += v;
+  CHECK(ratio > 0);
+  CHECK(ratio == Approx(seconds["compute"] / sum).epsilon(0.01));
+}

@@ -298,3 +298,62 @@ TEST_CASE("a NaN loss is a numerics finding naming the rank that had it first an
 }
 
 // Each rule alone, on a run summary built here (no files): its kind, ranks and step.
+
+namespace {
+std::string resources_line(int rank, std::uint64_t t, double rss_gib, double avail_gib, int throttle = 0) {
+  return fmt::format(R"({{"kind":"resources","t":{},"mono":1,"rank":{},"step":3,"reason":"interval","gpu":{},)"
+                     R"("rss_bytes":{},"mem_available_bytes":{},"mem_total_bytes":{},"gpu_util":0.9,)"
+                     R"("gpu_power_w":300,"gpu_throttle":{}}})" "\n",
+                     t, rank, rank, rss_gib * (1 << 30), avail_gib * (1 << 30), 24.0 * (1 << 30), throttle);
+}
+}  // namespace
+
+TEST_CASE("resource snapshots: a rank that vanished while its host ran out of memory was likely OOM-killed",
+          "[triage][resources]") {
+  TempDir tmp;
+  const std::uint64_t now = 1'800'000'000'000'000'000ull;
+  for (int rank = 0; rank < 4; ++rank) {
+    std::string log = log_through(rank, rank == 2 ? 3 : 5);
+    log += resources_line(rank, 1500000, 1.0, 20.0);
+    if (rank == 2) log += resources_line(rank, 2500000, 21.5, 0.4);  // its memory grew, its host ran out
+    if (rank != 2) log += fmt::format(R"({{"kind":"run_end","t":9000000,"mono":9,"rank":{}}})" "\n", rank);
+    write(fmt::format("{}/rank-{}.jsonl", tmp.path, rank), log);
+    heartbeat(tmp.path, rank, rank == 2 ? "running" : "exited", 9000000);
+  }
+  const auto [f, evidence] = first_finding(tmp.path, now);
+  CHECK(f.kind == reader::FindingKind::kDeadRank);
+  CHECK(f.ranks == std::vector<int>{2});
+  CHECK_THAT(evidence, Catch::Contains("rank 2: likely killed by the OOM killer: its host had 0.4 GiB of 24.0 GiB "
+                                       "memory available at its last snapshot, its own resident memory grew 1.0 GiB -> 21.5 GiB"));
+  // A host with memory to spare says nothing of the kind.
+  std::string log2 = log_through(2, 3) + resources_line(2, 1500000, 1.0, 20.0) + resources_line(2, 2500000, 1.2, 19.0);
+  write(tmp.path + "/rank-2.jsonl", log2);
+  CHECK_THAT(first_finding(tmp.path, now).second, !Catch::Contains("OOM"));
+}
+
+TEST_CASE("resource snapshots: a straggler whose GPU throttles says so, critical XID errors are a gpu_error finding",
+          "[triage][resources]") {
+  namespace rules = rankscope::reader::rules;
+  reader::RunSummary sum;
+  sum.ranks.resize(2);
+  for (int r = 0; r < 2; ++r) {
+    sum.ranks[r].rank = r;
+    reader::ResourcePoint p{1000, 7, "interval", {{rankscope::schema::Field::kGpu, r}}};
+    if (r == 1) p.values.emplace_back(rankscope::schema::Field::kGpuThrottle, 0x40 | 0x4);  // thermal, power cap
+    if (r == 1) p.values.emplace_back(rankscope::schema::Field::kGpuXid, 2);
+    sum.ranks[r].resources.push_back(p);
+    sum.ranks[r].last_resources = p;
+  }
+  rankscope::reader::TriageOptions opts;
+  const rules::TriageInput in = rules::make_triage_input(sum, nullptr, opts);
+  std::vector<reader::Finding> findings;
+  rules::gpu_error_rule(in, findings);
+  REQUIRE(findings.size() == 1);
+  CHECK(findings[0].kind == reader::FindingKind::kGpuError);
+  CHECK(findings[0].ranks == std::vector<int>{1});
+  CHECK_THAT(findings[0].summary, Catch::StartsWith("rank 1: its GPU 1 reported 2 critical XID error(s), the first by step 7"));
+  findings.push_back({reader::FindingKind::kStraggler, {1}, "rank 1 is a straggler", {}, 0, 7, {}});
+  rules::add_resource_evidence(in, findings);
+  REQUIRE(findings[1].evidence.size() == 1);
+  CHECK(findings[1].evidence[0] == "rank 1: its GPU 1 throttled its clocks (power cap, hardware thermal)");
+}

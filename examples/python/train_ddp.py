@@ -68,6 +68,8 @@ def train(args):
             if faulty and args.spike:
                 xb = xb * 50                        # fault: a corrupt batch on one rank (a loss spike)
             with rankscope.phase("forward"):
+                if faulty and args.hang == "forward":
+                    hang_forever()                  # fault: a rank stuck in its own code
                 t0 = time.perf_counter()
                 loss = torch.nn.functional.cross_entropy(model(xb), yb)
                 if args.slow_factor > 1 and rank == args.fault_rank and step >= args.fault_step:
@@ -109,6 +111,8 @@ def train(args):
             path = os.path.join(ckpt_dir, "missing-dir", os.path.basename(path))  # fault: the save raises
         try:
             with rankscope.checkpoint("save", path):
+                if args.hang == "checkpoint" and rank == args.fault_rank:
+                    hang_forever()                  # fault: a save that never returns (a dead filesystem)
                 torch.save(model.state_dict(), path)
             rankscope.record_checkpoint_save(id=f"epoch-{epoch}", step=step,
                                              consumed_samples=step * args.batch * world, world_size=world,
@@ -132,7 +136,14 @@ def slowed(loader, args, step):
     for batch in loader:
         if 0 <= args.slow_data_from <= step():
             time.sleep(args.slow_data_ms / 1e3)
+        if args.hang == "loader" and dist.get_rank() == args.fault_rank and step() == args.fault_step:
+            hang_forever()  # fault: a Dataset that never returns its item
         yield batch
+
+
+def hang_forever():
+    while True:
+        time.sleep(3600)
 
 
 class ABRecorder:
@@ -215,6 +226,9 @@ def main():
     f.add_argument("--bitflip", action="store_true", help="one bit of its first layer's weights flips at --fault-step")
     f.add_argument("--slow-data-from", type=int, default=-1, help="every rank's data slower from this step")
     f.add_argument("--slow-data-ms", type=float, default=5, help="... by this many ms per batch")
+    f.add_argument("--hang", choices=["loader", "forward", "checkpoint"], default="",
+                   help="it blocks forever at --fault-step in the data loader or forward, or in the first "
+                        "checkpoint save (the others wait in the next collective)")
     f.add_argument("--env", default="", help="NAME=VALUE set on that rank only (config drift), e.g. NCCL_ALGO=Tree")
     train(p.parse_args())
 

@@ -67,6 +67,11 @@ class Counter {
   std::uint32_t slot_;
 };
 
+class Gauge;
+namespace detail {
+void set_ungated(Gauge& g, double v) noexcept;  // rankscope's own derived gauges (background thread)
+}
+
 /// Last value set, from any thread.
 class Gauge {
  public:
@@ -88,6 +93,7 @@ class Gauge {
 
  private:
   friend class MetricRegistry;
+  friend void detail::set_ungated(Gauge& g, double v) noexcept;
   explicit Gauge(std::string name) : name_(std::move(name)) {}
   std::string name_;
   std::atomic<double> value_{0.0};

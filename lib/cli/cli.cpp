@@ -23,7 +23,7 @@
 #include <CLI/CLI.hpp>
 
 #include "diff.hpp"
-#include "goodput.hpp"
+#include "goodput_format.hpp"
 #include "report.hpp"
 #include "rankscope/config.hpp"
 #include "status.hpp"

@@ -49,6 +49,7 @@ void Runtime::decode(ThreadState* st, const Record& r, const Record* next, std::
       e.parent = r.v[0].site;
       e.dur_ns = clock_.ticks_to_ns(r.t1 - r.t0);
       breakdown_.on_phase(e.tid, e.depth, r.site->kind, e.mono_ns, e.dur_ns);
+      goodput_.on_phase(e.tid, e.depth, r.site->kind, e.wall_ns, e.dur_ns);
       break;
     case RecordKind::kStepBegin:
       e.kind = EventKind::kStepBegin;
@@ -67,6 +68,7 @@ void Runtime::decode(ThreadState* st, const Record& r, const Record* next, std::
       watch_numerics(e);
       if (auto b = breakdown_.on_step_end(e.tid, e.mono_ns)) {
         e.dur_ns = b->total_ns;
+        goodput_.on_step(e.tid, e.step, e.wall_ns, b->total_ns, b->by_kind_ns);
         detail::observe_ungated(*step_seconds_, static_cast<double>(b->total_ns) * 1e-9);
         for (int k = 0; k < kPhaseKindCount; ++k) {
           detail::observe_ungated(*phase_seconds_[k], static_cast<double>(b->by_kind_ns[k]) * 1e-9);
@@ -202,6 +204,7 @@ void Runtime::prune_recent() {
 
 void Runtime::deliver(std::vector<Event>& batch) {
   if (batch.empty()) return;
+  for (const Event& e : batch) goodput_.on_any(e.wall_ns);
   for (auto& s : sinks_) s->export_events(batch);  // errors are counted in write_pending(), which follows
   batch.clear();
 }
@@ -307,6 +310,15 @@ void Runtime::write_resources() {
 }
 
 void Runtime::export_metrics_now() {
+  {  // this process's goodput so far: a copy finished at now (the run goes on)
+    GoodputBuilder so_far = goodput_;
+    so_far.on_any(detail::realtime_ns());
+    const Goodput g = so_far.finish();
+    for (int c = 0; c < kTimeCategoryCount; ++c) {
+      if (goodput_seconds_[c] != nullptr) detail::set_ungated(*goodput_seconds_[c], g.seconds[c]);
+    }
+    if (goodput_ratio_ != nullptr) detail::set_ungated(*goodput_ratio_, g.fraction());
+  }
   MetricsSnapshot snap;
   snap.mono_ns = mono_now();
   snap.wall_ns = detail::realtime_ns();
@@ -484,7 +496,12 @@ bool Runtime::background_iteration(std::vector<Event>& batch, std::chrono::micro
       std::vector<Event> wd;
       if (watchdog_.tick(now, clock_, threads_, wd)) (void)dump_now("stall");
       for (const Event& x : wd) {
-        if (x.kind == EventKind::kStall) detail::resources_request("stall");
+        if (x.kind == EventKind::kStall) {
+          detail::resources_request("stall");
+          goodput_.on_stall(x.wall_ns > x.dur_ns ? x.wall_ns - x.dur_ns : x.wall_ns);  // dur: since the last progress
+        } else if (x.kind == EventKind::kStallEnd) {
+          goodput_.on_stall_end(x.wall_ns);
+        }
       }
       if (!wd.empty()) {
         for (const Event& x : wd) remember(x);

@@ -54,6 +54,8 @@ constexpr ResourceInfo kInfo[] = {
     {F::kGpuXid, "rankscope_gpu_xid_errors_total", "Critical XID errors on the rank's GPU seen by this process", true, true},
     {F::kGpuPcieTx, "rankscope_gpu_pcie_transmit_bytes_per_second", "PCIe bytes/s sent by the rank's GPU", false, true},
     {F::kGpuPcieRx, "rankscope_gpu_pcie_receive_bytes_per_second", "PCIe bytes/s received by the rank's GPU", false, true},
+    {F::kGpuNvlinkTx, "rankscope_gpu_nvlink_transmit_bytes_total", "NVLink data bytes sent by the rank's GPU (all links)", true, true},
+    {F::kGpuNvlinkRx, "rankscope_gpu_nvlink_receive_bytes_total", "NVLink data bytes received by the rank's GPU (all links)", true, true},
 };
 static_assert(std::size(kInfo) == kResourceCount);
 
@@ -200,6 +202,13 @@ struct NvmlEvent {  // nvmlEventData_t
   unsigned long long type, data;
   unsigned gpu_instance, compute_instance;
 };
+struct NvmlFieldValue {  // nvmlFieldValue_t
+  unsigned field_id, scope_id;
+  long long timestamp, latency_us;
+  int value_type, result;
+  unsigned long long value;  // nvmlValue_t: a union of 8 bytes
+};
+constexpr unsigned kNvlinkTxKib = 138, kNvlinkRxKib = 139;  // NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_{TX,RX}
 constexpr unsigned long long kXidCritical = 0x8;  // nvmlEventTypeXidCriticalError
 constexpr int kNvmlTimeout = 10;                  // NVML_ERROR_TIMEOUT
 
@@ -239,6 +248,16 @@ class Nvml {
     }
     if (call("nvmlDeviceGetPcieThroughput", pcie_, 0, &v)) s.set(Resource::kGpuPcieTx, v * 1024.0);  // KB/s
     if (call("nvmlDeviceGetPcieThroughput", pcie_, 1, &v)) s.set(Resource::kGpuPcieRx, v * 1024.0);
+    if (fields_ != nullptr) {  // NVLink data counters, all links (KiB since the driver loaded); absent without NVLink
+      NvmlFieldValue f[2] = {};
+      f[0].field_id = kNvlinkTxKib;
+      f[1].field_id = kNvlinkRxKib;
+      current.store("nvmlDeviceGetFieldValues", std::memory_order_relaxed);
+      if (fields_(dev_, 2, f) == 0) {
+        if (f[0].result == 0) s.set(Resource::kGpuNvlinkTx, static_cast<double>(f[0].value) * 1024);
+        if (f[1].result == 0) s.set(Resource::kGpuNvlinkRx, static_cast<double>(f[1].value) * 1024);
+      }
+    }
     if (events_ != nullptr) {
       current.store("nvmlEventSetWait_v2", std::memory_order_relaxed);
       NvmlEvent e{};
@@ -292,6 +311,7 @@ class Nvml {
     if (throttle_ == nullptr) throttle_ = sym<decltype(throttle_)>(lib, "nvmlDeviceGetCurrentClocksThrottleReasons");
     ecc_ = sym<decltype(ecc_)>(lib, "nvmlDeviceGetTotalEccErrors");
     pcie_ = sym<decltype(pcie_)>(lib, "nvmlDeviceGetPcieThroughput");
+    fields_ = sym<decltype(fields_)>(lib, "nvmlDeviceGetFieldValues");
     auto create = sym<int (*)(void**)>(lib, "nvmlEventSetCreate");
     auto reg = sym<int (*)(void*, unsigned long long, void*)>(lib, "nvmlDeviceRegisterEvents");
     wait_ = sym<decltype(wait_)>(lib, "nvmlEventSetWait_v2");
@@ -314,6 +334,7 @@ class Nvml {
   int (*throttle_)(void*, unsigned long long*) = nullptr;
   int (*ecc_)(void*, int, int, unsigned long long*) = nullptr;
   int (*pcie_)(void*, int, unsigned*) = nullptr;
+  int (*fields_)(void*, int, NvmlFieldValue*) = nullptr;
   int (*wait_)(void*, NvmlEvent*, unsigned) = nullptr;
   void* events_ = nullptr;
   std::uint64_t xids_ = 0;

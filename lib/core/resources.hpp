@@ -2,7 +2,7 @@
 // switches), the host (load, memory, network and disk bytes) and the rank's
 // own GPU through NVML loaded at run time (utilisation, memory, power,
 // temperature, SM clock, throttle reasons, ECC errors, XID events, PCIe
-// throughput), every Config::resource_interval (30 s) and at every stall.
+// throughput, NVLink bytes), every Config::resource_interval (30 s) and at every stall.
 //
 // Sampled on a thread of their own, never on the background thread: a driver
 // call that hangs (a wedged GPU) must not stop liveness, the heartbeat and
@@ -28,6 +28,7 @@ enum class Resource : std::uint8_t {
   kCpuSeconds, kRssBytes, kThreads, kOpenFds, kCtxVoluntary, kCtxInvoluntary,
   kLoad1, kMemAvailable, kMemTotal, kNetRx, kNetTx, kDiskRead, kDiskWritten,
   kGpuUtil, kGpuMemUsed, kGpuPower, kGpuTemp, kGpuSmClock, kGpuThrottle, kGpuEcc, kGpuXid, kGpuPcieTx, kGpuPcieRx,
+  kGpuNvlinkTx, kGpuNvlinkRx,
   kCount,
 };
 inline constexpr int kResourceCount = static_cast<int>(Resource::kCount);

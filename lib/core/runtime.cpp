@@ -169,6 +169,12 @@ absl::Status Runtime::init(const Config& cfg) {
       &counter("rankscope_grad_norm_explosions_total", "Steps whose gradient norm was 10x its recent median or more");
   skip_storms_total_ = &counter("rankscope_skip_storms_total", "Episodes of many skipped optimizer steps");
   numerics_.reset();
+  for (int c = 0; c < kTimeCategoryCount; ++c) {
+    goodput_seconds_[c] = &gauge("rankscope_goodput_seconds",
+                                 "This process's wall time by where it went (compute, loader wait, communication, ...)",
+                                 {{"category", std::string(time_category_name(static_cast<TimeCategory>(c)))}});
+  }
+  goodput_ratio_ = &gauge("rankscope_goodput_ratio", "Productive compute over this process's wall time");
 
   watchdog_.start(watchdog_cfg_, context_,
                   run_dir_.empty() ? std::string() : schema::heartbeat_path(run_dir_, context_.rank),
@@ -181,6 +187,8 @@ absl::Status Runtime::init(const Config& cfg) {
   }
   for (auto& s : sinks_) s->start(info);
   last_metrics_mono_ = mono0;
+  goodput_ = GoodputBuilder{};
+  goodput_.on_run_start(wall0);
 
   stop_requested_ = false;
   bg_done_ = false;
@@ -310,6 +318,7 @@ std::uint64_t ticks_to_ns(std::uint64_t dticks) noexcept { return Runtime::get()
 
 void observe_ungated(Histogram& h, double v) noexcept { h.observe_impl(v); }
 void add_ungated(Counter& c, double v) noexcept { add_to_slot(c.slot_, v); }
+void set_ungated(Gauge& g, double v) noexcept { g.value_.store(v, std::memory_order_relaxed); }
 
 ThreadState* register_thread(bool force) noexcept {
   if (t_thread_exited || (!force && g_gate.load(std::memory_order_acquire) != kActive)) return nullptr;

@@ -3,6 +3,7 @@
 // dumps, signals). Not installed.
 // Thread-safety: members note which thread owns them; mu_ guards control state.
 #pragma once
+#include "goodput.hpp"
 #include "resources.hpp"
 
 #include <time.h>
@@ -140,6 +141,10 @@ class Runtime {
   void export_metrics_now();
   void write_resources();  // a finished resource snapshot into the run log; a stuck one said once
   std::uint64_t resource_deadline_ns_ = 0;
+  // This process's own goodput (goodput.hpp), exported with every metrics snapshot.
+  GoodputBuilder goodput_;
+  Gauge* goodput_seconds_[kTimeCategoryCount] = {};
+  Gauge* goodput_ratio_ = nullptr;
   Counter* resource_timeouts_ = nullptr;
   void decode(ThreadState* st, const Record& r, const Record* next, std::vector<Event>& batch);
   void watch_numerics(const Event& step_end);  // numerics events and counters from a step_end

@@ -226,7 +226,9 @@ Kind kind_from_name(std::string_view name);
   X(kGpuEcc, "gpu_ecc_uncorrected")              \
   X(kGpuXid, "gpu_xid")                          \
   X(kGpuPcieTx, "gpu_pcie_tx_bytes_s")           \
-  X(kGpuPcieRx, "gpu_pcie_rx_bytes_s")
+  X(kGpuPcieRx, "gpu_pcie_rx_bytes_s")                \
+  X(kGpuNvlinkTx, "gpu_nvlink_tx_bytes")               \
+  X(kGpuNvlinkRx, "gpu_nvlink_rx_bytes")
 
 enum class Field : std::uint8_t {
   RANKSCOPE_DETAIL_FIELDS(RANKSCOPE_DETAIL_ENUM_MEMBER)

@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "goodput.hpp"
+#include "goodput_format.hpp"
 #include "json_util.hpp"
 
 namespace rankscope::reader {

@@ -10,7 +10,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_replace.h"
-#include "goodput.hpp"
+#include "goodput_format.hpp"
 #include "json_util.hpp"
 
 namespace rankscope::reader {

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "goodput.hpp"
+#include "goodput_format.hpp"
 #include "rankscope/runtime.hpp"
 #include "run_log.hpp"
 

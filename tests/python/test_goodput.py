@@ -1,7 +1,8 @@
 """`rankscope goodput`: a run with delays of known length injected into every category
 (start-up, loader wait, communication, compute, a checkpoint, an evaluation pass, a 3 s hang
 the watchdog reports, an elastic restart that repeats 10 steps) is accounted category by
-category within 1 % of what the job itself measured, and the categories sum to the wall time."""
+category within 1 % of what the job itself measured (the time between steps: the evaluation
+pass and Python's own time there), and the categories sum to the wall time."""
 import json
 import os
 import subprocess
@@ -26,9 +27,13 @@ def timed(name, seconds, into):
         time.sleep(seconds)
         if into:
             spent[into] += time.perf_counter() - t
+t_prev_end = None  # between steps is "other": an evaluation pass, and Python's own time between steps
 for step in range(first, last):
     repeated = session == 1 and step < 30
     t_step = time.perf_counter()
+    if t_prev_end is not None:
+        spent["other"] += t_step - t_prev_end - ckpt_in_gap
+    ckpt_in_gap = 0.0
     if step == first:
         spent["startup"] = time.time() - t_init
     rankscope.begin_step(step)
@@ -37,14 +42,16 @@ for step in range(first, last):
     timed("forward", 3.0 if hang else 0.04, "stall" if hang else None if repeated else "compute")
     timed("all_reduce", 0.03, None if repeated else "communication")
     rankscope.step(step)
+    t_prev_end = time.perf_counter()
     if repeated:  # the whole step, phases and the gaps between them
-        spent["restart_recompute"] += time.perf_counter() - t_step
+        spent["restart_recompute"] += t_prev_end - t_step
     if session == 0 and step == 10:
+        before = spent["checkpoint"]
         timed("checkpoint_save", 0.4, "checkpoint")
+        ckpt_in_gap = spent["checkpoint"] - before
     if session == 0 and step == 12:
-        t = time.perf_counter()
         time.sleep(0.3)                              # an evaluation pass
-        spent["other"] += time.perf_counter() - t
+spent["other"] += time.perf_counter() - t_prev_end   # the last step to shutdown
 rankscope.shutdown()
 json.dump({"spent": spent, "t_init": t_init, "t_end": time.time()}, open(sys.argv[2], "w"))
 '''

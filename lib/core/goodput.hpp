@@ -2,20 +2,22 @@
 // exposed communication, checkpointing, stalls, restart downtime and
 // recompute, start-up, warm-up/compilation, and the rest between steps.
 // The categories are disjoint and sum to the rank's wall time (first
-// run_start to last event) by construction; `rankscope goodput` prints them.
-// Thread-safety: one GoodputBuilder per rank (the summary's digest pass feeds it).
+// run_start to last event) by construction. Two feeders: the reader's digest
+// pass (`rankscope goodput`, whole runs, restarts included) and the background
+// thread (rankscope_goodput_seconds, this process's own time, exported with
+// every metrics snapshot and at the end of the run).
+// Thread-safety: one GoodputBuilder per rank and thread.
 #pragma once
 
 #include <array>
 #include <cstdint>
-#include <string>
 #include <initializer_list>
 #include <string_view>
 #include <vector>
 
 #include "rankscope/runtime.hpp"
 
-namespace rankscope::reader {
+namespace rankscope::detail {
 
 enum class TimeCategory : std::uint8_t {
   kCompute,     // step time outside loader wait, collectives and checkpoints
@@ -86,12 +88,4 @@ class GoodputBuilder {
   std::vector<Stall> stalls_;
 };
 
-struct RunSummary;
-/// The run's mean per rank, category by category, then the ranks with the least goodput.
-std::string format_goodput(const RunSummary& s);
-/// {"wall_seconds", "goodput", "categories": {...}, "ranks": [{"rank", "wall_seconds", "goodput", "categories"}]}
-std::string format_goodput_json(const RunSummary& s);
-/// The mean over the run's ranks.
-Goodput mean_goodput(const RunSummary& s);
-
-}  // namespace rankscope::reader
+}  // namespace rankscope::detail

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-namespace rankscope::reader {
+namespace rankscope::detail {
 
 namespace {
 constexpr std::string_view kNames[] = {"compute", "loader_wait", "communication", "checkpoint", "stall",
@@ -180,4 +180,4 @@ Goodput GoodputBuilder::finish() {
   return g;
 }
 
-}  // namespace rankscope::reader
+}  // namespace rankscope::detail
