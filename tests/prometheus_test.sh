@@ -78,7 +78,10 @@ firing() {  # firing ALERT: prints how many series of ALERT fire, waiting up to 
 }
 nonfinite=$(firing RankscopeNonFiniteLoss)
 [[ -n "$nonfinite" ]] || fail "RankscopeNonFiniteLoss never fired after rank 0's loss went NaN"
-curl -sf "http://127.0.0.1:$base/metrics" | grep -q '^rankscope_loss{.*} Nan$' || fail "the NaN loss is not on the page"
+# Read whole, then searched: `curl | grep -q` under pipefail fails when grep stops reading
+# first (curl's SIGPIPE), and the page is long.
+curl -sf "http://127.0.0.1:$base/metrics" >"$work/metrics-nan.txt" || fail "no /metrics on port $base"
+grep -q '^rankscope_loss{.*} Nan$' "$work/metrics-nan.txt" || fail "the NaN loss is not on the page"
 echo "non-finite loss rule firing for $nonfinite series"
 
 stalled=$(firing RankscopeJobStalled)
