@@ -12,7 +12,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 repeats=${1:-2} build=${2:-$here/build}
-work=$(mktemp -d /tmp/rankscope-hang-latency.XXXX)
+work=$(mktemp -d --suffix=-rankscope-hang-latency)
 trap 'pkill -f "$work" 2>/dev/null || true; rm -rf "$work"' EXIT
 unset RANKSCOPE_STALL_TIMEOUT RANKSCOPE_STALL_FLOOR RANKSCOPE_STALL_WARMUP RANKSCOPE_HEARTBEAT_INTERVAL
 results=$work/results.txt
