@@ -429,8 +429,10 @@ void Runtime::run_background() {
 // The exception boundary of the background thread: an allocation failure (or
 // any other exception) while draining must not end the trainer. What was
 // being decoded is lost and counted as dropped; one line per second at most
-// says so; the next wake-up starts afresh. A failure during shutdown still
-// releases the threads waiting for it.
+// says so; the next wake-up starts afresh. A failure during shutdown is
+// retried (the stop may have been asked while the failure was on its way
+// here: giving up then would lose run_end and the last lines); the third one
+// gives up and still releases the threads waiting for it.
 void Runtime::background_failed(std::vector<Event>& batch, const char* what) noexcept {
   lost_.fetch_add(batch.size(), std::memory_order_relaxed);
   batch.clear();
@@ -447,7 +449,7 @@ void Runtime::background_failed(std::vector<Event>& batch, const char* what) noe
   } catch (...) {
     return;
   }
-  if (stop_requested_) {
+  if (stop_requested_ && ++bg_stop_failures_ >= 3) {
     sinks_.clear();
     bg_clock_valid_.store(false, std::memory_order_release);
     bg_done_ = true;
@@ -460,8 +462,9 @@ void Runtime::background_failed(std::vector<Event>& batch, const char* what) noe
     cv_.notify_all();
     bg_failed_stop_ = true;
   } else {
+    const bool stopping = stop_requested_;
     lk.unlock();
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));  // let a transient shortage pass
+    std::this_thread::sleep_for(std::chrono::milliseconds(stopping ? 1 : 10));  // let a transient shortage pass
   }
 }
 

@@ -192,6 +192,8 @@ absl::Status Runtime::init(const Config& cfg) {
 
   stop_requested_ = false;
   bg_done_ = false;
+  bg_failed_stop_ = false;
+  bg_stop_failures_ = 0;
   phase_ = Phase::kRunning;
   try {
     std::thread(&Runtime::run_background, this).detach();

@@ -193,6 +193,7 @@ class Runtime {
   std::atomic<std::uint64_t> lost_{0};  // events lost to an exception in the background thread
   std::chrono::steady_clock::time_point last_failure_report_{};  // background thread only
   bool bg_failed_stop_ = false;  // background thread only: it failed while stopping
+  int bg_stop_failures_ = 0;     // background thread only: failures since the stop was asked
   // The background thread's CPU clock while it runs; its final reading after.
   std::atomic<bool> bg_clock_valid_{false};
   std::atomic<clockid_t> bg_clock_{0};
