@@ -7,6 +7,7 @@
 #include "rankscope/flight_recorder.hpp"
 #include "environment.hpp"
 #include "exit_cause.hpp"
+#include "stacks.hpp"
 #include "rankscope/heartbeat.hpp"
 #include "rankscope/runtime.hpp"
 #include "rankscope/step.hpp"
@@ -70,6 +71,12 @@ void bind_runtime(py::module_& m) {
       "_add_environment_entry",
       [](std::string key, std::string value) { rankscope::detail::add_environment_entry(std::move(key), std::move(value)); },
       "key"_a, "value"_a, "Internal: a version in the environment summary (python, torch), before init().");
+  m.def(
+      "_python_stack_signal", [] { return rankscope::detail::stacks_installed() ? rankscope::detail::python_stack_signal() : 0; },
+      "Internal: the signal faulthandler is registered for (0: stacks off - RANKSCOPE_SIGNALS=0).");
+  m.def(
+      "_set_python_stack_pipe", [](int fd) { rankscope::detail::stacks_set_python_pipe(fd); }, "fd"_a,
+      "Internal: the read end of faulthandler's pipe; rankscope owns it from now on.");
   m.def("run_dir", &rankscope::run_dir, "The run directory in use ('' before init).");
   m.def(
       "context",

@@ -18,6 +18,7 @@
 #include "resources.hpp"
 #include "schema.hpp"
 #include "signals.hpp"
+#include "stacks.hpp"
 #include "yield_point.hpp"
 
 namespace rankscope::detail {
@@ -329,12 +330,36 @@ void Runtime::export_metrics_now() {
   last_metrics_mono_ = snap.mono_ns;
 }
 
+// Where every thread is (stacks.hpp): a run-log line and, through the
+// recent-events history, the flight dump. Only when signal handlers are ours
+// to install (Config::install_signal_handlers).
+void Runtime::write_stacks(std::string_view reason) {
+  if (!signal_handlers_) return;
+  const detail::StackCapture c = detail::capture_stacks(std::chrono::milliseconds(100));
+  std::vector<Event> out(1);
+  Event& e = out[0];
+  e.kind = EventKind::kStacks;
+  e.step = detail::g_step.load(std::memory_order_relaxed);
+  e.mono_ns = mono_now();
+  e.wall_ns = detail::realtime_ns();
+  e.text = std::string(reason);
+  e.attributes.add(schema::field_name(schema::Field::kThreads), c.threads)
+      .add(schema::field_name(schema::Field::kAnswered), c.answered)
+      .add(schema::field_name(schema::Field::kCaptureUs), static_cast<double>(c.cost_ns) / 1e3)
+      .add(schema::field_name(schema::Field::kNative), c.native);
+  if (!c.python.empty()) e.attributes.add(schema::field_name(schema::Field::kPython), c.python);
+  remember(e);
+  deliver(out);
+  write_pending();
+}
+
 absl::StatusOr<std::string> Runtime::dump_now(std::string_view reason) {
   if (run_dir_.empty()) {
     return absl::FailedPreconditionError("no run directory to dump into (the run log is off); set Config::run_dir");
   }
   std::vector<Event> batch;
   drain_all(batch);  // everything recorded so far is in the recent-events history
+  if (reason != "shutdown") write_stacks(reason);
   detail::DumpInput in;
   in.reason = reason;
   in.context = &context_;

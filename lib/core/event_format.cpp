@@ -274,7 +274,9 @@ void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
       attribute_members(e.attributes, out);
       break;
     case EventKind::kResources:
-      begin(out, kind_name(Kind::kResources), e.wall_ns, e.mono_ns, e.step, e.tid);
+    case EventKind::kStacks:
+      begin(out, kind_name(e.kind == EventKind::kResources ? Kind::kResources : Kind::kStacks), e.wall_ns, e.mono_ns,
+            e.step, e.tid);
       out.append(next_key<Field::kReason>());
       json_escape_to(out, e.text);
       attribute_members(e.attributes, out);

@@ -5,6 +5,7 @@
 #include "resources.hpp"
 #include "runtime_impl.hpp"
 #include "schema.hpp"
+#include "stacks.hpp"
 
 #include <errno.h>
 #include <pthread.h>
@@ -125,8 +126,10 @@ absl::Status Runtime::init(const Config& cfg) {
   recent_.clear();
   dump_fmt_.set_rank(context_.rank);
   detail::install_flight_ring(set->flight_entries);
+  signal_handlers_ = set->signals;
   if (set->signals) {
     detail::install_signal_handlers();
+    detail::stacks_install();
     detail::install_terminate_handler();  // an uncaught C++ exception is an `exit` line, then the usual abort
   }
   sinks_ = std::move(sinks);

@@ -139,7 +139,8 @@ class Runtime {
   static constexpr std::size_t kExitedHistories = 8;
   std::uint64_t decode_log(ThreadState* st, std::uint64_t at, std::vector<Event>& batch);
   void export_metrics_now();
-  void write_resources();  // a finished resource snapshot into the run log; a stuck one said once
+  void write_resources();
+  void write_stacks(std::string_view reason);  // every thread's stack, a run-log line (stacks.hpp)  // a finished resource snapshot into the run log; a stuck one said once
   std::uint64_t resource_deadline_ns_ = 0;
   // This process's own goodput (goodput.hpp), exported with every metrics snapshot.
   GoodputBuilder goodput_;
@@ -192,6 +193,7 @@ class Runtime {
   std::atomic<std::uint64_t> recorded_{0};
   std::atomic<std::uint64_t> lost_{0};  // events lost to an exception in the background thread
   std::chrono::steady_clock::time_point last_failure_report_{};  // background thread only
+  bool signal_handlers_ = false;  // ours installed: stacks can be captured
   bool bg_failed_stop_ = false;  // background thread only: it failed while stopping
   int bg_stop_failures_ = 0;     // background thread only: failures since the stop was asked
   // The background thread's CPU clock while it runs; its final reading after.

@@ -46,7 +46,8 @@ inline constexpr int kFlightVersion = kFlightRecorderSchema;      // rank-<R>.fl
   X(kLogResumed, "log_resumed")                                                                            \
   X(kExit, "exit")                                                                                         \
   X(kNumerics, "numerics")                                                                                 \
-  X(kResources, "resources")
+  X(kResources, "resources")                                                                               \
+  X(kStacks, "stacks")
 
 enum class Kind : std::uint8_t {
   RANKSCOPE_DETAIL_EVENT_KINDS(RANKSCOPE_DETAIL_ENUM_MEMBER)
@@ -228,7 +229,11 @@ Kind kind_from_name(std::string_view name);
   X(kGpuPcieTx, "gpu_pcie_tx_bytes_s")           \
   X(kGpuPcieRx, "gpu_pcie_rx_bytes_s")                \
   X(kGpuNvlinkTx, "gpu_nvlink_tx_bytes")               \
-  X(kGpuNvlinkRx, "gpu_nvlink_rx_bytes")
+  X(kGpuNvlinkRx, "gpu_nvlink_rx_bytes")                          \
+  X(kNative, "native")                                            \
+  X(kPython, "python")                                            \
+  X(kAnswered, "answered")                                        \
+  X(kCaptureUs, "capture_us")
 
 enum class Field : std::uint8_t {
   RANKSCOPE_DETAIL_FIELDS(RANKSCOPE_DETAIL_ENUM_MEMBER)

@@ -93,6 +93,42 @@ def init(rank=None, world_size=None, local_rank=None, run_dir=None, run_id=None,
     _rankscope.init(rank=rank, world_size=world_size, local_rank=local_rank, run_dir=run_dir, run_id=run_id,
                     enabled=enabled, run_config=run_config)
     _install_exit_hooks()
+    _install_stack_capture()
+
+
+_stack_pipe = None  # faulthandler's write end: it must stay open as long as faulthandler may write
+
+
+def _install_stack_capture():
+    """Python stacks for dumps and stalls (the `stacks` run-log line): CPython's faulthandler,
+    registered for a real-time signal, writes every interpreter thread's stack from its signal
+    handler without taking the GIL - a thread holding the GIL in a busy loop cannot block it. It
+    writes into a non-blocking pipe that rankscope reads (a full pipe cuts the text short, never
+    blocks the handler). Once per process; skipped with RANKSCOPE_SIGNALS=0."""
+    global _stack_pipe
+    signo = _rankscope._python_stack_signal()
+    if _stack_pipe is not None or signo == 0:
+        return
+    import faulthandler
+    import os
+    try:
+        r, w = os.pipe()
+    except OSError:
+        return
+    try:
+        os.set_blocking(w, False)
+        try:
+            import fcntl
+            fcntl.fcntl(w, getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)  # room for deep stacks
+        except OSError:
+            pass
+        faulthandler.register(signo, file=w, all_threads=True, chain=False)
+    except (OSError, RuntimeError, ValueError):
+        os.close(r)
+        os.close(w)
+        return
+    _stack_pipe = w
+    _rankscope._set_python_stack_pipe(r)
 
 
 def _add_versions():

@@ -44,6 +44,8 @@ enum class EventKind : std::uint8_t {
                // what = nonfinite / spike / explosion / skip_storm, signal, value, median, score)
   kResources,  // a resource snapshot (text = why: start / interval / stall; attributes: the
                // values, keys as in the run log's `resources` line)
+  kStacks,     // every thread's stack (text = why; attributes: native, python, threads,
+               // answered, capture_us), stacks.hpp
 };
 
 /// One decoded record. Times are nanoseconds; wall = since the Unix epoch.

@@ -1,0 +1,240 @@
+#include "stacks.hpp"
+
+#include <cxxabi.h>
+#include <dirent.h>
+#include <dlfcn.h>
+#include <execinfo.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+namespace rankscope::detail {
+namespace {
+
+constexpr int kMaxSlots = 256;  // threads asked per capture; more are counted, not asked
+constexpr int kMaxFrames = 64;
+constexpr std::size_t kMaxPython = 256 << 10;
+
+struct Slot {
+  std::atomic<pid_t> tid{0};
+  std::atomic<int> done{0};  // 1 = frames written by the thread's handler
+  int depth = 0;
+  void* frames[kMaxFrames];
+};
+Slot g_slots[kMaxSlots];
+std::atomic<int> g_nslots{0};
+std::atomic<int> g_python_fd{-1};
+std::once_flag g_installed;
+std::atomic<bool> g_installed_done{false};
+
+pid_t gettid_now() { return static_cast<pid_t>(::syscall(SYS_gettid)); }
+
+// Runs on the interrupted thread: only async-signal-safe work (backtrace() is,
+// once primed: the unwinder is loaded and nothing allocates).
+void on_native_signal(int, siginfo_t*, void*) {
+  const int saved = errno;
+  const pid_t me = gettid_now();
+  const int n = g_nslots.load(std::memory_order_acquire);
+  for (int i = 0; i < n; ++i) {
+    Slot& s = g_slots[i];
+    if (s.tid.load(std::memory_order_acquire) != me) continue;
+    if (s.done.load(std::memory_order_relaxed) == 0) {
+      s.depth = ::backtrace(s.frames, kMaxFrames);
+      s.done.store(1, std::memory_order_release);
+    }
+    break;
+  }
+  errno = saved;
+}
+
+void on_python_signal_unregistered(int) {}  // faulthandler not (or no longer) there
+
+bool python_handler_present() {
+  struct sigaction cur {};
+  if (::sigaction(python_stack_signal(), nullptr, &cur) != 0) return false;
+  if ((cur.sa_flags & SA_SIGINFO) != 0) return cur.sa_sigaction != nullptr;
+  return cur.sa_handler != SIG_DFL && cur.sa_handler != SIG_IGN && cur.sa_handler != &on_python_signal_unregistered;
+}
+
+std::string thread_name(pid_t tid) {
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/self/task/%d/comm", static_cast<int>(tid));
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return {};
+  char buf[32];
+  const ssize_t n = ::read(fd, buf, sizeof(buf));
+  ::close(fd);
+  std::string name(buf, n > 0 ? static_cast<std::size_t>(n) : 0);
+  while (!name.empty() && (name.back() == '\n' || name.back() == '\0')) name.pop_back();
+  return name;
+}
+
+std::vector<pid_t> list_tasks() {
+  std::vector<pid_t> tids;
+  DIR* d = ::opendir("/proc/self/task");
+  if (d == nullptr) return tids;
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    tids.push_back(static_cast<pid_t>(std::atoi(e->d_name)));
+  }
+  ::closedir(d);
+  return tids;
+}
+
+const char* base_name(const char* path) {
+  const char* slash = std::strrchr(path, '/');
+  return slash != nullptr ? slash + 1 : path;
+}
+
+// `exact`: the interrupted instruction itself; other frames are return
+// addresses, looked up one byte back so a call at a function's end is named
+// after its caller, not the next function.
+void append_frame(std::string& out, int index, void* frame, bool exact) {
+  const auto addr = reinterpret_cast<std::uintptr_t>(frame);
+  const std::uintptr_t look = exact || addr == 0 ? addr : addr - 1;
+  Dl_info info{};
+  if (::dladdr(reinterpret_cast<void*>(look), &info) == 0 || info.dli_fname == nullptr) {
+    fmt::format_to(std::back_inserter(out), "  #{} {:#x}\n", index, addr);
+    return;
+  }
+  const char* module = base_name(info.dli_fname);
+  if (info.dli_sname == nullptr) {
+    fmt::format_to(std::back_inserter(out), "  #{} {}+{:#x}\n", index, module,
+                   look - reinterpret_cast<std::uintptr_t>(info.dli_fbase));
+    return;
+  }
+  int status = 0;
+  char* demangled = abi::__cxa_demangle(info.dli_sname, nullptr, nullptr, &status);
+  fmt::format_to(std::back_inserter(out), "  #{} {}+{:#x} ({})\n", index, status == 0 && demangled ? demangled : info.dli_sname,
+                 look - reinterpret_cast<std::uintptr_t>(info.dli_saddr), module);
+  std::free(demangled);
+}
+
+void capture_native(StackCapture& c, std::chrono::steady_clock::time_point end) {
+  const pid_t pid = ::getpid(), self = gettid_now();
+  std::vector<pid_t> tids = list_tasks();
+  std::erase(tids, self);
+  c.threads = static_cast<int>(tids.size());
+  const int n = std::min<int>(static_cast<int>(tids.size()), kMaxSlots);
+  for (int i = 0; i < n; ++i) {
+    g_slots[i].done.store(0, std::memory_order_relaxed);
+    g_slots[i].depth = 0;
+    g_slots[i].tid.store(tids[static_cast<std::size_t>(i)], std::memory_order_release);
+  }
+  g_nslots.store(n, std::memory_order_release);
+  for (int i = 0; i < n; ++i) {
+    if (::syscall(SYS_tgkill, pid, tids[static_cast<std::size_t>(i)], native_stack_signal()) != 0) {
+      g_slots[i].done.store(-1, std::memory_order_relaxed);  // gone since it was listed
+    }
+  }
+  for (;;) {
+    int pending = 0;
+    for (int i = 0; i < n; ++i) pending += g_slots[i].done.load(std::memory_order_acquire) == 0 ? 1 : 0;
+    if (pending == 0 || std::chrono::steady_clock::now() >= end) break;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  g_nslots.store(0, std::memory_order_release);  // a late handler finds no slot
+  for (int i = 0; i < n; ++i) {
+    Slot& s = g_slots[i];
+    const pid_t tid = s.tid.load(std::memory_order_relaxed);
+    const int state = s.done.load(std::memory_order_acquire);
+    if (state < 0) continue;
+    fmt::format_to(std::back_inserter(c.native), "thread {} \"{}\"{}\n", tid, thread_name(tid), tid == pid ? " (main)" : "");
+    if (state == 0) {
+      c.native += "  (no answer: the thread blocks the signal or did not run in time)\n";
+      continue;
+    }
+    ++c.answered;
+    // frames[0] is the handler, frames[1] the kernel's signal trampoline; the
+    // thread was interrupted at frames[2].
+    for (int f = 2; f < s.depth; ++f) append_frame(c.native, f - 2, s.frames[f], f == 2);
+  }
+  if (static_cast<int>(tids.size()) > n) {
+    fmt::format_to(std::back_inserter(c.native), "({} more threads not asked)\n", tids.size() - static_cast<std::size_t>(n));
+  }
+}
+
+void capture_python(StackCapture& c, std::chrono::steady_clock::time_point end) {
+  const int fd = g_python_fd.load(std::memory_order_acquire);
+  if (fd < 0 || !python_handler_present()) return;
+  char buf[16384];
+  while (::read(fd, buf, sizeof(buf)) > 0) {
+  }  // a previous capture's late tail
+  const pid_t pid = ::getpid();
+  if (::syscall(SYS_tgkill, pid, pid, python_stack_signal()) != 0) return;  // faulthandler runs on the main thread
+  bool got = false;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    pollfd p{fd, POLLIN, 0};
+    // faulthandler writes the whole text from one handler, a write per
+    // line: 2 ms without more after some has come means it is done.
+    const int r = ::poll(&p, 1, got ? 2 : static_cast<int>(left.count()));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    const ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n <= 0) break;
+    if (c.python.size() < kMaxPython) c.python.append(buf, static_cast<std::size_t>(n));
+    got = true;
+  }
+}
+
+}  // namespace
+
+void stacks_install() noexcept {
+  std::call_once(g_installed, [] {
+    void* prime[4];
+    (void)::backtrace(prime, 4);  // loads the unwinder now, not inside a handler
+    struct sigaction sa {};
+    sa.sa_sigaction = &on_native_signal;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    (void)::sigaction(native_stack_signal(), &sa, nullptr);
+    struct sigaction py {};
+    py.sa_handler = &on_python_signal_unregistered;
+    py.sa_flags = SA_RESTART;
+    sigemptyset(&py.sa_mask);
+    struct sigaction cur {};
+    if (::sigaction(python_stack_signal(), nullptr, &cur) == 0 && (cur.sa_flags & SA_SIGINFO) == 0 &&
+        cur.sa_handler == SIG_DFL) {
+      (void)::sigaction(python_stack_signal(), &py, nullptr);
+    }
+    g_installed_done.store(true, std::memory_order_release);
+  });
+}
+
+bool stacks_installed() noexcept { return g_installed_done.load(std::memory_order_acquire); }
+
+void stacks_set_python_pipe(int read_fd) noexcept {
+  if (read_fd >= 0) {
+    (void)::fcntl(read_fd, F_SETFL, ::fcntl(read_fd, F_GETFL) | O_NONBLOCK);
+    (void)::fcntl(read_fd, F_SETFD, FD_CLOEXEC);
+  }
+  const int old = g_python_fd.exchange(read_fd, std::memory_order_acq_rel);
+  if (old >= 0 && old != read_fd) ::close(old);
+}
+
+StackCapture capture_stacks(std::chrono::milliseconds budget) {
+  StackCapture c;
+  const auto t0 = std::chrono::steady_clock::now();
+  // Python first: the native signal interrupts system calls that do not
+  // restart (sleep(3), poll), which could let a thread holding the GIL go
+  // before its Python frames are seen.
+  capture_python(c, t0 + budget);
+  capture_native(c, std::chrono::steady_clock::now() + budget);
+  c.cost_ns = static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+  return c;
+}
+
+}  // namespace rankscope::detail
