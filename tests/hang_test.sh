@@ -54,6 +54,14 @@ grep -q "\[hang\] HANG: rank 1 did not reach all_reduce seq 6 on 'world' while r
   fail "triage did not blame rank 1"
 grep -q "GPUs busy at low power when the ranks stopped (a computing GPU of this run: 350 W): rank 0 (100 % at 70 W), rank 2 (100 % at 70 W)" <<<"$tri" ||
   fail "triage did not see the waiting ranks' GPUs spinning"
+# Stacks: rank 1's main thread in the injected fault, the others' in the all-reduce.
+stacks=$("$cli" stacks "$run")
+echo "$stacks"
+grep -qE "main thread \(native\), [a-z ]+ - rank 1   <- the odd one out" <<<"$stacks" || fail "stacks: rank 1 is not the odd one out"
+grep -q "block_before_all_reduce" <<<"$stacks" || fail "stacks: rank 1's frame is not named"
+grep -qE "main thread \(native\), [a-z ]+ - ranks 0,2$" <<<"$stacks" || fail "stacks: ranks 0 and 2 are not grouped"
+grep -q "where the main threads were at the last stack capture: rank 1: block_before_all_reduce" <<<"$tri" ||
+  fail "triage does not say where rank 1's main thread was"
 for _ in $(seq 1 40); do grep -q '"rank":1,"step":5,"reason":"stall"' "$run/rank-1.jsonl" && break; sleep 0.25; done
 grep -q '"kind":"resources","t":[0-9]*,"mono":[0-9]*,"rank":1,"step":5,"reason":"stall"' "$run/rank-1.jsonl" ||
   fail "rank 1: no resource snapshot at its stall"

@@ -140,6 +140,13 @@ Args parse(int argc, char** argv) {
 
 }  // namespace
 
+// The injected fault, a function of its own so that a stack capture names it
+// (exported: the executable links with ENABLE_EXPORTS, -rdynamic).
+__attribute__((noinline)) void block_before_all_reduce(long block_ms) {
+  if (block_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(block_ms));
+  else for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+}
+
 // Exit codes: 0 done, 1 setup failed, 3 a collective failed, 4 an invariant check failed.
 int main(int argc, char** argv) {
   const Args args = parse(argc, argv);
@@ -321,8 +328,7 @@ int main(int argc, char** argv) {
           // A rank stuck on I/O before the all-reduce (a hung filesystem, say):
           // the others wait in the all-reduce for it, forever or --block-ms.
           rankscope::PhaseTimer blocked(rankscope::DynamicName{args.block_phase});
-          if (args.block_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(args.block_ms));
-          else for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+          block_before_all_reduce(args.block_ms);
         }
         {
           RANKSCOPE_PHASE("all_reduce");

@@ -9,6 +9,7 @@
 //   rankscope goodput RUN_DIR [--json]
 //   rankscope diff RUN_A RUN_B [--json]
 //   rankscope report RUN_DIR [-o report.html]
+//   rankscope stacks RUN_DIR [--json]
 // Exit codes (kExit* in cli.hpp): 0 healthy, 1 findings, 2 the run could not be read.
 #include "cli.hpp"
 
@@ -25,6 +26,7 @@
 #include "diff.hpp"
 #include "goodput_format.hpp"
 #include "report.hpp"
+#include "stacks_view.hpp"
 #include "rankscope/config.hpp"
 #include "status.hpp"
 #include "summary.hpp"
@@ -87,6 +89,12 @@ int run(int argc, const char* const* argv) {
   auto* report = app.add_subcommand("report", "One self-contained HTML page of a run: findings, ranks x steps heat map, step time, goodput, phases, bandwidth, loss");
   report->add_option("run_dir", report_dir, "Run directory")->required();
   report->add_option("-o,--output", report_out, "Page to write")->capture_default_str();
+
+  std::string stacks_dir;
+  bool stacks_json = false;
+  auto* stacks = app.add_subcommand("stacks", "Where every rank's threads were at their last stack capture (a stall, a dump, a signal): identical stacks grouped, the odd ones out marked");
+  stacks->add_option("run_dir", stacks_dir, "Run directory")->required();
+  stacks->add_flag("--json", stacks_json, "Machine-readable output");
 
   try {
     app.parse(argc, argv);
@@ -219,6 +227,16 @@ int run(int argc, const char* const* argv) {
     const rr::RunDiff d = rr::diff_runs(*a, *b);
     std::cout << (diff_json ? rr::format_diff_json(d, *a, *b) : rr::format_diff(d, *a, *b));
     return rr::diff_exit_code(d);
+  }
+
+  if (stacks->parsed()) {
+    auto s = rankscope::reader::summarize_run(stacks_dir);
+    if (!s.ok()) {
+      std::cerr << "rankscope stacks: " << s.status().message() << "\n";
+      return kExitUnreadable;
+    }
+    std::cout << (stacks_json ? rankscope::reader::format_stacks_json(*s) : rankscope::reader::format_stacks(*s));
+    return kExitHealthy;
   }
 
   if (goodput->parsed()) {

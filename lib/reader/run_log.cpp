@@ -189,6 +189,15 @@ void decode_text_field(Field f, simdjson::dom::element v, LogEvent& e) {
     case Field::kFields:
       if (e.k == schema::Kind::kFact) decode_fact_fields(v, e);
       break;
+    case Field::kNative:
+      if (e.k == schema::Kind::kStacks) str(e.native);
+      break;
+    case Field::kPython:
+      if (e.k == schema::Kind::kStacks) str(e.python);
+      break;
+    case Field::kReason:
+      if (e.k == schema::Kind::kStacks) str(e.what);
+      break;
     case Field::kInFlight:
       if (e.k == schema::Kind::kStall) decode_in_flight(v, e);
       break;

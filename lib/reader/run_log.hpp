@@ -46,6 +46,7 @@ struct LogEvent {
   std::string check, what, values_json;
   std::string cause, exception;  // exit
   std::string signal;            // numerics: loss, grad_norm, skipped
+  std::string native, python;    // stacks (reason in `what`)
   std::vector<int> ranks;
   int schema = 0;                             // run_start
   std::int64_t pid = 0;                       // run_start
@@ -59,7 +60,7 @@ struct LogEvent {
   // Resets every field, keeping string capacity (one LogEvent is reused per line).
   void clear() {
     for (std::string* s : {&kind, &name, &phase_kind, &op, &comm, &dtype, &fingerprint, &result, &inside, &grown_phase,
-                           &level, &msg, &check, &what, &values_json, &cpu_affinity, &cause, &exception, &signal}) {
+                           &level, &msg, &check, &what, &values_json, &cpu_affinity, &cause, &exception, &signal, &native, &python}) {
       s->clear();
     }
     k = schema::Kind::kUnknown;

@@ -77,6 +77,16 @@ struct ExitRecord {
   EvidenceLine line;
 };
 
+/// Where every thread of a rank was: the last `stacks` line of its run log
+/// (a stall, a dump, a signal). Texts as the runtime wrote them (stacks.hpp).
+struct StackRecord {
+  std::string reason;  // "stall", "signal SIGTERM", "api", ...
+  std::int64_t step = -1;
+  std::uint64_t t = 0;
+  std::string native, python;
+  EvidenceLine line;
+};
+
 /// The run log stopped being written (a full disk): log_stopped, or the heartbeat.
 struct LogStopRecord {
   std::string error;            // strerror's text: "No space left on device"
@@ -226,6 +236,7 @@ struct RankSummary {
   std::vector<ResourcePoint> resources;
   std::optional<ResourcePoint> last_resources;
   static constexpr std::size_t kResourcesKept = 512;
+  std::optional<StackRecord> stacks;  // its last stacks capture
   std::string dump_reason;  // its flight dump's reason ("signal SIGPIPE", "stall", ...), from that process
 };
 

@@ -171,6 +171,7 @@ void RankDigester::dispatch(const LogEvent& e) {
       }
       break;
     case schema::Kind::kResources: on_resources(e); break;
+    case schema::Kind::kStacks: r.stacks = StackRecord{e.what, e.step, e.t, e.native, e.python, evidence(r.rank, e)}; break;
     case schema::Kind::kViolation:
       d_.violations.push_back({r.rank, e.check, e.what, e.msg, e.level, e.values_json, e.ranks, e.step, e.t,
                                evidence(r.rank, e)});

@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "stacks_view.hpp"
 #include "status.hpp"
 #include "triage_rules.hpp"
 
@@ -115,6 +116,10 @@ TriageReport triage(const RunSummary& sum, const TriageOptions& opts) {
   const rules::TriageInput in = rules::make_triage_input(sum, live, opts);
   r.findings = run_rules(in);
   rules::add_resource_evidence(in, r.findings);
+  for (Finding& f : r.findings) {  // a hang or a stall: where the code was, not only the phase
+    if (f.kind != FindingKind::kHang && f.kind != FindingKind::kStall && f.kind != FindingKind::kDeadRank) continue;
+    if (std::string where = stack_evidence(sum, f.ranks); !where.empty()) f.evidence.push_back(std::move(where));
+  }
   order_findings(r.findings);
   r.ranks = rank_rows(sum, live);
   set_verdict(sum, r);
