@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "rankscope/rankscope.hpp"
+#include "stacks_view.hpp"
 #include "temp_dir.hpp"
 
 using namespace std::chrono_literals;
@@ -45,4 +46,35 @@ TEST_CASE("a dump records every thread's native stack - a thread blocked on a mu
   CHECK_THAT(line, Catch::Contains(R"("answered":)") && Catch::Contains(R"("capture_us":)"));
   if (std::getenv("RANKSCOPE_TEST_SHOW")) std::puts(line.c_str());
   CHECK_THAT(slurp(*dumped), Catch::Contains("rankscope_test_waits_for_the_mutex"));
+}
+
+TEST_CASE("the stacks view groups identical stacks across ranks and marks the odd one out", "[stacks][reader]") {
+  using namespace rankscope::reader;
+  RunSummary s;
+  const std::string waiting =
+      "Current thread 0x00007f01 (most recent call first):\n"
+      "  File \"/x/torch/distributed/c10d.py\", line 10 in all_reduce\n  File \"/x/train.py\", line 40 in <module>\n"
+      "Thread 0x00007f02 (most recent call first):\n  File \"/x/threading.py\", line 327 in wait\n";
+  const std::string loading =
+      "Current thread 0x00007f0a (most recent call first):\n"
+      "  File \"/x/data.py\", line 42 in __getitem__\n  File \"/x/train.py\", line 33 in <module>\n";
+  const std::string native = "thread 10 \"python\" (main)\n  #0 clock_nanosleep+0x65 (libc.so.6)\n  #1 main+0x60 (python)\n";
+  for (int rank = 0; rank < 4; ++rank) {
+    RankSummary& r = s.ranks.emplace_back();
+    r.rank = rank;
+    r.stacks = StackRecord{"stall", 7, 0, native, rank == 2 ? loading : waiting, {}};
+  }
+  const auto groups = group_stacks(s);
+  REQUIRE(groups.size() == 4);  // main: Python x2 (waiting, loading), native x1; then the other thread
+  CHECK((groups[0].main && groups[0].python && groups[0].ranks == std::vector<int>{0, 1, 3}));
+  CHECK(groups[0].frames.front() == "File \"/x/torch/distributed/c10d.py\", line 10 in all_reduce");
+  CHECK((groups[1].ranks == std::vector<int>{2} && groups[1].frames.front() == "File \"/x/data.py\", line 42 in __getitem__"));
+  CHECK((groups[2].main && !groups[2].python && groups[2].frames.front() == "clock_nanosleep (libc.so.6)"));
+  CHECK((!groups[3].main && groups[3].threads == 3));
+  const std::string text = format_stacks(s);
+  CHECK_THAT(text, Catch::Contains("main thread (Python), whole stack - rank 2   <- the odd one out") &&
+                       Catch::Contains("main thread (Python), whole stack - ranks 0,1,3\n"));
+  CHECK_THAT(stack_evidence(s, {2}), Catch::StartsWith("where the main threads were at the last stack capture: rank 2: File \"/x/data.py\", line 42 in __getitem__; rank 0,1,3: File"));
+  CHECK(compact_ranks({0, 1, 2, 3, 5, 7, 8}) == "0-3,5,7,8");
+  CHECK_THAT(format_stacks(RunSummary{}), Catch::StartsWith("no stacks in this run"));
 }
