@@ -363,6 +363,12 @@ TEST_CASE("a fatal signal flushes the run log and dumps before the default actio
   const std::string dump = slurp(tmp.path + "/rank-5.flight.json");
   CHECK_THAT(dump, Catch::Contains(R"("reason":"signal SIGABRT")") && Catch::Contains(R"("state":"issued")") &&
                        Catch::Contains(R"("name":"all_reduce")"));
+  // Where it crashed: the main thread's stack, taken inside the fatal signal's handler, reaches
+  // the raise() that sent it (glibc names it gsignal).
+  CHECK_THAT(log, Catch::Contains(R"("kind":"stacks")") && Catch::Contains(R"("reason":"signal SIGABRT")"));
+#if !defined(__SANITIZE_THREAD__)  // TSan defers signals to its own safe points: a thread in a handler may not answer
+  CHECK_THAT(log, Catch::Contains(" gsignal+0x") || Catch::Contains(" raise+0x"));
+#endif
 }
 
 TEST_CASE("an uncaught C++ exception is an exit line naming it / then aborts as before", "[flight][signals]") {

@@ -42,10 +42,12 @@ TEST_CASE("a dump records every thread's native stack - a thread blocked on a mu
   REQUIRE(at != std::string::npos);
   const std::string line = log.substr(at, log.find('\n', at) - at);
   CHECK_THAT(line, Catch::Contains(R"("reason":"test")") && Catch::Contains("(main)") &&
-                       Catch::Contains("rankscope_test_waits_for_the_mutex") && Catch::Contains("pthread_mutex_lock"));
-  CHECK_THAT(line, Catch::Contains(R"("answered":)") && Catch::Contains(R"("capture_us":)"));
+                       Catch::Contains(R"("answered":)") && Catch::Contains(R"("capture_us":)"));
   if (std::getenv("RANKSCOPE_TEST_SHOW")) std::puts(line.c_str());
+#if !defined(__SANITIZE_THREAD__)  // TSan defers signals to its own safe points: a thread in its lock may not answer
+  CHECK_THAT(line, Catch::Contains("rankscope_test_waits_for_the_mutex") && Catch::Contains("pthread_mutex_lock"));
   CHECK_THAT(slurp(*dumped), Catch::Contains("rankscope_test_waits_for_the_mutex"));
+#endif
 }
 
 TEST_CASE("the stacks view groups identical stacks across ranks and marks the odd one out", "[stacks][reader]") {
