@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "capture_sink.hpp"
+#include "dump_request.hpp"
 #include "rankscope/export/jsonl.hpp"
 #include "rankscope/rankscope.hpp"
 #include "status.hpp"
@@ -406,4 +407,31 @@ TEST_CASE("heartbeat / run.json / flight dump / run_start stay valid JSON with q
   CHECK(str(doc["kind"]) == "run_start");
   CHECK(str(doc["host"]) == odd);
   CHECK(str(doc["run_id"]) == run_id);
+}
+
+TEST_CASE("coordinated dumps: a request from another process of this session is seen once - old and own ones are not",
+          "[heartbeat][dump_request]") {
+  rankscope::test::TempDir tmp;
+  const std::string path = tmp.path + "/dump-request.json";
+  const std::uint64_t session = 1'000'000'000'000ull;
+  {  // left by an earlier session in the same run directory (an elastic restart)
+    std::ofstream(path) << R"({"rank":3,"pid":1,"reason":"stall","t":999,"since":998})" << "\n";
+  }
+  rankscope::detail::DumpRequests req;
+  req.start(tmp.path, 0, session);
+  CHECK_FALSE(req.poll(1'000'000'000).has_value());
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a new mtime
+  std::ofstream(path) << R"({"rank":2,"pid":1,"reason":"stall","t":1000000000500,"since":1000000000100})" << "\n";
+  CHECK_FALSE(req.poll(1'100'000'000).has_value());  // polled every 250 ms, not more often
+  const auto seen = req.poll(1'300'000'000);
+  REQUIRE(seen.has_value());
+  CHECK(*seen == "requested by rank 2 (stall)");
+  CHECK_FALSE(req.poll(1'600'000'000).has_value());  // once
+  // This rank's stall began before that request: the request stands, no second one.
+  req.ask("stall", 1'000'000'000'200ull, 1'000'000'000'900ull);
+  CHECK_THAT(rankscope::test::slurp(path), Catch::Contains(R"("rank":2)"));
+  // A later episode asks; this process does not answer its own request.
+  req.ask("stall", 1'000'000'001'000ull, 1'000'000'002'000ull);
+  CHECK_THAT(rankscope::test::slurp(path), Catch::Contains(R"("rank":0)") && Catch::Contains(R"("since":1000000001000)"));
+  CHECK_FALSE(req.poll(1'900'000'000).has_value());
 }

@@ -376,6 +376,7 @@ absl::StatusOr<std::string> Runtime::dump_now(std::string_view reason) {
     return absl::ResourceExhaustedError(absl::StrCat("flight recorder dump failed: ", e.what()));
   }
   const std::string path = schema::flight_path(run_dir_, context_.rank);
+  last_dump_mono_ = mono_now();
   if (auto st = write_file_atomic(path, doc); !st.ok()) return st;
   return path;
 }
@@ -522,9 +523,12 @@ bool Runtime::background_iteration(std::vector<Event>& batch, std::chrono::micro
       const std::uint64_t now = mono_now();
       if (detail::g_gate.load(std::memory_order_relaxed) != detail::kActive) watchdog_.suspend(now);
       std::vector<Event> wd;
-      if (watchdog_.tick(now, clock_, threads_, wd)) (void)dump_now("stall");
+      const bool stall_began = watchdog_.tick(now, clock_, threads_, wd);
+      if (stall_began) (void)dump_now("stall");
       for (const Event& x : wd) {
         if (x.kind == EventKind::kStall) {
+          // The first rank to see it asks every rank for its evidence now (dump_request.hpp).
+          if (stall_began) dump_requests_.ask("stall", x.wall_ns > x.dur_ns ? x.wall_ns - x.dur_ns : x.wall_ns, x.wall_ns);
           detail::resources_request("stall");
           goodput_.on_stall(x.wall_ns > x.dur_ns ? x.wall_ns - x.dur_ns : x.wall_ns);  // dur: since the last progress
         } else if (x.kind == EventKind::kStallEnd) {
@@ -536,6 +540,10 @@ bool Runtime::background_iteration(std::vector<Event>& batch, std::chrono::micro
         deliver(wd);
         write_pending();
       }
+    }
+    if (auto asked = dump_requests_.poll(mono_now())) {
+      // A rank that dumped in the last 2 s (its own stall) has fresh evidence already.
+      if (last_dump_mono_ == 0 || mono_now() - last_dump_mono_ > 2'000'000'000ull) (void)dump_now(*asked);
     }
     write_resources();
     if (mono_now() - last_metrics_mono_ >= static_cast<std::uint64_t>(metrics_interval_.count()) * 1000000ull) {

@@ -192,6 +192,8 @@ absl::Status Runtime::init(const Config& cfg) {
   last_metrics_mono_ = mono0;
   goodput_ = GoodputBuilder{};
   goodput_.on_run_start(wall0);
+  dump_requests_.start(run_dir_, context_.rank, wall0);
+  last_dump_mono_ = 0;
 
   stop_requested_ = false;
   bg_done_ = false;

@@ -3,6 +3,7 @@
 // dumps, signals). Not installed.
 // Thread-safety: members note which thread owns them; mu_ guards control state.
 #pragma once
+#include "dump_request.hpp"
 #include "goodput.hpp"
 #include "resources.hpp"
 
@@ -140,7 +141,9 @@ class Runtime {
   std::uint64_t decode_log(ThreadState* st, std::uint64_t at, std::vector<Event>& batch);
   void export_metrics_now();
   void write_resources();
-  void write_stacks(std::string_view reason);  // every thread's stack, a run-log line (stacks.hpp)  // a finished resource snapshot into the run log; a stuck one said once
+  void write_stacks(std::string_view reason);
+  detail::DumpRequests dump_requests_;  // background thread only (after init)
+  std::uint64_t last_dump_mono_ = 0;    // background thread only: the last flight dump  // every thread's stack, a run-log line (stacks.hpp)  // a finished resource snapshot into the run log; a stuck one said once
   std::uint64_t resource_deadline_ns_ = 0;
   // This process's own goodput (goodput.hpp), exported with every metrics snapshot.
   GoodputBuilder goodput_;

@@ -233,7 +233,8 @@ Kind kind_from_name(std::string_view name);
   X(kNative, "native")                                            \
   X(kPython, "python")                                            \
   X(kAnswered, "answered")                                        \
-  X(kCaptureUs, "capture_us")
+  X(kCaptureUs, "capture_us")                                     \
+  X(kSince, "since")
 
 enum class Field : std::uint8_t {
   RANKSCOPE_DETAIL_FIELDS(RANKSCOPE_DETAIL_ENUM_MEMBER)

@@ -76,3 +76,59 @@ def test_a_torchrun_job_hung_in_its_loader_names_the_frame(tmp_path):
     tri = subprocess.run([cli, "triage", str(tmp_path / "run")], capture_output=True, text=True).stdout
     assert "where the main threads were at the last stack capture: rank 1: File" in tri, tri
     assert "in hang_forever" in tri, tri
+
+
+COORDINATED = '''
+import os, time
+import torch, torch.distributed as dist
+rank = int(os.environ["RANK"])
+# Only rank 1's watchdog is quick: the others would see the stall after 60 s on their own.
+os.environ["RANKSCOPE_STALL_TIMEOUT"] = "2" if rank == 1 else "60"
+import rankscope
+rankscope.init()
+dist.init_process_group("gloo")
+x = torch.ones(1000)
+for step in range(1000):
+    with rankscope.phase("forward"):
+        if rank == 1 and step == 5:
+            while True:
+                time.sleep(1)          # rank 1 stops; ranks 0, 2, 3 wait in the all-reduce
+    with rankscope.phase("sync"):
+        dist.all_reduce(x)
+    rankscope.step(step)
+'''
+
+
+def test_the_first_rank_to_see_a_stall_has_every_rank_dump_within_5_s(tmp_path):
+    """4 ranks under torchrun. Rank 1 stops at step 5 and is the only one with a short stall
+    timeout: its request makes ranks 0, 2 and 3 dump (flight recorder and stacks) within 5 s."""
+    import signal
+    import subprocess
+    import time
+    from conftest import TORCHRUN
+    script = tmp_path / "coordinated.py"
+    script.write_text(COORDINATED)
+    run = tmp_path / "run"
+    env = dict(os.environ, OMP_NUM_THREADS="1", RANKSCOPE_DIR=str(run))
+    job = subprocess.Popen([TORCHRUN, "--standalone", "--nproc-per-node", "4", str(script)], cwd=tmp_path, env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and not all((run / f"rank-{r}.flight.json").exists() for r in range(4)):
+            time.sleep(0.25)
+        time.sleep(0.5)  # the last stacks lines written
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+    request = json.loads((run / "dump-request.json").read_text())
+    assert request["rank"] == 1 and request["reason"] == "stall", request
+    dumps = {r: json.loads((run / f"rank-{r}.flight.json").read_text()) for r in range(4)}
+    assert dumps[1]["reason"] == "stall"
+    for r in (0, 2, 3):
+        assert dumps[r]["reason"] == "requested by rank 1 (stall)", dumps[r]["reason"]
+        dumped_at = dumps[r]["clock"]["wall_ns"]
+        print(f"rank {r} dumped {(dumped_at - request['t']) / 1e9:.2f} s after rank 1 asked")
+        assert 0 <= dumped_at - request["t"] <= 5e9, (r, (dumped_at - request["t"]) / 1e9)
+    stacks = {l["rank"]: l for l in stacks_lines(run)}
+    assert sorted(stacks) == [0, 1, 2, 3]
+    assert "in <module>" in stacks[0]["python"] and "all_reduce" in stacks[0]["python"]
