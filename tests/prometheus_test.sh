@@ -87,4 +87,7 @@ echo "non-finite loss rule firing for $nonfinite series"
 stalled=$(firing RankscopeJobStalled)
 [[ -n "$stalled" ]] || fail "the stall rule never fired after rank 1 blocked"
 echo "stall rule firing for $stalled series; at step $(query 'max(rankscope_global_step)')"
+rank_stalled=$(firing RankscopeRankStalled)  # the watchdog's own verdict, default (learned) timeout
+[[ -n "$rank_stalled" ]] || fail "RankscopeRankStalled never fired after rank 1 blocked"
+echo "rank stall rule firing for $rank_stalled series"
 echo "prometheus test: ok"

@@ -11,6 +11,9 @@ using rankscope::test::ScopedRuntime;
 static_assert(classify_phase("forward") == PhaseKind::kForward);
 static_assert(classify_phase("loss.backward") == PhaseKind::kBackward);
 static_assert(classify_phase("loader_wait") == PhaseKind::kLoaderWait);
+static_assert(classify_phase("checkpoint_load") == PhaseKind::kCheckpoint);  // not loader wait
+static_assert(classify_phase("ckpt_save") == PhaseKind::kCheckpoint);
+static_assert(classify_phase("init_process_group") == PhaseKind::kOther);
 static_assert(classify_phase("optimizer.step") == PhaseKind::kOptimizer);
 static_assert(classify_phase("checkpoint_save") == PhaseKind::kCheckpoint);
 static_assert(classify_phase("all_reduce") == PhaseKind::kCollective);

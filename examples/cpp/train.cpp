@@ -176,7 +176,12 @@ int main(int argc, char** argv) {
   auto opts = c10d::ProcessGroupGloo::Options::create();
   opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
   opts->timeout = std::chrono::seconds(args.timeout_s);
-  auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world, opts);
+  // Connecting to every peer is an operation in flight like any other: a rank
+  // that never arrives shows here (heartbeat, stall, dump), before step 0.
+  auto pg = [&] {
+    RANKSCOPE_PHASE("init_process_group");
+    return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world, opts);
+  }();
   // Heartbeats also go into the job's store, where any rank or a monitor can read them.
   rankscope::torch::publish_heartbeat_to(store);
   // The invariant checks compare ranks online through the same store.

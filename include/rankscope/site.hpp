@@ -62,13 +62,14 @@ constexpr bool icontains(std::string_view hay, std::string_view needle) noexcept
 /// compile time for literal names.
 constexpr PhaseKind classify_phase(std::string_view name) noexcept {
   using detail::icontains;
+  // Before "load": "checkpoint_load" is a checkpoint, not loader wait.
+  if (icontains(name, "checkpoint") || icontains(name, "ckpt")) return PhaseKind::kCheckpoint;
   if (icontains(name, "load") || icontains(name, "data") || icontains(name, "batch_wait"))
     return PhaseKind::kLoaderWait;
   if (icontains(name, "backward") || icontains(name, "bwd")) return PhaseKind::kBackward;
   if (icontains(name, "forward") || icontains(name, "fwd")) return PhaseKind::kForward;
   if (icontains(name, "optim") || icontains(name, "opt_step")) return PhaseKind::kOptimizer;
-  if (icontains(name, "checkpoint") || icontains(name, "ckpt") || icontains(name, "save"))
-    return PhaseKind::kCheckpoint;
+  if (icontains(name, "save")) return PhaseKind::kCheckpoint;
   if (icontains(name, "reduce") || icontains(name, "gather") || icontains(name, "broadcast") ||
       icontains(name, "all_to_all") || icontains(name, "alltoall") || icontains(name, "barrier") ||
       icontains(name, "collective") || icontains(name, "comm"))

@@ -17,6 +17,7 @@
 #include "rankscope/detail/thread_state.hpp"
 #include "rankscope/integrations/nccl.hpp"
 #include "rankscope/metrics.hpp"
+#include "rankscope/timer.hpp"
 
 namespace rankscope::nccl {
 namespace {
@@ -437,7 +438,11 @@ ncclResult_t ncclGroupEnd() noexcept {
 }
 
 ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank) noexcept {
-  const ncclResult_t res = api().comm_init_rank(comm, nranks, id, rank);
+  ncclResult_t res;
+  {  // in flight while it waits for the other ranks (heartbeat, stall, flight dump)
+    RANKSCOPE_PHASE("nccl_comm_init");
+    res = api().comm_init_rank(comm, nranks, id, rank);
+  }
   if (res == ncclSuccess && comm != nullptr && *comm != nullptr) {
     try {
       std::lock_guard<std::mutex> lk(g_comm_mu);

@@ -210,6 +210,14 @@ void add_context(const TriageInput& in, Finding& f) {
   add_slow_step_evidence(in.sum, f);
 }
 
+// Joining the job - the store rendezvous and the communicators' set-up in
+// init_process_group / new_group, ncclCommInitRank - waits for every rank, as
+// a collective does: a rank stalled there waits for the one that is not.
+bool in_rendezvous(const StallRecord& st) {
+  return st.comm.empty() &&
+         (st.phase == "init_process_group" || st.phase == "new_group" || st.phase == "nccl_comm_init");
+}
+
 }  // namespace
 
 StallFacts compute_stall_facts(const RunSummary& sum, const StatusReport* live) {
@@ -219,7 +227,7 @@ StallFacts compute_stall_facts(const RunSummary& sum, const StatusReport* live) 
   for (const auto& r : sum.ranks) {
     if (!r.last_stall) continue;
     open_stall |= !r.last_stall->ended && !r.ended_cleanly;
-    (stall_of(r).comm.empty() ? blocked : s.waiting).push_back(&r);
+    (stall_of(r).comm.empty() && !in_rendezvous(stall_of(r)) ? blocked : s.waiting).push_back(&r);
   }
   find_behind(sum, s);
   if (blocked.empty() && s.waiting.empty()) {
@@ -229,7 +237,8 @@ StallFacts compute_stall_facts(const RunSummary& sum, const StatusReport* live) 
   find_culprits(sum, live, std::move(blocked), s);
   if (!s.waiting.empty()) s.waited = &stall_of(*s.waiting.front());
   const StallRecord* ws = s.waited;
-  s.in_what = ws ? fmt::format("{} seq {} on '{}'", ws->op, ws->seq, ws->comm)
+  s.in_what = ws && in_rendezvous(*ws) ? ws->phase
+             : ws ? fmt::format("{} seq {} on '{}'", ws->op, ws->seq, ws->comm)
                  : (s.where ? fmt::format("seq {} on '{}'", s.where->max_seq, s.where->comm)
                             : std::string("the next collective"));
   s.verdict = verdict_of(s, live, open_stall);

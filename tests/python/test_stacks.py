@@ -132,3 +132,42 @@ def test_the_first_rank_to_see_a_stall_has_every_rank_dump_within_5_s(tmp_path):
     stacks = {l["rank"]: l for l in stacks_lines(run)}
     assert sorted(stacks) == [0, 1, 2, 3]
     assert "in <module>" in stacks[0]["python"] and "all_reduce" in stacks[0]["python"]
+
+
+INIT_HANG = '''
+import os, time
+import torch, torch.distributed as dist
+import rankscope
+rankscope.init()
+if int(os.environ["RANK"]) == 1:
+    while True:
+        time.sleep(1)        # never reaches init_process_group: rank 0 waits for it there
+dist.init_process_group("gloo")
+'''
+
+
+def test_a_rank_that_never_joins_init_process_group_is_named_before_the_first_step(tmp_path):
+    """Joining the job is an operation in flight like any other: rank 0 waits in
+    init_process_group (the wrapped torch.distributed function), rank 1 never calls it."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    from conftest import TORCHRUN
+    script = tmp_path / "init_hang.py"
+    script.write_text(INIT_HANG)
+    run = tmp_path / "run"
+    env = dict(os.environ, OMP_NUM_THREADS="1", RANKSCOPE_DIR=str(run), RANKSCOPE_STALL_TIMEOUT="2")
+    job = subprocess.Popen([TORCHRUN, "--standalone", "--nproc-per-node", "2", str(script)], cwd=tmp_path, env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and len({l["rank"] for l in stacks_lines(run)}) < 2:
+            time.sleep(0.25)
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+    cli = os.path.join(os.path.dirname(sys.executable), "rankscope")
+    tri = subprocess.run([cli, "triage", str(run)], capture_output=True, text=True).stdout
+    assert "HANG: rank 1 did not reach init_process_group while rank 0 waits in it" in tri, tri
+    assert 'rank 1: File "' in tri and "init_hang.py\", line 8 in <module>" in tri, tri

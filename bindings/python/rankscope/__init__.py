@@ -94,6 +94,34 @@ def init(rank=None, world_size=None, local_rank=None, run_dir=None, run_id=None,
                     enabled=enabled, run_config=run_config)
     _install_exit_hooks()
     _install_stack_capture()
+    _time_process_group_init()
+
+
+def _time_process_group_init():
+    """torch.distributed.init_process_group (the store rendezvous, the communicators' set-up) and
+    new_group run inside phases of their own, so a rank that hangs there is seen in flight
+    (heartbeat, stall, flight dump, triage) before its first step. Only if the program has
+    imported torch.distributed (never imported here); rankscope.torch.instrument() does it too.
+    A name bound before (`from torch.distributed import init_process_group`) stays unwrapped."""
+    import functools
+    import sys
+    dist = sys.modules.get("torch.distributed")
+    if dist is None:
+        return
+    for name in ("init_process_group", "new_group"):
+        original = getattr(dist, name, None)
+        if original is None or getattr(original, "_rankscope", False):
+            continue
+
+        def make(fn, phase_name):
+            @functools.wraps(fn)
+            def timed(*args, **kwargs):
+                with _rankscope.phase(phase_name):
+                    return fn(*args, **kwargs)
+            timed._rankscope = True
+            return timed
+
+        setattr(dist, name, make(original, name))
 
 
 _stack_pipe = None  # faulthandler's write end: it must stay open as long as faulthandler may write

@@ -280,6 +280,7 @@ def instrument():
     """Records every collective as a span (idempotent): torch.distributed's functions (wrapped),
     and the functional collectives that DTensor and torch.compile'd graphs issue (at the dispatcher).
     DDP's gradient all-reduce runs in C++: instrument_ddp() records it."""
+    rankscope._time_process_group_init()
     for name in _OPS:
         if name in _originals or not hasattr(dist, name):
             continue
