@@ -97,6 +97,9 @@ def train(args):
             if ab:
                 ab.step_done(step)  # this step's time, loader wait included; then the next step's arm
         acc.end_epoch()
+        if args.eval_seconds and epoch == 0:
+            with rankscope.phase("evaluation"):     # an evaluation pass: long, and not a hang
+                time.sleep(args.eval_seconds)
         with rankscope.phase("eval_sync"):
             t = torch.tensor([loss.item()])
             dist.all_reduce(t)                      # an explicit collective: a span too
@@ -114,6 +117,8 @@ def train(args):
                 if args.hang == "checkpoint" and rank == args.fault_rank:
                     hang_forever()                  # fault: a save that never returns (a dead filesystem)
                 torch.save(model.state_dict(), path)
+                if args.save_seconds and epoch == 0:
+                    time.sleep(args.save_seconds)   # a slow filesystem: a multi-second save, not a hang
             rankscope.record_checkpoint_save(id=f"epoch-{epoch}", step=step,
                                              consumed_samples=step * args.batch * world, world_size=world,
                                              global_batch=args.batch * world, optimizer_step=step)
@@ -214,6 +219,8 @@ def main():
     p.add_argument("--ab-block", type=int, default=0, help="A/B: alternate blocks of K steps on/off")
     p.add_argument("--ab-control", action="store_true", help="A/B schedule with both arms off (noise floor)")
     p.add_argument("--check-replicas", type=int, default=50, help="compare the replicas' parameters every N steps")
+    p.add_argument("--eval-seconds", type=float, default=0, help="an evaluation pass this long after the first epoch")
+    p.add_argument("--save-seconds", type=float, default=0, help="the first checkpoint save takes this much longer")
     p.add_argument("--ckpt-dir", default="", help="where each rank saves its checkpoint (default: RUN_DIR/checkpoints)")
     f = p.add_argument_group("faults to inject (what triage must name), on --fault-rank")
     f.add_argument("--fault-rank", type=int, default=-1)
