@@ -15,6 +15,7 @@
 #include <cstring>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include <fmt/format.h>
@@ -97,28 +98,35 @@ const char* base_name(const char* path) {
   return slash != nullptr ? slash + 1 : path;
 }
 
+// One frame's text. dladdr scans a library's dynamic symbols (libtorch_cpu
+// has ~10^5): the texts are kept by address, so a frame seen in an earlier
+// capture, or on another thread, costs a lookup (background thread only).
+const std::string& symbolize(std::uintptr_t look) {
+  static std::unordered_map<std::uintptr_t, std::string> cache;
+  if (auto it = cache.find(look); it != cache.end()) return it->second;
+  if (cache.size() >= 16384) cache.clear();
+  std::string text;
+  Dl_info info{};
+  if (::dladdr(reinterpret_cast<void*>(look), &info) == 0 || info.dli_fname == nullptr) {
+    text = fmt::format("{:#x}", look);
+  } else if (info.dli_sname == nullptr) {
+    text = fmt::format("{}+{:#x}", base_name(info.dli_fname), look - reinterpret_cast<std::uintptr_t>(info.dli_fbase));
+  } else {
+    int status = 0;
+    char* demangled = abi::__cxa_demangle(info.dli_sname, nullptr, nullptr, &status);
+    text = fmt::format("{}+{:#x} ({})", status == 0 && demangled ? demangled : info.dli_sname,
+                       look - reinterpret_cast<std::uintptr_t>(info.dli_saddr), base_name(info.dli_fname));
+    std::free(demangled);
+  }
+  return cache.emplace(look, std::move(text)).first->second;
+}
+
 // `exact`: the interrupted instruction itself; other frames are return
 // addresses, looked up one byte back so a call at a function's end is named
 // after its caller, not the next function.
 void append_frame(std::string& out, int index, void* frame, bool exact) {
   const auto addr = reinterpret_cast<std::uintptr_t>(frame);
-  const std::uintptr_t look = exact || addr == 0 ? addr : addr - 1;
-  Dl_info info{};
-  if (::dladdr(reinterpret_cast<void*>(look), &info) == 0 || info.dli_fname == nullptr) {
-    fmt::format_to(std::back_inserter(out), "  #{} {:#x}\n", index, addr);
-    return;
-  }
-  const char* module = base_name(info.dli_fname);
-  if (info.dli_sname == nullptr) {
-    fmt::format_to(std::back_inserter(out), "  #{} {}+{:#x}\n", index, module,
-                   look - reinterpret_cast<std::uintptr_t>(info.dli_fbase));
-    return;
-  }
-  int status = 0;
-  char* demangled = abi::__cxa_demangle(info.dli_sname, nullptr, nullptr, &status);
-  fmt::format_to(std::back_inserter(out), "  #{} {}+{:#x} ({})\n", index, status == 0 && demangled ? demangled : info.dli_sname,
-                 look - reinterpret_cast<std::uintptr_t>(info.dli_saddr), module);
-  std::free(demangled);
+  fmt::format_to(std::back_inserter(out), "  #{} {}\n", index, symbolize(exact || addr == 0 ? addr : addr - 1));
 }
 
 void capture_native(StackCapture& c, std::chrono::steady_clock::time_point end) {
@@ -179,8 +187,8 @@ void capture_python(StackCapture& c, std::chrono::steady_clock::time_point end) 
     if (left.count() <= 0) break;
     pollfd p{fd, POLLIN, 0};
     // faulthandler writes the whole text from one handler, a write per
-    // line: 2 ms without more after some has come means it is done.
-    const int r = ::poll(&p, 1, got ? 2 : static_cast<int>(left.count()));
+    // line: 1 ms without more after some has come means it is done.
+    const int r = ::poll(&p, 1, got ? 1 : static_cast<int>(left.count()));
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) break;
     const ssize_t n = ::read(fd, buf, sizeof(buf));
