@@ -3,8 +3,9 @@
 // (SIGTERM after 300 ms of heartbeats and run-log writes), `usr1`
 // (SIGUSR1, wait for the dump, keep recording, exit 0), `pipe` (a write to a
 // pipe nobody reads: SIGPIPE) or `pipe_ignored` (the same with SIGPIPE
-// ignored before init: EPIPE, keep recording, exit 0), or `throw` (an
-// uncaught std::runtime_error).
+// ignored before init: EPIPE, keep recording, exit 0), `throw` (an
+// uncaught std::runtime_error), or `steps` (steps of ~0.2 ms until killed,
+// each step's number written to stdout as it begins: the truth for SIGKILL).
 #include <unistd.h>
 
 #include <cerrno>
@@ -34,6 +35,15 @@ int main(int argc, char** argv) {
     rankscope::flush();
     std::raise(SIGTERM);
     return 5;
+  }
+  if (mode == "steps") {
+    for (std::int64_t s = 0;; ++s) {
+      rankscope::StepScope step(s);
+      const std::string line = std::to_string(s) + "\n";
+      if (::write(1, line.data(), line.size()) < 0) return 8;
+      RANKSCOPE_PHASE("forward");
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
   }
   auto& world = rankscope::communicator("world", 8, 5);
   { RANKSCOPE_PHASE("before_crash"); }

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <csignal>
 #include <filesystem>
 #include <set>
@@ -16,6 +17,7 @@
 #include "capture_sink.hpp"
 #include "rankscope/rankscope.hpp"
 #include "run_log.hpp"
+#include "summary.hpp"
 #include "temp_dir.hpp"
 
 using namespace rankscope;
@@ -186,6 +188,29 @@ TEST_CASE("a collective outside any phase counts as collective step time", "[col
   CHECK(last_step_breakdown().by_kind_ns[static_cast<int>(PhaseKind::kCollective)] >= 3'000'000);
 }
 
+TEST_CASE("waiting in a collective inside another phase counts as collective time, not that phase's",
+          "[collective][step]") {
+  // DDP's gradient all-reduce waits at the end of backward (rankscope.torch marks it as a nested
+  // phase of the collective kind): without this, the rank that waits for a slow peer looks
+  // slow in backward.
+  ScopedRuntime rt;
+  begin_step(1);
+  {
+    RANKSCOPE_PHASE("backward");
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    RANKSCOPE_PHASE_AS("ddp_all_reduce_wait", PhaseKind::kCollective);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  end_step();
+  REQUIRE(flush());
+  const auto b = last_step_breakdown();
+  const auto backward = b.by_kind_ns[static_cast<int>(PhaseKind::kBackward)];
+  const auto comm = b.by_kind_ns[static_cast<int>(PhaseKind::kCollective)];
+  CHECK(comm >= 5'000'000);
+  CHECK(backward >= 2'000'000);
+  CHECK(backward < comm);  // the wait moved out of backward
+}
+
 TEST_CASE("the flight recorder dump shows in-flight collectives and open phases", "[flight]") {
   TempDir tmp;
   REQUIRE(init(file_config(tmp.path)).ok());
@@ -352,6 +377,43 @@ int run_helper(const std::string& dir, const char* mode) {
   return status;
 }
 }  // namespace
+
+TEST_CASE("a SIGKILLed rank's last step is exact: the position file survives the process", "[flight][signals]") {
+  TempDir tmp;
+  int out[2];
+  REQUIRE(::pipe(out) == 0);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(out[1], 1);
+    ::execl(RANKSCOPE_SIGNAL_HELPER, RANKSCOPE_SIGNAL_HELPER, tmp.path.c_str(), "steps", static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  std::string seen;
+  char buf[4096];
+  while (std::count(seen.begin(), seen.end(), '\n') < 2000) {  // some hundred milliseconds of steps
+    const ssize_t n = ::read(out[0], buf, sizeof(buf));
+    if (n <= 0) break;
+    seen.append(buf, static_cast<std::size_t>(n));
+  }
+  ::kill(pid, SIGKILL);  // no handler runs: what the ring held but the log did not is gone
+  for (ssize_t n; (n = ::read(out[0], buf, sizeof(buf))) > 0;) seen.append(buf, static_cast<std::size_t>(n));
+  ::close(out[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  REQUIRE(WIFSIGNALED(status));
+  seen.erase(seen.find_last_of('\n'));
+  const std::int64_t truth = std::stoll(seen.substr(seen.find_last_of('\n') + 1));  // the last step it began
+  auto sum = rankscope::reader::summarize_run(tmp.path);
+  REQUIRE(sum.ok());
+  REQUIRE(sum->ranks.size() == 1);
+  const auto& r = sum->ranks[0];
+  REQUIRE(r.position.has_value());
+  INFO("truth " << truth << ", position " << r.position->step_begun << ", run log " << r.last_step);
+  CHECK(r.position->step_begun == truth);  // printed right after it began: nothing in between
+  CHECK(r.position->begun_t > 0);
+  CHECK(r.last_step <= truth);
+}
 
 TEST_CASE("a fatal signal flushes the run log and dumps before the default action", "[flight][signals]") {
   TempDir tmp;

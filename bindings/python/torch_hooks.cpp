@@ -27,6 +27,7 @@
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/graph_task.h>
 #include <torch/csrc/distributed/c10d/reducer.hpp>
+#include <torch/csrc/utils/pybind.h>
 
 #include <algorithm>
 #include <atomic>
@@ -39,6 +40,8 @@
 #include <vector>
 
 #include "pending_collective.hpp"
+#include "rankscope/timer.hpp"
+#include "store_dump_channel.hpp"
 
 namespace py = pybind11;
 using namespace pybind11::literals;
@@ -93,12 +96,19 @@ class SyncSpan {
   SyncSpan& operator=(const SyncSpan&) = delete;
   void finish();
   long iteration() const { return iteration_; }
+  // Backward's compute is done and DDP's finalize is about to wait for the
+  // buckets still in flight: from here until finish() the rank waits in the
+  // all-reduce. A nested phase of the collective kind, so the step breakdown
+  // (and triage's who-waits-for-whom) counts it as communication, not backward.
+  void wait_begins();
+  void wait_ends();
 
  private:
   std::shared_ptr<SyncState> state_;
   std::uint64_t id_;
   long iteration_;
   PendingCollective span_;
+  bool waiting_ = false;
 };
 
 // Shared by the hooks on every accumulator of one model. The hooks read the
@@ -165,8 +175,10 @@ class SyncState : public std::enable_shared_from_this<SyncState> {
         if (self->finalized(*span)) {
           span->finish();
         } else if (!behind_ddp) {
+          span->wait_begins();  // DDP's finalize runs next: the wait for the last buckets
           self->queue_end(std::move(span), true);
         } else {
+          span->wait_ends();  // a nested backward: DDP finishes in the enclosing one
           std::lock_guard<std::mutex> lock(self->mu_);
           self->parked_ = std::move(span);
           self->has_parked_.store(true, std::memory_order_release);
@@ -217,7 +229,24 @@ SyncSpan::SyncSpan(std::shared_ptr<SyncState> state, std::uint64_t id, long iter
       id_(id),
       iteration_(iteration),
       span_(*state_->params().comm, state_->params().op, state_->params().count, state_->params().dtype, -1) {}
+namespace {
+const rankscope::Site* ddp_wait_site() {
+  static const rankscope::Site* site = rankscope::intern("ddp_all_reduce_wait", rankscope::PhaseKind::kCollective);
+  return site;
+}
+}  // namespace
+void SyncSpan::wait_begins() {
+  if (waiting_) return;
+  rankscope::detail::phase_enter(ddp_wait_site());
+  waiting_ = true;
+}
+void SyncSpan::wait_ends() {
+  if (!waiting_) return;
+  waiting_ = false;
+  rankscope::detail::phase_exit(ddp_wait_site());  // a no-op on another thread: it closes only its own top phase
+}
 void SyncSpan::finish() {
+  wait_ends();
   span_.end(true);
   state_->closed(id_);
 }
@@ -279,6 +308,13 @@ class DdpSync {
 PYBIND11_MODULE(_torch_hooks, m) {
   m.doc() = "C++ autograd hooks for rankscope.torch (DDP gradient all-reduce spans with no Python in the step).";
   py::module_::import("torch.distributed");                   // registers c10d's Reducer type
+  m.def(
+      "use_store_for_dump_requests",
+      [](py::handle store) {
+        rankscope::detail::set_dump_request_channel(
+            rankscope::torch::detail::StoreDumpChannel::make(store.cast<c10::intrusive_ptr<c10d::Store>>()));
+      },
+      "store"_a, "Coordinated dump requests also through this c10d store (the default process group's).");
   py::class_<DdpSync>(m, "DdpSync",
                       "One collective span per backward pass for a DDP model's gradient all-reduce.")
       .def(py::init([](py::handle reducer, py::handle comm, std::string_view op, std::uint64_t count,

@@ -521,6 +521,11 @@ bool Runtime::background_iteration(std::vector<Event>& batch, std::chrono::micro
     clock_.maybe_reanchor();
     {
       const std::uint64_t now = mono_now();
+      if (now - last_position_anchor_mono_ >= 1'000'000'000ull) {  // the position file's tick -> wall anchor
+        last_position_anchor_mono_ = now;
+        const std::uint64_t ticks = detail::now_ticks();
+        detail::position_anchor(ticks, clock_.convert(ticks).wall_ns, static_cast<double>(clock_.ticks_to_ns(1ull << 30)) / (1ull << 30));
+      }
       if (detail::g_gate.load(std::memory_order_relaxed) != detail::kActive) watchdog_.suspend(now);
       std::vector<Event> wd;
       const bool stall_began = watchdog_.tick(now, clock_, threads_, wd);

@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -17,6 +18,14 @@ namespace rankscope::detail {
 namespace {
 
 constexpr std::uint64_t kPollNs = 250'000'000;
+
+std::mutex g_channel_mu;
+DumpRequestChannel g_channel;  // Requires g_channel_mu held.
+
+DumpRequestChannel channel() {
+  std::lock_guard<std::mutex> lk(g_channel_mu);
+  return g_channel;
+}
 
 std::int64_t mtime_ns(const std::string& path) {
   struct stat st {};
@@ -48,8 +57,22 @@ void DumpRequests::start(std::string run_dir, int rank, std::uint64_t session_wa
   }
   rank_ = rank;
   session_wall_ns_ = session_wall_ns;
-  next_poll_mono_ = 0;
+  next_poll_mono_ = next_store_poll_mono_ = 0;
+  handled_pid_ = -1;
+  handled_t_ = 0;
   seen_mtime_ns_ = path_.empty() ? -1 : mtime_ns(path_);  // a request from before this session is history
+}
+
+void set_dump_request_channel(DumpRequestChannel c) noexcept {
+  try {
+    std::lock_guard<std::mutex> lk(g_channel_mu);
+    g_channel = std::move(c);
+  } catch (...) {
+  }
+}
+
+namespace {
+std::optional<DumpRequests::Request> parse_request(const std::string& doc);
 }
 
 std::optional<DumpRequests::Request> DumpRequests::read() const {
@@ -57,8 +80,12 @@ std::optional<DumpRequests::Request> DumpRequests::read() const {
   if (!in) return std::nullopt;
   std::stringstream ss;
   ss << in.rdbuf();
-  const std::string doc = ss.str();
-  Request r;
+  return parse_request(ss.str());
+}
+
+namespace {
+std::optional<DumpRequests::Request> parse_request(const std::string& doc) {
+  DumpRequests::Request r;
   const auto rank = int_member(doc, Field::kRank), pid = int_member(doc, Field::kPid), t = int_member(doc, Field::kT),
              since = int_member(doc, Field::kSince);
   if (!rank || !pid || !t || !since) return std::nullopt;
@@ -74,34 +101,55 @@ std::optional<DumpRequests::Request> DumpRequests::read() const {
   return r;
 }
 
+}  // namespace
+
 void DumpRequests::ask(std::string_view reason, std::uint64_t since_wall_ns, std::uint64_t now_wall_ns) noexcept {
-  if (path_.empty()) return;
   try {
     // Someone already asked during this episode (after our progress stopped): their request stands.
-    if (const auto prev = read(); prev && prev->t >= since_wall_ns && prev->t >= session_wall_ns_) return;
+    if (handled_t_ >= since_wall_ns && handled_t_ >= session_wall_ns_) return;
+    if (const auto prev = path_.empty() ? std::nullopt : read();
+        prev && prev->t >= since_wall_ns && prev->t >= session_wall_ns_) {
+      return;
+    }
     JsonWriter w;
     w.begin_object().field(Field::kRank, rank_).field(Field::kPid, static_cast<long long>(::getpid()));
     w.field(Field::kReason, reason).field(Field::kT, now_wall_ns).field(Field::kSince, since_wall_ns).end_object();
     std::string doc = w.take();
     doc += '\n';
-    if (write_file_atomic(path_, doc, /*durable=*/false).ok()) seen_mtime_ns_ = mtime_ns(path_);
+    handled_pid_ = ::getpid();
+    handled_t_ = now_wall_ns;
+    if (!path_.empty() && write_file_atomic(path_, doc, /*durable=*/false).ok()) seen_mtime_ns_ = mtime_ns(path_);
+    if (const DumpRequestChannel ch = channel(); ch.put) ch.put(doc);
   } catch (...) {  // no request this time; this rank's own dump is written regardless
   }
 }
 
+std::optional<std::string> DumpRequests::take(const std::optional<Request>& r) {
+  if (!r || r->pid == ::getpid() || r->t < session_wall_ns_) return std::nullopt;
+  if (r->pid == handled_pid_ && r->t == handled_t_) return std::nullopt;  // seen by the other path
+  handled_pid_ = r->pid;
+  handled_t_ = r->t;
+  return fmt::format("requested by rank {} ({})", r->rank, r->reason.empty() ? "stall" : r->reason);
+}
+
 std::optional<std::string> DumpRequests::poll(std::uint64_t now_mono_ns) noexcept {
-  if (path_.empty() || now_mono_ns < next_poll_mono_) return std::nullopt;
-  next_poll_mono_ = now_mono_ns + kPollNs;
-  const std::int64_t m = mtime_ns(path_);
-  if (m < 0 || m == seen_mtime_ns_) return std::nullopt;
-  seen_mtime_ns_ = m;
   try {
-    const auto r = read();
-    if (!r || r->pid == ::getpid() || r->t < session_wall_ns_) return std::nullopt;
-    return fmt::format("requested by rank {} ({})", r->rank, r->reason.empty() ? "stall" : r->reason);
+    if (!path_.empty() && now_mono_ns >= next_poll_mono_) {
+      next_poll_mono_ = now_mono_ns + kPollNs;
+      if (const std::int64_t m = mtime_ns(path_); m >= 0 && m != seen_mtime_ns_) {
+        seen_mtime_ns_ = m;
+        if (auto why = take(read())) return why;
+      }
+    }
+    if (now_mono_ns >= next_store_poll_mono_) {
+      next_store_poll_mono_ = now_mono_ns + kPollNs;  // the channel's own thread polls the store (1 s)
+      if (const DumpRequestChannel ch = channel(); ch.get) {
+        if (const auto doc = ch.get()) return take(parse_request(*doc));
+      }
+    }
   } catch (...) {
-    return std::nullopt;
   }
+  return std::nullopt;
 }
 
 }  // namespace rankscope::detail

@@ -5,6 +5,7 @@
 #include "resources.hpp"
 #include "runtime_impl.hpp"
 #include "schema.hpp"
+#include "position.hpp"
 #include "stacks.hpp"
 
 #include <errno.h>
@@ -193,7 +194,9 @@ absl::Status Runtime::init(const Config& cfg) {
   goodput_ = GoodputBuilder{};
   goodput_.on_run_start(wall0);
   dump_requests_.start(run_dir_, context_.rank, wall0);
+  if (!run_dir_.empty() && cfg.write_run_log) detail::position_open(schema::position_path(run_dir_, context_.rank), ::getpid());
   last_dump_mono_ = 0;
+  last_position_anchor_mono_ = 0;
 
   stop_requested_ = false;
   bg_done_ = false;
@@ -224,6 +227,7 @@ void Runtime::shutdown(std::chrono::milliseconds deadline) noexcept {
   std::unique_lock<std::mutex> lk(mu_);
   if (phase_ != Phase::kRunning || owner_pid_ != ::getpid()) return;
   detail::g_gate.store(detail::kInactive, std::memory_order_release);
+  detail::position_close();
   detail::resources_stop();
   detail::uninstall_signal_handlers();
   detail::g_runlog_fd.store(-1);  // sequentially consistent: see wait_inline_writers

@@ -4,6 +4,7 @@
 // Thread-safety: members note which thread owns them; mu_ guards control state.
 #pragma once
 #include "dump_request.hpp"
+#include "position.hpp"
 #include "goodput.hpp"
 #include "resources.hpp"
 
@@ -111,6 +112,7 @@ class Runtime {
     // The background thread does not exist here, and the files belong to the
     // parent: record nothing, write nothing.
     detail::g_gate.store(detail::kInactive, std::memory_order_relaxed);
+    detail::position_close();
     if (phase_ == Phase::kRunning) phase_ = Phase::kForkedChild;
   }
 
@@ -143,7 +145,8 @@ class Runtime {
   void write_resources();
   void write_stacks(std::string_view reason);
   detail::DumpRequests dump_requests_;  // background thread only (after init)
-  std::uint64_t last_dump_mono_ = 0;    // background thread only: the last flight dump  // every thread's stack, a run-log line (stacks.hpp)  // a finished resource snapshot into the run log; a stuck one said once
+  std::uint64_t last_dump_mono_ = 0;    // background thread only: the last flight dump
+  std::uint64_t last_position_anchor_mono_ = 0;  // background thread only  // every thread's stack, a run-log line (stacks.hpp)  // a finished resource snapshot into the run log; a stuck one said once
   std::uint64_t resource_deadline_ns_ = 0;
   // This process's own goodput (goodput.hpp), exported with every metrics snapshot.
   GoodputBuilder goodput_;

@@ -281,6 +281,7 @@ std::string run_log_name(int rank);  // "rank-<R>.jsonl"
 std::string run_log_path(std::string_view run_dir, int rank);
 std::string heartbeat_path(std::string_view run_dir, int rank);
 std::string flight_path(std::string_view run_dir, int rank);
+std::string position_path(std::string_view run_dir, int rank);  // "rank-<R>.position" (position.hpp)
 /// The rank a file name belongs to, if it is exactly a rank's run log
 /// ("rank-3.jsonl") or heartbeat ("rank-3.heartbeat.json").
 std::optional<int> rank_of_run_log(std::string_view file_name);

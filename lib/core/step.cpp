@@ -3,6 +3,7 @@
 #include "rankscope/detail/clock.hpp"
 #include "rankscope/detail/gate.hpp"
 #include "rankscope/detail/thread_state.hpp"
+#include "position.hpp"
 
 namespace rankscope {
 
@@ -12,10 +13,12 @@ using detail::RecordKind;
 void begin_step(std::int64_t step) noexcept {
   detail::g_step.store(step, std::memory_order_relaxed);
   if (!detail::gate_open()) return;
+  const std::uint64_t t = detail::now_ticks();
+  detail::position_step_begun(step, t);  // survives a SIGKILL, even when the ring is full
   detail::ThreadState* st = detail::thread_state();
   if (st == nullptr || !st->try_reserve(1)) return;
   Record& r = st->slot(0);
-  r.t0 = r.t1 = detail::now_ticks();
+  r.t0 = r.t1 = t;
   r.site = nullptr;
   r.step = step;
   r.kind = RecordKind::kStepBegin;
@@ -26,11 +29,13 @@ void begin_step(std::int64_t step) noexcept {
 
 void end_step(const StepScalars& s) noexcept {
   if (!detail::gate_open()) return;
+  const std::int64_t step = detail::g_step.load(std::memory_order_relaxed);
+  const std::uint64_t t = detail::now_ticks();
+  detail::position_step_ended(step, t);
   detail::ThreadState* st = detail::thread_state();
   if (st == nullptr || !st->try_reserve(2)) return;
-  const std::int64_t step = detail::g_step.load(std::memory_order_relaxed);
   Record& r = st->slot(0);
-  r.t0 = r.t1 = detail::now_ticks();
+  r.t0 = r.t1 = t;
   r.site = nullptr;
   r.step = step;
   r.kind = RecordKind::kStepEnd;

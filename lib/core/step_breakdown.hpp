@@ -4,6 +4,7 @@
 // Thread-safety: none (one instance per consumer).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 
@@ -27,11 +28,22 @@ class StepBreakdownBuilder {
     t.step = step;
     t.begin_mono = mono_ns;
   }
+  // Nested time is already inside its top-level phase, with one exception:
+  // waiting in a collective inside another phase (DDP's gradient all-reduce
+  // at the end of backward, a blocking all-reduce inside a user's phase) is
+  // communication, not that phase's work. It moves to the collective kind
+  // when the top-level phase ends (nested records come first: they end first).
   void on_phase(std::int32_t tid, int depth, PhaseKind kind, std::uint64_t start_mono, std::uint64_t dur_ns) {
-    if (depth != 0) return;  // nested time is already inside its parent
     PerThread* t = find(tid);
     if (t == nullptr || !t->open || start_mono < t->begin_mono) return;
-    t->by_kind[static_cast<int>(kind)] += dur_ns;
+    if (depth != 0) {
+      if (kind == PhaseKind::kCollective) t->nested_comm += dur_ns;
+      return;
+    }
+    const std::uint64_t moved = kind == PhaseKind::kCollective ? 0 : std::min(t->nested_comm, dur_ns);
+    t->nested_comm = 0;
+    t->by_kind[static_cast<int>(kind)] += dur_ns - moved;
+    t->by_kind[static_cast<int>(PhaseKind::kCollective)] += moved;
   }
   // Returns the finished step's breakdown, or nothing if its begin was not seen.
   std::optional<StepBreakdown> on_step_end(std::int32_t tid, std::uint64_t mono_ns) {
@@ -65,6 +77,7 @@ class StepBreakdownBuilder {
     std::int64_t step = 0;
     std::uint64_t begin_mono = 0;
     std::uint64_t by_kind[kPhaseKindCount] = {};
+    std::uint64_t nested_comm = 0;  // collective time inside the top-level phase still open
   };
   // Phases and step ends come from the thread that marks steps, one after
   // another: the last entry found is remembered instead of hashed again.

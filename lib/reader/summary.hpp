@@ -87,6 +87,14 @@ struct StackRecord {
   EvidenceLine line;
 };
 
+/// Where the rank's last session was, from `rank-<R>.position` (position.hpp):
+/// written by every step begin and end into memory the kernel keeps when the
+/// process is killed, so exact where the run log lost its last lines.
+struct PositionRecord {
+  std::int64_t step_begun = -1, step_ended = -1;
+  std::uint64_t begun_t = 0, ended_t = 0;  // wall ns (0: no anchor yet)
+};
+
 /// The run log stopped being written (a full disk): log_stopped, or the heartbeat.
 struct LogStopRecord {
   std::string error;            // strerror's text: "No space left on device"
@@ -228,6 +236,7 @@ struct RankSummary {
   std::vector<RestoreSample> restores;
   PhaseSeries series;       // per-step phase times, in blocks
   std::int64_t pid = 0;     // its last session's process (run_start)
+  std::optional<PositionRecord> position;  // its last session's position file, if that process wrote one
   std::string cpu_affinity;  // the CPUs it may run on ("0-3"), its last session's
   Goodput goodput;          // where its wall time went (goodput.hpp)
   std::vector<CollectiveStat> collective_stats;  // by op and size class (ordered)

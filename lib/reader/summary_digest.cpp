@@ -5,6 +5,9 @@
 
 #include <bit>
 #include <cmath>
+#include <cstddef>
+#include <cstring>
+#include <fstream>
 #include <map>
 #include <filesystem>
 #include <optional>
@@ -13,6 +16,7 @@
 #include <simdjson.h>
 
 #include "absl/container/flat_hash_map.h"
+#include "position.hpp"
 #include "step_breakdown.hpp"
 
 namespace rankscope::reader::digest {
@@ -358,10 +362,47 @@ RankDigest RankDigester::finish(const absl::StatusOr<ReadResult>& res, const std
 
 }  // namespace
 
+namespace {
+// rank-<R>.position, when the run log's last session wrote it (its pid).
+std::optional<PositionRecord> read_position(const std::string& log_path, std::int64_t pid) {
+  if (log_path.size() < 6 || !log_path.ends_with(".jsonl")) return std::nullopt;
+  std::ifstream in(log_path.substr(0, log_path.size() - 6) + ".position", std::ios::binary);
+  using rankscope::detail::PositionPage;
+  char buf[sizeof(PositionPage)];
+  if (!in.read(buf, sizeof(buf))) return std::nullopt;  // absent, or cut short
+  // The page's fields, copied out by offset (its atomics have their values' layout).
+  const auto field = [&]<typename T>(std::size_t offset, T) {
+    T v;
+    std::memcpy(&v, buf + offset, sizeof(T));
+    return v;
+  };
+  if (std::memcmp(buf, rankscope::detail::kPositionMagic, sizeof(rankscope::detail::kPositionMagic)) != 0 ||
+      field(offsetof(PositionPage, pid), std::int64_t{}) != pid) {
+    return std::nullopt;
+  }
+  const double ns_per_tick = field(offsetof(PositionPage, ns_per_tick), 0.0);
+  const std::uint64_t anchor_ticks = field(offsetof(PositionPage, anchor_ticks), std::uint64_t{}),
+                      anchor_wall = field(offsetof(PositionPage, anchor_wall_ns), std::uint64_t{});
+  const auto wall = [&](std::uint64_t ticks) -> std::uint64_t {
+    if (anchor_wall == 0 || !(ns_per_tick > 0 && ns_per_tick < 1e6)) return 0;
+    return static_cast<std::uint64_t>(static_cast<double>(anchor_wall) +
+                                      (static_cast<double>(ticks) - static_cast<double>(anchor_ticks)) * ns_per_tick);
+  };
+  PositionRecord r;
+  r.step_begun = field(offsetof(PositionPage, step_begun), std::int64_t{});
+  r.step_ended = field(offsetof(PositionPage, step_ended), std::int64_t{});
+  r.begun_t = wall(field(offsetof(PositionPage, begun_ticks), std::uint64_t{}));
+  r.ended_t = wall(field(offsetof(PositionPage, ended_ticks), std::uint64_t{}));
+  return r;
+}
+}  // namespace
+
 RankDigest digest_rank(const std::string& path, const std::string& dump, int rank, const SummaryOptions& opts) {
   RankDigester digester(rank, opts);
   const auto res = read_run_log(path, [&](const LogEvent& e) { digester.on_event(e); });
-  return digester.finish(res, dump);
+  RankDigest d = digester.finish(res, dump);
+  if (d.status.ok() && d.sum.pid != 0) d.sum.position = read_position(path, d.sum.pid);
+  return d;
 }
 
 }  // namespace rankscope::reader::digest

@@ -119,8 +119,17 @@ FindingKind verdict_of(const StallFacts& s, const StatusReport* live, bool open_
 // "it is blocked in forward at step 5" or "its log ends at step 3 after 'forward'".
 std::string culprit_doing(const RankSummary& c) {
   if (!c.last_stall) {
-    return fmt::format("its log ends at step {} after '{}'{}", c.last_step, c.last_phase,
-                       c.torn_tail ? " in a torn line (killed mid-write)" : "");
+    const std::string log_end = fmt::format("its log ends at step {} after '{}'{}", c.last_step, c.last_phase,
+                                            c.torn_tail ? " in a torn line (killed mid-write)" : "");
+    // The position file is exact where the log lost its last lines with the process.
+    if (const auto& p = c.position; p && std::max(p->step_begun, p->step_ended) >= c.last_step) {
+      return p->step_ended >= p->step_begun
+                 ? fmt::format("it had finished step {} ({}; its position file), {}", p->step_ended,
+                               format_clock_time(p->ended_t), log_end)
+                 : fmt::format("it was in step {}, begun at {} (its position file), {}", p->step_begun,
+                               format_clock_time(p->begun_t), log_end);
+    }
+    return log_end;
   }
   const StallRecord& cs = stall_of(c);
   return fmt::format("it {} blocked in {} at step {}{}", cs.ended ? "was" : "is",
@@ -143,6 +152,7 @@ Finding culprit_finding(const StallFacts& s, FindingKind kind, std::string_view 
                               : fmt::format(" while {} {} in it", format_ranks(s.waiting_ranks), wait),
                           culprit_doing(c));
   f.step = cs ? cs->step : c.last_step;
+  if (!cs && c.position) f.step = std::max({f.step, c.position->step_begun, c.position->step_ended});
   f.t = aligned(c, cs ? cs->since : c.last_t);
   if (cs) f.lines.push_back(cs->line);
   if (kind != FindingKind::kStall && c.last_line && (!cs || cs->line.line != c.last_line.line)) {

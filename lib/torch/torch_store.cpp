@@ -10,12 +10,15 @@
 #include "rankscope/heartbeat.hpp"
 #include "rankscope/integrations/torch.hpp"
 #include "environment.hpp"
+#include "store_dump_channel.hpp"
 #include "rankscope/runtime.hpp"
 
 namespace rankscope::torch {
 
 void publish_heartbeat_to(c10::intrusive_ptr<c10d::Store> store, std::string prefix) {
   const std::string key = prefix + std::to_string(rankscope::context().rank);
+  // The same store carries coordinated dump requests (dump_request.hpp).
+  rankscope::detail::set_dump_request_channel(detail::StoreDumpChannel::make(store));
   set_heartbeat_publisher([store = std::move(store), key](std::string_view json) {
     store->set(key, std::vector<uint8_t>(json.begin(), json.end()));
   });

@@ -84,6 +84,8 @@ import torch, torch.distributed as dist
 rank = int(os.environ["RANK"])
 # Only rank 1's watchdog is quick: the others would see the stall after 60 s on their own.
 os.environ["RANKSCOPE_STALL_TIMEOUT"] = "2" if rank == 1 else "60"
+if rank >= 2:  # as on another node with a node-local run directory: only the store reaches them
+    os.environ["RANKSCOPE_DIR"] += f"-node{rank}"
 import rankscope
 rankscope.init()
 dist.init_process_group("gloo")
@@ -101,7 +103,9 @@ for step in range(1000):
 
 def test_the_first_rank_to_see_a_stall_has_every_rank_dump_within_5_s(tmp_path):
     """4 ranks under torchrun. Rank 1 stops at step 5 and is the only one with a short stall
-    timeout: its request makes ranks 0, 2 and 3 dump (flight recorder and stacks) within 5 s."""
+    timeout: its request makes ranks 0, 2 and 3 dump (flight recorder and stacks) within 5 s -
+    rank 0 shares its run directory, ranks 2 and 3 have their own and hear it through the job's
+    c10d store."""
     import signal
     import subprocess
     import time
@@ -114,7 +118,8 @@ def test_the_first_rank_to_see_a_stall_has_every_rank_dump_within_5_s(tmp_path):
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.time() + 120
-        while time.time() < deadline and not all((run / f"rank-{r}.flight.json").exists() for r in range(4)):
+        dirs = {0: run, 1: run, 2: tmp_path / "run-node2", 3: tmp_path / "run-node3"}
+        while time.time() < deadline and not all((dirs[r] / f"rank-{r}.flight.json").exists() for r in range(4)):
             time.sleep(0.25)
         time.sleep(0.5)  # the last stacks lines written
     finally:
@@ -122,14 +127,14 @@ def test_the_first_rank_to_see_a_stall_has_every_rank_dump_within_5_s(tmp_path):
         job.wait()
     request = json.loads((run / "dump-request.json").read_text())
     assert request["rank"] == 1 and request["reason"] == "stall", request
-    dumps = {r: json.loads((run / f"rank-{r}.flight.json").read_text()) for r in range(4)}
+    dumps = {r: json.loads((dirs[r] / f"rank-{r}.flight.json").read_text()) for r in range(4)}
     assert dumps[1]["reason"] == "stall"
     for r in (0, 2, 3):
         assert dumps[r]["reason"] == "requested by rank 1 (stall)", dumps[r]["reason"]
         dumped_at = dumps[r]["clock"]["wall_ns"]
         print(f"rank {r} dumped {(dumped_at - request['t']) / 1e9:.2f} s after rank 1 asked")
         assert 0 <= dumped_at - request["t"] <= 5e9, (r, (dumped_at - request["t"]) / 1e9)
-    stacks = {l["rank"]: l for l in stacks_lines(run)}
+    stacks = {l["rank"]: l for l in stacks_lines(tmp_path)}
     assert sorted(stacks) == [0, 1, 2, 3]
     assert "in <module>" in stacks[0]["python"] and "all_reduce" in stacks[0]["python"]
 

@@ -117,7 +117,14 @@ def _time_process_group_init():
             @functools.wraps(fn)
             def timed(*args, **kwargs):
                 with _rankscope.phase(phase_name):
-                    return fn(*args, **kwargs)
+                    result = fn(*args, **kwargs)
+                if phase_name == "init_process_group":  # its store carries dump requests from now on
+                    try:
+                        from . import torch as rst
+                        rst._use_store_for_dump_requests()
+                    except Exception:  # never into the training script
+                        pass
+                return result
             timed._rankscope = True
             return timed
 

@@ -281,6 +281,7 @@ def instrument():
     and the functional collectives that DTensor and torch.compile'd graphs issue (at the dispatcher).
     DDP's gradient all-reduce runs in C++: instrument_ddp() records it."""
     rankscope._time_process_group_init()
+    _use_store_for_dump_requests()
     for name in _OPS:
         if name in _originals or not hasattr(dist, name):
             continue
@@ -484,6 +485,20 @@ class TorchStoreExchange(_rs.Exchange):
 
 
 _exchange = None
+
+
+def _use_store_for_dump_requests():
+    """Coordinated dumps (the first rank to see a stall asks every rank to dump) also go through
+    the default process group's store, which every rank of the job reaches, whatever the run
+    directory. Needs the C++ hooks (pip install --no-build-isolation); else the run directory
+    carries them alone."""
+    if _torch_hooks is None or not dist.is_initialized():
+        return
+    try:
+        _torch_hooks.use_store_for_dump_requests(dist.distributed_c10d._get_default_store())
+    except Exception as e:  # another torch layout: the run directory still carries them
+        rankscope.warning("rankscope.torch: dump requests go through the run directory only",
+                          error=f"{type(e).__name__}: {e}")
 
 
 def use_torch_exchange(timeout_s=60.0, store=None):
