@@ -6,7 +6,9 @@
 #  - rank 0's loss goes NaN at step 50: the NaN stays on the page and
 #    RankscopeNonFiniteLoss fires in the server;
 #  - after rank 1 blocks (forever, inside checkpoint_save), the stall rule's
-#    expression (threshold shortened to 3 s for the test) becomes true.
+#    expression (threshold shortened to 3 s for the test) becomes true, and
+#    RankscopeRankStalled fires on the watchdog's own verdict (its learned
+#    timeout's floor lowered from 15 s to 3 s for the test).
 set -euo pipefail
 source "$(dirname "$0")/ranks.sh"
 trainer=$1 work=$2 rules=$3
@@ -16,7 +18,7 @@ promtool check rules "$rules" >/dev/null || fail "promtool rejects $rules"
 (cd "$(dirname "$0")/prometheus" && promtool test rules rules_test.yml) || fail "promtool test rules failed"
 
 base=$((20000 + ($$ % 2000) * 4)) prom_port=$((base + 2))
-RANKSCOPE_PROMETHEUS_PORT=$base bash "$(dirname "$0")/../examples/cpp/launch.sh" --ranks 2 --steps 100000 \
+RANKSCOPE_STALL_FLOOR=3 RANKSCOPE_PROMETHEUS_PORT=$base bash "$(dirname "$0")/../examples/cpp/launch.sh" --ranks 2 --steps 100000 \
   --trainer "$trainer" --dir "$work/runs" -- --slow-rank 0 --slow-ms 25 --block-rank 1 --block-step 400 --nan-rank 0 --nan-step 50 \
   --timeout 600 >"$work/train.log" 2>&1 &
 launcher=$!

@@ -443,6 +443,9 @@ TEST_CASE("an uncaught C++ exception is an exit line naming it / then aborts as 
                       Catch::Contains(R"("exception":"std::runtime_error")") &&
                       Catch::Contains(R"("msg":"std::runtime_error: checkpoint shard 3 is corrupt")"));
   CHECK_THAT(slurp(tmp.path + "/rank-5.flight.json"), Catch::Contains(R"("reason":"signal SIGABRT")"));
+  // The process died of the signal, not at an atexit shutdown: its last heartbeat still says failed.
+  CHECK_THAT(slurp(tmp.path + "/rank-5.heartbeat.json"),
+             Catch::Contains(R"("state":"failed")") && Catch::Contains(R"("exit_cause":"terminate")"));
 }
 
 TEST_CASE("SIGTERM flushes and dumps / then terminates as before", "[flight][signals]") {

@@ -397,7 +397,11 @@ void Runtime::handle_signal(int sig) {
     for (auto& s : sinks_) s->flush(deadline);
     // Nothing left behind by a terminated rank: no spare files, no reserved blocks.
     for (auto& s : sinks_) s->before_exit();
-    watchdog_.before_exit();
+    try {
+      watchdog_.ending_by_signal(clock_, threads_);
+    } catch (...) {
+      watchdog_.before_exit();
+    }
   }
   detail::g_signal_acks.fetch_add(1, std::memory_order_release);
 }

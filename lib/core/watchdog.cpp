@@ -271,6 +271,17 @@ void Watchdog::finish(const TickClock& clock, const std::vector<ThreadState*>& t
   before_exit();
 }
 
+void Watchdog::ending_by_signal(const TickClock& clock, const std::vector<ThreadState*>& threads) {
+  // After an uncaught exception the process can still die of a signal in its
+  // teardown (torch's threads abort when a process group is never destroyed),
+  // before the atexit shutdown that says "failed": say it now.
+  if (exit_cause() != ExitCause::kNone) {
+    quiet_until_mono_ = 0;
+    write_heartbeat(monotonic_ns(), clock, threads, "failed");
+  }
+  before_exit();
+}
+
 void Watchdog::before_exit() noexcept {
   // No heartbeat for the next 2 s, or the next one would leave a spare file
   // behind the dying process; a program that survives its signal resumes

@@ -45,6 +45,8 @@ class Watchdog {
   void finish(const TickClock& clock, const std::vector<ThreadState*>& threads);
   // The process is ending by a signal: remove the heartbeat's spare file.
   void before_exit() noexcept;
+  // The same, first writing a last heartbeat "failed" if an uncaught exception was recorded.
+  void ending_by_signal(const TickClock& clock, const std::vector<ThreadState*>& threads);
   HeartbeatStatus status();
   // The stall timeout in effect now. Fixed when configured; otherwise learned:
   //   before 5 steps (start-up, compilation, the first steps): warmup_timeout;
