@@ -11,7 +11,9 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -30,11 +32,16 @@ struct NvmlProcess {  // nvmlProcessInfo_v1_t
 
 class GpuMemory {
  public:
-  // A new run may bring the library an earlier one lacked (tests switch RANKSCOPE_NVML_LIBRARY).
-  void retry() {
-    if (state_ == State::kUnavailable) state_ = State::kUnloaded;
-  }
+  // A new run may bring the library an earlier one lacked (tests switch
+  // RANKSCOPE_NVML_LIBRARY): taken up by the next poll.
+  void retry() { retry_.store(true, std::memory_order_relaxed); }
+  // The resource sampler's thread. An older session's sampler may still be
+  // finishing a poll (or hung in a driver call) when a new one starts: one
+  // poll at a time, and a poll that finds another running skips its turn.
   void poll() {
+    std::unique_lock<std::mutex> lk(mu_, std::try_to_lock);
+    if (!lk.owns_lock()) return;
+    if (retry_.exchange(false, std::memory_order_relaxed) && state_ == State::kUnavailable) state_ = State::kUnloaded;
     if (state_ == State::kUnavailable) return;
     if (state_ == State::kUnloaded && !load()) {
       state_ = State::kUnavailable;
@@ -92,7 +99,9 @@ class GpuMemory {
     return true;
   }
 
-  State state_ = State::kUnloaded;
+  std::mutex mu_;
+  std::atomic<bool> retry_{false};
+  State state_ = State::kUnloaded;  // Requires mu_ held (as every member below).
   int (*memory_)(void*, NvmlMemory*) = nullptr;
   int (*processes_)(void*, unsigned*, NvmlProcess*) = nullptr;
   std::vector<void*> devices_;
@@ -107,7 +116,7 @@ GpuMemory& gpu_memory() {
 }
 }  // namespace
 
-// Background thread only (init runs before it starts).
+// The resource sampler's thread; retry from init.
 void poll_gpu_memory() { gpu_memory().poll(); }
 void retry_gpu_memory() { gpu_memory().retry(); }
 
