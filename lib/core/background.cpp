@@ -273,43 +273,6 @@ std::size_t Runtime::drain_all(std::vector<Event>& batch) {
   return n;
 }
 
-// Resource snapshots are taken on their own thread (resources.hpp): here they
-// only become run-log lines, and a snapshot stuck in a driver call is said
-// once - this thread, the heartbeat and stall detection go on regardless.
-void Runtime::write_resources() {
-  std::vector<Event> out;
-  if (auto s = detail::resources_take()) {
-    Event& e = out.emplace_back();
-    e.kind = EventKind::kResources;
-    e.step = detail::g_step.load(std::memory_order_relaxed);
-    e.mono_ns = s->mono_ns;
-    e.wall_ns = s->wall_ns;
-    e.text = s->reason;
-    if (s->gpu >= 0) e.attributes.add(schema::field_name(schema::Field::kGpu), static_cast<std::int64_t>(s->gpu));
-    for (int i = 0; i < detail::kResourceCount; ++i) {
-      if (s->has[i]) e.attributes.add(schema::field_name(detail::resource_info(static_cast<detail::Resource>(i)).key), s->value[i]);
-    }
-  }
-  if (auto stuck = detail::resources_stuck(mono_now())) {
-    if (resource_timeouts_ == nullptr) {
-      resource_timeouts_ = &counter("rankscope_resource_sample_timeouts_total",
-                                    "Resource snapshots that ran past their deadline (a hung driver call)");
-    }
-    resource_timeouts_->add(1);
-    Event& e = out.emplace_back();
-    e.kind = EventKind::kLog;
-    e.level = Level::kWarn;
-    e.step = detail::g_step.load(std::memory_order_relaxed);
-    e.mono_ns = mono_now();
-    e.wall_ns = detail::realtime_ns();
-    e.text = absl::StrCat("resource snapshot stuck in ", *stuck,
-                          " (a hung GPU driver call?); liveness, heartbeats and stall detection go on");
-  }
-  if (out.empty()) return;
-  for (const Event& x : out) remember(x);
-  deliver(out);
-}
-
 void Runtime::export_metrics_now() {
   {  // this process's goodput so far: a copy finished at now (the run goes on)
     GoodputBuilder so_far = goodput_;
@@ -328,29 +291,6 @@ void Runtime::export_metrics_now() {
   snap.stats = stats();
   for (auto& s : sinks_) s->export_metrics(snap);
   last_metrics_mono_ = snap.mono_ns;
-}
-
-// Where every thread is (stacks.hpp): a run-log line and, through the
-// recent-events history, the flight dump. Only when signal handlers are ours
-// to install (Config::install_signal_handlers).
-void Runtime::write_stacks(std::string_view reason) {
-  if (!signal_handlers_) return;
-  const detail::StackCapture c = detail::capture_stacks(std::chrono::milliseconds(100));
-  std::vector<Event> out(1);
-  Event& e = out[0];
-  e.kind = EventKind::kStacks;
-  e.step = detail::g_step.load(std::memory_order_relaxed);
-  e.mono_ns = mono_now();
-  e.wall_ns = detail::realtime_ns();
-  e.text = std::string(reason);
-  e.attributes.add(schema::field_name(schema::Field::kThreads), c.threads)
-      .add(schema::field_name(schema::Field::kAnswered), c.answered)
-      .add(schema::field_name(schema::Field::kCaptureUs), static_cast<double>(c.cost_ns) / 1e3)
-      .add(schema::field_name(schema::Field::kNative), c.native);
-  if (!c.python.empty()) e.attributes.add(schema::field_name(schema::Field::kPython), c.python);
-  remember(e);
-  deliver(out);
-  write_pending();
 }
 
 absl::StatusOr<std::string> Runtime::dump_now(std::string_view reason) {
