@@ -200,9 +200,25 @@ Event Watchdog::make_event(EventKind k, std::uint64_t now_mono, const TickClock&
   return e;
 }
 
+namespace {
+// Joining the job: these wait only for peers started together with this
+// process (torchrun and srun start a job's processes at once, after their own
+// rendezvous), unlike the compilation and first steps the warm-up allows for.
+bool joining(const Site* s) {
+  const std::string_view n = s->name;
+  return n == "init_process_group" || n == "new_group" || n == "nccl_comm_init";
+}
+}  // namespace
+
 std::uint64_t Watchdog::stall_timeout_ns(const std::vector<ThreadState*>& threads) const {
   if (cfg_.stall_timeout_ns != 0) return cfg_.stall_timeout_ns;
-  if (history_n_ < 5) return cfg_.warmup_timeout_ns;
+  if (history_n_ < 5) {
+    for (ThreadState* st : threads) {  // a rank missing from init_process_group: 4 x the floor (60 s), not 300 s
+      const Site* outer = st->open[0].site.load(std::memory_order_acquire);
+      if (outer != nullptr && joining(outer)) return std::min(cfg_.warmup_timeout_ns, 4 * cfg_.stall_floor_ns);
+    }
+    return cfg_.warmup_timeout_ns;
+  }
   std::uint64_t t = std::max(cfg_.stall_floor_ns, 5 * p99_step_ns_);
   for (ThreadState* st : threads) {  // inside a long kind of phase?
     const Site* outer = st->open[0].site.load(std::memory_order_acquire);

@@ -49,7 +49,8 @@ class Watchdog {
   void ending_by_signal(const TickClock& clock, const std::vector<ThreadState*>& threads);
   HeartbeatStatus status();
   // The stall timeout in effect now. Fixed when configured; otherwise learned:
-  //   before 5 steps (start-up, compilation, the first steps): warmup_timeout;
+  //   before 5 steps (start-up, compilation, the first steps): warmup_timeout,
+  //   but 4 x floor inside init_process_group / new_group / nccl_comm_init;
   //   then max(floor, 5 x the p99 step time of the last 64 steps);
   //   inside a checkpoint or a user-named phase (evaluation, a save) that
   //   encloses everything else: also at least max(8 x floor, 3 x the longest

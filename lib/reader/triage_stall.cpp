@@ -119,10 +119,13 @@ FindingKind verdict_of(const StallFacts& s, const StatusReport* live, bool open_
 // "it is blocked in forward at step 5" or "its log ends at step 3 after 'forward'".
 std::string culprit_doing(const RankSummary& c) {
   if (!c.last_stall) {
-    const std::string log_end = fmt::format("its log ends at step {} after '{}'{}", c.last_step, c.last_phase,
-                                            c.torn_tail ? " in a torn line (killed mid-write)" : "");
+    const std::string torn = c.torn_tail ? " in a torn line (killed mid-write)" : "";
+    const std::string log_end =
+        c.last_step >= 0 ? fmt::format("its log ends at step {} after '{}'{}", c.last_step, c.last_phase, torn)
+        : c.last_phase.empty() ? fmt::format("it has begun no step and is in no phase{}", torn)
+                               : fmt::format("its log ends before its first step, after '{}'{}", c.last_phase, torn);
     // The position file is exact where the log lost its last lines with the process.
-    if (const auto& p = c.position; p && std::max(p->step_begun, p->step_ended) >= c.last_step) {
+    if (const auto& p = c.position; p && std::max(p->step_begun, p->step_ended) >= std::max<std::int64_t>(c.last_step, 0)) {
       return p->step_ended >= p->step_begun
                  ? fmt::format("it had finished step {} ({}; its position file), {}", p->step_ended,
                                format_clock_time(p->ended_t), log_end)
@@ -240,6 +243,17 @@ StallFacts compute_stall_facts(const RunSummary& sum, const StatusReport* live) 
     (stall_of(r).comm.empty() && !in_rendezvous(stall_of(r)) ? blocked : s.waiting).push_back(&r);
   }
   find_behind(sum, s);
+  // Ranks wait in init_process_group and nobody is behind on a sequence: the
+  // ranks that never arrived - alive, not finished, not waiting there - are
+  // what they wait for (before their first step such a rank's own timeout is
+  // the long warm-up one, so it may have reported nothing yet).
+  if (blocked.empty() && s.behind.empty() && !s.waiting.empty() &&
+      std::all_of(s.waiting.begin(), s.waiting.end(), [](const RankSummary* w) { return in_rendezvous(stall_of(*w)); })) {
+    for (const auto& r : sum.ranks) {
+      const bool waiting = std::find(s.waiting.begin(), s.waiting.end(), &r) != s.waiting.end();
+      if (!waiting && !r.ended_cleanly && !r.exit) blocked.push_back(&r);
+    }
+  }
   if (blocked.empty() && s.waiting.empty()) {
     keep_gone_behind(sum, live, s);
     if (s.behind.empty()) return s;
