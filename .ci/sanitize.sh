@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The unit tests under a sanitizer: address (ASan+UBSan; .ci/run runs it) or
+# thread (TSan; run it yourself after touching threads or atomics - CI's 30
+# minutes do not hold both on a 2-core machine). Needs the Debian packages
+# .ci/setup.sh installs.   bash .ci/sanitize.sh address|thread
+set -euo pipefail
+cd "$(dirname "$0")/.."
+san=${1:?usage: .ci/sanitize.sh address|thread}
+cmake -S . -B "build-$san" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DRANKSCOPE_SANITIZE="$san" \
+  -DRANKSCOPE_WITH_NCCL=ON -DRANKSCOPE_WITH_OTLP=ON -DRANKSCOPE_WITH_PROMETHEUS=ON \
+  -DRANKSCOPE_BUILD_BENCHMARKS=OFF >/dev/null
+cmake --build "build-$san" -j2 --target rankscope_tests rankscope_tests_compiled_out rankscope_tests_nccl \
+  rankscope_tests_otlp rankscope_tests_prometheus
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp \
+UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+  ctest --test-dir "build-$san" --output-on-failure -j2 -L unit
