@@ -62,9 +62,10 @@ grep -q "block_before_all_reduce" <<<"$stacks" || fail "stacks: rank 1's frame i
 grep -qE "main thread \(native\), [a-z ]+ - ranks 0,2$" <<<"$stacks" || fail "stacks: ranks 0 and 2 are not grouped"
 grep -q "where the main threads were at the last stack capture: rank 1: block_before_all_reduce" <<<"$tri" ||
   fail "triage does not say where rank 1's main thread was"
-for _ in $(seq 1 40); do grep -q '"rank":1,"step":5,"reason":"stall"' "$run/rank-1.jsonl" && break; sleep 0.25; done
-grep -q '"kind":"resources","t":[0-9]*,"mono":[0-9]*,"rank":1,"step":5,"reason":"stall"' "$run/rank-1.jsonl" ||
-  fail "rank 1: no resource snapshot at its stall"
+# The stacks line carries the same rank/step/reason: wait for the resources line itself.
+stall_snapshot='"kind":"resources","t":[0-9]*,"mono":[0-9]*,"rank":1,"step":5,"reason":"stall"'
+for _ in $(seq 1 40); do grep -q "$stall_snapshot" "$run/rank-1.jsonl" && break; sleep 0.25; done
+grep -q "$stall_snapshot" "$run/rank-1.jsonl" || fail "rank 1: no resource snapshot at its stall"
 
 pid0=$(grep -o '"pid":[0-9]*' "$run/rank-0.heartbeat.json" | cut -d: -f2)
 kill -USR1 "$pid0"

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "rankscope/rankscope.hpp"
+#include "resources.hpp"
 #include "temp_dir.hpp"
 
 using namespace rankscope;
@@ -103,4 +104,22 @@ TEST_CASE("RANKSCOPE_RESOURCE_INTERVAL=0 turns snapshots off, a bad value is an 
   const auto st = init(cfg);
   CHECK_FALSE(st.ok());
   CHECK_THAT(std::string(st.message()), Catch::Contains("RANKSCOPE_RESOURCE_INTERVAL='often'"));
+}
+
+TEST_CASE("a snapshot taken at a stall is not replaced by a periodic one before it is written", "[resources]") {
+  // No runtime: nothing but this test takes the sampler's samples.
+  detail::ResourceConfig cfg;
+  cfg.interval = 1ms;  // periodic samples finish one after another while the stall one waits
+  detail::resources_start(cfg);
+  std::this_thread::sleep_for(50ms);
+  (void)detail::resources_take();
+  detail::resources_request("stall");
+  std::optional<detail::ResourceSample> s;
+  for (int i = 0; i < 200 && !s; ++i) {
+    std::this_thread::sleep_for(10ms);
+    s = detail::resources_take();
+  }
+  detail::resources_stop();
+  REQUIRE(s.has_value());
+  CHECK(s->reason == "stall");
 }

@@ -478,6 +478,9 @@ class Sampler {
       }
       std::lock_guard<std::mutex> lk(mu_);
       if (generation_ != gen) return;
+      // A snapshot asked for (start, stall) is evidence; a periodic one finishing before the
+      // background thread took it must not replace it (the next periodic one will come).
+      if (latest_ && latest_->reason != "interval" && s.reason == "interval") continue;
       latest_ = std::move(s);
     }
   }
