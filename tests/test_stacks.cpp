@@ -77,6 +77,6 @@ TEST_CASE("the stacks view groups identical stacks across ranks and marks the od
   CHECK_THAT(text, Catch::Contains("main thread (Python), whole stack - rank 2   <- the odd one out") &&
                        Catch::Contains("main thread (Python), whole stack - ranks 0,1,3\n"));
   CHECK_THAT(stack_evidence(s, {2}), Catch::StartsWith("where the main threads were at the last stack capture: rank 2: File \"/x/data.py\", line 42 in __getitem__; rank 0,1,3: File"));
-  CHECK(compact_ranks({0, 1, 2, 3, 5, 7, 8}) == "0-3,5,7,8");
+  CHECK(rankscope::join_ranks({0, 1, 2, 3, 5, 7, 8}) == "0-3,5,7,8");
   CHECK_THAT(format_stacks(RunSummary{}), Catch::StartsWith("no stacks in this run"));
 }

@@ -61,5 +61,7 @@ std::vector<int> missing_ranks(const absl::Status& status);
 
 /// "ranks 1,3" / "rank 2" / "ranks 0-49,51-63": how every message names ranks.
 std::string format_ranks(const std::vector<int>& ranks);
+/// The same list without the word: "1,3" / "2" / "0-49,51-63".
+std::string join_ranks(const std::vector<int>& ranks);
 
 }  // namespace rankscope

@@ -50,8 +50,12 @@ std::chrono::milliseconds exchange_timeout() {
 }
 
 std::string format_ranks(const std::vector<int>& ranks) {
-  // Runs of three or more consecutive ranks read as a range: "ranks 0-49,51-63".
-  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
+  return (ranks.size() == 1 ? "rank " : "ranks ") + join_ranks(ranks);
+}
+
+std::string join_ranks(const std::vector<int>& ranks) {
+  // Runs of three or more consecutive ranks read as a range: "0-49,51-63".
+  std::string out;
   for (std::size_t i = 0; i < ranks.size();) {
     std::size_t j = i;
     while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;

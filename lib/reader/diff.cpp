@@ -9,6 +9,7 @@
 
 #include "goodput_format.hpp"
 #include "json_util.hpp"
+#include "rankscope/exchange.hpp"
 
 namespace rankscope::reader {
 
@@ -138,13 +139,7 @@ std::string pct(const RunDiff::Value& v) {
   if (v.a == 0 || !std::isfinite(v.change())) return "";
   return fmt::format("{:+.1f} %", 100 * v.change());
 }
-std::string ranks_text(const std::vector<int>& r) {
-  if (r.empty()) return "";
-  std::string s = " (rank";
-  s += r.size() > 1 ? "s " : " ";
-  for (std::size_t i = 0; i < r.size() && i < 8; ++i) s += fmt::format("{}{}", i ? "," : "", r[i]);
-  return s + (r.size() > 8 ? ",...)" : ")");
-}
+std::string ranks_text(const std::vector<int>& r) { return r.empty() ? "" : " (" + format_ranks(r) + ")"; }
 }  // namespace
 
 std::string format_diff(const RunDiff& d, const AnalyzedRun& a, const AnalyzedRun& b) {

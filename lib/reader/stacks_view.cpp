@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "json_util.hpp"
+#include "rankscope/exchange.hpp"
 #include "schema.hpp"
 
 namespace rankscope::reader {
@@ -100,18 +101,6 @@ std::vector<ThreadStack> parse_native_stacks(std::string_view text) {
   return out;
 }
 
-std::string compact_ranks(const std::vector<int>& ranks) {
-  std::string out;
-  for (std::size_t i = 0; i < ranks.size();) {
-    std::size_t j = i;
-    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
-    out += fmt::format("{}{}", out.empty() ? "" : ",", ranks[i]);
-    if (j > i) out += fmt::format("{}{}", j == i + 1 ? "," : "-", ranks[j]);
-    i = j + 1;
-  }
-  return out;
-}
-
 std::vector<StackGroup> group_stacks(const RunSummary& s) {
   std::map<std::tuple<bool, bool, std::vector<std::string>>, StackGroup> groups;
   for (const auto& r : s.ranks) {
@@ -156,9 +145,9 @@ std::string format_stacks(const RunSummary& s) {
            "terminating signal\n";
   }
   std::string out = fmt::format("stacks of {} rank{} (the last capture of each:", with.size(), with.size() > 1 ? "s" : "");
-  for (const auto& [why, ranks] : reasons) out += fmt::format(" {} on rank {};", why, compact_ranks(ranks));
+  for (const auto& [why, ranks] : reasons) out += fmt::format(" {} on rank {};", why, join_ranks(ranks));
   out.back() = ')';
-  if (!without.empty()) out += fmt::format("; none from rank {}", compact_ranks(without));
+  if (!without.empty()) out += fmt::format("; none from rank {}", join_ranks(without));
   out += "\n";
   const auto groups = group_stacks(s);
   std::size_t most[2] = {0, 0};  // the largest main-thread group, native and Python
@@ -175,7 +164,7 @@ std::string format_stacks(const RunSummary& s) {
     const std::string who = g.main ? "main thread" : fmt::format("{} thread{}", g.threads, g.threads > 1 ? "s" : "");
     out += fmt::format("\n{}{}, {} - rank{} {}{}\n", who, g.python ? " (Python)" : " (native)",
                        g.frames.size() < kFramesShown ? "whole stack" : "innermost frames", g.ranks.size() > 1 ? "s" : "",
-                       compact_ranks(g.ranks), odd ? "   <- the odd one out" : "");
+                       join_ranks(g.ranks), odd ? "   <- the odd one out" : "");
     for (const auto& f : g.frames) out += fmt::format("    {}\n", f);
   }
   return out;
@@ -205,7 +194,7 @@ std::string stack_evidence(const RunSummary& s, const std::vector<int>& ranks) {
     const bool named = std::any_of(g.ranks.begin(), g.ranks.end(), [&](int r) {
       return std::find(ranks.begin(), ranks.end(), r) != ranks.end();
     });
-    const std::string part = fmt::format("rank {}: {}", compact_ranks(g.ranks), telling_frame(g));
+    const std::string part = fmt::format("rank {}: {}", join_ranks(g.ranks), telling_frame(g));
     out = named ? (out.empty() ? part : part + "; " + out) : (out.empty() ? part : out + "; " + part);
     if (out.size() > 600) break;
   }

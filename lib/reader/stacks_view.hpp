@@ -40,7 +40,4 @@ std::string format_stacks_json(const RunSummary& s);
 /// were, and where the others' were when they differ. Empty without captures.
 std::string stack_evidence(const RunSummary& s, const std::vector<int>& ranks);
 
-/// "0,2-5,7"
-std::string compact_ranks(const std::vector<int>& ranks);
-
 }  // namespace rankscope::reader

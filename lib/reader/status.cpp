@@ -11,8 +11,8 @@
 #include <simdjson.h>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "json_util.hpp"
+#include "rankscope/exchange.hpp"
 #include "schema.hpp"
 
 namespace rankscope::reader {
@@ -86,8 +86,6 @@ std::string innermost(const RankHeartbeat& h) {
   return fmt::format("{} ({:.1f} s)", p.name, secs(p.age_ns));
 }
 
-std::string rank_list(const std::vector<int>& v) { return absl::StrJoin(v, ","); }
-
 const RankHeartbeat& at(const StatusReport& r, int rank) { return r.ranks[static_cast<std::size_t>(rank)]; }
 
 // The ranks by what their heartbeats say, the worst state first.
@@ -145,21 +143,21 @@ void stalled_findings(StatusReport& r, const std::vector<int>& blocked, const st
     for (const auto& [seq, ranks] : seqs) {
       const auto& f = at(r, ranks.front()).in_flight.front();
       r.findings.push_back(fmt::format("rank{} {} wait{} in {} seq {} on '{}' ({:.1f} s)", ranks.size() > 1 ? "s" : "",
-                                       rank_list(ranks), ranks.size() > 1 ? "" : "s", f.op, seq, comm,
+                                       join_ranks(ranks), ranks.size() > 1 ? "" : "s", f.op, seq, comm,
                                        secs(f.age_ns)));
     }
     if (seqs.size() > 1 && blocked.empty()) {
       r.findings.push_back(fmt::format("ranks {} are behind on '{}': they did not reach seq {}",
-                                       rank_list(seqs.begin()->second), comm, seqs.rbegin()->first));
+                                       join_ranks(seqs.begin()->second), comm, seqs.rbegin()->first));
     }
   }
 }
 
 std::string hang_culprit(const StatusReport& r, const std::vector<int>& blocked, const std::vector<int>& waiting) {
   if (!blocked.empty()) {
-    return fmt::format("rank {} is blocked in {}{}", rank_list(blocked), innermost(at(r, blocked.front())),
+    return fmt::format("rank {} is blocked in {}{}", join_ranks(blocked), innermost(at(r, blocked.front())),
                        waiting.empty() ? "" : fmt::format(" while rank{} {} wait in a collective",
-                                                          waiting.size() > 1 ? "s" : "", rank_list(waiting)));
+                                                          waiting.size() > 1 ? "s" : "", join_ranks(waiting)));
   }
   if (waiting.empty()) return "";
   std::map<std::string, std::set<std::uint64_t>> seqs;
@@ -177,7 +175,7 @@ std::string hang_culprit(const StatusReport& r, const std::vector<int>& blocked,
   for (int w : waiting) {
     if (at(r, w).in_flight.front().seq == *set.begin()) behind.push_back(w);
   }
-  return fmt::format("rank{} {} {} behind on '{}' (seq {})", behind.size() > 1 ? "s" : "", rank_list(behind),
+  return fmt::format("rank{} {} {} behind on '{}' (seq {})", behind.size() > 1 ? "s" : "", join_ranks(behind),
                      behind.size() > 1 ? "are" : "is", comm, *set.begin());
 }
 
@@ -196,7 +194,7 @@ std::string slow_verdict(StatusReport& r, const std::vector<int>& slow) {
                                      h.usual_step_ns ? static_cast<double>(h.last_step_ns) / h.usual_step_ns : 0.0));
   }
   return fmt::format("SLOW, not a hang: progress is moving; rank{} {} slower than usual", slow.size() > 1 ? "s" : "",
-                     rank_list(slow));
+                     join_ranks(slow));
 }
 
 // Run logs that stopped (a full disk): findings, and a note on the verdict.
@@ -210,7 +208,7 @@ std::vector<int> log_stop_findings(StatusReport& r) {
   }
   if (!log_stopped.empty()) {
     r.verdict += fmt::format("; run log of rank{} {} stopped: {}", log_stopped.size() > 1 ? "s" : "",
-                             rank_list(log_stopped), at(r, log_stopped.front()).run_log_error);
+                             join_ranks(log_stopped), at(r, log_stopped.front()).run_log_error);
   }
   return log_stopped;
 }
@@ -222,9 +220,9 @@ void classify(StatusReport& r) {
   if (!s.stalled.empty()) {
     r.verdict = hang_verdict(r, s.stalled);
   } else if (!s.failed.empty()) {
-    r.verdict = fmt::format("rank{} {} failed: uncaught exception", s.failed.size() > 1 ? "s" : "", rank_list(s.failed));
+    r.verdict = fmt::format("rank{} {} failed: uncaught exception", s.failed.size() > 1 ? "s" : "", join_ranks(s.failed));
   } else if (!s.dead.empty()) {
-    r.verdict = fmt::format("rank{} {} not alive: crash, OOM or node issue", s.dead.size() > 1 ? "s" : "", rank_list(s.dead));
+    r.verdict = fmt::format("rank{} {} not alive: crash, OOM or node issue", s.dead.size() > 1 ? "s" : "", join_ranks(s.dead));
   } else if (!s.slow.empty()) {
     r.verdict = slow_verdict(r, s.slow);
   } else if (!s.exited.empty() && s.exited.size() == r.ranks.size()) {
@@ -234,7 +232,7 @@ void classify(StatusReport& r) {
                             n - static_cast<int>(s.exited.size() + s.missing.size()), n);
   }
   if (!s.dead.empty() && !s.stalled.empty()) {
-    r.verdict += fmt::format(" (and rank{} {} not alive)", s.dead.size() > 1 ? "s" : "", rank_list(s.dead));
+    r.verdict += fmt::format(" (and rank{} {} not alive)", s.dead.size() > 1 ? "s" : "", join_ranks(s.dead));
   }
   const std::vector<int> log_stopped = log_stop_findings(r);
   r.exit_code =
