@@ -24,7 +24,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 short=${SHORT:-100} long=${LONG:-600}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-export RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 GROUP_RANK=0 MASTER_ADDR=127.0.0.1 OMP_NUM_THREADS=1
+export PYTHONHASHSEED=0 RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 GROUP_RANK=0 MASTER_ADDR=127.0.0.1 OMP_NUM_THREADS=1
 export RANKSCOPE_HEARTBEAT_INTERVAL=600 RANKSCOPE_METRICS_INTERVAL=3600 RANKSCOPE_RESOURCE_INTERVAL=0 RANKSCOPE_CONSOLE=none
 # The background thread wakes at least every 20 ms: at valgrind's pace that is dozens of nearly
 # empty drains per step where a real run drains ~7 steps' records at once. 1 s (the longest
@@ -45,25 +45,38 @@ run() {  # ARM STEPS PORT
   [[ $arm == off && $what != ddp ]] && enabled=0
   # shellcheck disable=SC2046
   RANKSCOPE_ENABLED=$enabled RANKSCOPE_DIR="$work/run-$arm-$steps" MASTER_PORT=$3 \
-    valgrind --tool=callgrind --callgrind-out-file="$work/$arm-$steps.out" $(command_for "$arm" "$steps") \
+    valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file="$work/$arm-$steps.out" $(command_for "$arm" "$steps") \
     > "$work/$arm-$steps.log" 2>&1 || { echo "run $arm $steps failed:"; tail -5 "$work/$arm-$steps.log"; exit 1; }
 }
 BUILD=${2:-}
-arms=(on off)
-[[ -n "${OFF_PER_STEP:-}" ]] && arms=(on)  # the off arm from an earlier run (it does not depend on the rankscope settings)
 for steps in "$short" "$long"; do
-  for arm in "${arms[@]}"; do run "$arm" "$steps" $((29860 + RANDOM % 100)) & done
+  for arm in on off; do run "$arm" "$steps" $((29860 + RANDOM % 100)) & done
   wait
 done
 
 total() { grep -o 'refs: *[0-9,]*' "$work/$1.log" | tr -d ', ' | cut -d: -f2; }
 per_step() { echo $(( ($(total "$1-$long") - $(total "$1-$short")) / (long - short) )); }
-on=$(per_step on) off=${OFF_PER_STEP:-$(per_step off)}
-echo "instructions per step ($what, $((long - short)) steps): on $on, off $off, on - off $((on - off)) = $(python3 -c "print(f'{100 * ($on - $off) / $off:.3f}')") %"
+# The training thread and rankscope's own threads only (one profile per thread): torch's
+# helper threads (gloo, the TCP store) poll on timers and differ between the arms by a few
+# thousand instructions per step, which would drown the third digit.
+ours() {  # RUN -> instructions of the main thread and of rankscope's threads
+  local sum=0 f n
+  for f in "$work/$1.out"-*; do
+    if [[ $f == *-01 ]] || grep -qE 'run_background|Sampler::loop|StoreDumpChannel::run' "$f"; then
+      n=$(grep -m1 -E '^(summary|totals):' "$f" | awk '{print $2}')
+      sum=$((sum + n))
+    fi
+  done
+  echo "$sum"
+}
+ours_per_step() { echo $(( ($(ours "$1-$long") - $(ours "$1-$short")) / (long - short) )); }
+echo "all threads, instructions per step: on $(per_step on), off $(per_step off)"
+on=$(ours_per_step on) off=$(ours_per_step off)
+echo "training thread + rankscope's threads, instructions per step ($what, $((long - short)) steps): on $on, off $off, on - off $((on - off)) = $(python3 -c "print(f'{100 * ($on - $off) / $off:.3f}')") %"
 # Where rankscope's share goes: the functions of its libraries, per step (inclusive).
 for arm in on; do
   for n in "$short" "$long"; do
-    callgrind_annotate --inclusive=yes --threshold=100 "$work/$arm-$n.out" 2>/dev/null > "$work/$arm-$n.incl"
+    for f in "$work/$arm-$n.out"-*; do callgrind_annotate --inclusive=yes --threshold=100 "$f" 2>/dev/null; done > "$work/$arm-$n.incl"
   done
 done
 python3 - "$work/on-$short.incl" "$work/on-$long.incl" $((long - short)) $((on - off)) "$off" <<'EOF'
