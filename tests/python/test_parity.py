@@ -30,7 +30,7 @@ CPP_ONLY = {  # why Python has no counterpart
     "live_communicators": "in stats() as the run log's `communicators`",
     "flight_complete": "device completion callback of the NCCL hooks",
     "launcher_name": "context()['launcher'] spelling helper", "missing_ranks": "C++ Status helper",
-    "format_ranks": "formatting helper", "set_heartbeat_publisher": "rankscope.torch publishes to the store",
+    "format_ranks": "formatting helper", "join_ranks": "formatting helper", "set_heartbeat_publisher": "rankscope.torch publishes to the store",
     "level_name": "Python levels are names already", "Logger": "Python code uses the logging module's names",
     "SourceLocation": "a log call site (file, function, line); Python records the caller's frame itself", "Throttle": "RANKSCOPE_LOG_THROTTLED internals",
     "observe_ungated": "internal", "Site": "macro internals", "intern": "Python phases intern on creation",
