@@ -8,9 +8,7 @@ DDP model; rounds of 10 forward+backward steps rotate through them in the same p
 (in reverse order every other round) so machine noise hits all alike; the median step
 time of each is printed next to plain DDP's. A second plain copy shows the noise floor.
 """
-import os
 import sys
-import tempfile
 import time
 
 import torch
@@ -20,7 +18,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import rankscope
 import rankscope.torch as rst
-from bench_util import print_medians
+from bench_util import one_rank_gloo, print_medians
 
 ROUNDS = 60 if "--quick" in sys.argv else 600
 
@@ -31,11 +29,7 @@ def model():
 
 
 def main():
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", str(29700 + os.getpid() % 200))
-    torch.set_num_threads(1)
-    rankscope.init(rank=0, world_size=1, run_dir=tempfile.mkdtemp(prefix="rankscope-bench-ddp-"))
-    dist.init_process_group("gloo", rank=0, world_size=1)
+    one_rank_gloo("bench-ddp", 29700)
     variants = {"plain DDP": model(), "plain DDP, a second copy (noise floor)": model()}
     variants["instrument_ddp(model)"] = m = model()
     rst.instrument_ddp(m)

@@ -9,9 +9,7 @@ forward) and 3 reduce-scatters, each through torch.distributed's functions. Roun
 off (uninstrument(): plain FSDP2), in reverse order every other round; the median step
 time of each is printed next to plain FSDP2's, with a second plain round as the noise floor.
 """
-import os
 import sys
-import tempfile
 import time
 
 import torch
@@ -20,17 +18,13 @@ from torch.distributed.fsdp import fully_shard
 
 import rankscope
 import rankscope.torch as rst
-from bench_util import print_medians
+from bench_util import one_rank_gloo, print_medians
 
 ROUNDS = 30 if "--quick" in sys.argv else 300
 
 
 def main():
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", str(29900 + os.getpid() % 90))
-    torch.set_num_threads(1)
-    rankscope.init(rank=0, world_size=1, run_dir=tempfile.mkdtemp(prefix="rankscope-bench-fsdp2-"))
-    dist.init_process_group("gloo", rank=0, world_size=1)
+    one_rank_gloo("bench-fsdp2", 29900)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(128, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256), torch.nn.ReLU(),
                                 torch.nn.Linear(256, 10))

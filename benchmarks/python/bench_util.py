@@ -1,5 +1,21 @@
-"""Shared by the Python benchmarks: the table of median step times against a baseline arm."""
+"""Shared by the Python benchmarks: a one-rank gloo job, and the table of median step times
+against a baseline arm."""
+import os
 import statistics
+import tempfile
+
+
+def one_rank_gloo(name, port_base):
+    """rankscope and a world-size-1 gloo process group in this process, one CPU thread."""
+    import torch
+    import torch.distributed as dist
+    import rankscope
+
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", str(port_base + os.getpid() % 90))
+    torch.set_num_threads(1)
+    rankscope.init(rank=0, world_size=1, run_dir=tempfile.mkdtemp(prefix=f"rankscope-{name}-"))
+    dist.init_process_group("gloo", rank=0, world_size=1)
 
 
 def print_medians(times, base, width=48):

@@ -6,9 +6,7 @@ For benchmarks/instr_overhead.sh ddp, which counts the instructions per step of 
 callgrind: what `rst.instrument_ddp` adds to plain DDP, free of the timing noise that limits
 bench_ddp.py. World size 1 over gloo; the model is bench_ddp.py's.
 """
-import os
 import sys
-import tempfile
 
 import torch
 import torch.distributed as dist
@@ -16,15 +14,12 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import rankscope
 import rankscope.torch as rst
+from bench_util import one_rank_gloo
 
 
 def main():
     steps = int(sys.argv[1])
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", str(29700 + os.getpid() % 200))
-    torch.set_num_threads(1)
-    rankscope.init(rank=0, world_size=1, run_dir=tempfile.mkdtemp(prefix="rankscope-ddp-steps-"))
-    dist.init_process_group("gloo", rank=0, world_size=1)
+    one_rank_gloo("ddp-steps", 29800)
     torch.manual_seed(0)
     model = DDP(torch.nn.Sequential(torch.nn.Linear(32, 128), torch.nn.ReLU(), torch.nn.Linear(128, 4)))
     if "--instrument" in sys.argv:
