@@ -12,7 +12,9 @@ int nvmlDeviceGetHandleByIndex_v2(unsigned i, void** d) {
   *d = &devices[i];
   return 0;
 }
+static void hang_for(const char* knob);
 int nvmlDeviceGetName(void* d, char* out, unsigned len) {
+  hang_for("FAKE_NVML_HANG_NAME_MS"); /* the GPU list at init (environment.cpp) */
   snprintf(out, len, "Fake GPU %d", (int)((int*)d - devices));
   return 0;
 }
@@ -48,6 +50,7 @@ int nvmlDeviceGetComputeRunningProcesses(void* d, unsigned* n, fake_process* p) 
  *   FAKE_NVML_UTIL=<percent>   utilisation (default 100: a GPU spinning in an NCCL kernel looks busy)
  *   FAKE_NVML_POWER_W=<watts>  power draw (default 70 of 700: spinning, not computing); "70,350": per GPU
  *   FAKE_NVML_HANG_MS=<ms>     nvmlDeviceGetPowerUsage blocks that long (a wedged driver)
+ *   FAKE_NVML_HANG_NAME_MS=<ms> nvmlDeviceGetName blocks that long (the GPU list at init)
  *   FAKE_NVML_XID=<code>       one critical XID event of that code, on the first wait */
 #include <stdlib.h>
 #include <time.h>
@@ -62,12 +65,15 @@ int nvmlDeviceGetUtilizationRates(void* d, fake_util* u) {
   u->memory = 5;
   return 0;
 }
-int nvmlDeviceGetPowerUsage(void* d, unsigned* mw) {
-  unsigned hang = env_or("FAKE_NVML_HANG_MS", 0);
+static void hang_for(const char* knob) {
+  unsigned hang = env_or(knob, 0);
   if (hang) {
     struct timespec ts = {hang / 1000, (long)(hang % 1000) * 1000000L};
     nanosleep(&ts, NULL);
   }
+}
+int nvmlDeviceGetPowerUsage(void* d, unsigned* mw) {
+  hang_for("FAKE_NVML_HANG_MS");
   /* A comma-separated list gives each GPU its own: "70,350" */
   const char* list = getenv("FAKE_NVML_POWER_W");
   unsigned w = 70;

@@ -1,14 +1,16 @@
 // Emits a known set of spans, logs and metrics through the OTLP sink (from
 // OTEL_EXPORTER_OTLP_* in the environment), for tests/otlp_test.sh:
-//   otlp_emitter RUN_DIR                   the content tests/otlp/check.js expects
+//   otlp_emitter RUN_DIR                   the content tests/otlp/check.py expects
 //   otlp_emitter RUN_DIR --load STEPS      many steps, then prints counters and RSS
 // Rank 1 of 2, run id "otlp-test".
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <thread>
 
@@ -25,9 +27,17 @@ long rss_kib() {
 }
 }  // namespace
 
+bool file_contains(const std::string& path, const std::string& needle) {
+  std::ifstream in(path);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return text.find(needle) != std::string::npos;
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) return 2;
   const int load_steps = argc >= 4 && std::strcmp(argv[2], "--load") == 0 ? std::atoi(argv[3]) : 0;
+  // Resource snapshots through the fake NVML: rank 1's GPU is GPU 1.
+  if (load_steps == 0) ::setenv("RANKSCOPE_NVML_LIBRARY", RANKSCOPE_FAKE_NVML, 0);
   auto otlp = rankscope::otlp_sink_from_env();
   if (!otlp.ok()) {
     std::fprintf(stderr, "otlp: %s\n", std::string(otlp.status().message()).c_str());
@@ -65,6 +75,7 @@ int main(int argc, char** argv) {
       { rankscope::CollectiveSpan c(comm, rankscope::CollectiveOp::kAllReduce, 1024, rankscope::DType::kFloat32); }
       samples.add(32);
       step.report({.loss = 0.5 - 0.1 * s, .lr = 0.01, .samples = 32});
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));  // steps apart in time: a samples/s rate
     }
     { RANKSCOPE_PHASE("checkpoint_save"); }  // a good save: the checkpoint age
     RANKSCOPE_LOG_KV(rankscope::Level::kWarn, {{"path", "/ckpt/x"}, {"bytes", 4096}, {"ratio", 0.5}, {"ok", false}},
@@ -72,6 +83,13 @@ int main(int argc, char** argv) {
     RANKSCOPE_LOG_INFO("hello {}", 42);
     loss.set(0.3);
     for (double v : {0.05, 0.5, 5.0, 50.0}) batch.observe(v);
+    // The start snapshot is sampled on its own thread: wait (bounded) until the
+    // run log has it, so its metrics are in the final export.
+    const std::string log = std::string(argv[1]) + "/rank-1.jsonl";
+    for (int i = 0; i < 400 && !file_contains(log, "\"kind\":\"resources\""); ++i) {
+      rankscope::flush(std::chrono::milliseconds(1000));
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
     rankscope::shutdown(std::chrono::milliseconds(10000));
     return 0;
   }

@@ -282,3 +282,55 @@ TEST_CASE("prometheus: a NaN loss stays on the page / numerics counters / the ch
   CHECK(sample(text, "rankscope_last_checkpoint_timestamp_seconds{") == good);
   shutdown();
 }
+
+TEST_CASE("prometheus: resource snapshots on /metrics - the rank's GPU by its index and the host's interfaces",
+          "[prometheus]") {
+  TempDir tmp;
+  rankscope::test::ScopedEnv nvml("RANKSCOPE_NVML_LIBRARY", RANKSCOPE_FAKE_NVML);
+  rankscope::test::ScopedEnv power("FAKE_NVML_POWER_W", "70,350");
+  const int port = free_port();
+  auto sink = make_prometheus_sink({.base_port = port, .local_rank = 0});
+  REQUIRE(sink.ok());
+  Config cfg;
+  cfg.run_dir = tmp.path;
+  cfg.metrics_interval = std::chrono::milliseconds(50);
+  cfg.context.rank = 1;
+  cfg.context.local_rank = 1;  // GPU 1 of the fake's two
+  cfg.context.world_size = 2;
+  cfg.sinks.push_back(*sink);
+  REQUIRE(init(cfg).ok());
+  // The start snapshot is sampled on its own thread: wait (bounded) for it.
+  std::string text;
+  for (int i = 0; i < 400 && text.find("rankscope_gpu_power_watts{") == std::string::npos; ++i) {
+    REQUIRE(flush());
+    text = prometheus_text(**sink);
+    if (text.find("rankscope_gpu_power_watts{") == std::string::npos) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  const std::string page = http_get(port, "/metrics");
+  shutdown();
+  // The sample line of `metric` that carries `label`, with its value ("" if none).
+  auto line = [&](const std::string& metric, const std::string& label) {
+    for (std::size_t at = page.find("\n" + metric + "{"); at != std::string::npos; at = page.find("\n" + metric + "{", at + 1)) {
+      const std::string l = page.substr(at + 1, page.find('\n', at + 1) - at - 1);
+      if (l.find(label) != std::string::npos) return l;
+    }
+    return std::string();
+  };
+  CHECK_THAT(page, Catch::Contains("# TYPE rankscope_gpu_power_watts gauge"));
+  CHECK_THAT(line("rankscope_gpu_power_watts", R"(gpu="1")"), Catch::EndsWith(" 350"));
+  CHECK_THAT(line("rankscope_gpu_temperature_celsius", R"(gpu="1")"), Catch::EndsWith(" 61"));
+  CHECK_THAT(page, Catch::Contains("rankscope_process_resident_memory_bytes{") &&
+                       Catch::Contains("rankscope_process_open_fds{") &&
+                       Catch::Contains("rankscope_host_memory_available_bytes{"));
+  // One series per network interface of the host (lo excluded), where it has any.
+  const std::string dev = slurp("/proc/net/dev");
+  for (std::size_t at = dev.find('\n', dev.find('\n') + 1); at != std::string::npos && at + 1 < dev.size();
+       at = dev.find('\n', at + 1)) {
+    const std::size_t colon = dev.find(':', at);
+    if (colon == std::string::npos) break;
+    std::string name = dev.substr(at + 1, colon - at - 1);
+    name.erase(0, name.find_first_not_of(' '));
+    if (name == "lo") continue;
+    CHECK_FALSE(line("rankscope_host_network_receive_bytes_total", "interface=\"" + name + "\"").empty());
+  }
+}

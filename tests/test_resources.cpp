@@ -65,7 +65,8 @@ TEST_CASE("resource snapshots: the process, the host and the rank's GPU, in the 
 TEST_CASE("a GPU driver call that hangs is reported once, while heartbeats and steps go on", "[resources]") {
   TempDir tmp;
   ScopedEnv nvml("RANKSCOPE_NVML_LIBRARY", RANKSCOPE_FAKE_NVML);
-  ScopedEnv hang("FAKE_NVML_HANG_MS", "2500");
+  // Longer than the test's waits: the heartbeat below must keep up while the call is stuck.
+  ScopedEnv hang("FAKE_NVML_HANG_MS", "30000");
   ScopedEnv deadline("RANKSCOPE_RESOURCE_DEADLINE", "0.3");
   REQUIRE(init(resource_config(tmp.path)).ok());
   const std::string log = tmp.path + "/rank-0.jsonl";
@@ -76,7 +77,8 @@ TEST_CASE("a GPU driver call that hangs is reported once, while heartbeats and s
     end_step();
   }
   REQUIRE(flush());
-  // The heartbeat kept up with the steps (it is rewritten every 50 ms).
+  // The heartbeat kept up with the steps (it is rewritten every 50 ms) while the
+  // driver call is still stuck (eventually() gives up after 5 s, the call takes 30).
   CHECK(eventually(tmp.path + "/rank-0.heartbeat.json", R"("step":39,)"));
   shutdown();  // returns although the sampler is still inside the driver call
   const std::string text = slurp(log);
@@ -122,4 +124,43 @@ TEST_CASE("a snapshot taken at a stall is not replaced by a periodic one before 
   detail::resources_stop();
   REQUIRE(s.has_value());
   CHECK(s->reason == "stall");
+}
+
+TEST_CASE("a GPU list query that hangs at init is given up after the deadline - init returns and says so",
+          "[resources]") {
+  TempDir tmp;
+  ScopedEnv nvml("RANKSCOPE_NVML_LIBRARY", RANKSCOPE_FAKE_NVML);
+  ScopedEnv hang("FAKE_NVML_HANG_NAME_MS", "30000");  // longer than the test: init must not wait for it
+  ScopedEnv deadline("RANKSCOPE_RESOURCE_DEADLINE", "0.3");
+  REQUIRE(init(resource_config(tmp.path)).ok());
+  begin_step(0);
+  end_step();
+  shutdown();
+  const std::string run_json = slurp(tmp.path + "/run.json");
+  CHECK_THAT(run_json, Catch::Contains("NVML did not answer within 0.3 s (a hung driver call); the run goes on without the GPU list"));
+  CHECK_THAT(slurp(tmp.path + "/rank-0.jsonl"), Catch::Contains(R"("kind":"step_end")"));
+}
+
+TEST_CASE("the GPU list at init names every GPU when NVML answers", "[resources]") {
+  TempDir tmp;
+  ScopedEnv nvml("RANKSCOPE_NVML_LIBRARY", RANKSCOPE_FAKE_NVML);
+  REQUIRE(init(resource_config(tmp.path)).ok());
+  shutdown();
+  const std::string run_json = slurp(tmp.path + "/run.json");
+  CHECK_THAT(run_json, Catch::Contains(R"("name":"Fake GPU 0")") && Catch::Contains(R"("name":"Fake GPU 1")"));
+  CHECK_THAT(run_json, !Catch::Contains("gpu_info"));
+}
+
+TEST_CASE("the rank's GPU is its CUDA_VISIBLE_DEVICES entry - local rank 0 with devices 1 sees GPU 1", "[resources]") {
+  TempDir tmp;
+  ScopedEnv nvml("RANKSCOPE_NVML_LIBRARY", RANKSCOPE_FAKE_NVML);
+  ScopedEnv power("FAKE_NVML_POWER_W", "70,350");
+  ScopedEnv visible("CUDA_VISIBLE_DEVICES", "1");
+  REQUIRE(init(resource_config(tmp.path)).ok());
+  const std::string log = tmp.path + "/rank-0.jsonl";
+  CHECK(eventually(log, R"("kind":"resources")"));
+  shutdown();
+  const std::string text = slurp(log);
+  CHECK_THAT(text, Catch::Contains(R"("reason":"start","gpu":1,)"));
+  CHECK_THAT(text, Catch::Contains(R"("gpu_power_w":350,)"));
 }

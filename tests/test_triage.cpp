@@ -323,8 +323,14 @@ TEST_CASE("resource snapshots: a rank that vanished while its host ran out of me
   const auto [f, evidence] = first_finding(tmp.path, now);
   CHECK(f.kind == reader::FindingKind::kDeadRank);
   CHECK(f.ranks == std::vector<int>{2});
-  CHECK_THAT(evidence, Catch::Contains("rank 2: likely killed by the OOM killer: its host had 0.4 GiB of 24.0 GiB "
-                                       "memory available at its last snapshot, its own resident memory grew 1.0 GiB -> 21.5 GiB"));
+  CHECK_THAT(evidence, Catch::Contains("rank 2: likely killed by the OOM killer: its host's available memory fell "
+                                       "20.0 GiB -> 0.4 GiB (of 24.0 GiB) by its last snapshot, its own resident memory "
+                                       "grew 1.0 GiB -> 21.5 GiB"));
+  // Falling fast counts too: snapshots are ~30 s apart, the last one may predate the kill.
+  write(tmp.path + "/rank-2.jsonl",
+        log_through(2, 3) + resources_line(2, 1500000, 1.0, 20.0) + resources_line(2, 2500000, 14.0, 5.0));
+  CHECK_THAT(first_finding(tmp.path, now).second,
+             Catch::Contains("likely killed by the OOM killer: its host's available memory fell 20.0 GiB -> 5.0 GiB"));
   // A host with memory to spare says nothing of the kind.
   std::string log2 = log_through(2, 3) + resources_line(2, 1500000, 1.0, 20.0) + resources_line(2, 2500000, 1.2, 19.0);
   write(tmp.path + "/rank-2.jsonl", log2);
@@ -335,11 +341,12 @@ TEST_CASE("resource snapshots: a straggler whose GPU throttles says so, critical
           "[triage][resources]") {
   namespace rules = rankscope::reader::rules;
   reader::RunSummary sum;
-  sum.ranks.resize(2);
-  for (int r = 0; r < 2; ++r) {
+  sum.ranks.resize(3);
+  for (int r = 0; r < 3; ++r) {
     sum.ranks[r].rank = r;
+    sum.ranks[r].host = r == 0 ? "node-a" : "node-b";
     reader::ResourcePoint p{1000, 7, "interval", {{rankscope::schema::Field::kGpu, r}}};
-    if (r == 1) p.values.emplace_back(rankscope::schema::Field::kGpuThrottle, 0x40 | 0x4);  // thermal, power cap
+    if (r >= 1) p.values.emplace_back(rankscope::schema::Field::kGpuThrottle, 0x40 | 0x4);  // thermal, power cap
     if (r == 1) p.values.emplace_back(rankscope::schema::Field::kGpuXid, 2);
     sum.ranks[r].resources.push_back(p);
     sum.ranks[r].last_resources = p;
@@ -355,5 +362,13 @@ TEST_CASE("resource snapshots: a straggler whose GPU throttles says so, critical
   findings.push_back({reader::FindingKind::kStraggler, {1}, "rank 1 is a straggler", {}, 0, 7, {}});
   rules::add_resource_evidence(in, findings);
   REQUIRE(findings[1].evidence.size() == 1);
-  CHECK(findings[1].evidence[0] == "rank 1: its GPU 1 throttled its clocks (power cap, hardware thermal)");
+  CHECK(findings[1].evidence[0] == "rank 1: its GPU 1 on node-b throttled its clocks (power cap, hardware thermal); every "
+                                   "other throttling GPU (rank 2) is on the same host: look at that node's cooling and power");
+  // A throttling GPU on another host too: no node is singled out.
+  sum.ranks[0].resources[0].values.emplace_back(rankscope::schema::Field::kGpuThrottle, 0x4);
+  const rules::TriageInput in2 = rules::make_triage_input(sum, nullptr, opts);
+  findings[1].evidence.clear();
+  rules::add_resource_evidence(in2, findings);
+  REQUIRE(findings[1].evidence.size() == 1);
+  CHECK(findings[1].evidence[0] == "rank 1: its GPU 1 on node-b throttled its clocks (power cap, hardware thermal)");
 }

@@ -5,6 +5,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <system_error>
 #include <fstream>
 #include <mutex>
 #include <thread>
@@ -84,14 +88,22 @@ std::string build_options() {
 // context (so forking DataLoader workers stays safe) and a machine without
 // the driver simply has no GPU list. RANKSCOPE_NVML_LIBRARY names another
 // library (tests use a fake with NVML's call shape).
-// Writes the members "gpu_driver" (when NVML answers), "gpus" and "gpu_info"
-// (when it does not).
-void gpus_json(JsonWriter& w) {
-  const char* path = std::getenv("RANKSCOPE_NVML_LIBRARY");
-  void* lib = ::dlopen(path != nullptr && *path != '\0' ? path : "libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+struct GpuList {
+  struct Gpu {
+    unsigned index;
+    std::string name, uuid;
+  };
+  std::string driver;  // empty when NVML did not answer
+  std::vector<Gpu> gpus;
+  std::string info;  // why there is no list
+};
+
+GpuList query_nvml(const std::string& path) {
+  GpuList out;
+  void* lib = ::dlopen(path.empty() ? "libnvidia-ml.so.1" : path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (lib == nullptr) {
-    w.key(schema::Field::kGpus).begin_array().end_array().field(schema::Field::kGpuInfo, "NVML not available");
-    return;
+    out.info = "NVML not available";
+    return out;
   }
   using Fn0 = int (*)();
   using Count = int (*)(unsigned*);
@@ -108,12 +120,11 @@ void gpus_json(JsonWriter& w) {
   if (init == nullptr || shutdown == nullptr || count == nullptr || handle == nullptr || name == nullptr ||
       uuid == nullptr || init() != 0) {
     ::dlclose(lib);
-    w.key(schema::Field::kGpus).begin_array().end_array().field(schema::Field::kGpuInfo, "NVML failed to initialise");
-    return;
+    out.info = "NVML failed to initialise";
+    return out;
   }
   char buf[256] = {};
-  w.field(schema::Field::kGpuDriver, (driver != nullptr && driver(buf, sizeof(buf)) == 0) ? buf : "unknown");
-  w.key(schema::Field::kGpus).begin_array();
+  out.driver = (driver != nullptr && driver(buf, sizeof(buf)) == 0) ? buf : "unknown";
   unsigned n = 0;
   if (count(&n) != 0) n = 0;
   for (unsigned i = 0; i < n; ++i) {
@@ -122,11 +133,80 @@ void gpus_json(JsonWriter& w) {
     char nm[256] = {}, id[128] = {};
     name(dev, nm, sizeof(nm));
     uuid(dev, id, sizeof(id));
-    w.begin_object().field(schema::Field::kIndex, i).field(schema::Field::kName, nm).field(schema::Field::kUuid, id).end_object();
+    out.gpus.push_back({i, nm, id});
   }
-  w.end_array();
   shutdown();
   ::dlclose(lib);
+  return out;
+}
+
+// The query runs on a thread of its own and init() waits for it at most
+// `deadline`: a wedged driver call must not hang the trainer's init (the
+// resource sampler applies the same deadline later). A query that never
+// returns is left behind; while it is stuck, later inits do not start
+// another one.
+GpuList gpu_list(std::chrono::milliseconds deadline) {
+  struct Query {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    GpuList list;
+  };
+  static auto* mu = new std::mutex;
+  static auto* stuck = new std::shared_ptr<Query>;
+  const char* env = std::getenv("RANKSCOPE_NVML_LIBRARY");
+  const std::string path = env != nullptr ? env : "";
+  std::shared_ptr<Query> q;
+  {
+    std::lock_guard<std::mutex> lk(*mu);
+    if (*stuck != nullptr) {
+      std::lock_guard<std::mutex> g((*stuck)->mu);
+      if (!(*stuck)->done) {
+        GpuList out;
+        out.info = "NVML did not answer (an earlier query is still stuck in the driver)";
+        return out;
+      }
+    }
+    q = std::make_shared<Query>();
+    *stuck = q;
+  }
+  try {
+    std::thread([q, path] {
+      GpuList list;
+      try {
+        list = query_nvml(path);
+      } catch (...) {
+        list.info = "NVML query failed";
+      }
+      std::lock_guard<std::mutex> g(q->mu);
+      q->list = std::move(list);
+      q->done = true;
+      q->cv.notify_all();
+    }).detach();
+  } catch (const std::system_error&) {
+    return query_nvml(path);  // no thread to spare: ask on this one
+  }
+  std::unique_lock<std::mutex> g(q->mu);
+  if (!q->cv.wait_for(g, deadline, [&] { return q->done; })) {
+    GpuList out;
+    out.info = fmt::format("NVML did not answer within {:.1f} s (a hung driver call); the run goes on without the GPU list",
+                           std::chrono::duration<double>(deadline).count());
+    return out;
+  }
+  return q->list;
+}
+
+// Writes the members "gpu_driver" (when NVML answers), "gpus" and "gpu_info"
+// (when it does not).
+void gpus_json(JsonWriter& w, std::chrono::milliseconds deadline) {
+  const GpuList list = gpu_list(deadline);
+  if (!list.driver.empty()) w.field(schema::Field::kGpuDriver, list.driver);
+  w.key(schema::Field::kGpus).begin_array();
+  for (const auto& g : list.gpus) {
+    w.begin_object().field(schema::Field::kIndex, g.index).field(schema::Field::kName, g.name).field(schema::Field::kUuid, g.uuid).end_object();
+  }
+  w.end_array();
+  if (!list.info.empty()) w.field(schema::Field::kGpuInfo, list.info);
 }
 
 }  // namespace
@@ -164,7 +244,7 @@ std::vector<std::pair<std::string, std::string>> environment_knobs() {
   return out;
 }
 
-std::string environment_json(const RunContext& c) {
+std::string environment_json(const RunContext& c, std::chrono::milliseconds gpu_deadline) {
   const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   const double mem_gib =
       static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE)) / (1u << 30);
@@ -179,7 +259,7 @@ std::string environment_json(const RunContext& c) {
     std::lock_guard<std::mutex> lk(entries_mu());
     for (const auto& [k, v] : entries()) w.field(k, v);
   }
-  gpus_json(w);
+  gpus_json(w, gpu_deadline);
   w.object(schema::Field::kEnv, environment_knobs()).end_object();
   return std::string(b.data(), b.size());
 }

@@ -4,6 +4,7 @@
 // node's local rank 0).
 #pragma once
 
+#include <chrono>
 #include <string>
 #include <utility>
 #include <vector>
@@ -27,8 +28,9 @@ std::vector<std::pair<std::string, std::string>> environment_knobs();
 // threads only: it reads a file.
 int process_threads();
 
-// The summary as a JSON object.
-std::string environment_json(const RunContext& ctx);
+// The summary as a JSON object. The GPU list waits for NVML at most
+// gpu_deadline (RANKSCOPE_RESOURCE_DEADLINE), then says NVML did not answer.
+std::string environment_json(const RunContext& ctx, std::chrono::milliseconds gpu_deadline);
 // One or two lines for the console (empty when this rank does not print it).
 std::string environment_console(const RunContext& ctx);
 

@@ -152,8 +152,9 @@ absl::Status Runtime::init(const Config& cfg) {
   clock_.start(/*allow_tsc=*/true);
   const std::uint64_t wall0 = detail::realtime_ns();
   const std::uint64_t mono0 = mono_now();
+  std::string environment = detail::environment_json(context_, set->resource_deadline);
   if (cfg.write_run_log && context_.rank == 0) {
-    if (auto st = detail::write_run_json(run_dir_, context_, cfg, wall0); !st.ok()) return st;
+    if (auto st = detail::write_run_json(run_dir_, context_, cfg, wall0, environment); !st.ok()) return st;
   }
 
   // Derived step metrics (the step-time-by-phase breakdown), fed by the drain.
@@ -184,7 +185,7 @@ absl::Status Runtime::init(const Config& cfg) {
                   run_dir_.empty() ? std::string() : schema::heartbeat_path(run_dir_, context_.rank),
                   mono0);
   RunInfo info{context_, run_dir_, clock_.source(), clock_.ticks_per_second(), wall0, mono0,
-               detail::environment_json(context_)};
+               std::move(environment)};
   if (console_policy_ != detail::ConsolePolicy::kNone) {
     const std::string lines = detail::environment_console(context_);
     if (!lines.empty()) std::fputs(lines.c_str(), stderr);

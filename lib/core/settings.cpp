@@ -229,7 +229,7 @@ absl::StatusOr<Settings> resolve_settings(const Config& cfg) {
 }
 
 absl::Status write_run_json(const std::string& run_dir, const RunContext& c, const Config& cfg,
-                            std::uint64_t wall) {
+                            std::uint64_t wall, const std::string& environment) {
   // The config hash lets triage and tools see at a glance whether two runs (or
   // a run and its resume) used the same configuration.
   std::uint64_t h = 1469598103934665603ull;  // FNV-1a: stable across builds and hosts
@@ -242,7 +242,7 @@ absl::Status write_run_json(const std::string& run_dir, const RunContext& c, con
   w.field(schema::Field::kLocalWorldSize, c.local_world_size).field(schema::Field::kStartTimeNs, wall);
   w.field(schema::Field::kLauncher, launcher_name(c.launcher)).field(schema::Field::kRestartCount, c.restart_count).field(schema::Field::kJobId, c.job_id);
   w.field(schema::Field::kMasterAddr, c.master_addr).field(schema::Field::kHost, c.host);
-  w.key(schema::Field::kEnvironment).json(environment_json(c)).key(schema::Field::kConfigHash).hex(h);
+  w.key(schema::Field::kEnvironment).json(environment).key(schema::Field::kConfigHash).hex(h);
   w.object(schema::Field::kConfig, cfg.run_config).end_object();
   return write_file_atomic(schema::run_json_path(run_dir), w.take());
 }

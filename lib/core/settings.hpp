@@ -52,8 +52,8 @@ struct Settings {
 // Validates everything (and applies RANKSCOPE_LOG_LEVEL, which is global).
 absl::StatusOr<Settings> resolve_settings(const Config& cfg);
 
-// run.json, written atomically by rank 0.
+// run.json, written atomically by rank 0; `environment` is environment_json()'s.
 absl::Status write_run_json(const std::string& run_dir, const RunContext& ctx, const Config& cfg,
-                            std::uint64_t wall_ns);
+                            std::uint64_t wall_ns, const std::string& environment);
 
 }  // namespace rankscope::detail

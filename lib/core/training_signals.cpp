@@ -1,5 +1,7 @@
 #include "training_signals.hpp"
 
+#include <algorithm>
+
 #include "environment.hpp"
 #include "rankscope/collective.hpp"
 #include "rankscope/runtime.hpp"
@@ -166,7 +168,7 @@ std::vector<MetricSample> TrainingSignals::samples(double now) const {
     scalar("rankscope_last_checkpoint_timestamp_seconds", "Wall time of the last good checkpoint save", T::kGauge,
            last_checkpoint_wall_);
     scalar("rankscope_checkpoint_age_seconds", "Seconds since the last good checkpoint save", T::kGauge,
-           now - last_checkpoint_wall_);
+           std::max(0.0, now - last_checkpoint_wall_));
   }
   for (const auto& [op, h] : collective_) {
     histogram("rankscope_collective_seconds", "Collective duration, issue to completion", h, {{"op", op}});
@@ -180,7 +182,7 @@ std::vector<MetricSample> TrainingSignals::samples(double now) const {
            static_cast<double>(n), {{"op", op}});
   }
   scalar("rankscope_heartbeat_age_seconds", "Seconds since rankscope's background thread last reported", T::kGauge,
-         now - last_update_);
+         std::max(0.0, now - last_update_));  // clocks read on two threads: never a negative age
   scalar("rankscope_restarts", "Restarts of this job so far (the launcher's restart count)", T::kGauge, restarts_);
   scalar("rankscope_process_threads", "Threads in this process", T::kGauge, process_threads());
   const Stats st = rankscope::stats();  // rankscope's own counters, current (atomics)

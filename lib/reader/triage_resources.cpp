@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "rankscope/exchange.hpp"
 #include "triage_rules.hpp"
 
 namespace rankscope::reader::rules {
@@ -42,6 +43,50 @@ const ResourcePoint* at_end(const RankSummary& r) {
     if (it->reason == "stall") return &*it;
   }
   return r.last_resources ? &*r.last_resources : nullptr;
+}
+
+// A rank that vanished while its host ran out of memory, or while the host's
+// available memory was falling fast (snapshots are ~30 s apart: the last one
+// may predate the kill), was likely OOM-killed.
+std::string oom_evidence(const RankSummary& r, const ResourcePoint& last) {
+  const auto avail = last.get(F::kMemAvailable), total = last.get(F::kMemTotal), rss = last.get(F::kRssBytes);
+  if (!avail || !total || *total <= 0) return {};
+  const ResourcePoint* first = r.resources.empty() ? nullptr : &r.resources.front();
+  const std::optional<double> avail0 = first ? first->get(F::kMemAvailable) : std::nullopt;
+  const std::optional<double> rss0 = first ? first->get(F::kRssBytes) : std::nullopt;
+  const bool low = *avail < 0.1 * *total;
+  const bool falling = avail0 && *avail0 - *avail >= 0.25 * *total && *avail < 0.25 * *total;
+  if (!low && !falling) return {};
+  const std::string host = avail0 && *avail0 > *avail
+                               ? fmt::format("its host's available memory fell {} -> {} (of {})", gib(*avail0), gib(*avail), gib(*total))
+                               : fmt::format("its host had {} of {} memory available", gib(*avail), gib(*total));
+  return fmt::format("rank {}: likely killed by the OOM killer: {} by its last snapshot{}", r.rank, host,
+                     rss && rss0 && *rss > *rss0 ? fmt::format(", its own resident memory grew {} -> {}", gib(*rss0), gib(*rss)) : "");
+}
+
+std::uint64_t throttle_bits(const RankSummary& r) {
+  std::uint64_t bits = 0;
+  for (const auto& q : r.resources) bits |= static_cast<std::uint64_t>(q.get(F::kGpuThrottle).value_or(0));
+  return bits;
+}
+
+// A straggler whose GPU throttles is slow because of its hardware; when the
+// other throttling GPUs share its host, the node (cooling, power) is the cause.
+std::string throttle_evidence(const RunSummary& s, const RankSummary& r, const ResourcePoint& last) {
+  const std::string why = throttle_names(throttle_bits(r));
+  if (why.empty()) return {};
+  std::vector<int> same_host, elsewhere;
+  for (const auto& o : s.ranks) {
+    if (o.rank == r.rank || throttle_names(throttle_bits(o)).empty()) continue;
+    (o.host == r.host ? same_host : elsewhere).push_back(o.rank);
+  }
+  std::string node;
+  if (!same_host.empty() && elsewhere.empty()) {
+    node = fmt::format("; every other throttling GPU ({}) is on the same host: look at that node's cooling and power",
+                       format_ranks(same_host));
+  }
+  return fmt::format("rank {}: its GPU {}{} throttled its clocks ({}){}", r.rank, static_cast<int>(last.get(F::kGpu).value_or(-1)),
+                     r.host.empty() ? "" : fmt::format(" on {}", r.host), why, node);
 }
 }  // namespace
 
@@ -104,22 +149,10 @@ void add_resource_evidence(const TriageInput& in, std::vector<Finding>& findings
       const ResourcePoint* p = r != nullptr ? at_end(*r) : nullptr;
       if (p == nullptr) continue;
       if (f.kind == FindingKind::kDeadRank) {
-        const auto avail = p->get(F::kMemAvailable), total = p->get(F::kMemTotal), rss = p->get(F::kRssBytes);
-        const std::optional<double> rss0 = r->resources.empty() ? std::nullopt : r->resources.front().get(F::kRssBytes);
-        if (avail && total && *total > 0 && *avail < 0.1 * *total) {
-          f.evidence.push_back(fmt::format(
-              "rank {}: likely killed by the OOM killer: its host had {} of {} memory available at its last snapshot{}",
-              rank, gib(*avail), gib(*total),
-              rss && rss0 ? fmt::format(", its own resident memory grew {} -> {}", gib(*rss0), gib(*rss)) : ""));
-        }
+        if (std::string why = oom_evidence(*r, *p); !why.empty()) f.evidence.push_back(std::move(why));
       }
       if (f.kind == FindingKind::kStraggler) {
-        std::uint64_t bits = 0;
-        for (const auto& q : r->resources) bits |= static_cast<std::uint64_t>(q.get(F::kGpuThrottle).value_or(0));
-        if (const std::string why = throttle_names(bits); !why.empty()) {
-          f.evidence.push_back(fmt::format("rank {}: its GPU {} throttled its clocks ({})", rank,
-                                           static_cast<int>(p->get(F::kGpu).value_or(-1)), why));
-        }
+        if (std::string why = throttle_evidence(s, *r, *p); !why.empty()) f.evidence.push_back(std::move(why));
       }
     }
   }

@@ -401,6 +401,26 @@ def check_metrics(metrics):
         if entry and want is not None:
             v = point_value(entry[2])
             expect(v is not None and abs(v - want) < 1e-9, f'metric "{name}": value {describe(v)}, expected {want}')
+    # Ages and rates: present and plausible (a run of well under a minute).
+    for name in ("rankscope_checkpoint_age_seconds", "rankscope_heartbeat_age_seconds", "rankscope_samples_per_second"):
+        entry = get(name, "gauge")
+        if entry:
+            v = point_value(entry[2])
+            low, high = (0, 60) if "age" in name else (1e-9, 1e12)
+            expect(v is not None and low <= v < high, f'metric "{name}": value {describe(v)}, expected in [{low}, {high})')
+    # Resource snapshots (fake NVML: rank 1's GPU is GPU 1, 70 W, 61 C) and the process's own.
+    for name, want, gpu in (("rankscope_gpu_power_watts", 70, "1"), ("rankscope_gpu_temperature_celsius", 61, "1"),
+                            ("rankscope_process_resident_memory_bytes", None, None),
+                            ("rankscope_host_memory_available_bytes", None, None)):
+        entry = get(name, "gauge")
+        if not entry:
+            continue
+        v = point_value(entry[2])
+        attrs = {a.get("key"): a.get("value", {}).get("stringValue") for a in entry[2].get("attributes", [])}
+        expect(v is not None and (v == want if want is not None else v > 0),
+               f'metric "{name}": value {describe(v)}, expected {want if want is not None else "> 0"}')
+        if gpu is not None:
+            expect(attrs.get("gpu") == gpu, f'metric "{name}": gpu attribute {describe(attrs.get("gpu"))}, expected {gpu}')
     for name, count in (("rankscope_loader_wait_seconds", 3), ("rankscope_collective_seconds", 3),
                         ("rankscope_checkpoint_save_seconds", 1)):
         entry = get(name, "histogram")
