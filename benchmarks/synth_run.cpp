@@ -6,12 +6,13 @@
 //
 //   rankscope_synth_run --dir D --ranks 1024 --steps 1000 [--straggler R:STEP]
 //     [--hang R:STEP] [--dead R:STEP] [--mismatch R:STEP] [--seed-rank R]
-//     [--skew NODE:MS] [--comm-hang STEP] [--corrupt R] [--ranks-per-node 8]
+//     [--skew NODE:MS] [--comm-hang STEP] [--corrupt R] [--ranks-per-node 8] [--resources-every STEPS]
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -41,11 +42,13 @@ struct Options {
   double straggler_factor = 3.0;                // the straggler's forward, x the others'
   double noise = 0.0;                           // log-normal sigma on every compute phase, per rank and step
   std::uint64_t noise_seed = 0;
+  long resources_every = 0;                     // a resource snapshot every this many steps (0: none)
 };
 
 class RankWriter {
  public:
-  RankWriter(const Options& o, int rank, std::uint64_t t0) : o_(o), rank_(rank), mono_(1'000'000'000'000ull) {
+  RankWriter(const Options& o, int rank, std::uint64_t t0, std::vector<std::uint64_t>& slowest)
+      : o_(o), rank_(rank), mono_(1'000'000'000'000ull), slowest_(slowest) {
     const int node = rank / o.ranks_per_node;
     skew_ns_ = node == o.skew.rank ? o.skew.step * 1'000'000 : 0;
     wall0_ = t0 + skew_ns_;
@@ -74,6 +77,15 @@ class RankWriter {
         std::fputs("{\"kind\":\"phase\",\"t\":17", f_);  // killed mid-write
         return;
       }
+      if (o_.resources_every > 0 && s % o_.resources_every == 0) {
+        // What resources.cpp samples, on a busy node: the GPU computing at 300 W, memory growing slowly.
+        line("resources", s,
+             fmt::format(",\"reason\":\"{}\",\"gpu\":{},\"cpu_s\":{:.1f},\"rss_bytes\":{},\"mem_available_bytes\":{},"
+                         "\"mem_total_bytes\":{},\"load1\":{:.1f},\"gpu_util\":0.97,\"gpu_power_w\":{},\"gpu_temp_c\":{}",
+                         s == 0 ? "start" : "interval", rank_ % o_.ranks_per_node, 0.1 * static_cast<double>(s),
+                         (2ull << 30) + (static_cast<unsigned long long>(s) << 20), 400ull << 30, 512ull << 30,
+                         8.0 + 0.01 * static_cast<double>(rank_ % 7), 300 + rank_ % 40, 60 + rank_ % 15));
+      }
       if (rank_ == o_.corrupt && s % 97 == 5) std::fputs("{not json at all\n{\"kind\":7}\n", f_);
       // Every rank's compute varies step to step (--noise); the step ends when
       // the slowest rank reaches the all-reduce, which the others wait in.
@@ -87,7 +99,15 @@ class RankWriter {
       // Without noise every rank but the straggler computes alike: no need to
       // visit them all (1,024 ranks x 1,024 writers).
       std::uint64_t slowest = std::max(compute(rank_), slow ? compute(o_.straggler.rank) : 0);
-      for (int r = 0; o_.noise > 0 && r < o_.ranks; ++r) slowest = std::max(slowest, compute(r));
+      if (o_.noise > 0) {
+        // The same for every writer: computed once per step (1,024 writers x 1,024 ranks otherwise).
+        if (static_cast<std::size_t>(s) >= slowest_.size()) {
+          std::uint64_t m = 0;
+          for (int r = 0; r < o_.ranks; ++r) m = std::max(m, compute(r));
+          slowest_.push_back(m);
+        }
+        slowest = slowest_[static_cast<std::size_t>(s)];
+      }
       const std::uint64_t fwd = static_cast<std::uint64_t>(
           static_cast<double>(fwd_nominal) * (rank_ == o_.straggler.rank && slow ? o_.straggler_factor : 1.0) *
           jitter(rank_, s, 0));
@@ -180,6 +200,7 @@ class RankWriter {
   std::uint64_t mono_, wall0_ = 0, now_ = 0;
   std::int64_t skew_ns_ = 0;
   std::FILE* f_ = nullptr;
+  std::vector<std::uint64_t>& slowest_;  // shared by the writers of one run
 };
 
 }  // namespace
@@ -204,6 +225,7 @@ int main(int argc, char** argv) {
   app.add_option("--comm-hang", o.comm_hang, "STEP  every rank enters STEP's all-reduce and none leaves it");
   app.add_option("--seed-rank", o.seed_rank, "rank whose sampler seed differs");
   app.add_option("--corrupt", o.corrupt, "rank whose log has corrupt lines");
+  app.add_option("--resources-every", o.resources_every, "STEPS  a resource snapshot line every STEPS steps (0: none)");
   CLI11_PARSE(app, argc, argv);
   if (!parse_fault(straggler, o.straggler) || !parse_fault(hang, o.hang) || !parse_fault(dead, o.dead) ||
       !parse_fault(mismatch, o.mismatch) || !parse_fault(skew, o.skew)) {
@@ -221,8 +243,9 @@ int main(int argc, char** argv) {
   fmt::print(run, "{{\"schema\":1,\"library\":\"rankscope\",\"version\":\"0.1.0\",\"run_id\":\"synth\","
                   "\"world_size\":{},\"start_time_ns\":{}}}\n", o.ranks, t0);
   std::fclose(run);
+  std::vector<std::uint64_t> slowest_by_step;  // per step, the slowest rank's compute (with --noise)
   for (int r = 0; r < o.ranks; ++r) {
-    RankWriter w(o, r, t0);
+    RankWriter w(o, r, t0, slowest_by_step);
     if (!w.ok()) return 2;
     w.run();
     std::FILE* hb = std::fopen(fmt::format("{}/rank-{}.heartbeat.json", o.dir, r).c_str(), "w");

@@ -7,7 +7,8 @@
 #    rendered (resources too: B samples them through a fake NVML) and no script or console
 #    error; the screenshot shows the heat
 #    map's straggler row and Chart.js's plots;
-#  - a synthetic 1,024-rank run with a straggler: the page renders, the rank is visible;
+#  - a synthetic 1,024-rank run with a straggler and resource snapshots: the page renders,
+#    the rank is visible; goodput sums up there, and diff against a clean 1,024-rank run names it;
 #  - bad input: a missing run directory and an unwritable output say so (exit 2).
 set -euo pipefail
 trainer=$1 cli=$2 synth=$3 work=$4 py=$5 fake_nvml=$6
@@ -35,11 +36,14 @@ rc=0; out=$("$cli" diff "$a" "$b") || rc=$?
 grep -q "only in B: straggler (rank 1)" <<<"$out" || fail "diff did not name the new straggler: $out"
 grep -q "env.NCCL_ALGO: (unset) -> Tree" <<<"$out" || fail "diff did not name the changed knob: $out"
 grep -q "all_reduce" <<<"$out" || fail "diff has no collective bandwidth rows: $out"
+grep -qE "^ +forward +[0-9.]+ ms +[0-9.]+ ms +\+[0-9.]+ %" <<<"$out" || fail "diff has no forward delta row: $out"
 { "$cli" diff --json "$a" "$b" || true; } | "$py" -c '
 import json, sys
 d = json.load(sys.stdin)
 assert [f["ranks"] for f in d["findings"]["only_b"] if f["kind"] == "straggler"] == [[1]], d["findings"]
 assert d["step_ms"]["b"] > d["step_ms"]["a"], d["step_ms"]
+# rank 1 is 5 ms slower in forward: the median rank of two moves by half of it, at least
+assert d["phase_ms"]["forward"]["b"] > d["phase_ms"]["forward"]["a"] + 1.0, d["phase_ms"]
 assert any(c["op"] == "all_reduce" and c["algbw_gbps_a"] > 0 for c in d["collectives"]), d["collectives"]
 ' || fail "diff --json"
 rc=0; out=$("$cli" diff "$b" "$a") || rc=$?
@@ -84,14 +88,27 @@ PY
 check_page "$work/b.html" "$work/b.png" 8   # and the resources chart
 check_pixels "$work/b.png" 2000 2000
 
-# 1,024 ranks: generation time (printed, not asserted), the page, the one slow rank visible.
-"$synth" --dir "$work/s1024" --ranks 1024 --steps 200 --straggler 700:50 --noise 0.05 >/dev/null
-start=$EPOCHREALTIME
-"$cli" report "$work/s1024" -o "$work/s1024.html" 2>/dev/null || fail "report at 1,024 ranks"
-echo "  report at 1,024 ranks x 200 steps: $("$py" -c "print(round($EPOCHREALTIME - $start, 2))") s, $(du -h "$work/s1024.html" | cut -f1)"
-check_page "$work/s1024.html" "$work/s1024.png" 7
+# 1,024 ranks: generation time (printed, not asserted), the page with resources, the one slow rank
+# visible; goodput and diff against a clean run of the same size.
+"$synth" --dir "$work/s1024" --ranks 1024 --steps 200 --straggler 700:50 --noise 0.05 --resources-every 50 >/dev/null
+"$synth" --dir "$work/c1024" --ranks 1024 --steps 200 --noise 0.05 --resources-every 50 >/dev/null
+timed() {  # LABEL COMMAND...: runs it, prints its wall time, keeps its exit code
+  local label=$1 start=$EPOCHREALTIME rc=0; shift
+  "$@" || rc=$?
+  echo "  $label at 1,024 ranks x 200 steps: $("$py" -c "print(round($EPOCHREALTIME - $start, 2))") s" >&2
+  return $rc
+}
+timed report "$cli" report "$work/s1024" -o "$work/s1024.html" 2>/dev/null || fail "report at 1,024 ranks"
+check_page "$work/s1024.html" "$work/s1024.png" 8   # resources at 1,024 ranks too
 check_pixels "$work/s1024.png" 300 2000
-rm -rf "$work/s1024"
+timed goodput "$cli" goodput --json "$work/s1024" | "$py" -c '
+import json, sys
+g = json.load(sys.stdin)
+assert abs(sum(g["categories"].values()) - g["wall_seconds"]) <= 0.005 * g["wall_seconds"], g
+' || fail "goodput at 1,024 ranks"
+rc=0; out=$(timed diff "$cli" diff "$work/c1024" "$work/s1024") || rc=$?
+[[ $rc == 1 ]] && grep -q "only in B: straggler (rank 700)" <<<"$out" || fail "diff at 1,024 ranks: exit $rc: $out"
+rm -rf "$work/s1024" "$work/c1024"
 
 # Bad input: clear errors, exit 2, nothing half-written.
 rc=0; err=$("$cli" report "$work/nonexistent" -o "$work/x.html" 2>&1) || rc=$?
