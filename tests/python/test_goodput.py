@@ -1,6 +1,7 @@
 """`rankscope goodput`: a run with delays of known length injected into every category
-(start-up, loader wait, communication, compute, a checkpoint, an evaluation pass, a 3 s hang
-the watchdog reports, an elastic restart that repeats 10 steps) is accounted category by
+(start-up, a 0.5 s "compilation" in the first step, loader wait, communication, compute, a
+checkpoint, an evaluation pass, a 3 s hang the watchdog reports, an elastic restart that
+repeats 10 steps) is accounted category by
 category within 1 % of what the job itself measured (the time between steps: the evaluation
 pass and Python's own time there), and the categories sum to the wall time."""
 import json
@@ -15,10 +16,11 @@ JOB = r'''
 import json, os, sys, time
 import rankscope
 session = int(sys.argv[1])
-spent = dict.fromkeys(("startup", "loader_wait", "communication", "compute", "checkpoint", "stall", "other",
-                       "restart_recompute"), 0.0)
+spent = dict.fromkeys(("startup", "warmup", "loader_wait", "communication", "compute", "checkpoint", "stall",
+                       "other", "restart_recompute"), 0.0)
 t_init = time.time()
 rankscope.init(rank=0, world_size=1, run_dir=os.environ["RUN_DIR"])
+init_s = time.time() - t_init  # init stamps the session's start somewhere inside this
 time.sleep(0.5)                                      # start-up
 first, last = (0, 30) if session == 0 else (20, 40)  # the restart resumes from the step-20 checkpoint
 def timed(name, seconds, into):
@@ -39,7 +41,13 @@ for step in range(first, last):
     rankscope.begin_step(step)
     hang = (session, step) == (0, 25)
     timed("data", 0.03, None if repeated else "loader_wait")
-    timed("forward", 3.0 if hang else 0.04, "stall" if hang else None if repeated else "compute")
+    if (session, step) == (0, first):  # the first step compiles: 0.5 s more than the others
+        t = time.perf_counter()
+        timed("forward", 0.54, None)
+        spent["warmup"] += time.perf_counter() - t - 0.04
+        spent["compute"] += 0.04
+    else:
+        timed("forward", 3.0 if hang else 0.04, "stall" if hang else None if repeated else "compute")
     timed("all_reduce", 0.03, None if repeated else "communication")
     rankscope.step(step)
     t_prev_end = time.perf_counter()
@@ -52,8 +60,11 @@ for step in range(first, last):
     if session == 0 and step == 12:
         time.sleep(0.3)                              # an evaluation pass
 spent["other"] += time.perf_counter() - t_prev_end   # the last step to shutdown
+t_shutdown = time.time()
 rankscope.shutdown()
-json.dump({"spent": spent, "t_init": t_init, "t_end": time.time()}, open(sys.argv[2], "w"))
+t_end = time.time()
+json.dump({"spent": spent, "t_init": t_init, "t_end": t_end, "init_s": init_s, "shutdown_s": t_end - t_shutdown},
+          open(sys.argv[2], "w"))
 '''
 
 
@@ -81,11 +92,14 @@ def test_goodput_accounts_each_injected_delay_within_one_percent(tmp_path):
     got = json.loads(g.stdout)
     cats = got["categories"]
     assert abs(sum(cats.values()) - got["wall_seconds"]) <= 0.005 * got["wall_seconds"], got
+    # The job's start-up clock starts before init(), whose session stamp is inside it; the
+    # downtime's ends are inside the first session's shutdown() and the second's init().
+    unseen = {"startup": sum(m["init_s"] for m in measured),
+              "restart_downtime": measured[0]["shutdown_s"] + measured[1]["init_s"]}
     for k, v in want.items():
-        # start-up and downtime also hold init() and the process exit: 1 % + 20 ms.
-        slack = 0.01 * v + (0.02 if k in ("startup", "restart_downtime") else 0.0)
+        slack = 0.01 * v + unseen.get(k, 0.0)
         assert abs(cats[k] - v) <= slack, f"{k}: goodput says {cats[k]:.4f} s, the job spent {v:.4f} s\n{got}"
-    assert cats["warmup"] < 0.01, got  # no compilation here: the first step is like the others
+    print({k: (round(cats[k], 4), round(v, 4)) for k, v in want.items()}, unseen)
 
     text = subprocess.run([RANKSCOPE, "goodput", str(tmp_path / "run")], capture_output=True, text=True).stdout
     assert "goodput" in text and "stalls and hangs" in text and "restart recompute" in text, text
