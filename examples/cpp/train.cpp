@@ -61,6 +61,7 @@ struct Args {
   int block_step = -1;     // "checkpoint_save" at this step, before the all-reduce
   int block_ms = 0;        // ... for this long instead of forever (a stall that recovers)
   std::string block_phase = "checkpoint_save";
+  int never_join_rank = -1;  // this rank never connects to its peers (a rendezvous that never completes)
   // Data, epochs, checkpoints and the invariant checks.
   std::int64_t dataset = 4096;     // samples; an epoch = dataset / (batch x world) steps
   std::uint64_t seed = 1234;       // sampler seed
@@ -114,6 +115,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--restore-every") a.restore_every = std::stoi(next());
     else if (k == "--leak-pg") a.leak_pg = true;
     else if (k == "--block-phase") a.block_phase = next();
+    else if (k == "--never-join-rank") a.never_join_rank = std::stoi(next());
     else if (k == "--dataset") a.dataset = std::stoll(next());
     else if (k == "--seed") a.seed = std::stoull(next());
     else if (k == "--global-batch") a.global_batch = std::stoll(next());
@@ -176,6 +178,9 @@ int main(int argc, char** argv) {
   auto opts = c10d::ProcessGroupGloo::Options::create();
   opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
   opts->timeout = std::chrono::seconds(args.timeout_s);
+  if (rank == args.never_join_rank) {
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // the others wait for it in init_process_group
+  }
   // Connecting to every peer is an operation in flight like any other: a rank
   // that never arrives shows here (heartbeat, stall, dump), before step 0.
   auto pg = [&] {

@@ -40,6 +40,8 @@ def train(args):
     x = torch.randn(args.samples, 128)
     y = x[:, :10].argmax(1)
     data = TensorDataset(x, y)
+    if args.hang == "loader" and rank == args.fault_rank:
+        data = StuckDataset(data)  # its __getitem__ never returns from --fault-step on
     sampler = DistributedSampler(data, num_replicas=world, rank=rank, shuffle=True, seed=args.seed)
     # Workers start up again at every epoch (not persistent): the epoch's first
     # step is slow on every rank alike, which triage counts as the run's, not a rank's.
@@ -138,12 +140,32 @@ def train(args):
 def slowed(loader, args, step):
     """--slow-data-from STEP: from that step every rank's batches come --slow-data-ms later (a
     slower filesystem for the whole job): the job's throughput drops, no rank is the straggler."""
-    for batch in loader:
+    it = iter(loader)
+    while True:
+        if isinstance(loader.dataset, StuckDataset) and step() == args.fault_step:
+            loader.dataset.stuck = True  # the next batch's items never come
+        try:
+            batch = next(it)
+        except StopIteration:
+            return
         if 0 <= args.slow_data_from <= step():
             time.sleep(args.slow_data_ms / 1e3)
-        if args.hang == "loader" and dist.get_rank() == args.fault_rank and step() == args.fault_step:
-            hang_forever()  # fault: a Dataset that never returns its item
         yield batch
+
+
+class StuckDataset(torch.utils.data.Dataset):
+    """--hang loader: a Dataset whose __getitem__ stops returning (a dead filesystem under it)."""
+
+    def __init__(self, data):
+        self.data, self.stuck = data, False
+
+    def __len__(self):
+        return len(self.data)
+
+    def __getitem__(self, i):
+        if self.stuck:
+            hang_forever()  # fault: a Dataset that never returns its item
+        return self.data[i]
 
 
 def hang_forever():
@@ -234,8 +256,8 @@ def main():
     f.add_argument("--slow-data-from", type=int, default=-1, help="every rank's data slower from this step")
     f.add_argument("--slow-data-ms", type=float, default=5, help="... by this many ms per batch")
     f.add_argument("--hang", choices=["loader", "forward", "checkpoint"], default="",
-                   help="it blocks forever at --fault-step in the data loader or forward, or in the first "
-                        "checkpoint save (the others wait in the next collective)")
+                   help="it blocks forever at --fault-step in its Dataset's __getitem__ (with --workers 0) or "
+                        "forward, or in the first checkpoint save (the others wait in the next collective)")
     f.add_argument("--env", default="", help="NAME=VALUE set on that rank only (config drift), e.g. NCCL_ALGO=Tree")
     train(p.parse_args())
 

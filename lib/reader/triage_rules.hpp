@@ -33,6 +33,9 @@ struct StallFacts {
   const CommunicatorCheck* where = nullptr;            // the communicator they are behind on
   const StallRecord* waited = nullptr;                 // the first waiting rank's stall
   std::string in_what;                                 // "all_reduce seq 3 on 'world'"
+  // The first culprit's open phases at its last heartbeat, "checkpoint_save for 59.2 s", when its
+  // run log has no stall of its own (a phase with a long timeout: a checkpoint, an evaluation).
+  std::string culprit_inside;
 };
 
 // A rank slower than its peers in one phase kind, step by step, for long

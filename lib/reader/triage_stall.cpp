@@ -116,9 +116,29 @@ FindingKind verdict_of(const StallFacts& s, const StatusReport* live, bool open_
   return dead || (no_trace && c.torn_tail) ? FindingKind::kDeadRank : FindingKind::kHang;
 }
 
+// A culprit without a stall of its own (its timeout there is long: a checkpoint
+// save, an evaluation pass) still says where it is in its heartbeat.
+std::string heartbeat_inside(const StallFacts& s, const StatusReport* live) {
+  if (s.culprits.empty() || s.culprits.front()->last_stall || live == nullptr) return {};
+  const RankSummary& c = *s.culprits.front();
+  for (const auto& h : live->ranks) {
+    if (h.rank != c.rank || !h.present || h.phases.empty() || h.step < c.last_step) continue;
+    std::string names;
+    for (const auto& p : h.phases) names += (names.empty() ? "" : " > ") + p.name;
+    return fmt::format("{} for {:.1f} s", names, h.phases.back().age_ns / 1e9);
+  }
+  return {};
+}
+
 // "it is blocked in forward at step 5" or "its log ends at step 3 after 'forward'".
-std::string culprit_doing(const RankSummary& c) {
+std::string culprit_doing(const RankSummary& c, const std::string& inside) {
   if (!c.last_stall) {
+    if (!inside.empty()) {
+      const auto& p = c.position;
+      const std::int64_t step = p ? std::max({c.last_step, p->step_begun, p->step_ended}) : c.last_step;
+      return fmt::format("its last heartbeat has it inside {} at step {} (a phase whose own timeout is longer: it "
+                         "reported no stall itself)", inside, step);
+    }
     const std::string torn = c.torn_tail ? " in a torn line (killed mid-write)" : "";
     const std::string log_end =
         c.last_step >= 0 ? fmt::format("its log ends at step {} after '{}'{}", c.last_step, c.last_phase, torn)
@@ -153,7 +173,7 @@ Finding culprit_finding(const StallFacts& s, FindingKind kind, std::string_view 
                           s.waiting_ranks.empty()
                               ? ""
                               : fmt::format(" while {} {} in it", format_ranks(s.waiting_ranks), wait),
-                          culprit_doing(c));
+                          culprit_doing(c, s.culprit_inside));
   f.step = cs ? cs->step : c.last_step;
   if (!cs && c.position) f.step = std::max({f.step, c.position->step_begun, c.position->step_ended});
   f.t = aligned(c, cs ? cs->since : c.last_t);
@@ -266,6 +286,7 @@ StallFacts compute_stall_facts(const RunSummary& sum, const StatusReport* live) 
                  : (s.where ? fmt::format("seq {} on '{}'", s.where->max_seq, s.where->comm)
                             : std::string("the next collective"));
   s.verdict = verdict_of(s, live, open_stall);
+  s.culprit_inside = heartbeat_inside(s, live);
   return s;
 }
 

@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# The fault-injection suite with the DEFAULT settings (no RANKSCOPE_STALL_* or heartbeat
+# setting): each fault in a 2-rank job of its own, on real processes, all jobs at once
+# (they mostly wait: the learned stall timeout is 15 s, 60 s inside init_process_group).
+#   C++ example (launch.sh, gloo), rank 1: blocks forever in forward (compute; both ranks
+#     must report within the 15 s timeout + 3 s), in loader_wait, in checkpoint_save, in an
+#     all_reduce phase (a collective); never joins init_process_group; is SIGKILLed at step
+#     40 (its exact last step comes from its position file); is SIGTERMed at step 40.
+#   Python DDP example (torchrun), rank 1: stuck in its Dataset's __getitem__ (the stacks
+#     show that frame); never calls init_process_group. And a clean run with DataLoader
+#     workers, a 20 s checkpoint save and a 22 s evaluation pass: healthy, no stall.
+# Each job's triage (while the hung jobs still hang) must name rank 1 and where it was (or
+# stay healthy).
+set -euo pipefail
+trainer=$1 cli=$2 work=$3 py=${4:-}   # without the venv's Python: the C++ jobs only
+here=$(cd "$(dirname "$0")/.." && pwd)
+torchrun=$(dirname "${py:-/nonexistent/python}")/torchrun
+[[ -x "$torchrun" ]] || echo "default faults test: no torchrun next to '$py': the Python jobs are skipped"
+source "$here/tests/ranks.sh"  # kill_ranks
+rm -rf "$work"; mkdir -p "$work"
+unset RANKSCOPE_STALL_TIMEOUT RANKSCOPE_STALL_FLOOR RANKSCOPE_STALL_WARMUP RANKSCOPE_HEARTBEAT_INTERVAL RANKSCOPE_DIR
+export OMP_NUM_THREADS=1
+jobs_started=()
+cleanup() {
+  for p in "${jobs_started[@]}"; do kill -9 -- -"$p" 2>/dev/null || true; done
+  for d in "$work"/*/; do kill_ranks "$d" "$d/run"; done
+}
+trap cleanup EXIT
+fail() { echo "default faults test: $*"; exit 1; }
+run_of() { ls -d "$work/$1"/*/ 2>/dev/null | head -1 || true; }   # the C++ jobs' run directory
+pid_of() { grep -o '"pid":[0-9]*' "$1/rank-$2.heartbeat.json" 2>/dev/null | cut -d: -f2 || true; }
+has() { grep -q "$2" "$1" 2>/dev/null; }
+
+cpp() {  # NAME TRAINER-ARGS...: a job in a session of its own
+  local name=$1; shift
+  mkdir -p "$work/$name"
+  setsid bash "$here/examples/cpp/launch.sh" --ranks 2 --steps 100000 --trainer "$trainer" --cli "$cli" \
+    --dir "$work/$name" -- --timeout 600 --checkpoint-every 0 "$@" >"$work/$name.log" 2>&1 &
+  jobs_started+=($!)
+}
+python_job() {  # NAME SCRIPT ARGS...
+  local name=$1; shift
+  mkdir -p "$work/$name"
+  (cd "$work/$name" && RANKSCOPE_DIR="$work/$name/run" exec setsid "$torchrun" --standalone --nproc-per-node 2 \
+    "$@" >"$work/$name.log" 2>&1) &
+  jobs_started+=($!)
+}
+
+cat >"$work/init_hang.py" <<'EOF'
+import os, time
+import torch.distributed as dist
+import rankscope
+rankscope.init()
+if int(os.environ["RANK"]) == 1:
+    while True:
+        time.sleep(1)        # never reaches init_process_group: rank 0 waits for it there
+dist.init_process_group("gloo")
+EOF
+example=$here/examples/python/train_ddp.py
+clean_job=""
+if [[ -x "$torchrun" ]]; then
+  python_job py_loader "$example" --epochs 100 --fault-rank 1 --fault-step 40 --hang loader
+  python_job py_init "$work/init_hang.py"
+  python_job py_clean "$example" --epochs 3 --workers 2 --save-seconds 20 --eval-seconds 22
+  clean_job=${jobs_started[-1]}
+fi
+alive() { [[ -n "$1" && -r /proc/$1/stat ]] && [[ $(cut -d' ' -f3 "/proc/$1/stat") != Z ]]; }
+for phase in forward loader_wait checkpoint_save all_reduce; do
+  cpp "cpp_$phase" --block-rank 1 --block-step 40 --block-phase "$phase"
+done
+cpp cpp_init --never-join-rank 1
+cpp cpp_sigkill
+cpp cpp_sigterm
+
+# Rank 1 of cpp_sigkill / cpp_sigterm gets its signal once past step 40.
+signal_at_step_40() {  # NAME SIGNAL -> prints "sent" once sent
+  local run; run=$(run_of "$1")
+  [[ -n "$run" ]] && has "$run/rank-1.jsonl" '"kind":"step_end".*"step":40,' || return 0
+  kill -"$2" "$(pid_of "$run" 1)" && echo sent
+}
+killed=""; termed=""; killed_at=0; termed_at=0
+for _ in $(seq 1 720); do  # 180 s at most
+  [[ -z "$killed" ]] && killed=$(signal_at_step_40 cpp_sigkill KILL) && [[ -n "$killed" ]] && killed_at=$SECONDS
+  [[ -z "$termed" ]] && termed=$(signal_at_step_40 cpp_sigterm TERM) && [[ -n "$termed" ]] && termed_at=$SECONDS
+  done_all=1
+  for name in cpp_forward cpp_loader_wait cpp_checkpoint_save cpp_all_reduce cpp_init; do
+    has "$(run_of $name)/rank-0.jsonl" '"kind":"stall"' || done_all=0
+  done
+  has "$(run_of cpp_forward)/rank-1.jsonl" '"kind":"stall"' || done_all=0
+  for name in py_loader py_init; do  # rank 0 stalled and asked rank 1 to dump: both stacks are in
+    [[ -z "$clean_job" || $(cat "$work/$name"/run/rank-*.jsonl 2>/dev/null | grep -c '"kind":"stacks"') -ge 2 ]] ||
+      done_all=0
+  done
+  alive "$clean_job" && done_all=0
+  # The signalled ranks' heartbeats must be older than 3 intervals (1 s each) for triage.
+  (( killed_at > 0 && SECONDS - killed_at >= 5 && termed_at > 0 && SECONDS - termed_at >= 5 )) || done_all=0
+  (( done_all )) && break
+  sleep 0.25
+done
+echo "default faults test: all jobs done after ${SECONDS} s"
+
+# C++, rank 1 blocked in forward: both ranks report at the learned 15 s.
+run=$(run_of cpp_forward)
+for r in 0 1; do
+  line=$(grep '"kind":"stall"' "$run/rank-$r.jsonl" | head -1) || fail "cpp_forward: rank $r reported no stall"
+  timeout=$(grep -o '"timeout_ns":[0-9]*' <<<"$line" | cut -d: -f2)
+  age=$(grep -o '"progress_age_ns":[0-9]*' <<<"$line" | cut -d: -f2)
+  echo "  cpp_forward rank $r: stall reported at progress age $((age / 1000000)) ms (learned timeout $((timeout / 1000000)) ms)"
+  (( timeout == 15000000000 )) || fail "cpp_forward rank $r: learned timeout $timeout ns, expected the 15 s floor"
+  (( age > timeout && age <= timeout + 3000000000 )) || fail "cpp_forward rank $r: reported at progress age $age ns"
+done
+
+expect() {  # NAME RUN_DIR PATTERN...: triage's text has every pattern
+  local name=$1 dir=$2 tri; shift 2
+  tri=$("$cli" triage "$dir" 2>&1 || true)
+  for p in "$@"; do grep -qE -- "$p" <<<"$tri" || fail "$name: triage does not say '$p':
+$tri"; done
+  echo "  $name: $(sed -n 1p <<<"$tri" | cut -c1-220)"
+}
+expect cpp_forward "$(run_of cpp_forward)" "HANG: rank 1 .*forward"
+expect cpp_loader_wait "$(run_of cpp_loader_wait)" "HANG: rank 1 .*loader_wait"
+expect cpp_checkpoint_save "$(run_of cpp_checkpoint_save)" "HANG: rank 1 .*checkpoint_save"
+expect cpp_all_reduce "$(run_of cpp_all_reduce)" "HANG: rank 1 .*all_reduce"
+expect cpp_init "$(run_of cpp_init)" "rank 1 did not reach init_process_group while rank 0 waits in it"
+expect cpp_sigkill "$(run_of cpp_sigkill)" "rank died: rank 1" "\(its position file\)"
+expect cpp_sigterm "$(run_of cpp_sigterm)" "rank stopped by SIGTERM: rank 1"
+[[ -n "$clean_job" ]] || { echo "default faults test: ok (C++ only)"; exit 0; }
+expect py_loader "$work/py_loader/run" "HANG: rank 1 .*blocked in loader_wait" "rank 1: File .* in hang_forever"
+stacks=$("$cli" stacks "$work/py_loader/run")
+for frame in "main thread (Python), whole stack - rank 1" "in __getitem__" "in timed_loader" "c10d::Reducer"; do
+  grep -qF "$frame" <<<"$stacks" || fail "py_loader: no '$frame' in the stacks (rank 1 in its Dataset, rank 0 in DDP's reducer):
+$stacks"
+done
+expect py_init "$work/py_init/run" "rank 1 did not reach init_process_group while rank 0 waits in it" \
+  'rank 1: File ".*init_hang.py", line [0-9]+ in <module>'
+cleanup
+wait "$clean_job" || fail "py_clean: the clean job failed: $(tail -20 "$work/py_clean.log")"
+expect py_clean "$work/py_clean/run" "healthy, no findings"
+echo "default faults test: ok"
