@@ -2,6 +2,8 @@
 // arguments, rank lists, hostile heartbeat files, and schema/version warnings.
 #include <catch2/catch.hpp>
 
+#include <filesystem>
+
 #include <cmath>
 #include <fstream>
 #include <set>
@@ -150,8 +152,18 @@ TEST_CASE("a mismatch behind a hang is named first / from the flight dumps' fing
   REQUIRE(r->findings.size() >= 2);
   CHECK(r->findings[0].kind == reader::FindingKind::kCollectiveMismatch);
   CHECK(r->findings[0].ranks == std::vector<int>{1});
-  CHECK_THAT(r->findings[0].summary, Catch::Contains("seq 3"));
+  CHECK_THAT(r->findings[0].summary, Catch::Contains("seq 3") && Catch::Contains("the odd one out: rank 1"));
   CHECK(r->findings[1].kind == reader::FindingKind::kHang);
+
+  // Two ranks that differ: no majority says which is right, so both are named (not one picked).
+  std::filesystem::remove(tmp.path + "/rank-2.jsonl");
+  std::filesystem::remove(tmp.path + "/rank-2.flight.json");
+  auto two = reader::triage(tmp.path);
+  REQUIRE(two.ok());
+  REQUIRE_FALSE(two->findings.empty());
+  CHECK(two->findings[0].kind == reader::FindingKind::kCollectiveMismatch);
+  CHECK(two->findings[0].ranks == std::vector<int>{0, 1});
+  CHECK_THAT(two->findings[0].summary, Catch::Contains("no majority says which is right: ranks 0,1"));
 }
 
 TEST_CASE("a rank that SIGPIPE killed after a peer died is a consequence and not the culprit", "[triage]") {

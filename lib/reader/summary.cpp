@@ -98,15 +98,26 @@ class CollectiveMerger {
           if (seq >= c.mismatch_seq && !deviant.contains(rank)) agree.push_back(rank);
         }
         groups.emplace_back(agree, &ref.rec);
-        std::sort(groups.begin(), groups.end(), [](const auto& a, const auto& b) { return a.first.size() < b.first.size(); });
+        std::erase_if(groups, [](const auto& g) { return g.first.empty(); });
+        std::stable_sort(groups.begin(), groups.end(),
+                         [](const auto& a, const auto& b) { return a.first.size() < b.first.size(); });
         for (const auto& [ranks, rec] : groups) {
-          if (ranks.empty()) continue;
           k.mismatch_detail.push_back(
               fmt::format("{}: {} count={} {} ({})", format_ranks(ranks), rec->op, rec->count, rec->dtype, rec->state));
         }
+        // The odd ones out: every rank outside the one largest group. With no
+        // single largest (2 ranks, a 2-2 split) no majority says which side is
+        // right: every rank is named rather than one picked.
+        const bool majority = groups.size() == 1 || groups.back().first.size() > groups[groups.size() - 2].first.size();
+        k.mismatch_no_majority = !majority;
+        for (std::size_t i = 0; i < groups.size(); ++i) {
+          if (majority && i + 1 == groups.size()) break;
+          k.mismatch_minority.insert(k.mismatch_minority.end(), groups[i].first.begin(), groups[i].first.end());
+        }
+        std::sort(k.mismatch_minority.begin(), k.mismatch_minority.end());
         if (!groups.empty()) {
-          k.mismatch_minority = groups.front().first;
-          k.mismatch_t = groups.front().second->t;
+          k.mismatch_t = groups.front().second->t;  // on the clock of the smallest group's first rank
+          k.mismatch_t_rank = groups.front().first.front();
         }
       }
       out.push_back(std::move(k));

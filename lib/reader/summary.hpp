@@ -258,7 +258,9 @@ struct CommunicatorCheck {
   // First sequence number where ranks issued different collectives (0 = none).
   std::uint64_t mismatch_seq = 0;
   std::vector<std::string> mismatch_detail;  // "rank 1: all_reduce count=101385 float32 (in flight)"
-  std::vector<int> mismatch_minority;        // the smallest group at mismatch_seq
+  std::vector<int> mismatch_minority;        // the ranks outside the largest group at mismatch_seq (all: a tie)
+  bool mismatch_no_majority = false;         // no single largest group (2 ranks that differ, a 2-2 split)
+  int mismatch_t_rank = -1;                  // whose clock mismatch_t is on
   std::uint64_t mismatch_t = 0;              // when the minority issued it (its clock)
   // Ranks that stopped before max_seq: rank -> last sequence number it reached.
   std::vector<std::pair<int, std::uint64_t>> behind;

@@ -150,11 +150,13 @@ void collective_mismatch_rule(const TriageInput& in, std::vector<Finding>& out) 
     if (c.mismatch_seq == 0) continue;
     out.push_back({FindingKind::kCollectiveMismatch, c.mismatch_minority,
                    fmt::format("ranks issued different collectives at seq {} on '{}' (the classic cause of a hang or "
-                               "silent corruption); the odd one out: {}",
-                               c.mismatch_seq, c.comm, format_ranks(c.mismatch_minority)),
+                               "silent corruption); {}: {}",
+                               c.mismatch_seq, c.comm,
+                               c.mismatch_no_majority ? "no majority says which is right" : "the odd one out",
+                               format_ranks(c.mismatch_minority)),
                    c.mismatch_detail, c.mismatch_t, -1, {}});
     for (const auto& rk : in.sum.ranks) {
-      if (!c.mismatch_minority.empty() && rk.rank == c.mismatch_minority.front()) out.back().t = aligned(rk, c.mismatch_t);
+      if (rk.rank == c.mismatch_t_rank) out.back().t = aligned(rk, c.mismatch_t);
     }
   }
 }

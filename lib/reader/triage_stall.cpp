@@ -118,11 +118,15 @@ FindingKind verdict_of(const StallFacts& s, const StatusReport* live, bool open_
 
 // A culprit without a stall of its own (its timeout there is long: a checkpoint
 // save, an evaluation pass) still says where it is in its heartbeat.
+// Only a phase it had been in at least as long as the others had waited when
+// they reported: not the ordinary phase a rank was in when it died.
 std::string heartbeat_inside(const StallFacts& s, const StatusReport* live) {
-  if (s.culprits.empty() || s.culprits.front()->last_stall || live == nullptr) return {};
+  if (s.culprits.empty() || s.culprits.front()->last_stall || live == nullptr || s.waited == nullptr) return {};
   const RankSummary& c = *s.culprits.front();
+  const std::uint64_t waited_ns = s.waited->t > s.waited->since ? s.waited->t - s.waited->since : 0;
   for (const auto& h : live->ranks) {
     if (h.rank != c.rank || !h.present || h.phases.empty() || h.step < c.last_step) continue;
+    if (waited_ns == 0 || h.phases.back().age_ns < waited_ns) return {};
     std::string names;
     for (const auto& p : h.phases) names += (names.empty() ? "" : " > ") + p.name;
     return fmt::format("{} for {:.1f} s", names, h.phases.back().age_ns / 1e9);
