@@ -60,3 +60,31 @@ def test_an_uncaught_exception_is_the_culprit_and_not_finished(tmp_path, torchru
     assert rows[1]["state"] == "exception"
     st = subprocess.run(cli + ["status", run_dir], capture_output=True, text=True)
     assert st.returncode == 1 and "rank 1 FAILED: it exited after an uncaught exception" in st.stdout, st.stdout
+
+
+def test_an_uncaught_exception_in_a_thread_is_recorded_and_the_process_goes_on(run_py, tmp_path):
+    """threading.excepthook: a worker thread that dies of an exception is an `exit` line of cause
+    thread_exception (type, message, traceback), Python still prints it, and the process lives on."""
+    p = run_py("""
+        import os, threading
+        import rankscope
+        rankscope.init(rank=0, world_size=1, run_dir=os.environ["RUN_DIR"])
+        def prefetch():
+            raise ValueError("shard 7 is missing")
+        t = threading.Thread(target=prefetch, name="prefetcher")
+        t.start()
+        t.join()
+        rankscope.begin_step(0)
+        rankscope.step(0)
+        rankscope.shutdown()
+        print("still here")
+    """)
+    assert "still here" in p.stdout
+    assert "ValueError: shard 7 is missing" in p.stderr  # the previous hook still ran
+    lines = [json.loads(l) for l in open(tmp_path / "run" / "rank-0.jsonl")]
+    exits = [l for l in lines if l["kind"] == "exit"]
+    assert len(exits) == 1, exits
+    e = exits[0]
+    assert e["cause"] == "thread_exception" and e["exception"] == "ValueError", e
+    assert e["msg"] == "ValueError: shard 7 is missing" and "in prefetch" in e["traceback"], e
+    assert any(l["kind"] == "step_end" for l in lines)  # recording went on after it
