@@ -13,7 +13,7 @@ import torch
 TORCH = tuple(int(v) for v in torch.__version__.split(".")[:2])
 
 SCRIPT = r"""
-import os, sys, torch, torch.distributed as dist
+import os, sys, time, torch, torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
 from torch.distributed.tensor import Replicate, Shard, distribute_tensor, init_device_mesh
 from torch.distributed.fsdp import fully_shard
@@ -42,6 +42,14 @@ with rankscope.phase("tensor_ops"):
         dist.all_reduce(torch.ones(2))
     cm.wait()
 
+# FSDP's pattern: an async all-gather waited on inside forward. Rank 1 is late, so rank 0's
+# wait() blocks: that time is a nested all_gather_wait phase of the collective kind.
+with rankscope.phase("forward"):
+    if rank == 1:
+        time.sleep(0.2)
+    out = torch.empty(2 * world)
+    dist.all_gather_into_tensor(out, torch.ones(2), async_op=True).wait()
+
 with rankscope.phase("functional"):
     x = funcol.all_reduce(torch.ones(3), "sum", dist.group.WORLD)
     x = x.wait() if hasattr(x, "wait") else x
@@ -60,7 +68,9 @@ if tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 7):
     fully_shard(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     for _ in range(2):
-        model(torch.randn(8, 16)).sum().backward()
+        with rankscope.phase("forward"):   # its all-gathers' waits are communication, not forward
+            loss = model(torch.randn(8, 16)).sum()
+        loss.backward()
         opt.step()
         opt.zero_grad()
 
@@ -84,12 +94,16 @@ rankscope.shutdown()
 """
 
 
-def _collectives(run_dir):
+def _events(run_dir, kind):
     out = []
     for path in sorted(glob.glob(os.path.join(run_dir, "rank-*.jsonl"))):
         with open(path) as f:
-            out += [e for e in map(json.loads, f) if e["kind"] == "collective"]
+            out += [e for e in map(json.loads, f) if e["kind"] == kind]
     return out
+
+
+def _collectives(run_dir):
+    return _events(run_dir, "collective")
 
 
 def test_modern_collectives_are_spans_that_agree_across_ranks(tmp_path, torchrun):
@@ -107,7 +121,11 @@ def test_modern_collectives_are_spans_that_agree_across_ranks(tmp_path, torchrun
     assert tensor_ops["all_gather"] == 1 and tensor_ops["reduce_scatter"] == 1, tensor_ops
     assert tensor_ops["all_reduce"] == 3 and tensor_ops["other"] == 1, tensor_ops  # coalesced x1, manager x2; p2p batch
     assert by_phase["functional"]["all_reduce"] == 1 and by_phase["functional"]["all_gather"] >= 1, by_phase
-    fsdp = by_phase["fsdp2"]
+    fsdp = by_phase["fsdp2"] + by_phase["forward"] - collections.Counter(all_gather=1)  # less the late one
+    waits = [e for e in _events(str(run_dir), "phase") if e["rank"] == 0 and e["name"].endswith("_wait")]
+    late = [e for e in waits if e["name"] == "all_gather_wait" and e.get("parent") == "forward"]
+    assert late and late[0]["phase_kind"] == "collective" and late[0]["dur"] > 0.1e9, waits
+    assert any(e["name"] == "all_reduce_wait" and e.get("parent") == "functional" for e in waits), waits
     if TORCH < (2, 7):
         assert not fsdp  # FSDP2 is not run on CPU there (see the script)
     else:

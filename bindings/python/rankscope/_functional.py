@@ -24,9 +24,10 @@ _FUNCTIONAL_OPS = {
     "all_to_all_single": "all_to_all", "broadcast": "broadcast", "broadcast_": "broadcast",
 }
 _lib = None
-_pending = {}   # storage address of an output -> its span, until wait_tensor or the output dies
+_pending = {}   # storage address of an output -> (span, wait phase name), until wait_tensor or the output dies
 _comms = {}     # group name -> communicator
 _communicator = None  # rankscope.torch's: process group -> communicator
+_wait_phase_name = None  # rankscope.torch's: op -> the phase of its wait
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 
 
@@ -39,9 +40,9 @@ def _communicator_named(group_name):
 
 
 def _end_pending(key, ok=True):
-    span = _pending.pop(key, None)
-    if span is not None:
-        span.end(ok)
+    entry = _pending.pop(key, None)
+    if entry is not None:
+        entry[0].end(ok)
 
 
 def _functional_kernel(overload, op, group_arg):
@@ -58,6 +59,7 @@ def _functional_kernel(overload, op, group_arg):
         group = args[group_arg] if group_arg < len(args) else kwargs.get("group_name")
         span = _rs.collective(_communicator_named(group), op, sum(t.numel() for t in tensors),
                               str(tensors[0].dtype) if tensors else "unknown", -1)
+        wait_name = _wait_phase_name(op)
         try:
             with below():
                 out = overload(*args, **kwargs)
@@ -67,7 +69,7 @@ def _functional_kernel(overload, op, group_arg):
         # Complete when wait_tensor() is called on an output (or the output dies unwaited).
         for t in out if isinstance(out, (list, tuple)) else [out]:
             key = t.untyped_storage().data_ptr()
-            _pending[key] = span
+            _pending[key] = (span, wait_name)
             weakref.finalize(t, _end_pending, key)
         return out
 
@@ -78,10 +80,13 @@ def _wait_kernel(overload):
     below = torch._C._AutoDispatchBelowADInplaceOrView
 
     def kernel(tensor):
-        with below():
+        entry = _pending.get(tensor.untyped_storage().data_ptr()) if _pending and type(tensor) in _PLAIN_TENSORS else None
+        if entry is None:
+            with below():
+                return overload(tensor)
+        with _rs.phase(entry[1]), below():  # blocked on the collective: communication, whatever phase encloses it
             out = overload(tensor)
-        if _pending and type(tensor) in _PLAIN_TENSORS:
-            _end_pending(tensor.untyped_storage().data_ptr())
+        _end_pending(tensor.untyped_storage().data_ptr())
         return out
 
     return kernel
@@ -91,10 +96,12 @@ def instrumented():
     return _lib is not None
 
 
-def instrument(communicator):
-    """Registers the kernels; `communicator` maps a process group (None: the default) to its communicator."""
-    global _lib, _communicator
+def instrument(communicator, wait_phase_name):
+    """Registers the kernels; `communicator` maps a process group (None: the default) to its
+    communicator, `wait_phase_name` an op to the phase its wait_tensor() is."""
+    global _lib, _communicator, _wait_phase_name
     _communicator = communicator
+    _wait_phase_name = wait_phase_name
     ns = torch.ops._c10d_functional
     lib = torch.library.Library("_c10d_functional", "IMPL")
     for name, op in _FUNCTIONAL_OPS.items():

@@ -180,11 +180,20 @@ class _SharedEnd:
             self._span.end(self._ok)
 
 
-class _TimedWork:
-    """An async work handle whose wait() (or future) ends the collective span, once."""
+def _wait_phase_name(op):
+    """The phase a rank is in while it blocks on a collective's completion: of the collective
+    kind by its name, so time blocked inside forward (FSDP's all-gathers) or backward counts as
+    communication in the step breakdown, goodput and triage's who-waits-for-whom."""
+    return f"{op}_wait" if op in ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all",
+                                  "barrier") else "comm_wait"
 
-    def __init__(self, work, span):
-        self._work, self._span, self._open = work, span, True
+
+class _TimedWork:
+    """An async work handle whose wait() (or future) ends the collective span, once. A wait()
+    that blocks is a nested phase of the collective kind (_wait_phase_name)."""
+
+    def __init__(self, work, span, op):
+        self._work, self._span, self._open, self._op = work, span, True, op
 
     def _finish(self, ok):
         if self._open:
@@ -193,7 +202,11 @@ class _TimedWork:
 
     def wait(self, *args, **kwargs):
         try:
-            r = self._work.wait(*args, **kwargs)
+            if self._open and not self._work.is_completed():
+                with _rs.phase(_wait_phase_name(self._op)):
+                    r = self._work.wait(*args, **kwargs)
+            else:
+                r = self._work.wait(*args, **kwargs)
         except Exception:
             self._finish(False)
             raise
@@ -245,10 +258,10 @@ def _wrap(fn_name, fn):
             span.end(False)
             raise
         if work is not None and hasattr(work, "wait") and (kwargs.get("async_op") or fn_name in ("isend", "irecv")):
-            return _TimedWork(work, span)
+            return _TimedWork(work, span, op)
         if fn_name == "batch_isend_irecv" and work:  # ends when every request of the batch has completed
             shared = _SharedEnd(span, len(work))
-            return [_TimedWork(w, shared) for w in work]
+            return [_TimedWork(w, shared, op) for w in work]
         span.end(True)
         return work
 
@@ -292,7 +305,7 @@ def instrument():
         dist.P2POp = _p2p_op_class(dist.P2POp)
     if not _functional.instrumented():
         try:
-            _functional.instrument(_communicator)
+            _functional.instrument(_communicator, _wait_phase_name)
         except Exception as e:  # a torch without them, or another layout: say so once, record the rest
             rankscope.warning("rankscope.torch: functional collectives (DTensor, compiled graphs) are not recorded",
                               error=f"{type(e).__name__}: {e}")
