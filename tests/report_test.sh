@@ -37,6 +37,7 @@ grep -q "only in B: straggler (rank 1)" <<<"$out" || fail "diff did not name the
 grep -q "env.NCCL_ALGO: (unset) -> Tree" <<<"$out" || fail "diff did not name the changed knob: $out"
 grep -q "all_reduce" <<<"$out" || fail "diff has no collective bandwidth rows: $out"
 grep -qE "^ +forward +[0-9.]+ ms +[0-9.]+ ms +\+[0-9.]+ %" <<<"$out" || fail "diff has no forward delta row: $out"
+grep -q "phases by name" <<<"$out" || fail "diff has no per-name phase rows: $out"
 { "$cli" diff --json "$a" "$b" || true; } | "$py" -c '
 import json, sys
 d = json.load(sys.stdin)
@@ -44,6 +45,8 @@ assert [f["ranks"] for f in d["findings"]["only_b"] if f["kind"] == "straggler"]
 assert d["step_ms"]["b"] > d["step_ms"]["a"], d["step_ms"]
 # rank 1 is 5 ms slower in forward: the median rank of two moves by half of it, at least
 assert d["phase_ms"]["forward"]["b"] > d["phase_ms"]["forward"]["a"] + 1.0, d["phase_ms"]
+n = d["named_phase_ms"]  # by the names the trainer gave them
+assert n["forward"]["b"] > n["forward"]["a"] + 1.0 and "loader_wait" in n and "all_reduce" in n, n
 assert any(c["op"] == "all_reduce" and c["algbw_gbps_a"] > 0 for c in d["collectives"]), d["collectives"]
 ' || fail "diff --json"
 rc=0; out=$("$cli" diff "$b" "$a") || rc=$?

@@ -35,6 +35,38 @@ double median_over_ranks(const RunSummary& s, double (*get)(const RankSummary&, 
   return *mid;
 }
 
+// Each phase name's mean ms per step, median over the ranks that stepped (0 where a rank lacks it).
+double named_median(const RunSummary& s, const std::string& name) {
+  std::vector<double> v;
+  for (const auto& r : s.ranks) {
+    if (r.steps == 0) continue;
+    double ms = 0;
+    for (const auto& [n, x] : r.phase_ms_per_step) {
+      if (n == name) ms = x;
+    }
+    v.push_back(ms);
+  }
+  if (v.empty()) return 0;
+  auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
+  std::nth_element(v.begin(), mid, v.end());
+  return *mid;
+}
+
+std::vector<RunDiff::NamedPhase> named_phase_diff(const RunSummary& a, const RunSummary& b) {
+  std::set<std::string> names;
+  for (const RunSummary* s : {&a, &b}) {
+    for (const auto& r : s->ranks) {
+      for (const auto& [n, ms] : r.phase_ms_per_step) names.insert(n);
+    }
+  }
+  std::vector<RunDiff::NamedPhase> out;
+  for (const auto& n : names) out.push_back({n, {named_median(a, n), named_median(b, n)}});
+  std::stable_sort(out.begin(), out.end(), [](const auto& x, const auto& y) {
+    return std::max(x.ms.a, x.ms.b) > std::max(y.ms.a, y.ms.b);
+  });
+  return out;
+}
+
 // Settings that differ from run to run by nature, not by configuration.
 bool per_run_setting(const std::string& key) {
   return key == "host" || key == "job_id" || key == "restart_count" || key.ends_with(".uuid") ||
@@ -90,6 +122,7 @@ RunDiff diff_runs(const AnalyzedRun& a, const AnalyzedRun& b) {
   auto kind = [](const RankSummary& r, int k) { return r.median_kind_ms[k]; };
   d.step_ms = {median_over_ranks(sa, step, 0), median_over_ranks(sb, step, 0)};
   for (int k = 0; k < kPhaseKindCount; ++k) d.phase_ms[k] = {median_over_ranks(sa, kind, k), median_over_ranks(sb, kind, k)};
+  d.named_phases = named_phase_diff(sa, sb);
   d.goodput = {mean_goodput(sa).fraction(), mean_goodput(sb).fraction()};
   d.ranks = {static_cast<double>(sa.ranks.size()), static_cast<double>(sb.ranks.size())};
 
@@ -153,6 +186,15 @@ std::string format_diff(const RunDiff& d, const AnalyzedRun& a, const AnalyzedRu
     o += fmt::format("  {:<26} {:>9.3f} ms {:>9.3f} ms {:>10}\n", fmt::format("  {}", phase_kind_name(static_cast<PhaseKind>(k))),
                      v.a, v.b, pct(v));
   }
+  if (!d.named_phases.empty()) {
+    o += fmt::format("  {:<26}\n", "phases by name (mean/step)");
+    constexpr std::size_t kShown = 24;
+    for (std::size_t i = 0; i < d.named_phases.size() && i < kShown; ++i) {
+      const auto& p = d.named_phases[i];
+      o += fmt::format("  {:<26} {:>9.3f} ms {:>9.3f} ms {:>10}\n", fmt::format("  {}", p.name), p.ms.a, p.ms.b, pct(p.ms));
+    }
+    if (d.named_phases.size() > kShown) o += fmt::format("    ... {} more (--json)\n", d.named_phases.size() - kShown);
+  }
   o += fmt::format("  {:<26} {:>10.1f} % {:>10.1f} % {:>10}\n", "goodput", 100 * d.goodput.a, 100 * d.goodput.b,
                    fmt::format("{:+.1f} pts", 100 * (d.goodput.b - d.goodput.a)));
   if (!d.collectives.empty()) {
@@ -189,6 +231,9 @@ std::string format_diff_json(const RunDiff& d, const AnalyzedRun& a, const Analy
   value("step_ms", d.step_ms);
   w.key("phase_ms").begin_object();
   for (int k = 0; k < kPhaseKindCount; ++k) value(phase_kind_name(static_cast<PhaseKind>(k)), d.phase_ms[k]);
+  w.end_object();
+  w.key("named_phase_ms").begin_object();
+  for (const auto& p : d.named_phases) value(p.name, p.ms);
   w.end_object();
   value("goodput", d.goodput);
   w.key("collectives").begin_array();

@@ -27,6 +27,11 @@ struct RunDiff {
   };
   Value step_ms;                      // median over ranks of each rank's median step
   Value phase_ms[kPhaseKindCount];    // likewise, per phase kind
+  struct NamedPhase {
+    std::string name;
+    Value ms;  // mean ms per step, median over ranks (0 on a rank without it)
+  };
+  std::vector<NamedPhase> named_phases;  // every name of either run, the largest first
   Value goodput;                      // productive compute / wall (mean rank)
   Value ranks;
   struct Collective {

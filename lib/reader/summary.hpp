@@ -205,6 +205,9 @@ struct RankSummary {
   double median_step_ms = 0;
   double median_kind_ms[kPhaseKindCount] = {};
   double median_collective_ms = 0;  // time waiting in collectives per step (median)
+  // Mean ms per step of every phase name (nested ones too), by name: its first kNamedPhasesKept names.
+  std::vector<std::pair<std::string, double>> phase_ms_per_step;
+  static constexpr std::size_t kNamedPhasesKept = 256;
   std::optional<double> last_loss;
   std::int64_t samples = 0;
   std::uint64_t events_recorded = 0, events_dropped = 0;

@@ -124,6 +124,7 @@ class RankDigester {
   GoodputBuilder goodput_;
   std::map<std::pair<std::string, int>, CollectiveStat> coll_stats_;  // (op, size class): a few dozen at most
   std::vector<double> step_ms_, kind_ms_[kPhaseKindCount];
+  absl::flat_hash_map<std::string, double> name_ns_;  // time per phase name (the first kNamedPhasesKept)
   std::uint64_t last_phase_end_ = 0;
   std::optional<std::int64_t> threads_now_, comms_now_;
   std::uint64_t resource_stride_ = 1, resource_seen_ = 0;  // keep every stride-th interval snapshot
@@ -206,6 +207,11 @@ void RankDigester::on_phase(const LogEvent& e) {
   const PhaseKind kind = kind_from_name(e.phase_kind);
   builder_.on_phase(e.tid, e.depth, kind, e.mono, e.dur);
   goodput_.on_phase(e.tid, e.depth, kind, e.t, e.dur);
+  if (auto it = name_ns_.find(e.name); it != name_ns_.end()) {
+    it->second += static_cast<double>(e.dur);
+  } else if (name_ns_.size() < RankSummary::kNamedPhasesKept) {
+    name_ns_.emplace(e.name, static_cast<double>(e.dur));
+  }
   if (e.t + e.dur >= last_phase_end_) {
     last_phase_end_ = e.t + e.dur;
     d_.sum.last_phase = e.name;
@@ -349,6 +355,10 @@ RankDigest RankDigester::finish(const absl::StatusOr<ReadResult>& res, const std
   r.median_step_ms = median(step_ms_);
   for (int k = 0; k < kPhaseKindCount; ++k) r.median_kind_ms[k] = median(kind_ms_[k]);
   r.median_collective_ms = r.median_kind_ms[static_cast<int>(PhaseKind::kCollective)];
+  for (const auto& [name, ns] : name_ns_) {
+    r.phase_ms_per_step.emplace_back(name, r.steps > 0 ? ns / 1e6 / static_cast<double>(r.steps) : 0.0);
+  }
+  std::sort(r.phase_ms_per_step.begin(), r.phase_ms_per_step.end());
   for (const auto& [comm, recs] : d_.colls) {
     for (const auto& c : recs) {
       if (c.seq > r.last_seq || (c.seq == r.last_seq && comm < r.last_comm)) {
