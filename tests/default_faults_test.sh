@@ -115,7 +115,7 @@ expect() {  # NAME RUN_DIR PATTERN...: triage's text has every pattern
   tri=$("$cli" triage "$dir" 2>&1 || true)
   for p in "$@"; do grep -qE -- "$p" <<<"$tri" || fail "$name: triage does not say '$p':
 $tri"; done
-  echo "  $name: $(sed -n 1p <<<"$tri" | cut -c1-220)"
+  echo "  $name: $(sed -n 1p <<<"$tri")"
 }
 expect cpp_forward "$(run_of cpp_forward)" "HANG: rank 1 .*forward"
 expect cpp_loader_wait "$(run_of cpp_loader_wait)" "HANG: rank 1 .*loader_wait"

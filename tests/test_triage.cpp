@@ -384,3 +384,25 @@ TEST_CASE("resource snapshots: a straggler whose GPU throttles says so, critical
   REQUIRE(findings[1].evidence.size() == 1);
   CHECK(findings[1].evidence[0] == "rank 1: its GPU 1 on node-b throttled its clocks (power cap, hardware thermal)");
 }
+
+TEST_CASE("a rank that vanished at the same sequence number its peers reached is named - they ended - not nothing",
+          "[triage]") {
+  // Rank 1 was stopped by SIGTERM (its flight dump says so) after issuing seq 5; rank 0's seq 5
+  // then failed and it shut down cleanly. Nobody is behind on the sequence.
+  TempDir tmp;
+  const std::uint64_t now = 1'800'000'000'000'000'000ull;
+  write(tmp.path + "/rank-0.jsonl", log_through(0, 5) + R"({"kind":"run_end","t":9000000,"mono":9,"rank":0})" "\n");
+  write(tmp.path + "/rank-1.jsonl", log_through(1, 5));
+  heartbeat(tmp.path, 0, "exited", 9000000);
+  heartbeat(tmp.path, 1, "running", 8000000);
+  write(tmp.path + "/rank-1.flight.json", R"({"reason":"signal SIGTERM","collectives":[]})");
+  const auto [f, evidence] = first_finding(tmp.path, now);
+  CHECK(f.kind == reader::FindingKind::kDeadRank);
+  CHECK(f.ranks == std::vector<int>{1});
+  CHECK_THAT(f.summary, Catch::StartsWith("rank stopped by SIGTERM: rank 1"));
+  // Still running (a fresh heartbeat): nothing to say yet.
+  heartbeat(tmp.path, 1, "running", now);
+  auto r = reader::triage(tmp.path, {{}, now});
+  REQUIRE(r.ok());
+  for (const auto& x : r->findings) CHECK(x.kind != reader::FindingKind::kDeadRank);
+}

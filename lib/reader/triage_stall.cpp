@@ -64,6 +64,17 @@ void keep_gone_behind(const RunSummary& sum, const StatusReport* live, StallFact
   });
 }
 
+// Nobody is behind, yet a rank vanished - no run_end, no exit line, its
+// heartbeat stale - while others ended: the peer whose loss failed their last
+// collective (killed or terminated at the same sequence number they reached).
+void add_vanished(const RunSummary& sum, const StatusReport* live, StallFacts& s) {
+  if (live == nullptr) return;
+  if (std::none_of(sum.ranks.begin(), sum.ranks.end(), [](const auto& r) { return r.ended_cleanly || r.exit; })) return;
+  for (const auto& r : sum.ranks) {
+    if (!r.ended_cleanly && !r.exit && !alive(live, r.rank)) s.behind.emplace_back(r.rank, r.last_seq);
+  }
+}
+
 // Culprits: stalled outside a collective, else behind on the sequence. A
 // rank that died behind the others comes first, though: ranks stalled
 // outside a collective meanwhile (in a store exchange, a barrier of their
@@ -280,6 +291,7 @@ StallFacts compute_stall_facts(const RunSummary& sum, const StatusReport* live) 
   }
   if (blocked.empty() && s.waiting.empty()) {
     keep_gone_behind(sum, live, s);
+    if (s.behind.empty()) add_vanished(sum, live, s);
     if (s.behind.empty()) return s;
   }
   find_culprits(sum, live, std::move(blocked), s);
