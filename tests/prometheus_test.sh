@@ -8,7 +8,9 @@
 #  - after rank 1 blocks (forever, inside checkpoint_save), the stall rule's
 #    expression (threshold shortened to 3 s for the test) becomes true, and
 #    RankscopeRankStalled fires on the watchdog's own verdict (its learned
-#    timeout's floor lowered from 15 s to 3 s for the test).
+#    timeout's floor lowered from 15 s to 3 s for the test);
+#  - a second job whose rank 1 never joins init_process_group: RankscopeRankStalled fires
+#    for its rank 0 before any step (4 x the floor inside init_process_group: 12 s here).
 set -euo pipefail
 source "$(dirname "$0")/ranks.sh"
 trainer=$1 work=$2 rules=$3
@@ -22,10 +24,13 @@ RANKSCOPE_STALL_FLOOR=3 RANKSCOPE_PROMETHEUS_PORT=$base bash "$(dirname "$0")/..
   --trainer "$trainer" --dir "$work/runs" -- --slow-rank 0 --slow-ms 25 --block-rank 1 --block-step 400 --nan-rank 0 --nan-step 50 \
   --timeout 600 >"$work/train.log" 2>&1 &
 launcher=$!
+base2=$((base + 8000))  # the second job's exporters (ranks 0 and 1)
+RANKSCOPE_STALL_FLOOR=3 RANKSCOPE_PROMETHEUS_PORT=$base2 bash "$(dirname "$0")/../examples/cpp/launch.sh" --ranks 2 \
+  --steps 100000 --trainer "$trainer" --dir "$work/runs-init" -- --never-join-rank 1 --timeout 600 >"$work/init.log" 2>&1 &
 prom=""
 cleanup() {
   [[ -n "$prom" ]] && kill "$prom" 2>/dev/null || true
-  kill_ranks "$work/runs"
+  kill_ranks "$work/runs" "$work/runs-init"
   wait 2>/dev/null || true
 }
 trap cleanup EXIT
@@ -47,7 +52,7 @@ global: {scrape_interval: 1s, evaluation_interval: 1s}
 rule_files: [rules.yml]
 scrape_configs:
   - job_name: rankscope
-    static_configs: [{targets: ["127.0.0.1:$base", "127.0.0.1:$((base + 1))"]}]
+    static_configs: [{targets: ["127.0.0.1:$base", "127.0.0.1:$((base + 1))", "127.0.0.1:$base2", "127.0.0.1:$((base2 + 1))"]}]
 YML
 prometheus --config.file="$work/prometheus.yml" --storage.tsdb.path="$work/tsdb" \
   --web.listen-address="127.0.0.1:$prom_port" >"$work/prometheus.log" 2>&1 &
@@ -69,10 +74,10 @@ done
 awk "BEGIN{exit !($later > $first)}" || fail "the step series did not advance ($first -> $later)"
 echo "step series advanced: $first -> $later"
 
-firing() {  # firing ALERT: prints how many series of ALERT fire, waiting up to 60 s; nothing if none
+firing() {  # firing ALERT [LABELS]: prints how many series of ALERT fire, waiting up to 60 s; nothing if none
   local n=""
   for _ in $(seq 1 60); do
-    n=$(query "count(ALERTS{alertname=\"$1\",alertstate=\"firing\"})" || true)
+    n=$(query "count(ALERTS{alertname=\"$1\",alertstate=\"firing\"${2:+,$2}})" || true)
     [[ -n "$n" ]] && break
     sleep 1
   done
@@ -86,10 +91,14 @@ curl -sf "http://127.0.0.1:$base/metrics" >"$work/metrics-nan.txt" || fail "no /
 grep -q '^rankscope_loss{.*} Nan$' "$work/metrics-nan.txt" || fail "the NaN loss is not on the page"
 echo "non-finite loss rule firing for $nonfinite series"
 
-stalled=$(firing RankscopeJobStalled)
+job1="instance=~\"127.0.0.1:($base|$((base + 1)))\""  # not the second job's ranks
+stalled=$(firing RankscopeJobStalled "$job1")
 [[ -n "$stalled" ]] || fail "the stall rule never fired after rank 1 blocked"
 echo "stall rule firing for $stalled series; at step $(query 'max(rankscope_global_step)')"
-rank_stalled=$(firing RankscopeRankStalled)  # the watchdog's own verdict, default (learned) timeout
+rank_stalled=$(firing RankscopeRankStalled "$job1")  # the watchdog's own verdict, default (learned) timeout
 [[ -n "$rank_stalled" ]] || fail "RankscopeRankStalled never fired after rank 1 blocked"
 echo "rank stall rule firing for $rank_stalled series"
+before_first=$(firing RankscopeRankStalled "instance=\"127.0.0.1:$base2\"")
+[[ -n "$before_first" ]] || fail "RankscopeRankStalled never fired for the rank waiting in init_process_group"
+echo "rank stall rule firing before the first step (rank 0 waits in init_process_group for rank 1)"
 echo "prometheus test: ok"
