@@ -5,7 +5,8 @@
 // pipe nobody reads: SIGPIPE) or `pipe_ignored` (the same with SIGPIPE
 // ignored before init: EPIPE, keep recording, exit 0), `throw` (an
 // uncaught std::runtime_error), or `steps` (steps of ~0.2 ms until killed,
-// each step's number written to stdout as it begins: the truth for SIGKILL).
+// each step's number written to stdout as it begins: the truth for SIGKILL), or
+// `blocked_in_collective` (ten steps, then an all-gather that never completes; "blocked" on stdout).
 #include <unistd.h>
 
 #include <cerrno>
@@ -35,6 +36,17 @@ int main(int argc, char** argv) {
     rankscope::flush();
     std::raise(SIGTERM);
     return 5;
+  }
+  if (mode == "blocked_in_collective") {  // steps 0-9 with an all-reduce each, then one that never completes
+    auto& comm = rankscope::communicator("world", 8, 5);
+    for (std::int64_t s = 0; s < 10; ++s) {
+      rankscope::StepScope step(s);
+      rankscope::CollectiveSpan c(comm, rankscope::CollectiveOp::kAllReduce, 1024, rankscope::DType::kFloat32);
+    }
+    rankscope::StepScope step(10);
+    rankscope::CollectiveSpan stuck(comm, rankscope::CollectiveOp::kAllGather, 4096, rankscope::DType::kFloat32);
+    if (::write(1, "blocked\n", 8) < 0) return 8;
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
   }
   if (mode == "steps") {
     for (std::int64_t s = 0;; ++s) {

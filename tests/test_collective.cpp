@@ -415,6 +415,44 @@ TEST_CASE("a SIGKILLed rank's last step is exact: the position file survives the
   CHECK(r.last_step <= truth);
 }
 
+TEST_CASE("a SIGKILLed rank inside a collective - the position file names it - op / seq / communicator",
+          "[flight][signals]") {
+  TempDir tmp;
+  int out[2];
+  REQUIRE(::pipe(out) == 0);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(out[1], 1);
+    ::execl(RANKSCOPE_SIGNAL_HELPER, RANKSCOPE_SIGNAL_HELPER, tmp.path.c_str(), "blocked_in_collective",
+            static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  char buf[64];
+  const ssize_t n = ::read(out[0], buf, sizeof(buf));  // "blocked": inside the all-gather
+  ::close(out[0]);
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  REQUIRE(n > 0);
+  REQUIRE(WIFSIGNALED(status));
+  auto sum = rankscope::reader::summarize_run(tmp.path);
+  REQUIRE(sum.ok());
+  REQUIRE(sum->ranks.size() == 1);
+  const auto& p = sum->ranks[0].position;
+  REQUIRE(p.has_value());
+  REQUIRE(p->in_flight.size() == 1);  // the ten all-reduces completed
+  const auto& f = p->in_flight[0];
+  CHECK(f.op == "all_gather");
+  CHECK(f.seq == 11);
+  CHECK(f.count == 4096);
+  CHECK(f.step == 10);
+  CHECK(f.t > 0);
+  // The name comes from the run log's collectives when it has written one of this
+  // communicator; a log cut before any says its id.
+  CHECK((f.comm == "world" || f.comm == "comm 0"));
+}
+
 TEST_CASE("a fatal signal flushes the run log and dumps before the default action", "[flight][signals]") {
   TempDir tmp;
   const int status = run_helper(tmp.path, "abort");

@@ -203,6 +203,13 @@ void Runtime::prune_recent() {
   for (auto it = gone.begin(); it != keep_from; ++it) recent_.erase(it->second);
 }
 
+// The position file's tick -> wall-clock anchor (position.hpp).
+void Runtime::anchor_position() {
+  const std::uint64_t ticks = detail::now_ticks();
+  detail::position_anchor(ticks, clock_.convert(ticks).wall_ns,
+                          static_cast<double>(clock_.ticks_to_ns(1ull << 30)) / (1ull << 30));
+}
+
 void Runtime::deliver(std::vector<Event>& batch) {
   if (batch.empty()) return;
   for (const Event& e : batch) goodput_.on_any(e.wall_ns);
@@ -467,8 +474,7 @@ bool Runtime::background_iteration(std::vector<Event>& batch, std::chrono::micro
       const std::uint64_t now = mono_now();
       if (now - last_position_anchor_mono_ >= 1'000'000'000ull) {  // the position file's tick -> wall anchor
         last_position_anchor_mono_ = now;
-        const std::uint64_t ticks = detail::now_ticks();
-        detail::position_anchor(ticks, clock_.convert(ticks).wall_ns, static_cast<double>(clock_.ticks_to_ns(1ull << 30)) / (1ull << 30));
+        anchor_position();
       }
       if (detail::g_gate.load(std::memory_order_relaxed) != detail::kActive) watchdog_.suspend(now);
       std::vector<Event> wd;

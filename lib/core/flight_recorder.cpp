@@ -6,6 +6,7 @@
 
 #include "schema.hpp"
 #include "flight.hpp"
+#include "position.hpp"
 #include "json_util.hpp"
 #include "rankscope/config.hpp"
 #include "rankscope/flight_recorder.hpp"
@@ -110,12 +111,18 @@ const FlightRing* flight_ring() { return g_flight.load(std::memory_order_acquire
 std::uint64_t flight_issue(const Communicator& c, CollectiveOp op, std::uint64_t seq, std::uint64_t count, DType dtype,
                            int peer, std::uint64_t t_issue, const Site* phase, std::int32_t tid) noexcept {
   FlightRing* r = g_flight.load(std::memory_order_acquire);
-  return r != nullptr ? r->issue(c, op, seq, count, dtype, peer, t_issue, phase, tid) : 0;
+  const std::uint64_t id = r != nullptr ? r->issue(c, op, seq, count, dtype, peer, t_issue, phase, tid) : 0;
+  position_collective_issued(id, c.id(), static_cast<std::uint16_t>(static_cast<unsigned>(op) | (static_cast<unsigned>(dtype) << 8)),
+                             seq, count, t_issue, g_step.load(std::memory_order_relaxed));
+  return id;
 }
 
 void flight_complete(std::uint64_t id, std::uint64_t t_end, CollectiveResult res) noexcept {
   FlightRing* r = g_flight.load(std::memory_order_acquire);
   if (r != nullptr && id != 0) r->complete(id, t_end, res);
+  position_collective_done(id, static_cast<std::uint8_t>(res == CollectiveResult::kOk       ? FlightState::kCompleted
+                                                         : res == CollectiveResult::kFailed ? FlightState::kFailed
+                                                                                            : FlightState::kTimedOut));
 }
 
 namespace {

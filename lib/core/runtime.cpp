@@ -195,7 +195,10 @@ absl::Status Runtime::init(const Config& cfg) {
   goodput_ = GoodputBuilder{};
   goodput_.on_run_start(wall0);
   dump_requests_.start(run_dir_, context_.rank, wall0);
-  if (!run_dir_.empty() && cfg.write_run_log) detail::position_open(schema::position_path(run_dir_, context_.rank), ::getpid());
+  if (!run_dir_.empty() && cfg.write_run_log) {
+    detail::position_open(schema::position_path(run_dir_, context_.rank), ::getpid());
+    anchor_position();  // now, not at the background thread's first wake-up: a rank killed in its first ms
+  }
   last_dump_mono_ = 0;
   last_position_anchor_mono_ = 0;
 

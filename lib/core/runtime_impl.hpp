@@ -132,6 +132,7 @@ class Runtime {
   void background_failed(std::vector<Event>& batch, const char* what) noexcept;
   std::size_t drain_all(std::vector<Event>& batch);
   void deliver(std::vector<Event>& batch);
+  void anchor_position();  // the position file's tick -> wall anchor (init, then every second)
   void write_pending();  // the end of a drain: sinks that hold lines back write them
   void count_export_errors();
   void remember(const Event& e);  // keeps the last events per thread for dumps

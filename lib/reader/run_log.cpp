@@ -131,6 +131,7 @@ bool decode_number_field(Field f, simdjson::dom::element v, LogEvent& e) {
     case Field::kDur: u(e.dur); break;
     case Field::kDepth: i(e.depth); break;
     case Field::kSeq: u(e.seq); break;
+    case Field::kCommId: i(e.comm_id); break;
     case Field::kCount: u(e.count); break;
     case Field::kBytes: u(e.bytes); break;
     case Field::kSamples: i(e.samples); break;

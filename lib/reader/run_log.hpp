@@ -40,6 +40,7 @@ struct LogEvent {
   std::string op, comm, dtype, fingerprint, result;
   std::string inside, grown_phase, level, msg;
   std::uint64_t seq = 0, count = 0, bytes = 0;
+  std::int64_t comm_id = -1;  // collective: the communicator's id (its name is `comm`)
   // fact lines: "fields" as key -> canonical text; run_start: its environment,
   // flattened ("torch", "env.NCCL_ALGO", "gpus.0.name"); violation lines
   std::vector<std::pair<std::string, std::string>> fields;

@@ -93,6 +93,12 @@ struct StackRecord {
 struct PositionRecord {
   std::int64_t step_begun = -1, step_ended = -1;
   std::uint64_t begun_t = 0, ended_t = 0;  // wall ns (0: no anchor yet)
+  struct InFlight {  // a collective issued and never completed when the process ended
+    std::string op, comm;  // comm: its name from the run log's collectives ("comm 3" if none named it)
+    std::uint64_t seq = 0, count = 0, t = 0;
+    std::int64_t step = -1;
+  };
+  std::vector<InFlight> in_flight;  // oldest first
 };
 
 /// The run log stopped being written (a full disk): log_stopped, or the heartbeat.

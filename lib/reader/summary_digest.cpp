@@ -3,6 +3,7 @@
 // violations, then its flight dump's collectives in flight.
 #include "summary_digest.hpp"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstddef>
@@ -17,6 +18,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "position.hpp"
+#include "rankscope/collective.hpp"
 #include "step_breakdown.hpp"
 
 namespace rankscope::reader::digest {
@@ -100,6 +102,8 @@ class RankDigester {
   }
 
   RankDigest finish(const absl::StatusOr<ReadResult>& res, const std::string& dump);
+  // Communicator ids to names, as the rank's collective lines have them (the position file has ids).
+  const std::map<std::int64_t, std::string>& comm_names() const { return comm_names_; }
 
  private:
   void dispatch(const LogEvent& e);
@@ -124,6 +128,7 @@ class RankDigester {
   GoodputBuilder goodput_;
   std::map<std::pair<std::string, int>, CollectiveStat> coll_stats_;  // (op, size class): a few dozen at most
   std::vector<double> step_ms_, kind_ms_[kPhaseKindCount];
+  std::map<std::int64_t, std::string> comm_names_;
   absl::flat_hash_map<std::string, double> name_ns_;  // time per phase name (the first kNamedPhasesKept)
   std::uint64_t last_phase_end_ = 0;
   std::optional<std::int64_t> threads_now_, comms_now_;
@@ -145,6 +150,7 @@ void RankDigester::dispatch(const LogEvent& e) {
         c.bytes += e.bytes;
         c.seconds += static_cast<double>(e.dur) * 1e-9;
       }
+      if (e.comm_id >= 0 && !comm_names_.contains(e.comm_id)) comm_names_.emplace(e.comm_id, e.comm);
       d_.colls[comm_key(e.comm)].push_back({e.seq, parse_fp(e.fingerprint), e.count, e.t,
                                             ok && !e.device_timing ? e.t + e.dur : 0, e.op, e.dtype,
                                             ok ? std::string("completed") : e.result});
@@ -374,7 +380,8 @@ RankDigest RankDigester::finish(const absl::StatusOr<ReadResult>& res, const std
 
 namespace {
 // rank-<R>.position, when the run log's last session wrote it (its pid).
-std::optional<PositionRecord> read_position(const std::string& log_path, std::int64_t pid) {
+std::optional<PositionRecord> read_position(const std::string& log_path, std::int64_t pid,
+                                           const std::map<std::int64_t, std::string>& comm_names) {
   if (log_path.size() < 6 || !log_path.ends_with(".jsonl")) return std::nullopt;
   std::ifstream in(log_path.substr(0, log_path.size() - 6) + ".position", std::ios::binary);
   using rankscope::detail::PositionPage;
@@ -403,6 +410,26 @@ std::optional<PositionRecord> read_position(const std::string& log_path, std::in
   r.step_ended = field(offsetof(PositionPage, step_ended), std::int64_t{});
   r.begun_t = wall(field(offsetof(PositionPage, begun_ticks), std::uint64_t{}));
   r.ended_t = wall(field(offsetof(PositionPage, ended_ticks), std::uint64_t{}));
+  using rankscope::detail::PositionCollective;
+  std::vector<std::pair<std::uint64_t, PositionRecord::InFlight>> issued;  // by flight id
+  for (std::size_t i = 0; i < rankscope::detail::kPositionCollectives; ++i) {
+    const std::size_t at = offsetof(PositionPage, collectives) + i * sizeof(PositionCollective);
+    const auto id_state = field(at + offsetof(PositionCollective, id_state), std::uint64_t{});
+    if ((id_state & 0xff) != 1 || (id_state >> 8) == 0) continue;  // empty, or it completed
+    const auto comm_id = field(at + offsetof(PositionCollective, comm_id), std::uint32_t{});
+    const auto op_dtype = field(at + offsetof(PositionCollective, op_dtype), std::uint16_t{});
+    PositionRecord::InFlight f;
+    f.op = std::string(collective_op_name(static_cast<CollectiveOp>(op_dtype & 0xff)));
+    const auto name = comm_names.find(comm_id);
+    f.comm = name != comm_names.end() ? name->second : fmt::format("comm {}", comm_id);
+    f.seq = field(at + offsetof(PositionCollective, seq), std::uint64_t{});
+    f.count = field(at + offsetof(PositionCollective, count), std::uint64_t{});
+    f.t = wall(field(at + offsetof(PositionCollective, issue_ticks), std::uint64_t{}));
+    f.step = field(at + offsetof(PositionCollective, step), std::int64_t{});
+    issued.emplace_back(id_state >> 8, std::move(f));
+  }
+  std::sort(issued.begin(), issued.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (auto& [id, f] : issued) r.in_flight.push_back(std::move(f));
   return r;
 }
 }  // namespace
@@ -411,7 +438,7 @@ RankDigest digest_rank(const std::string& path, const std::string& dump, int ran
   RankDigester digester(rank, opts);
   const auto res = read_run_log(path, [&](const LogEvent& e) { digester.on_event(e); });
   RankDigest d = digester.finish(res, dump);
-  if (d.status.ok() && d.sum.pid != 0) d.sum.position = read_position(path, d.sum.pid);
+  if (d.status.ok() && d.sum.pid != 0) d.sum.position = read_position(path, d.sum.pid, digester.comm_names());
   return d;
 }
 
