@@ -376,29 +376,37 @@ int run_helper(const std::string& dir, const char* mode) {
   ::waitpid(pid, &status, 0);
   return status;
 }
+// Starts the signal helper with its stdout on a pipe; returns its pid, `out` the read end.
+pid_t start_helper(const std::string& dir, const char* mode, int& out) {
+  int fds[2];
+  if (::pipe(fds) != 0) return -1;
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(fds[1], 1);
+    ::execl(RANKSCOPE_SIGNAL_HELPER, RANKSCOPE_SIGNAL_HELPER, dir.c_str(), mode, static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ::close(fds[1]);
+  out = fds[0];
+  return pid;
+}
 }  // namespace
 
 TEST_CASE("a SIGKILLed rank's last step is exact: the position file survives the process", "[flight][signals]") {
   TempDir tmp;
-  int out[2];
-  REQUIRE(::pipe(out) == 0);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::dup2(out[1], 1);
-    ::execl(RANKSCOPE_SIGNAL_HELPER, RANKSCOPE_SIGNAL_HELPER, tmp.path.c_str(), "steps", static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  ::close(out[1]);
+  int out = -1;
+  const pid_t pid = start_helper(tmp.path, "steps", out);
+  REQUIRE(pid > 0);
   std::string seen;
   char buf[4096];
   while (std::count(seen.begin(), seen.end(), '\n') < 2000) {  // some hundred milliseconds of steps
-    const ssize_t n = ::read(out[0], buf, sizeof(buf));
+    const ssize_t n = ::read(out, buf, sizeof(buf));
     if (n <= 0) break;
     seen.append(buf, static_cast<std::size_t>(n));
   }
   ::kill(pid, SIGKILL);  // no handler runs: what the ring held but the log did not is gone
-  for (ssize_t n; (n = ::read(out[0], buf, sizeof(buf))) > 0;) seen.append(buf, static_cast<std::size_t>(n));
-  ::close(out[0]);
+  for (ssize_t n; (n = ::read(out, buf, sizeof(buf))) > 0;) seen.append(buf, static_cast<std::size_t>(n));
+  ::close(out);
   int status = 0;
   ::waitpid(pid, &status, 0);
   REQUIRE(WIFSIGNALED(status));
@@ -418,19 +426,12 @@ TEST_CASE("a SIGKILLed rank's last step is exact: the position file survives the
 TEST_CASE("a SIGKILLed rank inside a collective - the position file names it - op / seq / communicator",
           "[flight][signals]") {
   TempDir tmp;
-  int out[2];
-  REQUIRE(::pipe(out) == 0);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::dup2(out[1], 1);
-    ::execl(RANKSCOPE_SIGNAL_HELPER, RANKSCOPE_SIGNAL_HELPER, tmp.path.c_str(), "blocked_in_collective",
-            static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  ::close(out[1]);
+  int out = -1;
+  const pid_t pid = start_helper(tmp.path, "blocked_in_collective", out);
+  REQUIRE(pid > 0);
   char buf[64];
-  const ssize_t n = ::read(out[0], buf, sizeof(buf));  // "blocked": inside the all-gather
-  ::close(out[0]);
+  const ssize_t n = ::read(out, buf, sizeof(buf));  // "blocked": inside the all-gather
+  ::close(out);
   ::kill(pid, SIGKILL);
   int status = 0;
   ::waitpid(pid, &status, 0);
