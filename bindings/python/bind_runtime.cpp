@@ -75,7 +75,11 @@ void bind_runtime(py::module_& m) {
       "_python_stack_signal", [] { return rankscope::detail::stacks_installed() ? rankscope::detail::python_stack_signal() : 0; },
       "Internal: the signal faulthandler is registered for (0: stacks off - RANKSCOPE_SIGNALS=0).");
   m.def(
-      "_set_python_stack_pipe", [](int fd) { rankscope::detail::stacks_set_python_pipe(fd); }, "fd"_a,
+      "_python_stack_chainable", [] { return rankscope::detail::stacks_python_chainable(); },
+      "Internal: faulthandler may be registered with chain=True (rankscope's handler is the one it would call).");
+  m.def(
+      "_set_python_stack_pipe", [](int fd, bool chained) { rankscope::detail::stacks_set_python_pipe(fd, chained); },
+      "fd"_a, "chained"_a,
       "Internal: the read end of faulthandler's pipe; rankscope owns it from now on.");
   m.def("run_dir", &rankscope::run_dir, "The run directory in use ('' before init).");
   m.def(

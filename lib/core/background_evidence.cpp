@@ -67,7 +67,10 @@ void Runtime::write_stacks(std::string_view reason) {
       .add(schema::field_name(schema::Field::kAnswered), c.answered)
       .add(schema::field_name(schema::Field::kCaptureUs), static_cast<double>(c.cost_ns) / 1e3)
       .add(schema::field_name(schema::Field::kNative), c.native);
-  if (!c.python.empty()) e.attributes.add(schema::field_name(schema::Field::kPython), c.python);
+  if (!c.python.empty()) {
+    e.attributes.add(schema::field_name(schema::Field::kPython), c.python)
+        .add(schema::field_name(schema::Field::kPythonComplete), c.python_complete);
+  }
   remember(e);
   deliver(out);
   write_pending();

@@ -234,6 +234,7 @@ Kind kind_from_name(std::string_view name);
   X(kPython, "python")                                            \
   X(kAnswered, "answered")                                        \
   X(kCaptureUs, "capture_us")                                     \
+  X(kPythonComplete, "python_complete")                           \
   X(kSince, "since")
 
 enum class Field : std::uint8_t {

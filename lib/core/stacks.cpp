@@ -36,6 +36,10 @@ struct Slot {
 Slot g_slots[kMaxSlots];
 std::atomic<int> g_nslots{0};
 std::atomic<int> g_python_fd{-1};
+// Set by the no-op handler below when faulthandler, registered with chain=True,
+// calls it after writing its text: the capture ends then, not after a guess.
+std::atomic<int> g_python_done{0};
+std::atomic<bool> g_python_chained{false};  // faulthandler registered with chain=True
 std::once_flag g_installed;
 std::atomic<bool> g_installed_done{false};
 
@@ -59,13 +63,16 @@ void on_native_signal(int, siginfo_t*, void*) {
   errno = saved;
 }
 
-void on_python_signal_unregistered(int) {}  // faulthandler not (or no longer) there
+// The Python signal's own handler: a no-op while faulthandler is not (or no
+// longer) there; with faulthandler chained in front of it, it runs right after
+// faulthandler's last write, on the same thread, and says the text is complete.
+void on_python_signal_chained(int) { g_python_done.store(1, std::memory_order_release); }
 
 bool python_handler_present() {
   struct sigaction cur {};
   if (::sigaction(python_stack_signal(), nullptr, &cur) != 0) return false;
   if ((cur.sa_flags & SA_SIGINFO) != 0) return cur.sa_sigaction != nullptr;
-  return cur.sa_handler != SIG_DFL && cur.sa_handler != SIG_IGN && cur.sa_handler != &on_python_signal_unregistered;
+  return cur.sa_handler != SIG_DFL && cur.sa_handler != SIG_IGN && cur.sa_handler != &on_python_signal_chained;
 }
 
 std::string thread_name(pid_t tid) {
@@ -179,18 +186,31 @@ void capture_python(StackCapture& c, std::chrono::steady_clock::time_point end) 
   char buf[16384];
   while (::read(fd, buf, sizeof(buf)) > 0) {
   }  // a previous capture's late tail
+  g_python_done.store(0, std::memory_order_release);
   const pid_t pid = ::getpid();
   if (::syscall(SYS_tgkill, pid, pid, python_stack_signal()) != 0) return;  // faulthandler runs on the main thread
+  const bool chained = g_python_chained.load(std::memory_order_acquire);
   bool got = false;
   for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
+    const bool done = g_python_done.load(std::memory_order_acquire);
+    const auto left = std::chrono::duration_cast<std::chrono::microseconds>(end - std::chrono::steady_clock::now());
     if (left.count() <= 0) break;
+    // Chained: faulthandler's handler calls ours after its last write, so the
+    // pipe is drained once that flag is up (checked every 100 us). Not
+    // chained (another handler was there first): faulthandler writes the whole
+    // text from one handler, a write per line, so 1 ms without more after some
+    // has come means it is done.
+    const long wait_us = done ? 0 : chained ? std::min<long>(100, left.count()) : got ? 1000 : left.count();
     pollfd p{fd, POLLIN, 0};
-    // faulthandler writes the whole text from one handler, a write per
-    // line: 1 ms without more after some has come means it is done.
-    const int r = ::poll(&p, 1, got ? 1 : static_cast<int>(left.count()));
+    const timespec ts{wait_us / 1000000, (wait_us % 1000000) * 1000};
+    const int r = ::ppoll(&p, 1, &ts, nullptr);
     if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) break;
+    if (r < 0) break;
+    if (r == 0) {
+      c.python_complete = done;
+      if (done || (!chained && got)) break;
+      continue;
+    }
     const ssize_t n = ::read(fd, buf, sizeof(buf));
     if (n <= 0) break;
     if (c.python.size() < kMaxPython) c.python.append(buf, static_cast<std::size_t>(n));
@@ -210,7 +230,7 @@ void stacks_install() noexcept {
     sigemptyset(&sa.sa_mask);
     (void)::sigaction(native_stack_signal(), &sa, nullptr);
     struct sigaction py {};
-    py.sa_handler = &on_python_signal_unregistered;
+    py.sa_handler = &on_python_signal_chained;
     py.sa_flags = SA_RESTART;
     sigemptyset(&py.sa_mask);
     struct sigaction cur {};
@@ -224,11 +244,18 @@ void stacks_install() noexcept {
 
 bool stacks_installed() noexcept { return g_installed_done.load(std::memory_order_acquire); }
 
-void stacks_set_python_pipe(int read_fd) noexcept {
+bool stacks_python_chainable() noexcept {
+  struct sigaction cur {};
+  return stacks_installed() && ::sigaction(python_stack_signal(), nullptr, &cur) == 0 &&
+         (cur.sa_flags & SA_SIGINFO) == 0 && cur.sa_handler == &on_python_signal_chained;
+}
+
+void stacks_set_python_pipe(int read_fd, bool chained) noexcept {
   if (read_fd >= 0) {
     (void)::fcntl(read_fd, F_SETFL, ::fcntl(read_fd, F_GETFL) | O_NONBLOCK);
     (void)::fcntl(read_fd, F_SETFD, FD_CLOEXEC);
   }
+  g_python_chained.store(read_fd >= 0 && chained, std::memory_order_release);
   const int old = g_python_fd.exchange(read_fd, std::memory_order_acq_rel);
   if (old >= 0 && old != read_fd) ::close(old);
 }

@@ -13,6 +13,8 @@
 // kPythonStackSignal on a non-blocking pipe; raising it on the main thread
 // makes faulthandler write every interpreter thread's Python stack from the
 // handler without taking the GIL, so a thread holding the GIL cannot block it.
+// Registered with chain=True, faulthandler then calls rankscope's handler,
+// which marks the text complete.
 //
 // A thread that blocks the signal does not answer; it is listed as such. Nothing
 // runs while no capture is asked for. The handlers stay installed once
@@ -35,13 +37,18 @@ inline int python_stack_signal() { return SIGRTMIN + 8; }
 void stacks_install() noexcept;
 bool stacks_installed() noexcept;
 
+// Whether the Python signal's handler is still rankscope's no-op: then the
+// Python package registers faulthandler with chain=True, and faulthandler
+// calls that handler after its last write (the capture ends at once).
+bool stacks_python_chainable() noexcept;
 // The read end of the pipe faulthandler writes into (the Python package);
-// -1 = none. The descriptor becomes rankscope's.
-void stacks_set_python_pipe(int read_fd) noexcept;
+// -1 = none; `chained`: registered with chain=True. The descriptor becomes rankscope's.
+void stacks_set_python_pipe(int read_fd, bool chained) noexcept;
 
 struct StackCapture {
   std::string native;  // "thread TID \"name\"[ (main)]\n  #0 symbol+0x1a (module)\n..." per thread
   std::string python;  // faulthandler's text ("Thread 0x... (most recent call first):\n  File ..., line N in f")
+  bool python_complete = false;  // faulthandler said it had finished (chained), not guessed from a quiet pipe
   int threads = 0;     // tasks asked
   int answered = 0;    // tasks whose native stack came back within the budget
   std::uint64_t cost_ns = 0;

@@ -162,17 +162,17 @@ std::string culprit_doing(const RankSummary& c, const std::string& inside) {
     // The position file is exact where the log lost its last lines with the process.
     if (const auto& p = c.position; p && std::max(p->step_begun, p->step_ended) >= std::max<std::int64_t>(c.last_step, 0)) {
       // The collective it was inside when it died, if any (issued, never completed).
-      std::string inside;
+      std::string in_flight;
       if (!p->in_flight.empty()) {
         const auto& f = p->in_flight.back();
-        inside = fmt::format(" inside {} seq {} on '{}' (issued at {}, never completed)", f.op, f.seq, f.comm,
+        in_flight = fmt::format(" inside {} seq {} on '{}' (issued at {}, never completed)", f.op, f.seq, f.comm,
                              format_clock_time(f.t));
       }
       return p->step_ended >= p->step_begun
                  ? fmt::format("it had finished step {} ({}; its position file){}, {}", p->step_ended,
-                               format_clock_time(p->ended_t), inside, log_end)
+                               format_clock_time(p->ended_t), in_flight, log_end)
                  : fmt::format("it was in step {}, begun at {} (its position file){}, {}", p->step_begun,
-                               format_clock_time(p->begun_t), inside, log_end);
+                               format_clock_time(p->begun_t), in_flight, log_end);
     }
     return log_end;
   }

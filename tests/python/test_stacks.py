@@ -44,6 +44,7 @@ def test_a_stall_in_getitem_shows_the_frame_while_another_thread_holds_the_gil(r
     assert "in __getitem__" in s["python"], s["python"]          # the sleeping rank's own frame
     assert "in hold_the_gil" in s["python"], s["python"]         # the thread holding the GIL, too
     assert "(main)" in s["native"] and s["answered"] >= 2
+    assert s["python_complete"] is True                          # faulthandler, chained, said it had finished
     assert s["capture_us"] < 100_000                              # recorded; the budget is 100 ms
 
 

@@ -139,7 +139,9 @@ def _install_stack_capture():
     registered for a real-time signal, writes every interpreter thread's stack from its signal
     handler without taking the GIL - a thread holding the GIL in a busy loop cannot block it. It
     writes into a non-blocking pipe that rankscope reads (a full pipe cuts the text short, never
-    blocks the handler). Once per process; skipped with RANKSCOPE_SIGNALS=0."""
+    blocks the handler). Chained to rankscope's own handler for that signal, which faulthandler
+    calls after its last write: the capture ends then. Once per process; skipped with
+    RANKSCOPE_SIGNALS=0."""
     global _stack_pipe
     signo = _rankscope._python_stack_signal()
     if _stack_pipe is not None or signo == 0:
@@ -157,13 +159,16 @@ def _install_stack_capture():
             fcntl.fcntl(w, getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)  # room for deep stacks
         except OSError:
             pass
-        faulthandler.register(signo, file=w, all_threads=True, chain=False)
+        # chain=True only in front of rankscope's own handler: chaining to the default action
+        # of a real-time signal would end the process.
+        chain = _rankscope._python_stack_chainable()
+        faulthandler.register(signo, file=w, all_threads=True, chain=chain)
     except (OSError, RuntimeError, ValueError):
         os.close(r)
         os.close(w)
         return
     _stack_pipe = w
-    _rankscope._set_python_stack_pipe(r)
+    _rankscope._set_python_stack_pipe(r, chain)
 
 
 def _add_versions():
