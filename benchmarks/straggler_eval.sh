@@ -51,17 +51,44 @@ for noise in 0.05 0.1 0.2; do
   done
 done
 
-echo "== real: the C++ example, 2 ranks"
-rm -rf "$work/r"
-bash "$here/../examples/cpp/launch.sh" --ranks 2 --steps 5000 --trainer "$trainer" --dir "$work/r" >/dev/null 2>&1
-echo "clean, 5,000 steps: $(findings "$work/r"/*/ | wc -l) straggler finding(s)"
-for i in $(seq 1 "$real_runs"); do
+# The log of a real run cut N steps after step S (rank 0's step_end time): a live run triaged then.
+until_step() {  # RUN_DIR STEP -> wall-clock ns of rank 0's step_end of STEP
+  /usr/bin/python3 - "$1" "$2" <<'PY'
+import glob, json, sys
+step = int(sys.argv[2])
+for line in open(sorted(glob.glob(sys.argv[1] + "/rank-0*.jsonl"))[0]):
+    if '"step_end"' in line and json.loads(line)["step"] == step:
+        print(json.loads(line)["t"]); break
+PY
+}
+cut_findings() {  # RUN_DIR -> "30:found 60:found ..." for the log cut 30/60/120 steps after step 300
+  local out="" t f
+  for after in 30 60 120; do
+    t=$(until_step "$1" $((300 + after)))
+    f=$({ "$cli" triage --json --until "$t" "$1" || true; } | /usr/bin/python3 -c '
+import json, sys
+hits = ["rank%d@%d" % (f["ranks"][0], f["step"]) for f in json.load(sys.stdin)["findings"] if f["kind"] == "straggler"]
+print(hits[0] if hits else "-")')
+    out="$out $after:$f"
+  done
+  echo "$out"
+}
+
+# Unbound: both ranks float over both cores with each other's threads. Bound
+# (--bind, as Slurm's --cpu-bind or a launcher's numactl would): one core each.
+for bind in "" --bind; do
+  echo "== real: the C++ example, 2 ranks ${bind:-(not bound to cores)}"
   rm -rf "$work/r"
-  bash "$here/../examples/cpp/launch.sh" --ranks 2 --steps 600 --trainer "$trainer" --dir "$work/r" -- \
-    --hidden 1024 >/dev/null 2>&1
-  echo "clean run $i, 600 steps, --hidden 1024: $(findings "$work/r"/*/ | wc -l) straggler finding(s)"
-  rm -rf "$work/r"
-  bash "$here/../examples/cpp/launch.sh" --ranks 2 --steps 600 --trainer "$trainer" --dir "$work/r" -- \
-    --hidden 1024 --slow-rank 1 --slow-from-step 300 --slow-factor 1.2 >/dev/null 2>&1
-  echo "1.2x from step 300, run $i: $(findings "$work/r"/*/ | head -1)"
+  bash "$here/../examples/cpp/launch.sh" --ranks 2 --steps 5000 $bind --trainer "$trainer" --dir "$work/r" >/dev/null 2>&1
+  echo "clean, 5,000 steps: $(findings "$work/r"/*/ | wc -l) straggler finding(s)"
+  for i in $(seq 1 "$real_runs"); do
+    rm -rf "$work/r"
+    bash "$here/../examples/cpp/launch.sh" --ranks 2 --steps 600 $bind --trainer "$trainer" --dir "$work/r" -- \
+      --hidden 1024 >/dev/null 2>&1
+    echo "clean run $i, 600 steps, --hidden 1024: $(findings "$work/r"/*/ | wc -l) straggler finding(s)"
+    rm -rf "$work/r"
+    bash "$here/../examples/cpp/launch.sh" --ranks 2 --steps 600 $bind --trainer "$trainer" --dir "$work/r" -- \
+      --hidden 1024 --slow-rank 1 --slow-from-step 300 --slow-factor 1.2 >/dev/null 2>&1
+    echo "1.2x from step 300, run $i: whole log: $(findings "$work/r"/*/ | head -1); cut after:$(cut_findings "$work/r"/*/)"
+  done
 done
