@@ -15,6 +15,7 @@ PACKAGES=(
   prometheus libcurl4-openssl-dev zlib1g-dev
   python3-venv python3-dev
   valgrind clang libclang-rt-14-dev time
+  ccache                           # CI: the second venv's pip build reuses the first one's objects
   libjs-chart.js                   # Chart.js, embedded into `rankscope report` pages at build time
   chromium                         # headless: the report test renders the page and screenshots it
 )
