@@ -3,7 +3,8 @@
 # setting): each fault in a 2-rank job of its own, on real processes, all jobs at once
 # (they mostly wait: the learned stall timeout is 15 s, 60 s inside init_process_group).
 #   C++ example (launch.sh, gloo), rank 1: blocks forever in forward (compute; both ranks
-#     must report within the 15 s timeout + 3 s), in loader_wait, in checkpoint_save, in an
+#     must report within the 15 s timeout + 3 s), in loader_wait at step 2 (in the warm-up: it
+#     reports at 15 s too), in checkpoint_save, in an
 #     all_reduce phase (a collective); never joins init_process_group; is SIGKILLed at step
 #     40 (its exact last step comes from its position file); is SIGTERMed at step 40.
 #   Python DDP example (torchrun), rank 1: stuck in its Dataset's __getitem__ (the stacks
@@ -65,9 +66,11 @@ if [[ -x "$torchrun" ]]; then
   clean_job=${jobs_started[-1]}
 fi
 alive() { [[ -n "$1" && -r /proc/$1/stat ]] && [[ $(cut -d' ' -f3 "/proc/$1/stat") != Z ]]; }
-for phase in forward loader_wait checkpoint_save all_reduce; do
+for phase in forward checkpoint_save all_reduce; do
   cpp "cpp_$phase" --block-rank 1 --block-step 40 --block-phase "$phase"
 done
+# In the first steps (the warm-up): waiting for data gets the learned timeout, not the warm-up's 300 s.
+cpp cpp_loader_wait --block-rank 1 --block-step 2 --block-phase loader_wait
 cpp cpp_init --never-join-rank 1
 cpp cpp_sigkill
 cpp cpp_sigterm
@@ -83,10 +86,11 @@ for _ in $(seq 1 720); do  # 180 s at most
   [[ -z "$killed" ]] && killed=$(signal_at_step_40 cpp_sigkill KILL) && [[ -n "$killed" ]] && killed_at=$SECONDS
   [[ -z "$termed" ]] && termed=$(signal_at_step_40 cpp_sigterm TERM) && [[ -n "$termed" ]] && termed_at=$SECONDS
   done_all=1
-  for name in cpp_forward cpp_loader_wait cpp_checkpoint_save cpp_all_reduce cpp_init; do
+  for name in cpp_forward cpp_checkpoint_save cpp_all_reduce cpp_init; do
     has "$(run_of $name)/rank-0.jsonl" '"kind":"stall"' || done_all=0
   done
-  has "$(run_of cpp_forward)/rank-1.jsonl" '"kind":"stall"' || done_all=0
+  # cpp_loader_wait: rank 0 waits in a collective during the warm-up (a peer may be compiling): 300 s.
+  for name in cpp_forward cpp_loader_wait; do has "$(run_of $name)/rank-1.jsonl" '"kind":"stall"' || done_all=0; done
   for name in py_loader py_init; do  # rank 0 stalled and asked rank 1 to dump: both stacks are in
     [[ -z "$clean_job" || $(cat "$work/$name"/run/rank-*.jsonl 2>/dev/null | grep -c '"kind":"stacks"') -ge 2 ]] ||
       done_all=0
@@ -109,6 +113,12 @@ for r in 0 1; do
   (( timeout == 15000000000 )) || fail "cpp_forward rank $r: learned timeout $timeout ns, expected the 15 s floor"
   (( age > timeout && age <= timeout + 3000000000 )) || fail "cpp_forward rank $r: reported at progress age $age ns"
 done
+
+# C++, rank 1 blocked in loader_wait at step 2 (the warm-up): reported at the 15 s floor too.
+line=$(grep '"kind":"stall"' "$(run_of cpp_loader_wait)/rank-1.jsonl" | head -1) || fail "cpp_loader_wait: rank 1 reported no stall"
+timeout=$(grep -o '"timeout_ns":[0-9]*' <<<"$line" | cut -d: -f2)
+echo "  cpp_loader_wait rank 1 (step 2): learned timeout $((timeout / 1000000)) ms"
+(( timeout == 15000000000 )) || fail "cpp_loader_wait rank 1: timeout $timeout ns in the warm-up, expected the 15 s floor"
 
 expect() {  # NAME RUN_DIR PATTERN...: triage's text has every pattern
   local name=$1 dir=$2 tri; shift 2

@@ -131,6 +131,41 @@ TEST_CASE("by default the stall timeout is learned - warm-up / floor / a long ch
   CHECK_THAT(log, Catch::Contains(R"("timeout_ns":300000000)"));
 }
 
+TEST_CASE("in the first steps a loader wait gets the learned timeout and compute keeps the warm-up", "[heartbeat]") {
+  TempDir tmp;
+  ScopedEnv floor("RANKSCOPE_STALL_FLOOR", "0.3");
+  ScopedEnv warmup("RANKSCOPE_STALL_WARMUP", "60");
+  Config cfg = watchdog_config(tmp.path, 1s);
+  cfg.stall_timeout.reset();
+  REQUIRE(init(cfg).ok());
+  {
+    StepScope first(0);
+    RANKSCOPE_PHASE("loader_wait");  // the first batch: the loader's start-up is the warm-up's
+    std::this_thread::sleep_for(500ms);
+  }
+  CHECK_FALSE(heartbeat_status().stalled);
+  begin_step(1);
+  {
+    RANKSCOPE_PHASE("forward");  // compute in the first steps (compilation): still the warm-up's 60 s
+    std::this_thread::sleep_for(500ms);
+    CHECK_FALSE(heartbeat_status().stalled);
+  }
+  end_step();
+  begin_step(2);
+  {
+    // Two steps done, the longest 0.5 s: max(floor, 5 x 0.5 s) = 2.5 s, not 60 s.
+    RANKSCOPE_PHASE("loader_wait");
+    std::this_thread::sleep_for(3500ms);
+    CHECK(heartbeat_status().stalled);
+  }
+  end_step();
+  shutdown();
+  const std::string log = slurp(tmp.path + "/rank-0.jsonl");
+  CHECK(count(log, R"("kind":"stall")") == 1);
+  CHECK_THAT(log, Catch::Matches(R"([\s\S]*"timeout_ns":25\d{8}[,}][\s\S]*)"));  // 5 x the 0.5 s step
+  CHECK_THAT(log, Catch::Contains("loader_wait ("));
+}
+
 TEST_CASE("an in-flight collective is what a stalled rank is inside", "[heartbeat]") {
   TempDir tmp;
   REQUIRE(init(watchdog_config(tmp.path, 150ms)).ok());

@@ -213,9 +213,19 @@ bool joining(const Site* s) {
 std::uint64_t Watchdog::stall_timeout_ns(const std::vector<ThreadState*>& threads) const {
   if (cfg_.stall_timeout_ns != 0) return cfg_.stall_timeout_ns;
   if (history_n_ < 5) {
-    for (ThreadState* st : threads) {  // a rank missing from init_process_group: 4 x the floor (60 s), not 300 s
+    for (ThreadState* st : threads) {
       const Site* outer = st->open[0].site.load(std::memory_order_acquire);
-      if (outer != nullptr && joining(outer)) return std::min(cfg_.warmup_timeout_ns, 4 * cfg_.stall_floor_ns);
+      if (outer == nullptr) continue;
+      // A rank missing from init_process_group: 4 x the floor (60 s), not 300 s.
+      if (joining(outer)) return std::min(cfg_.warmup_timeout_ns, 4 * cfg_.stall_floor_ns);
+      // Waiting for data once a step has finished: nothing compiles there, and
+      // the loader's start-up (its workers) was the first step's. The learned
+      // rule, over the steps seen so far (which include any compilation).
+      if (outer->kind == PhaseKind::kLoaderWait && history_n_ >= 1 && (step_tid_ == 0 || st->tid == step_tid_)) {
+        std::uint64_t longest = 0;
+        for (std::size_t i = 0; i < history_n_; ++i) longest = std::max(longest, history_[i].total_ns);
+        return std::min(cfg_.warmup_timeout_ns, std::max(cfg_.stall_floor_ns, 5 * longest));
+      }
     }
     return cfg_.warmup_timeout_ns;
   }
