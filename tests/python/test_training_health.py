@@ -72,12 +72,14 @@ def test_a_job_wide_throughput_drop_is_named_with_the_step_it_began(tmp_path, to
 
 
 def test_a_rank_slower_in_forward_is_a_straggler_with_the_wait_it_costs_the_others(tmp_path, torchrun):
-    p = torchrun(EXAMPLE, 2, "--samples", "8192", "--epochs", "1", "--hidden", "512", "--fault-rank", "1",
-                 "--fault-step", "10", "--slow-factor", "1.5")
+    # 2x from step 10 of 96: under CI's load (ctest -j2 beside multi-process jobs) the peers'
+    # own slowdowns drowned 1.5x's first windows once (onset found at 42 of a 64-step run).
+    p = torchrun(EXAMPLE, 2, "--samples", "12288", "--epochs", "1", "--hidden", "512", "--fault-rank", "1",
+                 "--fault-step", "10", "--slow-factor", "2")
     _, findings = _triage(tmp_path, p)
     f = _one(findings, "straggler")
     # From step 10 on; on this busy host rank 1 is sometimes slower from the first steps already.
-    assert f["ranks"] == [1] and 0 <= f["step"] <= 20, f
+    assert f["ranks"] == [1] and 0 <= f["step"] <= 25, f
     # Forward is named: as the headline, or - when a busy host slowed the spinning rank's
     # backward even more (the scheduler makes a busy-waiting process pay later) - as "also slower".
     assert f["summary"].startswith("rank 1 is a straggler in forward: ") or \
