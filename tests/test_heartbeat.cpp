@@ -34,6 +34,11 @@ Config watchdog_config(const std::string& dir, std::chrono::milliseconds timeout
   cfg.heartbeat_interval = 50ms;
   return cfg;
 }
+// Ends the session (the background thread writes what is left) and returns rank 0's run log.
+std::string shutdown_and_read_log(const std::string& dir) {
+  shutdown();
+  return slurp(dir + "/rank-0.jsonl");
+}
 int count(const std::string& hay, const std::string& needle) {
   int n = 0;
   for (std::size_t p = hay.find(needle); p != std::string::npos; p = hay.find(needle, p + 1)) ++n;
@@ -62,8 +67,7 @@ TEST_CASE("a stall is reported once / names what the rank is inside / dumps / an
   CHECK_FALSE(heartbeat_status().stalled);
   CHECK(heartbeat_status().stalls == 1);
   CHECK(gauge("rankscope_stalled").value() == 0.0);
-  shutdown();
-  const std::string log = slurp(tmp.path + "/rank-0.jsonl");
+  const std::string log = shutdown_and_read_log(tmp.path);
   CHECK(count(log, R"("kind":"stall")") == 1);
   CHECK(count(log, R"("kind":"stall_end")") == 1);
   CHECK_THAT(log, Catch::Contains("\"inside\":\"tid ") && Catch::Contains("checkpoint_save ("));
@@ -125,8 +129,7 @@ TEST_CASE("by default the stall timeout is learned - warm-up / floor / a long ch
     CHECK(heartbeat_status().stalled);
   }
   end_step();
-  shutdown();
-  const std::string log = slurp(tmp.path + "/rank-0.jsonl");
+  const std::string log = shutdown_and_read_log(tmp.path);
   CHECK(count(log, R"("kind":"stall")") == 1);
   CHECK_THAT(log, Catch::Contains(R"("timeout_ns":300000000)"));
 }
@@ -159,8 +162,7 @@ TEST_CASE("in the first steps a loader wait gets the learned timeout and compute
     CHECK(heartbeat_status().stalled);
   }
   end_step();
-  shutdown();
-  const std::string log = slurp(tmp.path + "/rank-0.jsonl");
+  const std::string log = shutdown_and_read_log(tmp.path);
   CHECK(count(log, R"("kind":"stall")") == 1);
   CHECK_THAT(log, Catch::Matches(R"([\s\S]*"timeout_ns":25\d{8}[,}][\s\S]*)"));  // 5 x the 0.5 s step
   CHECK_THAT(log, Catch::Contains("loader_wait ("));
@@ -209,8 +211,7 @@ TEST_CASE("a much slower step is reported as slow with the phase that grew / not
   }
   REQUIRE(flush());
   CHECK(heartbeat_status().slow_steps == 1);
-  shutdown();
-  const std::string log = slurp(tmp.path + "/rank-0.jsonl");
+  const std::string log = shutdown_and_read_log(tmp.path);
   CHECK(count(log, R"("kind":"slow_step")") == 1);
   CHECK_THAT(log, Catch::Contains(R"("grown_phase":"forward")"));
   CHECK(count(log, R"("kind":"stall")") == 0);
