@@ -27,6 +27,11 @@ case_ straggler 'assert f["kind"] == "straggler" and f["ranks"] == [37] and f["s
   -- --straggler 37:20
 case_ hang 'assert f["kind"] == "hang" and f["ranks"] == [12] and "checkpoint_save" in f["summary"] and "seq 31" in f["summary"], f' \
   -- --hang 12:30
+# A rank slow from step 10 and another that hangs at step 40: the hang is the headline (a job
+# that stopped before one that is slow), the straggler is still listed.
+case_ straggler_then_hang 'k = [x["kind"] for x in r["findings"]]; assert k[0] == "hang" and f["ranks"] == [12], k
+s = [x for x in r["findings"] if x["kind"] == "straggler"]; assert s and s[0]["ranks"] == [37] and s[0]["t_ns"] < f["t_ns"], r["findings"]' \
+  -- --straggler 37:10 --hang 12:40
 case_ dead 'assert f["kind"] == "dead_rank" and f["ranks"] == [50], f; assert any("torn" in w for w in r["warnings"])' \
   -- --dead 50:25
 case_ comm_hang 'assert f["kind"] == "hang" and len(f["ranks"]) == 64 and "communication-level hang" in f["summary"] and "seq 16" in f["summary"], f' \

@@ -83,7 +83,7 @@ struct TriageReport {
   std::string run_dir;
   int world_size = 0;
   std::string headline;
-  std::vector<Finding> findings;  // the earliest anomaly first
+  std::vector<Finding> findings;  // the earliest anomaly first (time-only costs last)
   std::vector<RankRow> ranks;
   int reference_rank = -1;
   std::vector<HostSkew> clock_skew;
