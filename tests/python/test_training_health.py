@@ -19,6 +19,11 @@ def _triage(tmp_path, p):
     return run_dir, json.loads(t.stdout)["findings"]
 
 
+# Findings that only cost time: a rank slowed by this shared 2-core host (CI runs another test
+# beside this one) is a real straggler, and triage lists such findings after the faults.
+TIME_ONLY = {"straggler", "slow_steps", "throughput", "resource_growth"}
+
+
 def _one(findings, kind):
     of_kind = [f for f in findings if f["kind"] == kind]
     assert len(of_kind) == 1, findings
@@ -39,7 +44,9 @@ def test_a_corrupt_batch_a_failed_save_and_a_different_knob_on_one_rank_are_each
     p = torchrun(EXAMPLE, 2, "--epochs", "2", "--fault-rank", "1", "--fault-step", "20", "--spike", "--fail-save",
                  "--env", "NCCL_ALGO=Tree")
     run_dir, findings = _triage(tmp_path, p)
-    assert sorted(f["kind"] for f in findings) == ["checkpoint_failed", "config_drift", "numerics"], findings
+    faults = [f["kind"] for f in findings if f["kind"] not in TIME_ONLY]
+    assert sorted(faults) == ["checkpoint_failed", "config_drift", "numerics"], findings
+    assert [f["kind"] for f in findings[:3]] == faults, findings  # the faults before any time-only finding
 
     spike = _one(findings, "numerics")
     assert spike["ranks"] == [1] and spike["step"] == 20, spike
