@@ -26,6 +26,7 @@
 #include "diff.hpp"
 #include "goodput_format.hpp"
 #include "report.hpp"
+#include "ring_file.hpp"
 #include "stacks_view.hpp"
 #include "rankscope/config.hpp"
 #include "status.hpp"
@@ -100,6 +101,11 @@ int run(int argc, const char* const* argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? kExitHealthy : kExitUnreadable;
+  }
+  // A rank of this host killed without a trace (kill -9, the OOM killer): the
+  // records its rings still held go into its run log before anything reads it.
+  for (const std::string* dir : {&run_dir, &status_dir, &triage_dir, &timeline_dir, &goodput_dir, &report_dir, &stacks_dir}) {
+    if (!dir->empty()) (void)rankscope::detail::recover_orphaned_rings(*dir);
   }
 
   if (timeline->parsed()) {

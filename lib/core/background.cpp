@@ -13,6 +13,8 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "flight.hpp"
+#include "record_decode.hpp"
+#include "ring_file.hpp"
 #include "rankscope/export/jsonl.hpp"
 #include "runtime_impl.hpp"
 #include "resources.hpp"
@@ -23,49 +25,32 @@
 
 namespace rankscope::detail {
 
+namespace {
+// The background thread's names: records point at this process's own sites,
+// communicators and source locations.
+struct OwnNames {
+  const Site* site(const Site* s) const { return s; }
+  const Communicator* communicator(const void* p) const { return static_cast<const Communicator*>(p); }
+  const SourceLocation* source(const void* p) const { return static_cast<const SourceLocation*>(p); }
+  const char* error(const Site* s) const { return s->name; }
+  const char* logger(std::uint16_t id) const { return detail::logger_name(id); }
+};
+}  // namespace
+
 void Runtime::decode(ThreadState* st, const Record& r, const Record* next, std::vector<Event>& batch) {
-  switch (r.kind) {
-    case RecordKind::kCollectiveExtra:  // folded into the preceding kCollective
-    case RecordKind::kStepCounts:       // folded into the preceding kStepEnd
-    case RecordKind::kLog:              // variable length: decode_log()
-    case RecordKind::kFact:
-    case RecordKind::kViolation:
-    case RecordKind::kExit:
-      return;
-    default:
-      break;
-  }
+  if (r.kind == RecordKind::kCollectiveExtra || r.kind == RecordKind::kStepCounts || is_log_like(r.kind)) return;
   // Built in place: an Event is a few hundred bytes, and most records become one.
   Event& e = batch.emplace_back();
-  e.tid = st->tid;
-  e.step = r.step;
-  e.depth = r.depth;
-  const auto t = clock_.convert(r.t0);
-  e.mono_ns = t.mono_ns;
-  e.wall_ns = t.wall_ns;
-  switch (r.kind) {
-    case RecordKind::kPhase:
-      e.kind = EventKind::kPhase;
-      e.site = r.site;
-      e.parent = r.v[0].site;
-      e.dur_ns = clock_.ticks_to_ns(r.t1 - r.t0);
+  (void)event_from_record(r, next, clock_, OwnNames{}, st->tid, e);
+  switch (e.kind) {
+    case EventKind::kPhase:
       breakdown_.on_phase(e.tid, e.depth, r.site->kind, e.mono_ns, e.dur_ns);
       goodput_.on_phase(e.tid, e.depth, r.site->kind, e.wall_ns, e.dur_ns);
       break;
-    case RecordKind::kStepBegin:
-      e.kind = EventKind::kStepBegin;
+    case EventKind::kStepBegin:
       breakdown_.on_step_begin(e.tid, e.step, e.mono_ns);
       break;
-    case RecordKind::kStepEnd: {
-      e.kind = EventKind::kStepEnd;
-      if (r.aux & 1) e.scalars.loss = r.v[0].f;
-      if (r.aux & 2) e.scalars.lr = r.v[1].f;
-      if (r.aux & 4) e.scalars.grad_norm = r.v[2].f;
-      e.scalars.skipped = (r.aux & 32) != 0;
-      if (next != nullptr && next->kind == RecordKind::kStepCounts) {
-        if (r.aux & 8) e.scalars.samples = next->v[0].i;
-        if (r.aux & 16) e.scalars.tokens = next->v[1].i;
-      }
+    case EventKind::kStepEnd:
       watch_numerics(e);
       if (auto b = breakdown_.on_step_end(e.tid, e.mono_ns)) {
         e.dur_ns = b->total_ns;
@@ -79,44 +64,20 @@ void Runtime::decode(ThreadState* st, const Record& r, const Record* next, std::
         last_breakdown_ = *b;
       }
       break;
-    }
-    case RecordKind::kMark:
-      e.kind = EventKind::kMark;
-      e.site = r.site;
-      e.value = r.v[0].f;
-      break;
-    case RecordKind::kCollective:
-      e.kind = EventKind::kCollective;
-      e.parent = r.site;
-      e.depth = 0;
-      e.result = static_cast<CollectiveResult>(r.depth);
-      e.op = static_cast<CollectiveOp>(r.aux & 0xff);
-      e.dtype = static_cast<DType>(r.aux >> 8);
-      e.peer = static_cast<std::int32_t>(r.pad);
-      e.seq = static_cast<std::uint64_t>(r.v[0].i);
-      e.count = static_cast<std::uint64_t>(r.v[1].i);
-      e.comm = static_cast<const Communicator*>(r.v[2].ptr);
-      e.dur_ns = clock_.ticks_to_ns(r.t1 - r.t0);
+    case EventKind::kCollective:
       // A collective outside any phase is still step time spent communicating.
       if (e.parent == nullptr) breakdown_.on_phase(e.tid, 0, PhaseKind::kCollective, e.mono_ns, e.dur_ns);
-      if (next != nullptr && next->kind == RecordKind::kCollectiveExtra) {
-        e.in_group = (next->aux & 1) != 0;
-        e.error = next->v[2].site != nullptr ? next->v[2].site->name : nullptr;
-        if (next->v[0].ptr != nullptr) {
-          e.enqueue_ns = e.dur_ns;
-          auto defer = g_defer.load(std::memory_order_acquire);
-          if (defer != nullptr && defer(e, next->v[0].ptr, static_cast<std::uint64_t>(next->v[1].i))) {  // emitted when the device finishes
-            batch.pop_back();
-            return;
-          }
+      if (next != nullptr && next->kind == RecordKind::kCollectiveExtra && next->v[0].ptr != nullptr) {
+        e.enqueue_ns = e.dur_ns;
+        auto defer = g_defer.load(std::memory_order_acquire);
+        if (defer != nullptr && defer(e, next->v[0].ptr, static_cast<std::uint64_t>(next->v[1].i))) {  // emitted when the device finishes
+          batch.pop_back();
+          return;
         }
       }
       break;
-    case RecordKind::kProgress:
-      e.kind = EventKind::kProgress;
-      break;
     default:
-      break;  // excluded above
+      break;
   }
   watchdog_.on_event(e);
 }
@@ -138,34 +99,7 @@ void Runtime::watch_numerics(const Event& step_end) {
 // A log record: the header, then its payload bytes in the following records.
 // Returns how many records it used.
 std::uint64_t Runtime::decode_log(ThreadState* st, std::uint64_t at, std::vector<Event>& batch) {
-  const Record& h = st->slots[at & st->mask];
-  const auto msg_n = static_cast<std::size_t>(h.v[1].i);
-  const auto fld_n = static_cast<std::size_t>(h.v[2].i);
-  const std::size_t total = msg_n + fld_n;
-  const std::uint64_t nrec = 1 + (total + sizeof(Record) - 1) / sizeof(Record);
-  std::string payload(total, '\0');
-  for (std::uint64_t i = 1; i < nrec; ++i) {
-    const std::size_t off = static_cast<std::size_t>(i - 1) * sizeof(Record);
-    std::memcpy(payload.data() + off, static_cast<const void*>(&st->slots[(at + i) & st->mask]),
-                std::min(sizeof(Record), total - off));
-  }
-  Event& e = batch.emplace_back();
-  e.kind = h.kind == RecordKind::kFact ? EventKind::kFact
-           : h.kind == RecordKind::kViolation ? EventKind::kViolation
-           : h.kind == RecordKind::kExit      ? EventKind::kExit
-                                              : EventKind::kLog;
-  e.tid = st->tid;
-  e.step = h.step;
-  const auto t = clock_.convert(h.t0);
-  e.mono_ns = t.mono_ns;
-  e.wall_ns = t.wall_ns;
-  e.level = static_cast<Level>(std::min(h.aux & 0xff, 4));
-  e.written_inline = (h.aux & 0x100) != 0;
-  e.source = static_cast<const SourceLocation*>(h.v[0].ptr);
-  e.logger = detail::logger_name(static_cast<std::uint16_t>(h.pad));
-  e.text.assign(payload, 0, msg_n);
-  e.attributes = Attributes::from_encoded(std::string_view(payload).substr(msg_n));
-  return nrec;
+  return event_from_log(st->slots, st->mask, at, clock_, OwnNames{}, st->tid, batch.emplace_back());
 }
 
 void Runtime::remember(const Event& e) {
@@ -203,11 +137,13 @@ void Runtime::prune_recent() {
   for (auto it = gone.begin(); it != keep_from; ++it) recent_.erase(it->second);
 }
 
-// The position file's tick -> wall-clock anchor (position.hpp).
+// The position file's and the ring file's tick -> clock anchors (position.hpp, ring_file.hpp).
 void Runtime::anchor_position() {
   const std::uint64_t ticks = detail::now_ticks();
-  detail::position_anchor(ticks, clock_.convert(ticks).wall_ns,
-                          static_cast<double>(clock_.ticks_to_ns(1ull << 30)) / (1ull << 30));
+  const ConvertedTime at = clock_.convert(ticks);
+  const double ns_per_tick = static_cast<double>(clock_.ticks_to_ns(1ull << 30)) / (1ull << 30);
+  detail::position_anchor(ticks, at.wall_ns, ns_per_tick);
+  detail::ring_file_anchor(ticks, at.mono_ns, at.wall_ns, ns_per_tick);
 }
 
 void Runtime::deliver(std::vector<Event>& batch) {
@@ -239,8 +175,7 @@ std::size_t Runtime::drain_all(std::vector<Event>& batch) {
     std::size_t seg = batch.size();  // this thread's events start here
     while (tail != head) {
       const Record& r = st->slots[tail & st->mask];
-      if (r.kind == RecordKind::kLog || r.kind == RecordKind::kFact || r.kind == RecordKind::kViolation ||
-          r.kind == RecordKind::kExit) {
+      if (is_log_like(r.kind)) {
         tail += decode_log(st, tail, batch);
       } else {
         const Record* next = (tail + 1 != head) ? &st->slots[(tail + 1) & st->mask] : nullptr;
@@ -275,6 +210,9 @@ std::size_t Runtime::drain_all(std::vector<Event>& batch) {
   }
   deliver(batch);
   write_pending();
+  // What was decoded is now in the run log (or dropped and counted): a ring
+  // recovered after a SIGKILL starts after it (ring_file.hpp).
+  for (ThreadState* st : threads_) st->written.store(st->tail.load(std::memory_order_relaxed), std::memory_order_release);
   prune_recent();
   recorded_.fetch_add(n, std::memory_order_relaxed);
   return n;
@@ -475,6 +413,12 @@ bool Runtime::background_iteration(std::vector<Event>& batch, std::chrono::micro
       if (now - last_position_anchor_mono_ >= 1'000'000'000ull) {  // the position file's tick -> wall anchor
         last_position_anchor_mono_ = now;
         anchor_position();
+      }
+      // A rank of this host that died without a trace: its last records into
+      // its run log within seconds, so a triage during the run sees them.
+      if (now - last_ring_scan_mono_ >= 5'000'000'000ull) {
+        last_ring_scan_mono_ = now;
+        (void)detail::recover_orphaned_rings();
       }
       if (detail::g_gate.load(std::memory_order_relaxed) != detail::kActive) watchdog_.suspend(now);
       std::vector<Event> wd;

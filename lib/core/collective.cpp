@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <deque>
+#include <memory>
 #include <mutex>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "ring_file.hpp"
 
 namespace rankscope {
 
@@ -173,12 +175,16 @@ class CommunicatorRegistry {
     return id < all_.size() ? all_[id] : nullptr;
   }
   static bool destroyed(const Communicator& c) { return c.destroyed_.load(std::memory_order_relaxed); }
+  static std::unique_ptr<Communicator> detached(std::uint32_t id, std::string name, int size, int rank) {
+    return std::unique_ptr<Communicator>(new Communicator(id, std::move(name), size, rank));
+  }
 
  private:
   Communicator& make(std::string name, int size, int rank) {  // Requires mu_ held.
     auto* c = new Communicator(static_cast<std::uint32_t>(all_.size()), std::move(name), size, rank);
     all_.push_back(c);
     by_name_[c->name()] = c;
+    detail::ring_file_note_communicator(*c);  // its records stay readable if the process is killed
     return *c;
   }
   static constexpr std::size_t kDestroyedListed = 16;
@@ -220,6 +226,9 @@ namespace detail {
 
 std::vector<const Communicator*> all_communicators() { return CommunicatorRegistry::get().all(); }
 bool communicator_destroyed(const Communicator& c) { return CommunicatorRegistry::destroyed(c); }
+std::unique_ptr<Communicator> detached_communicator(std::uint32_t id, std::string name, int size, int rank) {
+  return CommunicatorRegistry::detached(id, std::move(name), size, rank);
+}
 
 bool record_collective(ThreadState* st, const Communicator& c, CollectiveOp op, std::uint64_t seq, std::uint64_t count,
                        DType dtype, int peer, std::uint64_t t0, std::uint64_t t1, CollectiveResult r,

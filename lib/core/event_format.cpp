@@ -8,6 +8,7 @@
 #include "decimal.hpp"
 #include "json_util.hpp"
 #include "rankscope/log.hpp"
+#include "ring_file.hpp"
 #include "schema.hpp"
 
 namespace rankscope::detail {
@@ -130,6 +131,7 @@ const std::string& EventFormatter::quoted(const Site* s) {
 const std::string& EventFormatter::quoted_slow(const Site* s) {
   auto [it, inserted] = names_.try_emplace(s);
   if (inserted) {
+    if (note_names_) ring_file_note_site(s);
     fmt::memory_buffer b;
     json_escape_to(b, (s != nullptr && s->name != nullptr) ? s->name : "");
     it->second.assign(b.data(), b.size());
@@ -243,6 +245,10 @@ void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
         out.push_back('}');
       }
       if (const SourceLocation* site = e.source) {
+        if (note_names_ && site != last_noted_source_) {
+          ring_file_note_source(site);
+          last_noted_source_ = site;
+        }
         out.append(next_key<Field::kFile>());
         json_escape_to(out, site->file);
         out.append(next_key<Field::kLine>());

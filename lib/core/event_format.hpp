@@ -32,11 +32,16 @@ class EventFormatter {
              std::int64_t step, std::int32_t tid) const;
   // The JSON-escaped, quoted name of a site (cached by address).
   const std::string& quoted(const Site* s);
+  // The run log's formatter: every site and source location it prints goes
+  // into the ring file's names table too (ring_file.hpp), once.
+  void note_names_in_ring_file() { note_names_ = true; }
 
  private:
   const std::string& quoted_slow(const Site* s);
 
   int rank_;
+  bool note_names_ = false;
+  const SourceLocation* last_noted_source_ = nullptr;
   mutable LineClocks clocks_;  // a cache: begin() stays logically const
   std::unordered_map<const Site*, std::string> names_;  // node-based: references stay valid across inserts
   // A direct-mapped cache in front of names_: a trainer's few sites resolve

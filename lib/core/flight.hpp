@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <deque>
 #include <string>
+#include <memory>
 #include <string_view>
 #include <vector>
 
@@ -115,5 +116,7 @@ std::string build_flight_dump(const DumpInput& in, EventFormatter& fmt);
 
 std::vector<const Communicator*> all_communicators();
 bool communicator_destroyed(const Communicator& c);
+// A communicator in no registry: a dead process's, as its recovered records name it (ring_file.hpp).
+std::unique_ptr<Communicator> detached_communicator(std::uint32_t id, std::string name, int size, int rank);
 
 }  // namespace rankscope::detail

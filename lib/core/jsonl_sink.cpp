@@ -55,6 +55,7 @@ class JsonlSink final : public detail::RunLogSink {
     h.lines_dropped.store(0);
     const off_t end = ::lseek(fd_, 0, SEEK_END);  // appending to a restarted rank's log
     end_ = reserved_ = end > 0 ? end : 0;
+    if (held_by_runtime_) fmt_.note_names_in_ring_file();  // what it prints stays readable in a killed rank's rings
   }
   ~JsonlSink() override {
     if (fd_ >= 0) ::close(fd_);

@@ -23,6 +23,7 @@
 #include "json_util.hpp"
 #include "attribute_codec.hpp"
 #include "payload.hpp"
+#include "ring_file.hpp"
 #include <chrono>
 #include <thread>
 
@@ -88,6 +89,7 @@ Logger::Logger(std::string_view name)
     r.names.push_back(name_);
     id_ = static_cast<std::uint16_t>(r.names.size());  // 0 = the default logger
     r.ids.emplace(name_, id_);
+    detail::ring_file_note_logger(id_, name_);  // its records stay readable if the process is killed
   }
   r.live.push_back(this);
   for (const auto& [n, l] : r.overrides) {
@@ -144,6 +146,12 @@ absl::Status apply_log_levels(std::string_view spec) {
     }
   }
   return absl::OkStatus();
+}
+
+void note_loggers_in_ring_file() noexcept {
+  auto& r = loggers();
+  std::lock_guard<std::mutex> lk(r.mu);
+  for (std::size_t i = 0; i < r.names.size(); ++i) ring_file_note_logger(static_cast<std::uint16_t>(i + 1), r.names[i]);
 }
 
 const char* logger_name(std::uint16_t id) {

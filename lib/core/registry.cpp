@@ -8,6 +8,9 @@
 #include <cstdlib>
 #include <new>
 
+#include "ring_file.hpp"
+#include "ring_file_layout.hpp"
+
 namespace rankscope::detail {
 
 ThreadRegistry& registry() {
@@ -15,31 +18,52 @@ ThreadRegistry& registry() {
   return *r;
 }
 
+namespace {
+// A ring block: the ThreadState page, then the records (ring_file_layout.hpp).
+// From the ring file, where records survive the process, else private memory.
+std::size_t block_bytes(std::uint32_t capacity) { return kRingStateBytes + sizeof(Record) * capacity; }
+void* alloc_block(std::uint32_t capacity) {
+  if (void* m = ring_file_alloc(block_bytes(capacity))) return m;
+  void* m = nullptr;
+  return ::posix_memalign(&m, 4096, block_bytes(capacity)) == 0 ? m : nullptr;
+}
+void free_block(void* block) {
+  if (!ring_file_release(block)) std::free(block);
+}
+ThreadState* state_in(void* block, std::uint32_t capacity) {
+  auto* st = new (block) ThreadState;
+  st->slots = reinterpret_cast<Record*>(static_cast<char*>(block) + kRingStateBytes);
+  st->mask = capacity - 1;
+  return st;
+}
+}  // namespace
+
 ThreadState* ThreadRegistry::add(std::uint32_t capacity) {
-  auto* st = new ThreadState;
+  void* block = nullptr;
+  double* metric_slots = nullptr;
   {
     // A ring left by a thread that exited, if one fits: threads that come and
     // go every epoch (loader and pin-memory threads) then cost no 4 MiB
-    // mmap/munmap pair and no fresh page faults.
+    // allocation and no fresh page faults.
     std::lock_guard<std::mutex> lk(mu);
     if (!spare_rings_.empty() && spare_rings_.back().capacity == capacity) {
-      st->slots = spare_rings_.back().slots;
-      st->metric_slots = spare_rings_.back().metric_slots;
+      block = spare_rings_.back().block;
+      metric_slots = spare_rings_.back().metric_slots;
       spare_rings_.pop_back();
     }
   }
-  if (st->slots == nullptr) {  // a spare ring's metric slots were zeroed when its thread was folded
-    st->slots = static_cast<Record*>(std::aligned_alloc(64, sizeof(Record) * capacity));
-    st->metric_slots = static_cast<double*>(std::aligned_alloc(64, sizeof(double) * kMaxMetricSlots));
-    if (st->metric_slots != nullptr) std::fill_n(st->metric_slots, kMaxMetricSlots, 0.0);
+  if (block == nullptr) {  // a spare ring's metric slots were zeroed when its thread was folded
+    block = alloc_block(capacity);
+    metric_slots = static_cast<double*>(std::aligned_alloc(64, sizeof(double) * kMaxMetricSlots));
+    if (metric_slots != nullptr) std::fill_n(metric_slots, kMaxMetricSlots, 0.0);
   }
-  if (st->slots == nullptr || st->metric_slots == nullptr) {
-    std::free(st->slots);
-    std::free(st->metric_slots);
-    delete st;
+  if (block == nullptr || metric_slots == nullptr) {
+    if (block != nullptr) free_block(block);
+    std::free(metric_slots);
     return nullptr;
   }
-  st->mask = capacity - 1;
+  ThreadState* st = state_in(block, capacity);
+  st->metric_slots = metric_slots;
   st->tid = static_cast<std::int32_t>(syscall(SYS_gettid));
   std::lock_guard<std::mutex> lk(mu);
   st->index = static_cast<std::uint32_t>(threads_ever_++);
@@ -81,17 +105,20 @@ void ThreadRegistry::free_retired() {
       retired_pending_.fetch_sub(static_cast<std::int64_t>(dead.size()), std::memory_order_relaxed);
       version_.fetch_add(1, std::memory_order_release);
     }
-    for (ThreadState* st : dead) {  // keep a few rings for the next new threads
+    for (ThreadState*& st : dead) {  // keep a few rings for the next new threads
       if (spare_rings_.size() >= kSpareRings) break;
-      spare_rings_.push_back({st->slots, st->metric_slots, static_cast<std::uint32_t>(st->mask + 1)});
-      st->slots = nullptr;
-      st->metric_slots = nullptr;
+      const auto capacity = static_cast<std::uint32_t>(st->mask + 1);
+      double* metric_slots = st->metric_slots;
+      st->~ThreadState();
+      spare_rings_.push_back({st, metric_slots, capacity});
+      st = nullptr;
     }
   }
   for (ThreadState* st : dead) {
-    std::free(st->slots);
+    if (st == nullptr) continue;
     std::free(st->metric_slots);
-    delete st;
+    st->~ThreadState();
+    free_block(st);  // the ThreadState is the block's start
   }
 }
 

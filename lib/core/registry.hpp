@@ -51,7 +51,7 @@ class ThreadRegistry {
   // Rings of exited threads kept for the next new thread (bounded: at most
   // kSpareRings rings of memory beyond the live threads').
   struct SpareRing {
-    Record* slots;
+    void* block;  // a ThreadState's page and its records (registry.cpp)
     double* metric_slots;
     std::uint32_t capacity;
   };

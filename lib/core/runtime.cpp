@@ -104,6 +104,9 @@ absl::Status Runtime::init(const Config& cfg) {
     if (auto st = detail::add_env_sinks(sinks); !st.ok()) return st;
   }
   std::shared_ptr<detail::RunLogSink> run_log;
+  // A rank of this host killed before (this job's last incarnation, a peer): its
+  // last records go into its run log now, before this session's first line.
+  if (!set->run_dir.empty()) (void)detail::recover_orphaned_rings();
   if (!set->run_dir.empty()) {
     auto sink = detail::make_run_log(schema::run_log_path(set->run_dir, set->context.rank));
     if (!sink.ok()) return sink.status();
@@ -144,7 +147,10 @@ absl::Status Runtime::init(const Config& cfg) {
 
   static std::once_flag once;
   std::call_once(once, [] {
-    std::atexit([] { Runtime::get().shutdown(std::chrono::milliseconds(2000)); });
+    std::atexit([] {
+      Runtime::get().shutdown(std::chrono::milliseconds(2000));
+      detail::ring_file_remove();  // kept if the last records did not reach the run log
+    });
     pthread_atfork([] { Runtime::get().before_fork(); }, [] { Runtime::get().after_fork_parent(); },
                    [] { Runtime::get().after_fork_child(); });
   });
@@ -197,6 +203,9 @@ absl::Status Runtime::init(const Config& cfg) {
   dump_requests_.start(run_dir_, context_.rank, wall0);
   if (!run_dir_.empty() && cfg.write_run_log) {
     detail::position_open(schema::position_path(run_dir_, context_.rank), ::getpid());
+    // Rings in shared memory from here on (before any thread's first record):
+    // a SIGKILL loses none of what they hold.
+    detail::ring_file_open(schema::run_log_path(run_dir_, context_.rank), context_.rank);
     anchor_position();  // now, not at the background thread's first wake-up: a rank killed in its first ms
   }
   last_dump_mono_ = 0;
@@ -241,6 +250,7 @@ void Runtime::shutdown(std::chrono::milliseconds deadline) noexcept {
   // The background thread is detached: if a sink hangs past the deadline we
   // return anyway rather than hold up the process exit.
   cv_.wait_until(lk, stop_deadline_ + std::chrono::milliseconds(100), [&] { return bg_done_; });
+  if (bg_done_) detail::ring_file_session_end();  // every record is in the run log
   phase_ = Phase::kStopped;
 }
 

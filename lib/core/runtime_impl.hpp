@@ -33,6 +33,7 @@
 #include "rankscope/heartbeat.hpp"
 #include "rankscope/runtime.hpp"
 #include "registry.hpp"
+#include "ring_file.hpp"
 #include "settings.hpp"
 #include "step_breakdown.hpp"
 #include "numerics.hpp"
@@ -97,14 +98,18 @@ class Runtime {
     detail::resources_before_fork();
     detail::lock_metric_registry();
     detail::registry().mu.lock();
+    detail::ring_file_lock_for_fork();
   }
   void after_fork_parent() {
+    detail::ring_file_unlock_after_fork();
     detail::registry().mu.unlock();
     detail::unlock_metric_registry();
     detail::resources_after_fork();
     mu_.unlock();
   }
   void after_fork_child() {
+    detail::ring_file_unlock_after_fork();
+    detail::ring_file_after_fork_child();  // its pages become private: it cannot write into ours
     detail::registry().mu.unlock();
     detail::unlock_metric_registry();
     detail::resources_after_fork();
@@ -147,7 +152,8 @@ class Runtime {
   void write_stacks(std::string_view reason);
   detail::DumpRequests dump_requests_;  // background thread only (after init)
   std::uint64_t last_dump_mono_ = 0;    // background thread only: the last flight dump
-  std::uint64_t last_position_anchor_mono_ = 0;  // background thread only  // every thread's stack, a run-log line (stacks.hpp)  // a finished resource snapshot into the run log; a stuck one said once
+  std::uint64_t last_position_anchor_mono_ = 0;  // background thread only
+  std::uint64_t last_ring_scan_mono_ = 0;        // background thread only: dead peers' rings (ring_file.hpp)  // every thread's stack, a run-log line (stacks.hpp)  // a finished resource snapshot into the run log; a stuck one said once
   std::uint64_t resource_deadline_ns_ = 0;
   // This process's own goodput (goodput.hpp), exported with every metrics snapshot.
   GoodputBuilder goodput_;

@@ -47,7 +47,8 @@ inline constexpr int kFlightVersion = kFlightRecorderSchema;      // rank-<R>.fl
   X(kExit, "exit")                                                                                         \
   X(kNumerics, "numerics")                                                                                 \
   X(kResources, "resources")                                                                               \
-  X(kStacks, "stacks")
+  X(kStacks, "stacks")                                                                                     \
+  X(kRecovered, "recovered")
 
 enum class Kind : std::uint8_t {
   RANKSCOPE_DETAIL_EVENT_KINDS(RANKSCOPE_DETAIL_ENUM_MEMBER)
@@ -235,7 +236,10 @@ Kind kind_from_name(std::string_view name);
   X(kAnswered, "answered")                                        \
   X(kCaptureUs, "capture_us")                                     \
   X(kPythonComplete, "python_complete")                           \
-  X(kSince, "since")
+  X(kSince, "since")                                              \
+  X(kRecords, "records")                                          \
+  X(kUnresolved, "unresolved")                                    \
+  X(kTorn, "torn")
 
 enum class Field : std::uint8_t {
   RANKSCOPE_DETAIL_FIELDS(RANKSCOPE_DETAIL_ENUM_MEMBER)

@@ -143,6 +143,9 @@ bool decode_number_field(Field f, simdjson::dom::element v, LogEvent& e) {
     case Field::kEventsDropped: u(e.events_dropped); break;
     case Field::kEventsRecorded: u(e.events_recorded); break;
     case Field::kLinesDropped: u(e.count); break;  // log_stopped, log_resumed
+    case Field::kRecords: u(e.count); break;       // recovered
+    case Field::kUnresolved: u(e.seq); break;      // recovered
+    case Field::kTorn: e.torn = v.get_bool().get(e.torn) == SUCCESS && e.torn; break;
     case Field::kLoss: decode_scalar(v, e.loss); break;
     case Field::kGradNorm: decode_scalar(v, e.grad_norm); break;
     case Field::kLr: decode_scalar(v, e.lr); break;

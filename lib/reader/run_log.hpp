@@ -50,7 +50,8 @@ struct LogEvent {
   std::string native, python;    // stacks (reason in `what`)
   std::vector<int> ranks;
   int schema = 0;                             // run_start
-  std::int64_t pid = 0;                       // run_start
+  std::int64_t pid = 0;                       // run_start, recovered
+  bool torn = false;                          // recovered: the line before it was cut by the kill
   std::string cpu_affinity;                   // run_start: environment.cpu_affinity ("0-3,8")
   bool device_timing = false;                 // collective: dur is device time
   std::optional<std::int64_t> os_threads, communicators;  // stats lines
@@ -71,6 +72,7 @@ struct LogEvent {
     tid = 0;
     depth = schema = 0;
     pid = 0;
+    torn = false;
     loss.reset();
     grad_norm.reset();
     lr.reset();

@@ -134,6 +134,7 @@ class RankDigester {
   std::optional<std::int64_t> threads_now_, comms_now_;
   std::uint64_t resource_stride_ = 1, resource_seen_ = 0;  // keep every stride-th interval snapshot
   bool restore_pending_ = false;
+  std::uint64_t cut_by_kill_ = 0;  // `recovered` lines that ended a torn line
 };
 
 void RankDigester::dispatch(const LogEvent& e) {
@@ -186,6 +187,12 @@ void RankDigester::dispatch(const LogEvent& e) {
     case schema::Kind::kViolation:
       d_.violations.push_back({r.rank, e.check, e.what, e.msg, e.level, e.values_json, e.ranks, e.step, e.t,
                                evidence(r.rank, e)});
+      break;
+    case schema::Kind::kRecovered:
+      r.rings_recovered = true;
+      r.recovered += e.count;
+      r.unrecovered += e.seq;
+      cut_by_kill_ += e.torn ? 1 : 0;
       break;
     case schema::Kind::kUnknown: ++r.unknown_kinds; break;
     default: break;
@@ -349,8 +356,9 @@ RankDigest RankDigester::finish(const absl::StatusOr<ReadResult>& res, const std
   std::error_code ec;
   if (std::filesystem::exists(dump, ec)) add_flight_dump(dump, opts_, r.sessions, d_);
   r.lines = res->lines;
-  r.bad_lines = res->bad_lines;
-  r.torn_tail = res->torn_tail;
+  // A line cut by the kill, ended when its rings were recovered, is the torn tail it was, not a corrupt line.
+  r.bad_lines = res->bad_lines - std::min(res->bad_lines, cut_by_kill_);
+  r.torn_tail = res->torn_tail || cut_by_kill_ > 0;
   r.bytes = res->bytes;
   r.goodput = goodput_.finish();
   for (auto& [key, c] : coll_stats_) {

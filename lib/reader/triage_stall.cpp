@@ -155,10 +155,15 @@ std::string culprit_doing(const RankSummary& c, const std::string& inside) {
                          "reported no stall itself)", inside, step);
     }
     const std::string torn = c.torn_tail ? " in a torn line (killed mid-write)" : "";
+    const std::string recovered =
+        c.rings_recovered
+            ? fmt::format(" ({} record(s) recovered from its rings after it died{})", c.recovered,
+                          c.unrecovered > 0 ? fmt::format(", {} not", c.unrecovered) : "")
+            : "";
     const std::string log_end =
-        c.last_step >= 0 ? fmt::format("its log ends at step {} after '{}'{}", c.last_step, c.last_phase, torn)
-        : c.last_phase.empty() ? fmt::format("it has begun no step and is in no phase{}", torn)
-                               : fmt::format("its log ends before its first step, after '{}'{}", c.last_phase, torn);
+        c.last_step >= 0 ? fmt::format("its log ends at step {} after '{}'{}{}", c.last_step, c.last_phase, torn, recovered)
+        : c.last_phase.empty() ? fmt::format("it has begun no step and is in no phase{}{}", torn, recovered)
+                               : fmt::format("its log ends before its first step, after '{}'{}{}", c.last_phase, torn, recovered);
     // The position file is exact where the log lost its last lines with the process.
     if (const auto& p = c.position; p && std::max(p->step_begun, p->step_ended) >= std::max<std::int64_t>(c.last_step, 0)) {
       // The collective it was inside when it died, if any (issued, never completed).

@@ -1,0 +1,78 @@
+// The ring file's bytes (ring_file.hpp): a header - the run log to append
+// to, clock anchors, the table of ring blocks, the names table - then the
+// blocks, each a ThreadState page followed by its records. Written by the
+// owning process, read by ring_recovery.cpp after it died; both sides are the
+// same build, which `layout` checks.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "rankscope/detail/record.hpp"
+#include "rankscope/detail/thread_state.hpp"
+
+namespace rankscope::detail {
+
+inline constexpr char kRingFileMagic[8] = {'r', 's', 'r', 'i', 'n', 'g', '1', '\0'};
+inline constexpr const char* kRingFileSuffix = ".rings";
+inline constexpr std::uint32_t kMaxRingBlocks = 64;   // rings beyond these use private memory
+inline constexpr std::size_t kRingStateBytes = 4096;  // a block's ThreadState page
+static_assert(sizeof(ThreadState) <= kRingStateBytes);
+
+// What the reader must agree on to read the writer's structs as they are.
+struct RingLayout {
+  std::uint32_t version, thread_state, record, published, written, mask, tid;
+  bool operator==(const RingLayout&) const = default;
+};
+inline RingLayout ring_layout() {
+  return {1,
+          static_cast<std::uint32_t>(sizeof(ThreadState)),
+          static_cast<std::uint32_t>(sizeof(Record)),
+          static_cast<std::uint32_t>(offsetof(ThreadState, published)),
+          static_cast<std::uint32_t>(offsetof(ThreadState, written)),
+          static_cast<std::uint32_t>(offsetof(ThreadState, mask)),
+          static_cast<std::uint32_t>(offsetof(ThreadState, tid))};
+}
+
+struct RingBlockEntry {
+  std::atomic<std::uint32_t> in_use;
+  std::uint32_t pad;
+  std::uint64_t offset, bytes;
+};
+
+struct RingAnchor {
+  std::uint64_t ticks, mono_ns, wall_ns;
+  double ns_per_tick;
+};
+
+// A names-table entry, followed by its two strings (s1: the name, or a
+// source location's file; s2: the function), padded to 8 bytes.
+enum : std::uint8_t { kNameSite = 1, kNameCommunicator = 2, kNameSource = 3, kNameLogger = 4 };
+struct RingName {
+  std::uint32_t bytes;  // the whole entry
+  std::uint8_t type, kind;  // kind: a site's PhaseKind
+  std::uint16_t n1;
+  std::uint64_t key;  // the pointer value (a logger: its id)
+  std::uint32_t a;    // a communicator's id, a source's line
+  std::int32_t b, c;  // a communicator's size and rank
+  std::uint16_t n2, pad;
+};
+
+struct RingFileHeader {
+  char magic[8];
+  RingLayout layout;
+  std::int64_t pid;
+  std::int32_t rank;
+  std::atomic<std::uint32_t> recording;  // 1: a session's records may not all be in its run log
+  char run_log[4096];
+  std::atomic<std::uint64_t> anchor_index;  // anchors[anchor_index & 1] is whole
+  RingAnchor anchors[2];
+  std::atomic<std::uint32_t> blocks_made;
+  RingBlockEntry blocks[kMaxRingBlocks];
+  std::atomic<std::uint32_t> names_used;
+  char names[256 << 10];
+};
+inline constexpr std::size_t kRingHeaderBytes = (sizeof(RingFileHeader) + 4095) / 4096 * 4096;
+
+}  // namespace rankscope::detail

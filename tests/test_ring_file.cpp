@@ -1,0 +1,223 @@
+// The rings in shared memory (lib/core/ring_file.hpp): what a SIGKILLed
+// process recorded but had not yet written reaches its run log, a forked
+// child cannot write into its parent's rings, a clean exit leaves no file,
+// and an unusable RANKSCOPE_SHM_DIR says so and loses nothing else.
+#include <catch2/catch.hpp>
+#include <dirent.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "rankscope/rankscope.hpp"
+#include "ring_file.hpp"
+#include "run_log.hpp"
+#include "summary.hpp"
+#include "temp_dir.hpp"
+
+namespace {
+using rankscope::test::TempDir;
+namespace detail = rankscope::detail;
+
+// The signal helper (signal_helper.cpp) in MODE writing into `dir`, its stdout
+// and stderr on pipes; `shm_dir` (if set) as its RANKSCOPE_SHM_DIR.
+struct Helper {
+  pid_t pid = -1;
+  int out = -1, err = -1;
+};
+Helper spawn(const std::string& dir, const char* mode, const char* shm_dir = nullptr) {
+  int o[2], e[2];
+  if (::pipe(o) != 0 || ::pipe(e) != 0) return {};
+  Helper h;
+  h.pid = ::fork();
+  if (h.pid == 0) {
+    ::dup2(o[1], 1);
+    ::dup2(e[1], 2);
+    if (shm_dir != nullptr) ::setenv("RANKSCOPE_SHM_DIR", shm_dir, 1);
+    ::execl(RANKSCOPE_SIGNAL_HELPER, RANKSCOPE_SIGNAL_HELPER, dir.c_str(), mode, static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ::close(o[1]);
+  ::close(e[1]);
+  h.out = o[0];
+  h.err = e[0];
+  return h;
+}
+std::string read_all(int fd) {
+  std::string s;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof(buf))) > 0;) s.append(buf, static_cast<std::size_t>(n));
+  ::close(fd);
+  return s;
+}
+// Runs `steps` until 2000 steps have begun, kills it with SIGKILL; the last step it began.
+std::int64_t steps_then_sigkill(Helper& h) {
+  std::string seen;
+  char buf[4096];
+  while (std::count(seen.begin(), seen.end(), '\n') < 2000) {
+    const ssize_t n = ::read(h.out, buf, sizeof(buf));
+    if (n <= 0) break;
+    seen.append(buf, static_cast<std::size_t>(n));
+  }
+  ::kill(h.pid, SIGKILL);
+  seen += read_all(h.out);
+  int status = 0;
+  ::waitpid(h.pid, &status, 0);
+  REQUIRE(WIFSIGNALED(status));
+  seen.erase(seen.find_last_of('\n'));
+  return std::stoll(seen.substr(seen.find_last_of('\n') + 1));
+}
+// This test's own RANKSCOPE_SHM_DIR, for its helper and itself: no other
+// process of the host (tests running beside it) recovers its helper's rings first.
+struct OwnShmDir {
+  std::string path;
+  explicit OwnShmDir(const TempDir& tmp) : path(tmp.path + "/shm") {
+    ::mkdir(path.c_str(), 0700);
+    ::setenv("RANKSCOPE_SHM_DIR", path.c_str(), 1);
+  }
+  ~OwnShmDir() { ::unsetenv("RANKSCOPE_SHM_DIR"); }
+};
+bool ring_file_of(pid_t pid) {
+  DIR* d = ::opendir(detail::ring_file_dir().c_str());
+  if (d == nullptr) return false;
+  bool found = false;
+  const std::string prefix = std::to_string(pid) + "-";
+  for (dirent* e; (e = ::readdir(d)) != nullptr;) found |= std::strncmp(e->d_name, prefix.c_str(), prefix.size()) == 0;
+  ::closedir(d);
+  return found;
+}
+}  // namespace
+
+TEST_CASE("a SIGKILLed rank's last records are recovered from its rings into its run log", "[ring_file][signals]") {
+  TempDir tmp;
+  OwnShmDir shm(tmp);
+  Helper h = spawn(tmp.path, "steps", shm.path.c_str());
+  REQUIRE(h.pid > 0);
+  const std::int64_t truth = steps_then_sigkill(h);
+  (void)read_all(h.err);
+  REQUIRE(ring_file_of(h.pid));  // what its rings held is still there
+  auto before = rankscope::reader::summarize_run(tmp.path);
+  REQUIRE(before.ok());
+  INFO("truth " << truth << ", run log before recovery " << before->ranks.at(0).last_step);
+
+  const auto got = detail::recover_orphaned_rings(tmp.path);
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].rank == 5);
+  CHECK(got[0].pid == h.pid);
+  CHECK(got[0].records > 0);
+  CHECK_FALSE(ring_file_of(h.pid));  // recovered once, then removed
+  CHECK(detail::recover_orphaned_rings(tmp.path).empty());
+
+  auto sum = rankscope::reader::summarize_run(tmp.path);
+  REQUIRE(sum.ok());
+  const auto& r = sum->ranks.at(0);
+  INFO("run log after recovery " << r.last_step << ", recovered " << r.recovered);
+  CHECK(r.last_step >= truth - 1);  // the last step it finished: the one before it was killed in (or that one)
+  CHECK(r.recovered == got[0].records);
+  CHECK(r.unrecovered == 0);
+  CHECK(r.bad_lines == 0);
+  // The recovered lines read as the drained ones did: every step's forward phase, in order.
+  std::int64_t last_forward = -1, step_ends = 0, last_begun = -1;
+  bool in_order = true;
+  auto read = rankscope::reader::read_run_log(tmp.path + "/rank-5.jsonl", [&](const rankscope::reader::LogEvent& e) {
+    if (e.kind == "phase" && e.name == "forward") {
+      in_order &= e.step == last_forward + 1;
+      last_forward = e.step;
+    }
+    step_ends += e.kind == "step_end";
+    if (e.kind == "step_begin") last_begun = std::max(last_begun, e.step);
+  });
+  REQUIRE(read.ok());
+  CHECK(last_begun == truth);  // exact: the step it was killed in
+  CHECK(in_order);
+  CHECK(last_forward >= truth - 1);  // the last one may still have been open
+  CHECK(step_ends >= truth);
+}
+
+TEST_CASE("a SIGKILLed rank inside a collective - the recovered lines name its communicator", "[ring_file][signals]") {
+  TempDir tmp;
+  OwnShmDir shm(tmp);
+  Helper h = spawn(tmp.path, "blocked_in_collective", shm.path.c_str());
+  REQUIRE(h.pid > 0);
+  char buf[64];
+  REQUIRE(::read(h.out, buf, sizeof(buf)) > 0);  // "blocked": ten all-reduces done, inside the all-gather
+  ::kill(h.pid, SIGKILL);
+  ::waitpid(h.pid, nullptr, 0);
+  ::close(h.out);
+  (void)read_all(h.err);
+  REQUIRE(detail::recover_orphaned_rings(tmp.path).size() == 1);
+  int all_reduces = 0;
+  std::int64_t last_begun = -1;
+  auto read = rankscope::reader::read_run_log(tmp.path + "/rank-5.jsonl", [&](const rankscope::reader::LogEvent& e) {
+    if (e.kind == "collective") all_reduces += e.op == "all_reduce" && e.comm == "world" && e.seq >= 1 && e.seq <= 10;
+    if (e.kind == "step_begin") last_begun = std::max(last_begun, e.step);
+  });
+  REQUIRE(read.ok());
+  CHECK(all_reduces == 10);  // each once: from the log or from the rings, never both
+  CHECK(last_begun == 10);   // the step it was killed in, inside the all-gather
+  auto sum = rankscope::reader::summarize_run(tmp.path);
+  REQUIRE(sum.ok());
+  CHECK(sum->ranks.at(0).last_step == 9);
+}
+
+TEST_CASE("a clean exit leaves no ring file", "[ring_file][signals]") {
+  TempDir tmp;
+  OwnShmDir shm(tmp);
+  Helper h = spawn(tmp.path, "usr1", shm.path.c_str());  // records, dumps, shuts down, exits 0
+  REQUIRE(h.pid > 0);
+  (void)read_all(h.out);
+  (void)read_all(h.err);
+  int status = 0;
+  ::waitpid(h.pid, &status, 0);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK_FALSE(ring_file_of(h.pid));
+  CHECK(detail::recover_orphaned_rings(tmp.path).empty());
+}
+
+TEST_CASE("an unusable RANKSCOPE_SHM_DIR is said once and the run log is written as before", "[ring_file][signals]") {
+  TempDir tmp;
+  const std::string not_a_dir = tmp.path + "/a-file";
+  { std::FILE* f = std::fopen(not_a_dir.c_str(), "w"); REQUIRE(f != nullptr); std::fclose(f); }
+  Helper h = spawn(tmp.path, "steps", not_a_dir.c_str());
+  REQUIRE(h.pid > 0);
+  const std::int64_t truth = steps_then_sigkill(h);
+  const std::string err = read_all(h.err);
+  CHECK_THAT(err, Catch::Contains("cannot use the directory") && Catch::Contains("RANKSCOPE_SHM_DIR"));
+  auto sum = rankscope::reader::summarize_run(tmp.path);
+  REQUIRE(sum.ok());
+  CHECK(sum->ranks.at(0).last_step > 0);
+  CHECK(sum->ranks.at(0).last_step <= truth);  // the position file still has the exact step
+  CHECK(sum->ranks.at(0).position->step_begun == truth);
+}
+
+TEST_CASE("a forked child gets private copies of its parent's rings", "[ring_file][fork]") {
+  TempDir tmp;
+  rankscope::Config cfg;
+  cfg.run_dir = tmp.path;
+  REQUIRE(rankscope::init(cfg).ok());
+  constexpr std::size_t kBytes = 4096 * 4;
+  auto* block = static_cast<std::uint64_t*>(detail::ring_file_alloc(kBytes));
+  REQUIRE(block != nullptr);  // this host has a /dev/shm
+  block[0] = 1;      // a ThreadState page
+  block[600] = 2;    // a record
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    const bool kept = block[0] == 1;  // the child still reads what was there (its thread's state)
+    block[0] = 99;
+    block[600] = 99;
+    ::_exit(kept ? 0 : 1);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(block[0] == 1);  // the parent's pages are untouched
+  CHECK(block[600] == 2);
+  CHECK(detail::ring_file_release(block));
+  rankscope::shutdown();
+}
