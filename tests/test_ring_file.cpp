@@ -14,6 +14,7 @@
 
 #include "rankscope/rankscope.hpp"
 #include "ring_file.hpp"
+#include "ring_file_layout.hpp"
 #include "run_log.hpp"
 #include "summary.hpp"
 #include "temp_dir.hpp"
@@ -199,17 +200,18 @@ TEST_CASE("a forked child gets private copies of its parent's rings", "[ring_fil
   rankscope::Config cfg;
   cfg.run_dir = tmp.path;
   REQUIRE(rankscope::init(cfg).ok());
-  constexpr std::size_t kBytes = 4096 * 4;
+  constexpr std::size_t kBytes = detail::kRingStateBytes + 64 * 64;  // a ring of 64 records
+  constexpr std::size_t kRecord = detail::kRingStateBytes / 8 + 8;    // the second record's first word
   auto* block = static_cast<std::uint64_t*>(detail::ring_file_alloc(kBytes));
   REQUIRE(block != nullptr);  // this host has a /dev/shm
-  block[0] = 1;      // a ThreadState page
-  block[600] = 2;    // a record
+  block[0] = 1;        // the ThreadState page
+  block[kRecord] = 2;  // a record
   const pid_t pid = ::fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
     const bool kept = block[0] == 1;  // the child still reads what was there (its thread's state)
     block[0] = 99;
-    block[600] = 99;
+    block[kRecord] = 99;
     ::_exit(kept ? 0 : 1);
   }
   int status = 0;
@@ -217,7 +219,7 @@ TEST_CASE("a forked child gets private copies of its parent's rings", "[ring_fil
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
   CHECK(block[0] == 1);  // the parent's pages are untouched
-  CHECK(block[600] == 2);
+  CHECK(block[kRecord] == 2);
   CHECK(detail::ring_file_release(block));
   rankscope::shutdown();
 }

@@ -19,19 +19,23 @@ ThreadRegistry& registry() {
 }
 
 namespace {
-// A ring block: the ThreadState page, then the records (ring_file_layout.hpp).
-// From the ring file, where records survive the process, else private memory.
+// A ring block: the ThreadState page, the metric slots, then the records
+// (ring_file_layout.hpp). From the ring file, where records survive the
+// process, else private memory. Metric slots start zeroed either way.
 std::size_t block_bytes(std::uint32_t capacity) { return kRingStateBytes + sizeof(Record) * capacity; }
 void* alloc_block(std::uint32_t capacity) {
-  if (void* m = ring_file_alloc(block_bytes(capacity))) return m;
+  if (void* m = ring_file_alloc(block_bytes(capacity))) return m;  // fresh file pages read as zeros
   void* m = nullptr;
-  return ::posix_memalign(&m, 4096, block_bytes(capacity)) == 0 ? m : nullptr;
+  if (::posix_memalign(&m, 4096, block_bytes(capacity)) != 0) return nullptr;
+  std::fill_n(reinterpret_cast<double*>(static_cast<char*>(m) + kThreadStateBytes), kMaxMetricSlots, 0.0);
+  return m;
 }
 void free_block(void* block) {
   if (!ring_file_release(block)) std::free(block);
 }
 ThreadState* state_in(void* block, std::uint32_t capacity) {
   auto* st = new (block) ThreadState;
+  st->metric_slots = reinterpret_cast<double*>(static_cast<char*>(block) + kThreadStateBytes);
   st->slots = reinterpret_cast<Record*>(static_cast<char*>(block) + kRingStateBytes);
   st->mask = capacity - 1;
   return st;
@@ -40,30 +44,20 @@ ThreadState* state_in(void* block, std::uint32_t capacity) {
 
 ThreadState* ThreadRegistry::add(std::uint32_t capacity) {
   void* block = nullptr;
-  double* metric_slots = nullptr;
   {
     // A ring left by a thread that exited, if one fits: threads that come and
     // go every epoch (loader and pin-memory threads) then cost no 4 MiB
-    // allocation and no fresh page faults.
+    // allocation and no fresh page faults. Its metric slots were zeroed when
+    // its thread was folded.
     std::lock_guard<std::mutex> lk(mu);
     if (!spare_rings_.empty() && spare_rings_.back().capacity == capacity) {
       block = spare_rings_.back().block;
-      metric_slots = spare_rings_.back().metric_slots;
       spare_rings_.pop_back();
     }
   }
-  if (block == nullptr) {  // a spare ring's metric slots were zeroed when its thread was folded
-    block = alloc_block(capacity);
-    metric_slots = static_cast<double*>(std::aligned_alloc(64, sizeof(double) * kMaxMetricSlots));
-    if (metric_slots != nullptr) std::fill_n(metric_slots, kMaxMetricSlots, 0.0);
-  }
-  if (block == nullptr || metric_slots == nullptr) {
-    if (block != nullptr) free_block(block);
-    std::free(metric_slots);
-    return nullptr;
-  }
+  if (block == nullptr) block = alloc_block(capacity);
+  if (block == nullptr) return nullptr;
   ThreadState* st = state_in(block, capacity);
-  st->metric_slots = metric_slots;
   st->tid = static_cast<std::int32_t>(syscall(SYS_gettid));
   std::lock_guard<std::mutex> lk(mu);
   st->index = static_cast<std::uint32_t>(threads_ever_++);
@@ -108,15 +102,13 @@ void ThreadRegistry::free_retired() {
     for (ThreadState*& st : dead) {  // keep a few rings for the next new threads
       if (spare_rings_.size() >= kSpareRings) break;
       const auto capacity = static_cast<std::uint32_t>(st->mask + 1);
-      double* metric_slots = st->metric_slots;
       st->~ThreadState();
-      spare_rings_.push_back({st, metric_slots, capacity});
+      spare_rings_.push_back({st, capacity});
       st = nullptr;
     }
   }
   for (ThreadState* st : dead) {
     if (st == nullptr) continue;
-    std::free(st->metric_slots);
     st->~ThreadState();
     free_block(st);  // the ThreadState is the block's start
   }

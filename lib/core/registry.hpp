@@ -51,8 +51,7 @@ class ThreadRegistry {
   // Rings of exited threads kept for the next new thread (bounded: at most
   // kSpareRings rings of memory beyond the live threads').
   struct SpareRing {
-    void* block;  // a ThreadState's page and its records (registry.cpp)
-    double* metric_slots;
+    void* block;  // a ThreadState's page, its metric slots and its records (registry.cpp)
     std::uint32_t capacity;
   };
   static constexpr std::size_t kSpareRings = 2;

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <climits>
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -118,8 +119,8 @@ void note_locked(FileState& s, std::uint8_t type, std::uint8_t kind, std::uint64
   RingName n{static_cast<std::uint32_t>(bytes), type, kind, static_cast<std::uint16_t>(s1.size()), key, a, b, c,
              static_cast<std::uint16_t>(s2.size()), 0};
   std::memcpy(at, &n, sizeof(n));
-  std::memcpy(at + sizeof(n), s1.data(), s1.size());
-  std::memcpy(at + sizeof(n) + s1.size(), s2.data(), s2.size());
+  if (!s1.empty()) std::memcpy(at + sizeof(n), s1.data(), s1.size());
+  if (!s2.empty()) std::memcpy(at + sizeof(n) + s1.size(), s2.data(), s2.size());
   s.hdr->names_used.store(used + static_cast<std::uint32_t>(bytes), std::memory_order_release);
 }
 
@@ -172,16 +173,16 @@ void ring_file_after_fork_child() noexcept {
   FileState& s = fs();
   if (s.hdr == nullptr) return;
   // Private copies: the state pages keep their contents (this thread's
-  // ThreadState is read), the records become fresh zero pages.
+  // ThreadState and metric slots are read), the records become fresh zero pages.
   alignas(64) static char page[kRingStateBytes];
   const std::uint32_t n = std::min(s.hdr->blocks_made.load(std::memory_order_relaxed), kMaxRingBlocks);
   for (std::uint32_t i = 0; i < n; ++i) {
     auto* m = static_cast<char*>(s.maps[i]);
     if (m == nullptr) continue;
-    const std::size_t bytes = s.hdr->blocks[i].bytes;
-    std::memcpy(page, m, kRingStateBytes);
+    const std::size_t bytes = s.hdr->blocks[i].bytes, kept = std::min(bytes, kRingStateBytes);
+    std::memcpy(page, m, kept);
     (void)::mmap(m, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
-    std::memcpy(m, page, kRingStateBytes);
+    std::memcpy(m, page, kept);
   }
   ::munmap(s.hdr, kRingHeaderBytes);
   s.hdr = nullptr;

@@ -1,6 +1,7 @@
 // The ring file's bytes (ring_file.hpp): a header - the run log to append
 // to, clock anchors, the table of ring blocks, the names table - then the
-// blocks, each a ThreadState page followed by its records. Written by the
+// blocks, each a ThreadState page, its metric slots and its records (the
+// same layout in private memory when there is no file). Written by the
 // owning process, read by ring_recovery.cpp after it died; both sides are the
 // same build, which `layout` checks.
 #pragma once
@@ -17,8 +18,12 @@ namespace rankscope::detail {
 inline constexpr char kRingFileMagic[8] = {'r', 's', 'r', 'i', 'n', 'g', '1', '\0'};
 inline constexpr const char* kRingFileSuffix = ".rings";
 inline constexpr std::uint32_t kMaxRingBlocks = 64;   // rings beyond these use private memory
-inline constexpr std::size_t kRingStateBytes = 4096;  // a block's ThreadState page
-static_assert(sizeof(ThreadState) <= kRingStateBytes);
+inline constexpr std::size_t kThreadStateBytes = 4096;  // a block's ThreadState page
+static_assert(sizeof(ThreadState) <= kThreadStateBytes);
+// Then its metric slots: in the block, so nothing else points out of it (a
+// leak checker does not look inside shared mappings).
+inline constexpr std::size_t kRingStateBytes = kThreadStateBytes + kMaxMetricSlots * sizeof(double);
+static_assert(kRingStateBytes % 4096 == 0);
 
 // What the reader must agree on to read the writer's structs as they are.
 struct RingLayout {
