@@ -90,7 +90,7 @@ finish
 sleep 1  # heartbeat older than 3 intervals
 expect dead_rank 2 "its position file)"  # its exact last step (in a step, or between two: "(<time>; its position file)")
 # ... and its log is whole up to it: what its rings held when it was killed was recovered.
-expect dead_rank 2 "record(s) recovered from its rings after it died)"
+expect dead_rank 2 "record(s) recovered from its rings after it died"
 
 # The same with SIGPIPE at its default action, as in a C++ trainer that never
 # set it: a rank sending to the dead one dies of SIGPIPE (when it happens to
