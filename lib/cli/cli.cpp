@@ -104,7 +104,8 @@ int run(int argc, const char* const* argv) {
   }
   // A rank of this host killed without a trace (kill -9, the OOM killer): the
   // records its rings still held go into its run log before anything reads it.
-  for (const std::string* dir : {&run_dir, &status_dir, &triage_dir, &timeline_dir, &goodput_dir, &report_dir, &stacks_dir}) {
+  for (const std::string* dir :
+       {&run_dir, &status_dir, &triage_dir, &timeline_dir, &goodput_dir, &report_dir, &stacks_dir, &diff_a, &diff_b}) {
     if (!dir->empty()) (void)rankscope::detail::recover_orphaned_rings(*dir);
   }
 

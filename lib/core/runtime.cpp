@@ -210,6 +210,7 @@ absl::Status Runtime::init(const Config& cfg) {
   }
   last_dump_mono_ = 0;
   last_position_anchor_mono_ = 0;
+  last_ring_scan_mono_ = mono0;  // init scanned just now (with a run dir): the background thread scans 5 s on
 
   stop_requested_ = false;
   bg_done_ = false;

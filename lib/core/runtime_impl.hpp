@@ -148,12 +148,12 @@ class Runtime {
   static constexpr std::size_t kExitedHistories = 8;
   std::uint64_t decode_log(ThreadState* st, std::uint64_t at, std::vector<Event>& batch);
   void export_metrics_now();
-  void write_resources();
-  void write_stacks(std::string_view reason);
+  void write_resources();  // a finished resource snapshot into the run log; a stuck one said once
+  void write_stacks(std::string_view reason);  // every thread's stack, a run-log line (stacks.hpp)
   detail::DumpRequests dump_requests_;  // background thread only (after init)
   std::uint64_t last_dump_mono_ = 0;    // background thread only: the last flight dump
   std::uint64_t last_position_anchor_mono_ = 0;  // background thread only
-  std::uint64_t last_ring_scan_mono_ = 0;        // background thread only: dead peers' rings (ring_file.hpp)  // every thread's stack, a run-log line (stacks.hpp)  // a finished resource snapshot into the run log; a stuck one said once
+  std::uint64_t last_ring_scan_mono_ = 0;        // background thread only: dead peers' rings (ring_file.hpp)
   std::uint64_t resource_deadline_ns_ = 0;
   // This process's own goodput (goodput.hpp), exported with every metrics snapshot.
   GoodputBuilder goodput_;
