@@ -4,6 +4,8 @@
 // and an unusable RANKSCOPE_SHM_DIR says so and loses nothing else.
 #include <catch2/catch.hpp>
 #include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -11,6 +13,7 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <thread>
 
 #include "rankscope/rankscope.hpp"
 #include "ring_file.hpp"
@@ -136,6 +139,35 @@ TEST_CASE("a SIGKILLed rank's last records are recovered from its rings into its
   CHECK(in_order);
   CHECK(last_forward >= truth - 1);  // the last one may still have been open
   CHECK(step_ends >= truth);
+}
+
+TEST_CASE("a reader waits for another process recovering a dead rank's rings instead of reading without them",
+          "[ring_file][signals]") {
+  TempDir tmp;
+  OwnShmDir shm(tmp);
+  Helper h = spawn(tmp.path, "steps", shm.path.c_str());
+  REQUIRE(h.pid > 0);
+  (void)steps_then_sigkill(h);
+  (void)read_all(h.err);
+  // Another recoverer (a peer's background thread) holds the dead file's lock for 300 ms.
+  std::string file;
+  DIR* d = ::opendir(detail::ring_file_dir().c_str());
+  REQUIRE(d != nullptr);
+  for (dirent* e; (e = ::readdir(d)) != nullptr;) {
+    if (std::strstr(e->d_name, ".rings") != nullptr) file = detail::ring_file_dir() + "/" + e->d_name;
+  }
+  ::closedir(d);
+  REQUIRE_FALSE(file.empty());
+  const int other = ::open(file.c_str(), O_RDWR);
+  REQUIRE(::flock(other, LOCK_EX | LOCK_NB) == 0);
+  std::thread release([other] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    ::close(other);  // it gave up without recovering: the reader does it
+  });
+  const auto got = detail::recover_orphaned_rings(tmp.path);
+  release.join();
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].records > 0);
 }
 
 TEST_CASE("a SIGKILLed rank inside a collective - the recovered lines name its communicator", "[ring_file][signals]") {

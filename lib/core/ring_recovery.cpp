@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include <climits>
+#include <csignal>
+#include <cstddef>
 #include <cstdlib>
 #include <ctime>
 #include <deque>
@@ -184,16 +186,37 @@ bool in_run_dir(const std::string& run_log, const std::string& run_dir) {
 }
 
 // One file: skipped while its owner lives (its lock), removed when it holds nothing to recover.
-void recover_file(const std::string& path, const std::string& run_dir, std::vector<RecoveredRings>& out) {
+// The lock is held and the owner is gone (its pid has no process): another
+// process is recovering it. A reader waits for that (up to 3 s), or it would
+// read the run log without the lines being appended.
+bool recoverer_finishes(int fd) {
+  constexpr std::size_t kHead = offsetof(RingFileHeader, pid) + sizeof(std::int64_t);
+  char head[kHead];
+  std::int64_t pid = 0;
+  if (::pread(fd, head, kHead, 0) != static_cast<ssize_t>(kHead) ||
+      std::memcmp(head, kRingFileMagic, sizeof(kRingFileMagic)) != 0) {
+    return false;
+  }
+  std::memcpy(&pid, head + offsetof(RingFileHeader, pid), sizeof(pid));
+  if (pid <= 0 || ::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) return false;
+  for (int i = 0; i < 300; ++i) {
+    ::usleep(10'000);
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) return true;
+  }
+  return false;
+}
+
+// `waits`: a reader about to read the run (see recoverer_finishes).
+void recover_file(const std::string& path, const std::string& run_dir, bool waits, std::vector<RecoveredRings>& out) {
   const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return;
   struct Closer {
     int fd;
     ~Closer() { ::close(fd); }
   } closer{fd};
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) return;  // its owner is alive (or another recoverer is here)
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0 && !(waits && recoverer_finishes(fd))) return;  // its owner is alive
   struct stat st;
-  if (::fstat(fd, &st) != 0) return;
+  if (::fstat(fd, &st) != 0 || st.st_nlink == 0) return;  // recovered by another process since we opened it
   if (static_cast<std::size_t>(st.st_size) < kRingHeaderBytes) {
     if (std::time(nullptr) - st.st_mtime > 60) ::unlink(path.c_str());  // a process killed while making it
     return;
@@ -253,7 +276,7 @@ std::vector<RecoveredRings> recover_orphaned_rings(std::string_view run_dir) noe
       if (name.size() > 6 && name.substr(name.size() - 6) == kRingFileSuffix) files.push_back(dir + "/" + e->d_name);
     }
     ::closedir(d);
-    for (const std::string& f : files) recover_file(f, only, out);
+    for (const std::string& f : files) recover_file(f, only, !only.empty(), out);
   } catch (...) {
   }
   return out;
