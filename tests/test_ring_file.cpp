@@ -14,6 +14,7 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "rankscope/rankscope.hpp"
 #include "ring_file.hpp"
@@ -194,6 +195,31 @@ TEST_CASE("a SIGKILLed rank inside a collective - the recovered lines name its c
   auto sum = rankscope::reader::summarize_run(tmp.path);
   REQUIRE(sum.ok());
   CHECK(sum->ranks.at(0).last_step == 9);
+}
+
+TEST_CASE("a ring file another build wrote is left alone - never taken for empty and removed", "[ring_file]") {
+  TempDir tmp;
+  OwnShmDir shm(tmp);
+  REQUIRE(::mkdir(detail::ring_file_dir().c_str(), 0700) == 0);
+  const std::string path = detail::ring_file_dir() + "/1-1.rings";
+  {  // an older layout: the right magic, another version, recording, pointing into this run
+    std::vector<char> bytes(detail::kRingHeaderBytes, '\0');
+    auto& h = *reinterpret_cast<detail::RingFileHeader*>(bytes.data());
+    std::memcpy(h.magic, detail::kRingFileMagic, sizeof(h.magic));
+    h.layout = detail::ring_layout();
+    h.layout.version = 1;
+    h.pid = 1;
+    h.recording.store(1);
+    const std::string log = tmp.path + "/rank-0.jsonl";
+    std::memcpy(h.run_log, log.data(), log.size());
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    REQUIRE(f != nullptr);
+    REQUIRE(std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size());
+    std::fclose(f);
+    std::fclose(std::fopen(log.c_str(), "w"));
+  }
+  CHECK(detail::recover_orphaned_rings(tmp.path).empty());
+  CHECK(::access(path.c_str(), F_OK) == 0);  // still there, for a reader of its own build
 }
 
 TEST_CASE("a clean exit leaves no ring file", "[ring_file][signals]") {

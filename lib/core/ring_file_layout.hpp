@@ -18,20 +18,23 @@ namespace rankscope::detail {
 inline constexpr char kRingFileMagic[8] = {'r', 's', 'r', 'i', 'n', 'g', '1', '\0'};
 inline constexpr const char* kRingFileSuffix = ".rings";
 inline constexpr std::uint32_t kMaxRingBlocks = 64;   // rings beyond these use private memory
+
+// What the reader must agree on to read the writer's structs as they are.
+// A process of another build (an older rankscope still running on the host)
+// must leave a file it cannot read alone, not take it for empty.
+struct RingLayout {
+  std::uint32_t version, state_bytes, thread_state, record, published, written, mask, tid;
+  bool operator==(const RingLayout&) const = default;
+};
 inline constexpr std::size_t kThreadStateBytes = 4096;  // a block's ThreadState page
-static_assert(sizeof(ThreadState) <= kThreadStateBytes);
 // Then its metric slots: in the block, so nothing else points out of it (a
 // leak checker does not look inside shared mappings).
 inline constexpr std::size_t kRingStateBytes = kThreadStateBytes + kMaxMetricSlots * sizeof(double);
+static_assert(sizeof(ThreadState) <= kThreadStateBytes);
 static_assert(kRingStateBytes % 4096 == 0);
-
-// What the reader must agree on to read the writer's structs as they are.
-struct RingLayout {
-  std::uint32_t version, thread_state, record, published, written, mask, tid;
-  bool operator==(const RingLayout&) const = default;
-};
 inline RingLayout ring_layout() {
-  return {1,
+  return {2,
+          static_cast<std::uint32_t>(kRingStateBytes),
           static_cast<std::uint32_t>(sizeof(ThreadState)),
           static_cast<std::uint32_t>(sizeof(Record)),
           static_cast<std::uint32_t>(offsetof(ThreadState, published)),

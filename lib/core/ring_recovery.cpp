@@ -108,17 +108,20 @@ struct Decoded {
   std::uint64_t unresolved = 0;  // records naming what the table lacks (first used in the lost window)
 };
 
-// One ring block's records not yet in the run log.
-void decode_block(const char* block, std::uint64_t bytes, const AnchorClock& clock, const TableNames& names,
+// One ring block's records not yet in the run log; false for a block this
+// build cannot read (the file is then left alone).
+bool decode_block(const char* block, std::uint64_t bytes, const AnchorClock& clock, const TableNames& names,
                   Decoded& out) {
   const auto* st = reinterpret_cast<const ThreadState*>(block);
   const auto* slots = reinterpret_cast<const Record*>(block + kRingStateBytes);
   const std::uint64_t cap = (bytes - kRingStateBytes) / sizeof(Record);
   const std::uint64_t mask = st->mask;
-  if (cap == 0 || (cap & (cap - 1)) != 0 || mask + 1 != cap) return;
+  // A block handed out whose ThreadState was not made yet (killed in between): nothing in it.
+  if (mask == 0 && st->published.load(std::memory_order_acquire) == 0) return true;
+  if (cap == 0 || (cap & (cap - 1)) != 0 || mask + 1 != cap) return false;
   const std::uint64_t end = st->published.load(std::memory_order_acquire);
   std::uint64_t at = st->written.load(std::memory_order_acquire);
-  if (end < at) return;
+  if (end < at) return false;
   if (end - at > cap) at = end - cap;  // older ones were overwritten: their lines were written
   absl::flat_hash_map<std::int64_t, std::uint64_t> begun;  // step -> its step_begin (mono), for step_end's dur
   while (at < end) {
@@ -149,6 +152,7 @@ void decode_block(const char* block, std::uint64_t bytes, const AnchorClock& clo
     }
     out.events.push_back(std::move(e));
   }
+  return true;
 }
 
 // Appends the `recovered` line and the events' lines to the run log.
@@ -243,11 +247,11 @@ void recover_file(const std::string& path, const std::string& run_dir, bool wait
   const std::uint32_t blocks = std::min(h.blocks_made.load(std::memory_order_acquire), kMaxRingBlocks);
   for (std::uint32_t i = 0; i < blocks; ++i) {
     const RingBlockEntry& b = h.blocks[i];
-    if (b.in_use.load(std::memory_order_acquire) == 0 || b.bytes <= kRingStateBytes ||
-        b.offset + b.bytes > static_cast<std::uint64_t>(st.st_size)) {
-      continue;
+    if (b.in_use.load(std::memory_order_acquire) == 0) continue;
+    if (b.bytes <= kRingStateBytes || b.offset + b.bytes > static_cast<std::uint64_t>(st.st_size) ||
+        !decode_block(base + b.offset, b.bytes, clock, names, d)) {
+      return;  // not what this build writes: never taken for empty and removed
     }
-    decode_block(base + b.offset, b.bytes, clock, names, d);
   }
   // A run log that is gone (a deleted run directory) has nothing to receive them.
   if ((!d.events.empty() || d.unresolved != 0) && !append_to_run_log(h, run_log, clock, d) && errno != ENOENT) return;

@@ -95,6 +95,14 @@ def test_the_first_rank_to_see_a_stall_has_every_rank_dump_within_5_s(tmp_path):
     finally:
         os.killpg(job.pid, signal.SIGKILL)
         job.wait()
+        # torchrun starts its workers in sessions of their own: killing its group leaves them
+        # running (blocked in the all-reduce), so each rank is killed by its heartbeat's pid.
+        for d in set(dirs.values()):
+            for hb in d.glob("rank-*.heartbeat.json"):
+                try:
+                    os.kill(json.loads(hb.read_text())["pid"], signal.SIGKILL)
+                except (OSError, ValueError, KeyError):
+                    pass
     request = json.loads((run / "dump-request.json").read_text())
     assert request["rank"] == 1 and request["reason"] == "stall", request
     dumps = {r: json.loads((dirs[r] / f"rank-{r}.flight.json").read_text()) for r in range(4)}
