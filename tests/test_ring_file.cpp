@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -280,4 +281,57 @@ TEST_CASE("a forked child gets private copies of its parent's rings", "[ring_fil
   CHECK(block[kRecord] == 2);
   CHECK(detail::ring_file_release(block));
   rankscope::shutdown();
+}
+
+TEST_CASE("a ring block given back is handed out again with its pages - its state page reads as not made yet",
+          "[ring_file]") {
+  TempDir tmp;
+  OwnShmDir shm(tmp);
+  rankscope::Config cfg;
+  cfg.run_dir = tmp.path;
+  REQUIRE(rankscope::init(cfg).ok());
+  constexpr std::size_t kBytes = detail::kRingStateBytes + 64 * 64;
+  auto* a = static_cast<std::uint64_t*>(detail::ring_file_alloc(kBytes));
+  auto* b = static_cast<std::uint64_t*>(detail::ring_file_alloc(kBytes));
+  REQUIRE(a != nullptr);
+  REQUIRE(b != nullptr);
+  a[0] = 7;                                  // a ThreadState's first word (its records' mask, ...)
+  a[detail::kRingStateBytes / 8] = 42;       // a record
+  CHECK(detail::ring_file_release(a));
+  auto* again = static_cast<std::uint64_t*>(detail::ring_file_alloc(kBytes));
+  CHECK(again == a);
+  CHECK(again[0] == 0);  // a rank killed before its new ThreadState is made recovers nothing stale
+  CHECK(again[detail::kRingStateBytes / 8] == 42);  // its pages were kept, not freed and made again
+  CHECK(detail::ring_file_release(again));
+  CHECK(detail::ring_file_release(b));
+  rankscope::shutdown();
+}
+
+TEST_CASE("threads that come and go every epoch reuse the rings of those that left - no new ring each",
+          "[ring_file]") {
+  TempDir tmp;
+  OwnShmDir shm(tmp);
+  rankscope::Config cfg;
+  cfg.run_dir = tmp.path;
+  cfg.drain_interval = std::chrono::milliseconds(1000);  // the longest: a dozen threads come and go in between
+  REQUIRE(rankscope::init(cfg).ok());
+  { RANKSCOPE_PHASE("main_thread"); }
+  for (int epoch = 0; epoch < 12; ++epoch) {
+    // Its exit wakes the background thread, which drains and recycles its ring.
+    std::thread([] { RANKSCOPE_PHASE("loader_produce"); }).join();
+    std::this_thread::sleep_for(std::chrono::milliseconds(60));  // past the 50 ms between such wakes
+  }
+  std::uint32_t made = 0;
+  {
+    const int fd = ::open(detail::ring_file_path().c_str(), O_RDONLY | O_CLOEXEC);
+    REQUIRE(fd >= 0);
+    void* m = ::mmap(nullptr, detail::kRingHeaderBytes, PROT_READ, MAP_SHARED, fd, 0);
+    REQUIRE(m != MAP_FAILED);
+    made = static_cast<const detail::RingFileHeader*>(m)->blocks_made.load();
+    ::munmap(m, detail::kRingHeaderBytes);
+    ::close(fd);
+  }
+  rankscope::shutdown();
+  CHECK(made >= 2);
+  CHECK(made <= 5);  // this thread's, the background thread's, a loader's or two (12 without recycling)
 }

@@ -395,8 +395,9 @@ bool Runtime::background_iteration(std::vector<Event>& batch, std::chrono::micro
     {
       std::unique_lock<std::mutex> lk(mu_);
       cv_.wait_for(lk, sleep, [&] {
-        return stop_requested_ || flush_requested_ > flush_seen || dump_requested_ > dump_done_;
+        return stop_requested_ || flush_requested_ > flush_seen || dump_requested_ > dump_done_ || retired_wake_;
       });
+      retired_wake_ = false;
       stop = stop_requested_;
       flush_target = flush_requested_;
       dump_target = dump_requested_ > dump_done_ ? dump_requested_ : 0;

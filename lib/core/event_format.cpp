@@ -2,6 +2,7 @@
 
 #include <fmt/compile.h>
 
+#include <array>
 #include <cstring>
 
 #include "attribute_codec.hpp"
@@ -61,12 +62,30 @@ class RawLine {
     p_ = decimal::write_int(p_, v);
     return *this;
   }
+  RawLine& tail(const LineTail& t) {  // LineTail::kMost bytes of room
+    std::memcpy(p_, t.text, LineTail::kMost);  // a fixed-size copy; only t.size bytes count
+    p_ += t.size;
+    return *this;
+  }
   RawLine& time(decimal::RepeatingPrefix& digits, std::uint64_t ns) {
     p_ = digits.write(p_, ns);
     return *this;
   }
   RawLine& number(double v) {  // kJsonNumberMost bytes of room
     p_ = json_number_at(p_, v);
+    return *this;
+  }
+  RawLine& number(RepeatingNumber& last, double v) {  // kJsonNumberMost bytes of room
+    std::uint64_t bits;
+    std::memcpy(&bits, &v, sizeof bits);
+    if (!last.valid || last.bits != bits) {
+      static_assert(sizeof(last.text) >= kJsonNumberMost);
+      last.size = static_cast<std::size_t>(json_number_at(last.text, v) - last.text);
+      last.bits = bits;
+      last.valid = true;
+    }
+    std::memcpy(p_, last.text, sizeof(last.text));  // a fixed-size copy; only last.size bytes count
+    p_ += last.size;
     return *this;
   }
   RawLine& rate(double v) {  // kJsonNumberMost bytes of room
@@ -83,17 +102,64 @@ class RawLine {
   char* p_;
 };
 
+// `{"kind":"<kind>","t":` as text built at compile time, for the kinds of
+// the training loop's lines (one fixed-size copy instead of five).
+template <Kind K>
+struct LineStart {
+  static constexpr std::string_view name = kind_name(K);
+  static constexpr std::string_view t = next_key<Field::kT>();
+  static constexpr std::string_view kind = key<Field::kKind>();
+  static constexpr std::array<char, 1 + kind.size() + 1 + name.size() + 1 + t.size()> text = [] {
+    std::array<char, 1 + kind.size() + 1 + name.size() + 1 + t.size()> a{};
+    std::size_t n = 0;
+    a[n++] = '{';
+    for (char c : kind) a[n++] = c;
+    a[n++] = '"';
+    for (char c : name) a[n++] = c;
+    a[n++] = '"';
+    for (char c : t) a[n++] = c;
+    return a;
+  }();
+  static constexpr std::string_view view{text.data(), text.size()};
+};
+
+// What follows the kind on every line: `<t>,"mono":<mono>,"rank":..[,"step"][,"tid"]`.
+void begin_rest(RawLine& o, LineClocks& clocks, std::uint64_t wall, std::uint64_t mono, int rank, std::int64_t step,
+                std::int32_t tid) {
+  o.time(clocks.wall, wall) << next_key<Field::kMono>();
+  o.time(clocks.mono, mono);
+  LineTail& t = clocks.tail;
+  if (!t.valid || t.step != step || t.tid != tid || t.rank != rank) {
+    char* p = t.text;
+    auto put = [&p](std::string_view s) {
+      std::memcpy(p, s.data(), s.size());
+      p += s.size();
+    };
+    put(next_key<Field::kRank>());
+    p = decimal::write_int(p, rank);
+    if (step >= 0) put(next_key<Field::kStep>()), p = decimal::write_int(p, step);
+    if (tid != 0) put(next_key<Field::kTid>()), p = decimal::write_int(p, tid);
+    t.size = static_cast<std::size_t>(p - t.text);
+    t.valid = true;
+    t.tid = tid;
+    t.rank = rank;
+    t.step = step;
+  }
+  o.tail(t);
+}
 // The start of every line, as begin() writes it; kBeginMost bytes of room plus the kind.
+template <Kind K>
+void begin_raw(RawLine& o, LineClocks& clocks, std::uint64_t wall, std::uint64_t mono, int rank, std::int64_t step,
+               std::int32_t tid) {
+  o << LineStart<K>::view;
+  begin_rest(o, clocks, wall, mono, rank, step, tid);
+}
 void begin_raw(RawLine& o, LineClocks& clocks, std::string_view kind, std::uint64_t wall, std::uint64_t mono, int rank,
                std::int64_t step, std::int32_t tid) {
   o << '{' << key<Field::kKind>() << '"' << kind << '"' << next_key<Field::kT>();
-  o.time(clocks.wall, wall) << next_key<Field::kMono>();
-  o.time(clocks.mono, mono) << next_key<Field::kRank>();
-  o.num(rank);
-  if (step >= 0) (o << next_key<Field::kStep>()).num(step);
-  if (tid != 0) (o << next_key<Field::kTid>()).num(tid);
+  begin_rest(o, clocks, wall, mono, rank, step, tid);
 }
-constexpr std::size_t kBeginMost = 32 + 20 + 20 + 11 + 20 + 11 + 40;
+constexpr std::size_t kBeginMost = 32 + 20 + 20 + LineTail::kMost + 40;
 
 // The cold lines' shared members: `,"msg":...`, `,"level":..,"msg":...`, and
 // the attributes as more members of the line.
@@ -146,7 +212,7 @@ void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
       const std::string& name = quoted(e.site);
       const std::string* parent = e.parent != nullptr ? &quoted(e.parent) : nullptr;
       RawLine o(out, kBeginMost + 96 + name.size() + (parent ? parent->size() : 0));
-      begin_raw(o, clocks_, kind_name(Kind::kPhase), e.wall_ns, e.mono_ns, rank_, e.step, e.tid);
+      begin_raw<Kind::kPhase>(o, clocks_, e.wall_ns, e.mono_ns, rank_, e.step, e.tid);
       o << next_key<Field::kName>() << name << next_key<Field::kPhaseKind>() << '"' << phase_kind_name(e.site->kind) << '"'
         << next_key<Field::kDur>();
       o.num(e.dur_ns) << next_key<Field::kDepth>();
@@ -156,17 +222,17 @@ void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
     }
     case EventKind::kStepBegin: {
       RawLine o(out, kBeginMost);
-      begin_raw(o, clocks_, kind_name(Kind::kStepBegin), e.wall_ns, e.mono_ns, rank_, e.step, e.tid);
+      begin_raw<Kind::kStepBegin>(o, clocks_, e.wall_ns, e.mono_ns, rank_, e.step, e.tid);
       break;
     }
     case EventKind::kStepEnd: {
       const StepScalars& sc = e.scalars;
       RawLine o(out, kBeginMost + 48 + 3 * (16 + kJsonNumberMost) + 2 * (16 + 20) + 16);
-      begin_raw(o, clocks_, kind_name(Kind::kStepEnd), e.wall_ns, e.mono_ns, rank_, e.step, e.tid);
+      begin_raw<Kind::kStepEnd>(o, clocks_, e.wall_ns, e.mono_ns, rank_, e.step, e.tid);
       if (e.dur_ns) (o << next_key<Field::kDur>()).num(e.dur_ns);
-      if (sc.loss) (o << next_key<Field::kLoss>()).number(*sc.loss);
-      if (sc.lr) (o << next_key<Field::kLr>()).number(*sc.lr);
-      if (sc.grad_norm) (o << next_key<Field::kGradNorm>()).number(*sc.grad_norm);
+      if (sc.loss) (o << next_key<Field::kLoss>()).number(clocks_.loss, *sc.loss);
+      if (sc.lr) (o << next_key<Field::kLr>()).number(clocks_.lr, *sc.lr);
+      if (sc.grad_norm) (o << next_key<Field::kGradNorm>()).number(clocks_.grad_norm, *sc.grad_norm);
       if (sc.samples) (o << next_key<Field::kSamples>()).num(*sc.samples);
       if (sc.tokens) (o << next_key<Field::kTokens>()).num(*sc.tokens);
       if (sc.skipped) o << next_key<Field::kSkipped>() << "true";
@@ -187,7 +253,7 @@ void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
       {
         RawLine o(out, kBeginMost + 640 + op.size() + dtype.size() + json_escaped_most(comm) +
                            (phase != nullptr ? phase->size() : 0));
-        begin_raw(o, clocks_, kind_name(Kind::kCollective), e.wall_ns, e.mono_ns, rank_, e.step, e.tid);
+        begin_raw<Kind::kCollective>(o, clocks_, e.wall_ns, e.mono_ns, rank_, e.step, e.tid);
         o << next_key<Field::kOp>() << '"' << op << '"' << next_key<Field::kComm>();
         o.escaped(comm);
         (o << next_key<Field::kCommId>()).num(e.comm != nullptr ? e.comm->id() : 0);

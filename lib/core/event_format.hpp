@@ -16,9 +16,33 @@
 
 namespace rankscope::detail {
 
-// The digits the two timestamps of consecutive lines share.
+// `,"rank":R[,"step":S][,"tid":T]` of the last line: a thread's lines of one
+// step end their first members alike, so it is copied, not formatted again.
+struct LineTail {
+  static constexpr std::size_t kMost = 72;  // 8 + 11 + 8 + 20 + 7 + 11 = 65
+  bool valid = false;
+  std::int32_t tid = 0;
+  int rank = 0;
+  std::int64_t step = 0;
+  std::size_t size = 0;
+  char text[kMost] = {};
+};
+
+// A step_end number's last value and its text: the learning rate repeats for
+// many steps, and a shortest round-trip decimal is a float-to-decimal conversion.
+struct RepeatingNumber {
+  std::uint64_t bits = 0;
+  bool valid = false;
+  std::size_t size = 0;
+  char text[32] = {};  // kJsonNumberMost (json_util.hpp)
+};
+
+// What consecutive lines share: the leading digits of both timestamps and the
+// members after them.
 struct LineClocks {
   decimal::RepeatingPrefix wall, mono;
+  LineTail tail;
+  RepeatingNumber loss, lr, grad_norm;
 };
 
 class EventFormatter {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <new>
 
 #include "ring_file.hpp"
@@ -24,7 +25,7 @@ namespace {
 // process, else private memory. Metric slots start zeroed either way.
 std::size_t block_bytes(std::uint32_t capacity) { return kRingStateBytes + sizeof(Record) * capacity; }
 void* alloc_block(std::uint32_t capacity) {
-  if (void* m = ring_file_alloc(block_bytes(capacity))) return m;  // fresh file pages read as zeros
+  if (void* m = ring_file_alloc(block_bytes(capacity))) return m;  // its metric slots read as zeros
   void* m = nullptr;
   if (::posix_memalign(&m, 4096, block_bytes(capacity)) != 0) return nullptr;
   std::fill_n(reinterpret_cast<double*>(static_cast<char*>(m) + kThreadStateBytes), kMaxMetricSlots, 0.0);
@@ -103,6 +104,7 @@ void ThreadRegistry::free_retired() {
       if (spare_rings_.size() >= kSpareRings) break;
       const auto capacity = static_cast<std::uint32_t>(st->mask + 1);
       st->~ThreadState();
+      std::memset(static_cast<void*>(st), 0, kThreadStateBytes);  // in the ring file: a ring with nothing to recover
       spare_rings_.push_back({st, capacity});
       st = nullptr;
     }

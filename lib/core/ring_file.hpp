@@ -56,6 +56,8 @@ void ring_file_unlock_after_fork() noexcept;
 void ring_file_after_fork_child() noexcept;
 // The directory of this user's ring files ("" when RANKSCOPE_SHM_DIR is "" or "off").
 std::string ring_file_dir();
+// This process's ring file, or empty (none, or given up on).
+std::string ring_file_path();
 // log.cpp: every logger made so far into the names table.
 void note_loggers_in_ring_file() noexcept;
 // The background thread's clock anchor (every second), so a reader converts ticks.
@@ -64,7 +66,8 @@ void ring_file_anchor(std::uint64_t ticks, std::uint64_t mono_ns, std::uint64_t 
 // Memory for a ring block of `bytes` (page-aligned) from the file, or null
 // (no file, the file is full, or no space left): the caller then allocates.
 void* ring_file_alloc(std::size_t bytes) noexcept;
-// Gives a block back (its pages are freed); false when it is not the file's.
+// Gives a block back; false when it is not the file's. The pages of two
+// blocks given back are kept for the next ones, the rest are freed.
 bool ring_file_release(void* block) noexcept;
 
 // Names the records point at. Sites are noted by the run log's formatter the

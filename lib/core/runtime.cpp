@@ -66,6 +66,7 @@ thread_local ThreadState* t_state = nullptr;
 std::atomic<DeferCollective> g_defer{nullptr};
 std::atomic<Poller> g_poller{nullptr};
 std::atomic<std::uint32_t> g_yield_every{kDefaultYieldEvery};
+std::atomic<std::uint32_t> g_yield_units{0};
 
 namespace {
 std::atomic<std::uint64_t> g_inactive_calls{0};
@@ -78,6 +79,7 @@ struct ThreadExitGuard {
       t_state = nullptr;
       st->retired.store(true, std::memory_order_release);
       registry().note_retired();
+      Runtime::get().wake_for_retired();
     }
   }
 };
@@ -235,6 +237,19 @@ void Runtime::set_enabled(bool on) noexcept {
   if (phase_ == Phase::kRunning) {
     detail::g_gate.store(on ? detail::kActive : detail::kDisabled, std::memory_order_relaxed);
   }
+}
+
+void Runtime::wake_for_retired() noexcept {
+  const std::uint64_t now = mono_now();
+  std::uint64_t last = last_retired_wake_ns_.load(std::memory_order_relaxed);
+  if (now - last < 50'000'000ull || !last_retired_wake_ns_.compare_exchange_strong(last, now)) return;
+  // try_lock: a thread may exit while another holds mu_ and waits for it
+  // (shutdown joining the background thread); the periodic drain covers that.
+  std::unique_lock<std::mutex> lk(mu_, std::try_to_lock);
+  if (!lk.owns_lock() || phase_ != Phase::kRunning || stop_requested_ || owner_pid_ != ::getpid()) return;
+  retired_wake_ = true;
+  lk.unlock();
+  cv_.notify_all();
 }
 
 void Runtime::shutdown(std::chrono::milliseconds deadline) noexcept {
