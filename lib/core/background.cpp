@@ -168,6 +168,12 @@ std::size_t Runtime::drain_all(std::vector<Event>& batch) {
   std::size_t n = 0;
   max_drained_ = 0;
   detail::registry().refresh(threads_, threads_version_);
+  bool pressure = false;  // a ring a quarter full: drain without yielding (yield_point.hpp)
+  for (const ThreadState* st : threads_) {
+    const std::uint64_t backlog = st->published.load(std::memory_order_acquire) - st->tail.load(std::memory_order_relaxed);
+    pressure |= backlog >= (st->mask + 1) / 4;
+  }
+  detail::g_yield_paused.store(pressure, std::memory_order_relaxed);
   for (ThreadState* st : threads_) {
     const std::uint64_t head = st->published.load(std::memory_order_acquire);
     std::uint64_t tail = st->tail.load(std::memory_order_relaxed);
@@ -185,7 +191,10 @@ std::size_t Runtime::drain_all(std::vector<Event>& batch) {
       ++n;
       if (yield_due()) {  // a training thread sharing this core need not wait for the whole drain
         st->tail.store(tail, std::memory_order_release);  // the slots decoded so far are free meanwhile
-        sched_yield();
+        // Fallen behind (a thread that never blocks had the core at each yield): no more yields this drain.
+        const bool behind = st->published.load(std::memory_order_acquire) - tail >= (st->mask + 1) / 4;
+        detail::g_yield_paused.store(behind, std::memory_order_relaxed);
+        if (!behind) sched_yield();
       }
       if (batch.size() >= kBatch) {
         st->tail.store(tail, std::memory_order_release);

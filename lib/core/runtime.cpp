@@ -67,6 +67,7 @@ std::atomic<DeferCollective> g_defer{nullptr};
 std::atomic<Poller> g_poller{nullptr};
 std::atomic<std::uint32_t> g_yield_every{kDefaultYieldEvery};
 std::atomic<std::uint32_t> g_yield_units{0};
+std::atomic<bool> g_yield_paused{false};
 
 namespace {
 std::atomic<std::uint64_t> g_inactive_calls{0};

@@ -19,12 +19,17 @@ namespace rankscope::detail {
 
 extern std::atomic<std::uint32_t> g_yield_every;  // units between yields; 0 = never
 extern std::atomic<std::uint32_t> g_yield_units;  // units since the last yield
+// Set by the drain while a ring is a quarter full or more: no yields then. A
+// thread that never blocks (a spinning trainer, a busy neighbour) gets the
+// core for its whole slice at every yield, and a yielding drain fell so far
+// behind that rings overflowed; under pressure, draining comes first.
+extern std::atomic<bool> g_yield_paused;
 
 // Counts one unit of work; true when the caller should yield now (after
 // releasing what the yield should not hold back, such as a ring's slots).
 inline bool yield_due() noexcept {
   const std::uint32_t every = g_yield_every.load(std::memory_order_relaxed);
-  if (every == 0) return false;
+  if (every == 0 || g_yield_paused.load(std::memory_order_relaxed)) return false;
   const std::uint32_t units = g_yield_units.load(std::memory_order_relaxed) + 1;
   g_yield_units.store(units < every ? units : 0, std::memory_order_relaxed);
   return units >= every;
