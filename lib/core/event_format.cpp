@@ -124,11 +124,11 @@ struct LineStart {
 };
 
 // What follows the kind on every line: `<t>,"mono":<mono>,"rank":..[,"step"][,"tid"]`.
-void begin_rest(RawLine& o, LineClocks& clocks, std::uint64_t wall, std::uint64_t mono, int rank, std::int64_t step,
+void begin_rest(RawLine& o, LineRepeats& repeats, std::uint64_t wall, std::uint64_t mono, int rank, std::int64_t step,
                 std::int32_t tid) {
-  o.time(clocks.wall, wall) << next_key<Field::kMono>();
-  o.time(clocks.mono, mono);
-  LineTail& t = clocks.tail;
+  o.time(repeats.wall, wall) << next_key<Field::kMono>();
+  o.time(repeats.mono, mono);
+  LineTail& t = repeats.tail;
   if (!t.valid || t.step != step || t.tid != tid || t.rank != rank) {
     char* p = t.text;
     auto put = [&p](std::string_view s) {
@@ -149,15 +149,15 @@ void begin_rest(RawLine& o, LineClocks& clocks, std::uint64_t wall, std::uint64_
 }
 // The start of every line, as begin() writes it; kBeginMost bytes of room plus the kind.
 template <Kind K>
-void begin_raw(RawLine& o, LineClocks& clocks, std::uint64_t wall, std::uint64_t mono, int rank, std::int64_t step,
+void begin_raw(RawLine& o, LineRepeats& repeats, std::uint64_t wall, std::uint64_t mono, int rank, std::int64_t step,
                std::int32_t tid) {
   o << LineStart<K>::view;
-  begin_rest(o, clocks, wall, mono, rank, step, tid);
+  begin_rest(o, repeats, wall, mono, rank, step, tid);
 }
-void begin_raw(RawLine& o, LineClocks& clocks, std::string_view kind, std::uint64_t wall, std::uint64_t mono, int rank,
+void begin_raw(RawLine& o, LineRepeats& repeats, std::string_view kind, std::uint64_t wall, std::uint64_t mono, int rank,
                std::int64_t step, std::int32_t tid) {
   o << '{' << key<Field::kKind>() << '"' << kind << '"' << next_key<Field::kT>();
-  begin_rest(o, clocks, wall, mono, rank, step, tid);
+  begin_rest(o, repeats, wall, mono, rank, step, tid);
 }
 constexpr std::size_t kBeginMost = 32 + 20 + 20 + LineTail::kMost + 40;
 
@@ -185,7 +185,7 @@ void attribute_members(const Attributes& a, fmt::memory_buffer& out) {
 void EventFormatter::begin(fmt::memory_buffer& out, std::string_view kind, std::uint64_t wall, std::uint64_t mono,
                            std::int64_t step, std::int32_t tid) const {
   RawLine o(out, kBeginMost + kind.size());
-  begin_raw(o, clocks_, kind, wall, mono, rank_, step, tid);
+  begin_raw(o, repeats_, kind, wall, mono, rank_, step, tid);
 }
 
 const std::string& EventFormatter::quoted(const Site* s) {
@@ -212,7 +212,7 @@ void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
       const std::string& name = quoted(e.site);
       const std::string* parent = e.parent != nullptr ? &quoted(e.parent) : nullptr;
       RawLine o(out, kBeginMost + 96 + name.size() + (parent ? parent->size() : 0));
-      begin_raw<Kind::kPhase>(o, clocks_, e.wall_ns, e.mono_ns, rank_, e.step, e.tid);
+      begin_raw<Kind::kPhase>(o, repeats_, e.wall_ns, e.mono_ns, rank_, e.step, e.tid);
       o << next_key<Field::kName>() << name << next_key<Field::kPhaseKind>() << '"' << phase_kind_name(e.site->kind) << '"'
         << next_key<Field::kDur>();
       o.num(e.dur_ns) << next_key<Field::kDepth>();
@@ -222,17 +222,17 @@ void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
     }
     case EventKind::kStepBegin: {
       RawLine o(out, kBeginMost);
-      begin_raw<Kind::kStepBegin>(o, clocks_, e.wall_ns, e.mono_ns, rank_, e.step, e.tid);
+      begin_raw<Kind::kStepBegin>(o, repeats_, e.wall_ns, e.mono_ns, rank_, e.step, e.tid);
       break;
     }
     case EventKind::kStepEnd: {
       const StepScalars& sc = e.scalars;
       RawLine o(out, kBeginMost + 48 + 3 * (16 + kJsonNumberMost) + 2 * (16 + 20) + 16);
-      begin_raw<Kind::kStepEnd>(o, clocks_, e.wall_ns, e.mono_ns, rank_, e.step, e.tid);
+      begin_raw<Kind::kStepEnd>(o, repeats_, e.wall_ns, e.mono_ns, rank_, e.step, e.tid);
       if (e.dur_ns) (o << next_key<Field::kDur>()).num(e.dur_ns);
-      if (sc.loss) (o << next_key<Field::kLoss>()).number(clocks_.loss, *sc.loss);
-      if (sc.lr) (o << next_key<Field::kLr>()).number(clocks_.lr, *sc.lr);
-      if (sc.grad_norm) (o << next_key<Field::kGradNorm>()).number(clocks_.grad_norm, *sc.grad_norm);
+      if (sc.loss) (o << next_key<Field::kLoss>()).number(repeats_.loss, *sc.loss);
+      if (sc.lr) (o << next_key<Field::kLr>()).number(repeats_.lr, *sc.lr);
+      if (sc.grad_norm) (o << next_key<Field::kGradNorm>()).number(repeats_.grad_norm, *sc.grad_norm);
       if (sc.samples) (o << next_key<Field::kSamples>()).num(*sc.samples);
       if (sc.tokens) (o << next_key<Field::kTokens>()).num(*sc.tokens);
       if (sc.skipped) o << next_key<Field::kSkipped>() << "true";
@@ -253,7 +253,7 @@ void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
       {
         RawLine o(out, kBeginMost + 640 + op.size() + dtype.size() + json_escaped_most(comm) +
                            (phase != nullptr ? phase->size() : 0));
-        begin_raw<Kind::kCollective>(o, clocks_, e.wall_ns, e.mono_ns, rank_, e.step, e.tid);
+        begin_raw<Kind::kCollective>(o, repeats_, e.wall_ns, e.mono_ns, rank_, e.step, e.tid);
         o << next_key<Field::kOp>() << '"' << op << '"' << next_key<Field::kComm>();
         o.escaped(comm);
         (o << next_key<Field::kCommId>()).num(e.comm != nullptr ? e.comm->id() : 0);

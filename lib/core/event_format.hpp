@@ -37,9 +37,9 @@ struct RepeatingNumber {
   char text[32] = {};  // kJsonNumberMost (json_util.hpp)
 };
 
-// What consecutive lines share: the leading digits of both timestamps and the
-// members after them.
-struct LineClocks {
+// What consecutive lines repeat, kept to be copied rather than formatted: the
+// leading digits of both timestamps, the members after them, step_end's numbers.
+struct LineRepeats {
   decimal::RepeatingPrefix wall, mono;
   LineTail tail;
   RepeatingNumber loss, lr, grad_norm;
@@ -66,7 +66,7 @@ class EventFormatter {
   int rank_;
   bool note_names_ = false;
   const SourceLocation* last_noted_source_ = nullptr;
-  mutable LineClocks clocks_;  // a cache: begin() stays logically const
+  mutable LineRepeats repeats_;  // a cache: begin() stays logically const
   std::unordered_map<const Site*, std::string> names_;  // node-based: references stay valid across inserts
   // A direct-mapped cache in front of names_: a trainer's few sites resolve
   // without hashing and chasing a node on every line.
