@@ -3,6 +3,8 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cmath>
+#include <random>
 #include <set>
 #include <string>
 #include <utility>
@@ -242,6 +244,39 @@ TEST_CASE("rule straggler names the rank far slower than the others in one phase
   CHECK(out[0].summary == "rank 2 is a straggler in forward: 50.0 ms per step vs 10.0 ms on the other ranks (5.00x), "
                           "from step 10");
   CHECK(out[0].evidence[0] == "the other ranks wait about 40.0 ms per step for it in the next collective (40.0 % of a 100.0 ms step)");
+}
+
+namespace {
+// 8 ranks, forward 30 ms per step times log-normal noise (sigma 0.1, each rank
+// and step drawn independently); `slow` makes rank 5 1.2x slower from step 1000.
+reader::RunSummary noisy_run(std::int64_t steps, bool slow) {
+  auto sum = run_of(8);
+  const int fwd = static_cast<int>(rankscope::PhaseKind::kForward);
+  std::mt19937_64 rng(7);
+  std::normal_distribution<double> noise(0.0, 0.1);
+  for (auto& r : sum.ranks) r.median_step_ms = 70;
+  for (std::int64_t s = 0; s < steps; ++s) {
+    for (auto& r : sum.ranks) {
+      double ms[rankscope::kPhaseKindCount] = {};
+      ms[fwd] = 30 * std::exp(noise(rng));
+      if (slow && r.rank == 5 && s >= 1000) ms[fwd] *= 1.2;
+      r.series.add(s, ms);
+    }
+  }
+  return sum;
+}
+}  // namespace
+
+TEST_CASE("rule straggler names a 1.2x rank 30 steps in where steps are noisy but the run does not drift",
+          "[triage]") {
+  // 10 % noise per step: a window of 30 steps averages it to ~2.5 %, so one
+  // window is evidence enough; the yardstick is the median of the other ranks.
+  CHECK(run_rule(rules::straggler_rule, noisy_run(1000, false)).empty());
+  const auto out = run_rule(rules::straggler_rule, noisy_run(1030, true));
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].ranks == std::vector<int>{5});
+  CHECK(out[0].step >= 1000);
+  CHECK(out[0].step <= 1003);
 }
 
 TEST_CASE("rule resource_growth names a rank whose threads grow with each restore", "[triage]") {

@@ -17,6 +17,7 @@ constexpr std::int64_t kEpisodeSteps = 200; // a slow period that ends before th
 constexpr std::int64_t kLastSteps = 60;     // ... one still going at the end, this long (one window if >= 1.5x)
 constexpr double kMinRatio = 1.15;         // never below this, however quiet the run
 constexpr double kNoiseZ = 4.0;            // above the rank's own window-to-window noise
+constexpr double kDriftSlack = 1.5;        // drifts up to this times what independent steps give: none
 constexpr double kMinShareOfStep = 0.02;   // what it costs the others per step, as a share of the step
 constexpr double kConsistent = 0.8;        // the share of a window's steps slower than the peers
 constexpr std::int64_t kShortSteps = 8;    // a log shorter than a window: one window of all of it, from this many steps
@@ -40,31 +41,66 @@ struct Window {
   double median_log = 0, share_slower = 0;
 };
 
-// The peers' time per block: the median rank's (computed once per block for
-// every rank: with three or more ranks one straggler cannot move it), or with
-// two ranks the other one's (peers[1 - r]).
-std::vector<std::optional<double>> medians_of(const std::vector<const PhaseSeries*>& series, int kind,
+// The middle of one block's values over all ranks, enough to give any rank
+// the median of the others without sorting again per rank.
+struct Middle {
+  double below = 0, mid = 0, above = 0;  // odd count: v[c-1], v[c], v[c+1]; even: v[n/2-1], -, v[n/2]
+  bool odd = false;
+  // The median of the values without one equal to `mine`: with three or more
+  // ranks, one straggler cannot move it (nor does it move its own yardstick).
+  double without(double mine) const {
+    if (!odd) return mine >= above ? below : above;
+    if (mine > mid) return (below + mid) / 2;
+    if (mine < mid) return (mid + above) / 2;
+    return (below + above) / 2;
+  }
+};
+
+// The peers' time per block: the median of the other ranks' (the middle values
+// are found once per block for every rank), or with two ranks the other one's
+// (peers[1 - r]).
+std::vector<std::optional<Middle>> middles_of(const std::vector<const PhaseSeries*>& series, int kind,
                                               std::int64_t lo, std::int64_t hi) {
-  std::vector<std::optional<double>> out(static_cast<std::size_t>(hi - lo));
+  std::vector<std::optional<Middle>> out(static_cast<std::size_t>(hi - lo));
   std::vector<double> vals;
   for (std::int64_t i = lo; i < hi; ++i) {
     vals.clear();
     for (const auto* p : series) {
       if (const auto v = p->mean(i, kind)) vals.push_back(*v);
     }
-    if (vals.size() >= 3) out[static_cast<std::size_t>(i - lo)] = median_in_place(vals);
+    if (vals.size() < 3) continue;
+    const std::size_t n = vals.size(), c = n / 2;
+    Middle m;
+    m.odd = n % 2 == 1;
+    const auto at = [&](std::size_t k) {
+      std::nth_element(vals.begin(), vals.begin() + static_cast<std::ptrdiff_t>(k), vals.end());
+      return vals[k];
+    };
+    if (m.odd) {
+      m.mid = at(c);  // partitions: below c the smaller, above c the larger
+      m.below = *std::max_element(vals.begin(), vals.begin() + static_cast<std::ptrdiff_t>(c));
+      m.above = *std::min_element(vals.begin() + static_cast<std::ptrdiff_t>(c) + 1, vals.end());
+    } else {
+      m.above = at(c);
+      m.below = *std::max_element(vals.begin(), vals.begin() + static_cast<std::ptrdiff_t>(c));
+    }
+    out[static_cast<std::size_t>(i - lo)] = m;
   }
   return out;
 }
 
 std::vector<Sample> samples_of(const std::vector<const PhaseSeries*>& series, std::size_t r, int kind,
-                               std::int64_t lo, std::int64_t hi, const std::vector<std::optional<double>>& medians) {
+                               std::int64_t lo, std::int64_t hi, const std::vector<std::optional<Middle>>& middles) {
   std::vector<Sample> out;
   for (std::int64_t i = lo; i < hi; ++i) {
     const auto mine = series[r]->mean(i, kind);
     if (!mine) continue;
-    const std::optional<double> peers =
-        series.size() == 2 ? series[1 - r]->mean(i, kind) : medians[static_cast<std::size_t>(i - lo)];
+    std::optional<double> peers;
+    if (series.size() == 2) {
+      peers = series[1 - r]->mean(i, kind);
+    } else if (const auto& m = middles[static_cast<std::size_t>(i - lo)]) {
+      peers = m->without(*mine);
+    }
     if (!peers || (*peers <= 0 && *mine <= 0)) continue;
     // A phase the peers spend no time in: a large, finite ratio.
     const double ratio = *peers > 0 ? *mine / *peers : 1e3;
@@ -96,15 +132,20 @@ std::vector<Window> windows_of(const std::vector<Sample>& s, std::size_t w) {
 // step-to-step differences (one step change moves one of them, not their
 // median), and where there are enough windows also from the window-to-window
 // differences, which see slow drifts (a host busy for a while) too.
-double window_noise(const std::vector<Sample>& s, const std::vector<Window>& ws, std::size_t w) {
+struct Noise {
+  double step = 0;   // from the step-to-step differences (what independent steps would give)
+  double drift = 0;  // from the window-to-window ones (slow drifts too); 0 with under 6 of them
+};
+Noise window_noise(const std::vector<Sample>& s, const std::vector<Window>& ws, std::size_t w) {
+  Noise n;
   std::vector<double> d;
   for (std::size_t i = 1; i < s.size(); ++i) d.push_back(std::fabs(s[i].log_ratio - s[i - 1].log_ratio));
   const double per_sample = d.empty() ? 0.0 : 1.4826 * median_in_place(d) / std::sqrt(2.0);
-  double noise = 1.2533 * per_sample / std::sqrt(static_cast<double>(w));  // the sd of a median of w
+  n.step = 1.2533 * per_sample / std::sqrt(static_cast<double>(w));  // the sd of a median of w
   d.clear();
   for (std::size_t i = 2; i < ws.size(); ++i) d.push_back(std::fabs(ws[i].median_log - ws[i - 2].median_log));
-  if (d.size() >= 6) noise = std::max(noise, 1.4826 * median_in_place(d) / std::sqrt(2.0));
-  return noise;
+  if (d.size() >= 6) n.drift = 1.4826 * median_in_place(d) / std::sqrt(2.0);
+  return n;
 }
 
 std::optional<StragglerFact> straggler_in(const std::vector<Sample>& s, std::int64_t block_steps, std::size_t w) {
@@ -115,12 +156,16 @@ std::optional<StragglerFact> straggler_in(const std::vector<Sample>& s, std::int
   }
   const auto ws = windows_of(s, w);
   if (ws.empty()) return std::nullopt;
-  const double noise = kNoiseZ * window_noise(s, ws, w);
+  const Noise n = window_noise(s, ws, w);
+  const double noise = kNoiseZ * std::max(n.step, n.drift);
   const double bar = std::max(std::log(short_log ? kShortRatio : kMinRatio), noise);
-  // A quiet run (its noise well under the floor): one window of evidence is enough.
-  // Quiet only where the slow drifts were measured too (8 windows or more): a
-  // short log's step-to-step noise says nothing about a host busy for a while.
-  const bool quiet = ws.size() >= 8 && noise <= std::log(kMinRatio) / 2;
+  // A quiet run: one window of evidence is enough. Quiet is about drifts (a
+  // host busy for a while makes a rank slow for tens of steps): window-to-window
+  // noise well under the floor, or no more than independent steps' noise
+  // explains, which the bar already holds. Quiet only where the drifts were
+  // measured (8 windows or more): a short log's step noise says nothing of them.
+  const bool quiet = ws.size() >= 8 && kNoiseZ * n.drift <= std::max(std::log(kMinRatio) / 2,
+                                                                       kNoiseZ * kDriftSlack * n.step);
   auto slow = [&](const Window& x) { return x.median_log >= bar && x.share_slower >= kConsistent; };
   // A slow period that ended: 200 steps, and two windows of the size that found it.
   const auto episode_steps = std::max(2 * w, static_cast<std::size_t>((kEpisodeSteps + block_steps - 1) / block_steps));
@@ -268,10 +313,10 @@ std::vector<StragglerFact> find_stragglers(const RunSummary& sum) {
   }
   const PhaseKind kinds[] = {PhaseKind::kLoaderWait, PhaseKind::kForward, PhaseKind::kBackward, PhaseKind::kOptimizer};
   for (PhaseKind kind : kinds) {
-    const auto medians = ranks.size() > 2 ? medians_of(series, static_cast<int>(kind), lo, hi)
-                                          : std::vector<std::optional<double>>();
+    const auto middles = ranks.size() > 2 ? middles_of(series, static_cast<int>(kind), lo, hi)
+                                          : std::vector<std::optional<Middle>>();
     for (std::size_t r = 0; r < ranks.size(); ++r) {
-      const auto s = samples_of(series, r, static_cast<int>(kind), lo, hi, medians);
+      const auto s = samples_of(series, r, static_cast<int>(kind), lo, hi, middles);
       std::optional<StragglerFact> f;
       for (std::int64_t steps : kWindowSteps) {
         const auto w = static_cast<std::size_t>((steps + block_steps - 1) / block_steps);
