@@ -247,13 +247,13 @@ TEST_CASE("rule straggler names the rank far slower than the others in one phase
 }
 
 namespace {
-// 8 ranks, forward 30 ms per step times log-normal noise (sigma 0.1, each rank
+// 8 ranks, forward 30 ms per step times log-normal noise (`sigma`, each rank
 // and step drawn independently); `slow` makes rank 5 1.2x slower from step 1000.
-reader::RunSummary noisy_run(std::int64_t steps, bool slow) {
+reader::RunSummary noisy_run(std::int64_t steps, bool slow, double sigma = 0.1) {
   auto sum = run_of(8);
   const int fwd = static_cast<int>(rankscope::PhaseKind::kForward);
   std::mt19937_64 rng(7);
-  std::normal_distribution<double> noise(0.0, 0.1);
+  std::normal_distribution<double> noise(0.0, sigma);
   for (auto& r : sum.ranks) r.median_step_ms = 70;
   for (std::int64_t s = 0; s < steps; ++s) {
     for (auto& r : sum.ranks) {
@@ -277,6 +277,21 @@ TEST_CASE("rule straggler names a 1.2x rank 30 steps in where steps are noisy bu
   CHECK(out[0].ranks == std::vector<int>{5});
   CHECK(out[0].step >= 1000);
   CHECK(out[0].step <= 1003);
+}
+
+TEST_CASE("rule straggler dates a slow period from where it began - not from its first window over the bar",
+          "[triage]") {
+  // At 15 % noise per step some 30-step windows of the slow period fall under
+  // the bar (1.2x is 0.18 in log, the bar ~0.15): the first window over it
+  // may come late, and one that dips splits the period in two.
+  for (std::int64_t steps : {1060, 1090, 1120, 1240, 1480}) {
+    CAPTURE(steps);
+    const auto out = run_rule(rules::straggler_rule, noisy_run(steps, true, 0.15));
+    REQUIRE(out.size() == 1);
+    CHECK(out[0].ranks == std::vector<int>{5});
+    CHECK(out[0].step >= 995);
+    CHECK(out[0].step <= 1015);
+  }
 }
 
 TEST_CASE("rule resource_growth names a rank whose threads grow with each restore", "[triage]") {

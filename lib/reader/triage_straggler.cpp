@@ -173,24 +173,37 @@ std::optional<StragglerFact> straggler_in(const std::vector<Sample>& s, std::int
     if (!slow(ws[i])) continue;
     std::size_t j = i;
     while (j + 1 < ws.size() && slow(ws[j + 1])) ++j;
-    // The grid of windows starts where it does: the slow period may begin a
-    // little before the first slow window, after the last one that was not.
-    const std::size_t floor = i > 0 ? ws[i - 1].begin : 0;
+    // The slow period may have begun well before its first window over the
+    // bar: a rank 1.2x slower from step 300 in a run whose noise put the bar
+    // at 1.19x may clear it only from step 500, or a noisy window may split it
+    // in two. The change point below is sought over the whole log before it:
+    // normal steps between an earlier slow spell and this one keep it apart.
+    const std::size_t floor = 0;
     const std::size_t end = ws[j].end;
     const bool to_the_end = end == s.size();
     // Onset: the change point. With ref halfway between the ratios before
     // and during the slow period, the sum of (log ratio - ref) from a step
     // to the end is largest when it starts where the slowness does (noisy
-    // slow-ish steps before it add little or subtract).
-    std::vector<double> during, before;
-    for (std::size_t k = ws[i].begin; k < end; ++k) during.push_back(s[k].log_ratio);
-    for (std::size_t k = floor; k < ws[i].begin; ++k) before.push_back(s[k].log_ratio);
-    const double ref = (median_in_place(during) + (before.empty() ? 0.0 : median_in_place(before))) / 2;
+    // slow-ish steps before it add little or subtract). The window that
+    // cleared the bar overstates the level (it was picked for being high) and
+    // may start late, so before and during are split again at the onset found
+    // until it stays put.
     std::size_t onset = ws[i].begin;
-    double best = -1e300, sum = 0;
-    for (std::size_t k = end; k-- > floor;) {
-      sum += s[k].log_ratio - ref;
-      if (k <= ws[i].begin + w / 2 && sum >= best) best = sum, onset = k;  // ties: the earlier step
+    std::vector<double> during, before;
+    for (int round = 0; round < 4; ++round) {
+      during.clear();
+      for (std::size_t k = onset; k < end; ++k) during.push_back(s[k].log_ratio);
+      before.clear();
+      for (std::size_t k = floor; k < onset; ++k) before.push_back(s[k].log_ratio);
+      const double ref = (median_in_place(during) + (before.empty() ? 0.0 : median_in_place(before))) / 2;
+      std::size_t found = onset;
+      double best = -1e300, sum = 0;
+      for (std::size_t k = end; k-- > floor;) {
+        sum += s[k].log_ratio - ref;
+        if (k <= ws[i].begin + w / 2 && sum >= best) best = sum, found = k;  // ties: the earlier step
+      }
+      if (found == onset) break;
+      onset = found;
     }
     // Still slow at the end: 60 steps of it, or one window when it is gross.
     double worst = 0;
