@@ -162,10 +162,18 @@ std::optional<StragglerFact> straggler_in(const std::vector<Sample>& s, std::int
   // A quiet run: one window of evidence is enough. Quiet is about drifts (a
   // host busy for a while makes a rank slow for tens of steps): window-to-window
   // noise well under the floor, or no more than independent steps' noise
-  // explains, which the bar already holds. Quiet only where the drifts were
-  // measured (8 windows or more): a short log's step noise says nothing of them.
-  const bool quiet = ws.size() >= 8 && kNoiseZ * n.drift <= std::max(std::log(kMinRatio) / 2,
-                                                                       kNoiseZ * kDriftSlack * n.step);
+  // explains, which the bar already holds. Judged on the windows before the
+  // slow period (its own step up is no drift), and only where there are 8 or
+  // more: a short history's step noise says nothing of drifts.
+  auto quiet_before = [&](std::size_t first) {
+    std::size_t p = 0;
+    while (p < first && ws[p].end <= ws[first].begin) ++p;
+    if (p < 8) return false;
+    std::vector<double> d;
+    for (std::size_t k = 2; k < p; ++k) d.push_back(std::fabs(ws[k].median_log - ws[k - 2].median_log));
+    const double drift = 1.4826 * median_in_place(d) / std::sqrt(2.0);
+    return kNoiseZ * drift <= std::max(std::log(kMinRatio) / 2, kNoiseZ * kDriftSlack * n.step);
+  };
   auto slow = [&](const Window& x) { return x.median_log >= bar && x.share_slower >= kConsistent; };
   // A slow period that ended: 200 steps, and two windows of the size that found it.
   const auto episode_steps = std::max(2 * w, static_cast<std::size_t>((kEpisodeSteps + block_steps - 1) / block_steps));
@@ -208,7 +216,7 @@ std::optional<StragglerFact> straggler_in(const std::vector<Sample>& s, std::int
     // Still slow at the end: 60 steps of it, or one window when it is gross.
     double worst = 0;
     for (std::size_t k = i; k <= j; ++k) worst = std::max(worst, ws[k].median_log);
-    const auto last_steps = worst >= std::log(kShortRatio) || quiet
+    const auto last_steps = worst >= std::log(kShortRatio) || quiet_before(i)
                                 ? w
                                 : std::max(w, static_cast<std::size_t>((kLastSteps + block_steps - 1) / block_steps));
     // A log shorter than the evidence needed is held to the gross bar (1.5x).
