@@ -181,38 +181,8 @@ std::optional<StragglerFact> straggler_in(const std::vector<Sample>& s, std::int
     if (!slow(ws[i])) continue;
     std::size_t j = i;
     while (j + 1 < ws.size() && slow(ws[j + 1])) ++j;
-    // The slow period may have begun well before its first window over the
-    // bar: a rank 1.2x slower from step 300 in a run whose noise put the bar
-    // at 1.19x may clear it only from step 500, or a noisy window may split it
-    // in two. The change point below is sought over the whole log before it:
-    // normal steps between an earlier slow spell and this one keep it apart.
-    const std::size_t floor = 0;
     const std::size_t end = ws[j].end;
     const bool to_the_end = end == s.size();
-    // Onset: the change point. With ref halfway between the ratios before
-    // and during the slow period, the sum of (log ratio - ref) from a step
-    // to the end is largest when it starts where the slowness does (noisy
-    // slow-ish steps before it add little or subtract). The window that
-    // cleared the bar overstates the level (it was picked for being high) and
-    // may start late, so before and during are split again at the onset found
-    // until it stays put.
-    std::size_t onset = ws[i].begin;
-    std::vector<double> during, before;
-    for (int round = 0; round < 4; ++round) {
-      during.clear();
-      for (std::size_t k = onset; k < end; ++k) during.push_back(s[k].log_ratio);
-      before.clear();
-      for (std::size_t k = floor; k < onset; ++k) before.push_back(s[k].log_ratio);
-      const double ref = (median_in_place(during) + (before.empty() ? 0.0 : median_in_place(before))) / 2;
-      std::size_t found = onset;
-      double best = -1e300, sum = 0;
-      for (std::size_t k = end; k-- > floor;) {
-        sum += s[k].log_ratio - ref;
-        if (k <= ws[i].begin + w / 2 && sum >= best) best = sum, found = k;  // ties: the earlier step
-      }
-      if (found == onset) break;
-      onset = found;
-    }
     // Still slow at the end: 60 steps of it, or one window when it is gross.
     double worst = 0;
     for (std::size_t k = i; k <= j; ++k) worst = std::max(worst, ws[k].median_log);
@@ -227,6 +197,33 @@ std::optional<StragglerFact> straggler_in(const std::vector<Sample>& s, std::int
     if (end - ws[i].begin < (to_the_end ? std::min(last_steps, s.size()) : episode_steps)) {
       i = j;
       continue;
+    }
+    // Onset: the change point. With ref halfway between the ratios before
+    // and during the slow period, the sum of (log ratio - ref) from a step
+    // to the end is largest when it starts where the slowness does (noisy
+    // slow-ish steps before it add little or subtract). It is sought over the
+    // whole log before the period: a rank 1.2x slower from step 300 in a run
+    // whose noise put the bar at 1.19x may clear it only from step 500, or a
+    // noisy window may split the period in two; normal steps between an
+    // earlier slow spell and this one keep them apart. The window that cleared
+    // the bar overstates the level (it was picked for being high), so before
+    // and during are split again at the onset found until it stays put.
+    std::size_t onset = ws[i].begin;
+    std::vector<double> during, before;
+    for (int round = 0; round < 4; ++round) {
+      during.clear();
+      for (std::size_t k = onset; k < end; ++k) during.push_back(s[k].log_ratio);
+      before.clear();
+      for (std::size_t k = 0; k < onset; ++k) before.push_back(s[k].log_ratio);
+      const double ref = (median_in_place(during) + (before.empty() ? 0.0 : median_in_place(before))) / 2;
+      std::size_t found = onset;
+      double best = -1e300, sum = 0;
+      for (std::size_t k = end; k-- > 0;) {
+        sum += s[k].log_ratio - ref;
+        if (k <= ws[i].begin + w / 2 && sum >= best) best = sum, found = k;  // ties: the earlier step
+      }
+      if (found == onset) break;
+      onset = found;
     }
     std::vector<double> mine, peers;
     double excess = 0;
