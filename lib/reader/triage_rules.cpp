@@ -241,10 +241,15 @@ void straggler_rule(const TriageInput& in, std::vector<Finding>& out) {
                                                                format_ms(rk.median_step_ms))
                                                  : std::string())},
               0, s.onset_step, {}};
-    // Where collectives are timed apart from the phases, the waiting shows there too.
-    if (rk.median_collective_ms >= 0.05 || median_of(others_coll) >= 0.05) {
-      f.evidence.push_back(fmt::format("it waits {:.1f} ms per step in collectives, the others {:.1f} ms (they wait for it)",
-                                       rk.median_collective_ms, median_of(others_coll)));
+    // Where collectives are timed apart from the phases, the waiting shows there
+    // too: over the slow period where the per-step series has it.
+    const double coll_mine = s.coll_mine_ms >= 0 ? s.coll_mine_ms : rk.median_collective_ms;
+    const double coll_peers = s.coll_peers_ms >= 0 ? s.coll_peers_ms : median_of(others_coll);
+    if (coll_mine >= 0.05 || coll_peers >= 0.05) {
+      f.evidence.push_back(fmt::format("{}it waits {} ms per step in collectives, the others {} ms{}",
+                                       s.coll_mine_ms >= 0 ? "over those steps " : "", format_ms(coll_mine),
+                                       format_ms(coll_peers),
+                                       coll_peers - coll_mine >= s.excess_ms / 3 ? " (they wait for it)" : ""));
     }
     if (!s.waiting_in_backward.empty()) {
       f.evidence.push_back(fmt::format("{} look{} slow in backward over the same steps: waiting for it in DDP's "

@@ -48,10 +48,13 @@ struct StragglerFact {
   std::int64_t onset_step = -1, last_step = -1;  // the slow period
   bool to_the_end = false;             // still slow when its log ends
   std::vector<int> waiting_in_backward;  // ranks whose backward grew as much: DDP's all-reduce waits there
+  // Mean time per step in collectives timed apart from the phases over the slow
+  // period: its, the peers' (-1: not timed so).
+  double coll_mine_ms = -1, coll_peers_ms = -1;
 };
 /// Stragglers by phase kind, then rank. Per step (or block of steps, see
 /// PhaseSeries) each rank's time in a kind is divided by its peers' (the
-/// median rank's; with two ranks, the other one's). A window of 30 steps (60,
+/// median of the other ranks'; with two ranks, the other one's). A window of 30 steps (60,
 /// 120, 240 where noise hides 1.2x in 30) is slow when the median ratio is >=
 /// max(1.15, exp(4 x the rank's own noise at that window size)) and >= 80 % of
 /// its steps are slower than the peers'. A rank is a straggler when slow

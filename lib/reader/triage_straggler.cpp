@@ -251,11 +251,11 @@ std::optional<StragglerFact> straggler_in(const std::vector<Sample>& s, std::int
 // differences) is no straggler: ranks descheduled in turn on a busy host.
 // Where the peers spend little time in collectives (DDP: the all-reduce runs
 // inside backward) there is nothing to check.
-bool peers_waited(const std::vector<const PhaseSeries*>& series, std::size_t r, const StragglerFact& f,
+bool peers_waited(const std::vector<const PhaseSeries*>& series, std::size_t r, StragglerFact& f,
                   std::int64_t block_steps) {
   const int coll = static_cast<int>(PhaseKind::kCollective);
   std::vector<double> diffs, vals;
-  double peers_total = 0;
+  double peers_total = 0, mine_total = 0;
   for (std::int64_t i = f.onset_step / block_steps; i <= f.last_step / block_steps; ++i) {
     const auto m = series[r]->mean(i, coll);
     if (!m) continue;
@@ -267,9 +267,11 @@ bool peers_waited(const std::vector<const PhaseSeries*>& series, std::size_t r, 
     if (vals.empty()) continue;
     const double peers = median_in_place(vals);
     peers_total += peers;
+    mine_total += *m;
     diffs.push_back(peers - *m);
   }
   const auto n = static_cast<double>(diffs.size());
+  if (!diffs.empty()) f.coll_mine_ms = mine_total / n, f.coll_peers_ms = peers_total / n;
   if (diffs.size() < 2 || peers_total / n < f.excess_ms / 2) return true;  // collectives not where the waiting is
   double mean = 0, var = 0;
   for (double d : diffs) mean += d / n;
