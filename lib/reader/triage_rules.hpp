@@ -48,8 +48,8 @@ struct StragglerFact {
   std::int64_t onset_step = -1, last_step = -1;  // the slow period
   bool to_the_end = false;             // still slow when its log ends
   std::vector<int> waiting_in_backward;  // ranks whose backward grew as much: DDP's all-reduce waits there
-  // Mean time per step in collectives timed apart from the phases over the slow
-  // period: its, the peers' (-1: not timed so).
+  // Median time per step in collectives timed apart from the phases over the
+  // slow period: its, the peers' (-1: not timed so).
   double coll_mine_ms = -1, coll_peers_ms = -1;
 };
 /// Stragglers by phase kind, then rank. Per step (or block of steps, see

@@ -254,8 +254,8 @@ std::optional<StragglerFact> straggler_in(const std::vector<Sample>& s, std::int
 bool peers_waited(const std::vector<const PhaseSeries*>& series, std::size_t r, StragglerFact& f,
                   std::int64_t block_steps) {
   const int coll = static_cast<int>(PhaseKind::kCollective);
-  std::vector<double> diffs, vals;
-  double peers_total = 0, mine_total = 0;
+  std::vector<double> diffs, vals, mine_all, peers_all;
+  double peers_total = 0;
   for (std::int64_t i = f.onset_step / block_steps; i <= f.last_step / block_steps; ++i) {
     const auto m = series[r]->mean(i, coll);
     if (!m) continue;
@@ -267,11 +267,12 @@ bool peers_waited(const std::vector<const PhaseSeries*>& series, std::size_t r, 
     if (vals.empty()) continue;
     const double peers = median_in_place(vals);
     peers_total += peers;
-    mine_total += *m;
+    mine_all.push_back(*m);
+    peers_all.push_back(peers);
     diffs.push_back(peers - *m);
   }
   const auto n = static_cast<double>(diffs.size());
-  if (!diffs.empty()) f.coll_mine_ms = mine_total / n, f.coll_peers_ms = peers_total / n;
+  if (!diffs.empty()) f.coll_mine_ms = median_in_place(mine_all), f.coll_peers_ms = median_in_place(peers_all);
   if (diffs.size() < 2 || peers_total / n < f.excess_ms / 2) return true;  // collectives not where the waiting is
   double mean = 0, var = 0;
   for (double d : diffs) mean += d / n;
