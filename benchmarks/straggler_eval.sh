@@ -2,7 +2,8 @@
 # How well triage finds subtle stragglers, and how often it cries wolf.
 #  1. Synthetic runs (benchmarks/synth_run.cpp), 8 ranks, every rank's compute
 #     log-normal per step with sigma NOISE:
-#     - false alarms: straggler findings on clean runs of 10,000 steps;
+#     - false alarms: straggler findings on clean runs of 10,000 steps, from the
+#       whole log and as a live monitor triaging every 30 steps would raise them;
 #     - detection: a rank 1.2x slower in forward from step 1,000, the log cut
 #       30, 60 and 120 steps later (a live run triaged mid-way): found? onset?
 #  2. Real runs of the C++ example (libtorch + gloo, 2 ranks on this 2-core
@@ -28,15 +29,20 @@ for f in json.load(sys.stdin)["findings"]:
         print(f["ranks"][0], f["step"], f["summary"].split(": ", 1)[1][:60])'
 }
 
+# live RUN_DIR EVERY: how many straggler findings a live monitor would have raised,
+# triaging the log as it stood every EVERY steps (benchmarks/live_triage.py)
+live() { /usr/bin/python3 "$here/live_triage.py" --cli "$cli" --every "$2" "$1" | grep -oE '[0-9]+ finding' | cut -d' ' -f1; }
+
 echo "== synthetic, 8 ranks (forward 30 ms, backward 40 ms per step, each x lognormal(sigma))"
 for noise in 0.05 0.1 0.2; do
-  alarms=0
+  alarms=0 live_alarms=0
   for seed in 1 2; do
     rm -rf "$work/s"
     "$synth" --dir "$work/s" --ranks 8 --steps 10000 --noise "$noise" --noise-seed "$seed"
     alarms=$((alarms + $(findings "$work/s" | wc -l)))
+    live_alarms=$((live_alarms + $(live "$work/s" 30)))
   done
-  echo "noise $noise: $alarms false alarm(s) in 2 clean runs of 10,000 steps"
+  echo "noise $noise: $alarms false alarm(s) in 2 clean runs of 10,000 steps; $live_alarms triaged live every 30 steps"
   for after in 30 60 120; do
     found=0 onsets=""
     for seed in 1 2 3 4 5; do
@@ -80,7 +86,8 @@ for bind in "" --bind; do
   echo "== real: the C++ example, 2 ranks ${bind:-(not bound to cores)}"
   rm -rf "$work/r"
   bash "$here/../examples/cpp/launch.sh" --ranks 2 --steps 5000 $bind --trainer "$trainer" --dir "$work/r" >/dev/null 2>&1
-  echo "clean, 5,000 steps: $(findings "$work/r"/*/ | wc -l) straggler finding(s)"
+  echo "clean, 5,000 steps: $(findings "$work/r"/*/ | wc -l) straggler finding(s); live (every 15 steps):"
+  /usr/bin/python3 "$here/live_triage.py" --cli "$cli" --every 15 "$work/r"/*/
   for i in $(seq 1 "$real_runs"); do
     rm -rf "$work/r"
     bash "$here/../examples/cpp/launch.sh" --ranks 2 --steps 600 $bind --trainer "$trainer" --dir "$work/r" -- \
