@@ -136,15 +136,19 @@ struct Noise {
   double step = 0;   // from the step-to-step differences (what independent steps would give)
   double drift = 0;  // from the window-to-window ones (slow drifts too); 0 with under 6 of them
 };
+// The drift of the first `n` windows; 0 with under 6 differences.
+double drift_of(const std::vector<Window>& ws, std::size_t n) {
+  std::vector<double> d;
+  for (std::size_t i = 2; i < n; ++i) d.push_back(std::fabs(ws[i].median_log - ws[i - 2].median_log));
+  return d.size() >= 6 ? 1.4826 * median_in_place(d) / std::sqrt(2.0) : 0.0;
+}
 Noise window_noise(const std::vector<Sample>& s, const std::vector<Window>& ws, std::size_t w) {
   Noise n;
   std::vector<double> d;
   for (std::size_t i = 1; i < s.size(); ++i) d.push_back(std::fabs(s[i].log_ratio - s[i - 1].log_ratio));
   const double per_sample = d.empty() ? 0.0 : 1.4826 * median_in_place(d) / std::sqrt(2.0);
   n.step = 1.2533 * per_sample / std::sqrt(static_cast<double>(w));  // the sd of a median of w
-  d.clear();
-  for (std::size_t i = 2; i < ws.size(); ++i) d.push_back(std::fabs(ws[i].median_log - ws[i - 2].median_log));
-  if (d.size() >= 6) n.drift = 1.4826 * median_in_place(d) / std::sqrt(2.0);
+  n.drift = drift_of(ws, ws.size());
   return n;
 }
 
@@ -168,11 +172,7 @@ std::optional<StragglerFact> straggler_in(const std::vector<Sample>& s, std::int
   auto quiet_before = [&](std::size_t first) {
     std::size_t p = 0;
     while (p < first && ws[p].end <= ws[first].begin) ++p;
-    if (p < 8) return false;
-    std::vector<double> d;
-    for (std::size_t k = 2; k < p; ++k) d.push_back(std::fabs(ws[k].median_log - ws[k - 2].median_log));
-    const double drift = 1.4826 * median_in_place(d) / std::sqrt(2.0);
-    return kNoiseZ * drift <= std::max(std::log(kMinRatio) / 2, kNoiseZ * kDriftSlack * n.step);
+    return p >= 8 && kNoiseZ * drift_of(ws, p) <= std::max(std::log(kMinRatio) / 2, kNoiseZ * kDriftSlack * n.step);
   };
   auto slow = [&](const Window& x) { return x.median_log >= bar && x.share_slower >= kConsistent; };
   // A slow period that ended: 200 steps, and two windows of the size that found it.
@@ -250,12 +250,12 @@ std::optional<StragglerFact> straggler_in(const std::vector<Sample>& s, std::int
 // for (under a third of it, beyond two standard errors of the per-step
 // differences) is no straggler: ranks descheduled in turn on a busy host.
 // Where the peers spend little time in collectives (DDP: the all-reduce runs
-// inside backward) there is nothing to check.
+// inside backward) there is nothing to check. It records the medians it
+// compares in `f` (coll_mine_ms, coll_peers_ms) for the finding's evidence.
 bool peers_waited(const std::vector<const PhaseSeries*>& series, std::size_t r, StragglerFact& f,
                   std::int64_t block_steps) {
   const int coll = static_cast<int>(PhaseKind::kCollective);
   std::vector<double> diffs, vals, mine_all, peers_all;
-  double peers_total = 0;
   for (std::int64_t i = f.onset_step / block_steps; i <= f.last_step / block_steps; ++i) {
     const auto m = series[r]->mean(i, coll);
     if (!m) continue;
@@ -266,12 +266,13 @@ bool peers_waited(const std::vector<const PhaseSeries*>& series, std::size_t r, 
     }
     if (vals.empty()) continue;
     const double peers = median_in_place(vals);
-    peers_total += peers;
     mine_all.push_back(*m);
     peers_all.push_back(peers);
     diffs.push_back(peers - *m);
   }
   const auto n = static_cast<double>(diffs.size());
+  double peers_total = 0;
+  for (double p : peers_all) peers_total += p;
   if (!diffs.empty()) f.coll_mine_ms = median_in_place(mine_all), f.coll_peers_ms = median_in_place(peers_all);
   if (diffs.size() < 2 || peers_total / n < f.excess_ms / 2) return true;  // collectives not where the waiting is
   double mean = 0, var = 0;
