@@ -228,6 +228,39 @@ TEST_CASE("a rank that died outranks the ranks that stalled waiting for it outsi
   CHECK_THAT(evidence, Catch::Contains("ranks 0,1,3 stalled meanwhile") && Catch::Contains("waiting on rank 2"));
 }
 
+TEST_CASE("a rank stopped between two collectives is the cause of the others' stall in an exchange", "[triage]") {
+  // Rank 1 was SIGTERMed at an epoch end, between two collectives (behind on
+  // no sequence), while rank 0 waited for it in the epoch-end store exchange.
+  TempDir tmp;
+  const std::uint64_t now = 1'800'000'000'000'000'000ull;
+  const auto stalled_until = [&](std::uint64_t since_ns, std::uint64_t for_ns) {
+    std::string log = log_through(0, 5);
+    log += fmt::format(R"({{"kind":"stall","t":{},"mono":7,"rank":0,"step":5,"dur":15000000000,)"
+                       R"x("inside":"between steps (no open phase, no collective in flight)","open_phases":[],)x"
+                       R"("in_flight":[]}})" "\n", since_ns + 15'000'000'000ull);
+    log += fmt::format(R"({{"kind":"stall_end","t":{},"mono":8,"rank":0,"step":5,"dur":{}}})" "\n",
+                       since_ns + for_ns, for_ns);
+    log += fmt::format(R"({{"kind":"run_end","t":{},"mono":9,"rank":0}})" "\n", since_ns + for_ns + 1000);
+    write(tmp.path + "/rank-0.jsonl", log);
+  };
+  stalled_until(6'000'000, 20'000'000'000ull);
+  write(tmp.path + "/rank-1.jsonl", log_through(1, 5));
+  write(tmp.path + "/rank-1.flight.json", R"({"reason":"signal SIGTERM","collectives":[]})");
+  heartbeat(tmp.path, 0, "exited", 20'000'000'000ull);
+  heartbeat(tmp.path, 1, "running", 5'000'000);
+  const auto [f, evidence] = first_finding(tmp.path, now);
+  CHECK(f.kind == reader::FindingKind::kDeadRank);
+  CHECK(f.ranks == std::vector<int>{1});
+  CHECK_THAT(f.summary, Catch::StartsWith("rank stopped by SIGTERM: rank 1"));
+  CHECK_THAT(evidence, Catch::Contains("rank 0 stalled meanwhile") && Catch::Contains("waiting on rank 1"));
+
+  // Rank 0 had recovered from its stall long before rank 1 went: the stall was its own.
+  stalled_until(1'000'000, 2'000'000);
+  const auto [own, _] = first_finding(tmp.path, now);
+  CHECK(own.kind == reader::FindingKind::kStall);
+  CHECK(own.ranks == std::vector<int>{0});
+}
+
 TEST_CASE("time arguments out of range are errors / not undefined casts", "[triage]") {
   for (const char* bad : {"+1e300h", "nan", "inf", "1e30", "+nanm", "2026-01-01T00:00:00.5e30Z"}) {
     INFO(bad);

@@ -75,18 +75,34 @@ void add_vanished(const RunSummary& sum, const StatusReport* live, StallFacts& s
   }
 }
 
+// Gone without a stall of its own or a run_end, its heartbeat stale.
+bool gone(const RankSummary& r, const StatusReport* live) {
+  return live != nullptr && !r.last_stall && !r.ended_cleanly && !alive(live, r.rank);
+}
+
+// A rank gone without an exit line (an exception is the exception rule's)
+// whose last event came before some blocked rank got going again: what that
+// rank waited for outside any collective - the store exchange of an epoch-end
+// check, a barrier of its own - though the dead rank is behind on no sequence
+// number (it died between two collectives).
+bool died_while_blocked(const RankSummary& r, const std::vector<const RankSummary*>& blocked) {
+  return !r.exit && std::any_of(blocked.begin(), blocked.end(), [&](const RankSummary* b) {
+    const StallRecord& st = stall_of(*b);
+    return !st.ended || aligned(r, r.last_t) < aligned(*b, st.since + st.stalled_ns);
+  });
+}
+
 // Culprits: stalled outside a collective, else behind on the sequence. A
-// rank that died behind the others comes first, though: ranks stalled
-// outside a collective meanwhile (in a store exchange, a barrier of their
-// own) were waiting for it, not causing anything.
+// rank that died behind the others, or while they were blocked, comes first,
+// though: ranks stalled outside a collective meanwhile (in a store exchange,
+// a barrier of their own) were waiting for it, not causing anything.
 void find_culprits(const RunSummary& sum, const StatusReport* live, std::vector<const RankSummary*> blocked,
                    StallFacts& s) {
   std::vector<const RankSummary*> dead_behind;
-  for (const auto& [rk, seq] : s.behind) {
-    const RankSummary* r = rank_of(sum, rk);
-    if (live != nullptr && r != nullptr && !r->last_stall && !r->ended_cleanly && !alive(live, rk)) {
-      dead_behind.push_back(r);
-    }
+  for (const auto& r : sum.ranks) {
+    const bool behind =
+        std::any_of(s.behind.begin(), s.behind.end(), [&](const auto& b) { return b.first == r.rank; });
+    if (gone(r, live) && (behind || died_while_blocked(r, blocked))) dead_behind.push_back(&r);
   }
   s.culprits = std::move(blocked);
   if (!dead_behind.empty() && !s.culprits.empty()) {
