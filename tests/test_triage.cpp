@@ -261,6 +261,32 @@ TEST_CASE("a rank stopped between two collectives is the cause of the others' st
   CHECK(own.ranks == std::vector<int>{0});
 }
 
+TEST_CASE("a rank that raised between two collectives is the cause of the others' stall in an exchange", "[triage]") {
+  // Rank 1 died of a Python exception at an epoch end while rank 0 waited
+  // for it in the epoch-end store exchange: the exception is the finding.
+  TempDir tmp;
+  const std::uint64_t now = 1'800'000'000'000'000'000ull;
+  std::string log = log_through(0, 5);
+  log += R"({"kind":"stall","t":15006000000,"mono":7,"rank":0,"step":5,"dur":15000000000,)"
+         R"x("inside":"between steps (no open phase, no collective in flight)","open_phases":[],"in_flight":[]})x" "\n";
+  log += R"({"kind":"stall_end","t":20006000000,"mono":8,"rank":0,"step":5,"dur":20000000000})" "\n";
+  log += R"({"kind":"run_end","t":20006001000,"mono":9,"rank":0})" "\n";
+  write(tmp.path + "/rank-0.jsonl", log);
+  write(tmp.path + "/rank-1.jsonl",
+        log_through(1, 5) + R"({"kind":"exit","t":7000000,"mono":7,"rank":1,"step":5,"cause":"exception",)"
+                            R"("exception":"ValueError","msg":"ValueError: bad epoch"})" "\n");
+  heartbeat(tmp.path, 0, "exited", 20'000'000'000ull);
+  heartbeat(tmp.path, 1, "failed", 7'000'000);
+  auto r = reader::triage(tmp.path, {{}, now});
+  REQUIRE(r.ok());
+  REQUIRE_FALSE(r->findings.empty());
+  for (const auto& f : r->findings) INFO(f.summary);
+  CHECK(r->findings.front().kind == reader::FindingKind::kException);
+  CHECK(r->findings.front().ranks == std::vector<int>{1});
+  CHECK(std::none_of(r->findings.begin(), r->findings.end(),
+                     [](const reader::Finding& f) { return f.kind == reader::FindingKind::kStall; }));
+}
+
 TEST_CASE("time arguments out of range are errors / not undefined casts", "[triage]") {
   for (const char* bad : {"+1e300h", "nan", "inf", "1e30", "+nanm", "2026-01-01T00:00:00.5e30Z"}) {
     INFO(bad);

@@ -55,6 +55,14 @@ void exception_rule(const TriageInput& in, std::vector<Finding>& out) {
     f.lines.push_back(e.line);
     f.evidence.push_back(fmt::format("rank {}: {} ({}), the traceback is in its exit line", r->rank,
                                      e.cause == "terminate" ? "std::terminate" : "uncaught", e.exception));
+    const StallFacts& stall = in.facts.stall;
+    if (std::find(stall.raised.begin(), stall.raised.end(), r) != stall.raised.end()) {
+      std::vector<int> waited = ranks_of(stall.bystanders);
+      const StallRecord& st = *stall.bystanders.front()->last_stall;
+      f.evidence.push_back(fmt::format("{} stalled meanwhile, inside: {} (waiting on {})", format_ranks(waited),
+                                       st.inside, format_ranks(ranks_of(stall.raised))));
+      f.lines.push_back(st.line);
+    }
     out.push_back(std::move(f));
   }
 }

@@ -28,6 +28,9 @@ struct StallFacts {
   std::vector<const RankSummary*> waiting;      // stalled inside a collective
   std::vector<const RankSummary*> bystanders;   // stalled outside one, waiting for a dead culprit
   std::vector<const RankSummary*> broken_pipe;  // killed by SIGPIPE after a peer was gone
+  // Raised an exception while the bystanders were blocked waiting for it outside a collective:
+  // no verdict here, the exception rule names it.
+  std::vector<const RankSummary*> raised;
   std::vector<int> culprit_ranks, waiting_ranks;
   std::vector<std::pair<int, std::uint64_t>> behind;  // rank -> last seq reached
   const CommunicatorCheck* where = nullptr;            // the communicator they are behind on

@@ -80,17 +80,20 @@ bool gone(const RankSummary& r, const StatusReport* live) {
   return live != nullptr && !r.last_stall && !r.ended_cleanly && !alive(live, r.rank);
 }
 
-// A rank gone without an exit line (an exception is the exception rule's)
-// whose last event came before some blocked rank got going again: what that
-// rank waited for outside any collective - the store exchange of an epoch-end
-// check, a barrier of its own - though the dead rank is behind on no sequence
-// number (it died between two collectives).
-bool died_while_blocked(const RankSummary& r, const std::vector<const RankSummary*>& blocked) {
-  return !r.exit && std::any_of(blocked.begin(), blocked.end(), [&](const RankSummary* b) {
+// A rank whose last event came before some blocked rank got going again: what
+// that rank waited for outside any collective - the store exchange of an
+// epoch-end check, a barrier of its own - though the rank is behind on no
+// sequence number (it ended between two collectives).
+bool ended_while_blocked(const RankSummary& r, const std::vector<const RankSummary*>& blocked) {
+  return std::any_of(blocked.begin(), blocked.end(), [&](const RankSummary* b) {
     const StallRecord& st = stall_of(*b);
     return !st.ended || aligned(r, r.last_t) < aligned(*b, st.since + st.stalled_ns);
   });
 }
+
+// Its process ended with an exception (an exit line; a thread's own, after
+// which the process went on, does not count).
+bool raised(const RankSummary& r) { return r.exit && r.exit->cause != "thread_exception"; }
 
 // Culprits: stalled outside a collective, else behind on the sequence. A
 // rank that died behind the others, or while they were blocked, comes first,
@@ -102,7 +105,18 @@ void find_culprits(const RunSummary& sum, const StatusReport* live, std::vector<
   for (const auto& r : sum.ranks) {
     const bool behind =
         std::any_of(s.behind.begin(), s.behind.end(), [&](const auto& b) { return b.first == r.rank; });
-    if (gone(r, live) && (behind || died_while_blocked(r, blocked))) dead_behind.push_back(&r);
+    if (gone(r, live) && (behind || (!r.exit && ended_while_blocked(r, blocked)))) dead_behind.push_back(&r);
+  }
+  // The blocked waited for a rank that raised meanwhile: the exception rule
+  // names it (with them as evidence); no stall verdict of their own.
+  if (dead_behind.empty() && s.waiting.empty() && s.behind.empty()) {
+    for (const auto& r : sum.ranks) {
+      if (raised(r) && !r.last_stall && ended_while_blocked(r, blocked)) s.raised.push_back(&r);
+    }
+    if (!s.raised.empty()) {
+      s.bystanders = std::move(blocked);
+      return;
+    }
   }
   s.culprits = std::move(blocked);
   if (!dead_behind.empty() && !s.culprits.empty()) {
@@ -323,6 +337,7 @@ StallFacts compute_stall_facts(const RunSummary& sum, const StatusReport* live) 
     if (s.behind.empty()) return s;
   }
   find_culprits(sum, live, std::move(blocked), s);
+  if (!s.raised.empty()) return s;
   if (!s.waiting.empty()) s.waited = &stall_of(*s.waiting.front());
   const StallRecord* ws = s.waited;
   s.in_what = ws && in_rendezvous(*ws) ? ws->phase
