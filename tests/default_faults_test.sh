@@ -6,7 +6,9 @@
 #     must report within the 15 s timeout + 3 s), in loader_wait at step 2 (in the warm-up: it
 #     reports at 15 s too), in checkpoint_save, in an
 #     all_reduce phase (a collective); never joins init_process_group; is SIGKILLed at step
-#     40 (its exact last step comes from its position file); is SIGTERMed at step 40.
+#     40 (its exact last step comes from its position file); is SIGTERMed at step 40; ends at
+#     its first epoch's end, between two collectives while rank 0 waits for it in the epoch
+#     check's store exchange, by SIGTERM and by an uncaught exception.
 #   Python DDP example (torchrun), rank 1: stuck in its Dataset's __getitem__ (the stacks
 #     show that frame); never calls init_process_group. And a clean run with DataLoader
 #     workers, a 20 s checkpoint save and a 22 s evaluation pass: healthy, no stall.
@@ -74,6 +76,8 @@ cpp cpp_loader_wait --block-rank 1 --block-step 2 --block-phase loader_wait
 cpp cpp_init --never-join-rank 1
 cpp cpp_sigkill
 cpp cpp_sigterm
+cpp cpp_term_epoch_end --end-rank 1 --end-how term
+cpp cpp_throw_epoch_end --end-rank 1 --end-how throw
 
 # Rank 1 of cpp_sigkill / cpp_sigterm gets its signal once past step 40.
 signal_at_step_40() {  # NAME SIGNAL -> prints "sent" once sent
@@ -88,6 +92,10 @@ for _ in $(seq 1 720); do  # 180 s at most
   done_all=1
   for name in cpp_forward cpp_checkpoint_save cpp_all_reduce cpp_init; do
     has "$(run_of $name)/rank-0.jsonl" '"kind":"stall"' || done_all=0
+  done
+  # Rank 0 gives up on the exchange after 20 s, then on its next all-reduce, and ends.
+  for name in cpp_term_epoch_end cpp_throw_epoch_end; do
+    has "$(run_of $name)/rank-0.jsonl" '"kind":"run_end"' || done_all=0
   done
   # cpp_loader_wait: rank 0 waits in a collective during the warm-up (a peer may be compiling): 300 s.
   for name in cpp_forward cpp_loader_wait; do has "$(run_of $name)/rank-1.jsonl" '"kind":"stall"' || done_all=0; done
@@ -143,6 +151,15 @@ at=$(grep -oE "(in|finished) step [0-9]+" <<<"$tri" | head -1 | grep -oE "[0-9]+
 ends=$(grep -oE "its log ends at step [0-9]+" <<<"$tri" | head -1 | grep -oE "[0-9]+$")
 (( ends >= at - 1 )) || fail "cpp_sigkill: its log ends at step $ends, its position file has step $at"
 expect cpp_sigterm "$(run_of cpp_sigterm)" "rank stopped by SIGTERM: rank 1"
+# Rank 0's stall in the exchange is a consequence, not a finding of its own.
+expect cpp_term_epoch_end "$(run_of cpp_term_epoch_end)" "^rankscope triage .*: rank stopped by SIGTERM: rank 1" \
+  "rank 0 stalled meanwhile.*waiting on rank 1"
+expect cpp_throw_epoch_end "$(run_of cpp_throw_epoch_end)" \
+  "^rankscope triage .*: rank 1 died of an uncaught exception at step [0-9]+: .*the epoch ended badly" \
+  "rank 0 stalled meanwhile.*waiting on rank 1"
+for name in cpp_term_epoch_end cpp_throw_epoch_end; do
+  ! "$cli" triage "$(run_of $name)" 2>&1 | grep -q "^[0-9]*\. \[stall\]" || fail "$name: rank 0's wait is a stall finding"
+done
 [[ -n "$clean_job" ]] || { echo "default faults test: ok (C++ only)"; exit 0; }
 expect py_loader "$work/py_loader/run" "HANG: rank 1 .*blocked in loader_wait" "rank 1: File .* in hang_forever"
 stacks=$("$cli" stacks "$work/py_loader/run")

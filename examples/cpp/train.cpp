@@ -79,6 +79,8 @@ struct Args {
   int no_check_rank = -1;          // fault: this rank skips the sampler check of epoch --no-check-epoch
   int no_check_epoch = 1;
   bool default_sigpipe = false;    // keep SIGPIPE's default action (as a C++ trainer that never set it)
+  int end_rank = -1;               // fault: this rank ends at its first epoch's end, before the epoch check,
+  std::string end_how = "term";    // by SIGTERM (term), SIGKILL (kill) or an uncaught exception (throw)
 };
 
 Args parse(int argc, char** argv) {
@@ -132,6 +134,8 @@ Args parse(int argc, char** argv) {
     else if (k == "--no-check-rank") a.no_check_rank = std::stoi(next());
     else if (k == "--no-check-epoch") a.no_check_epoch = std::stoi(next());
     else if (k == "--default-sigpipe") a.default_sigpipe = true;
+    else if (k == "--end-rank") a.end_rank = std::stoi(next());
+    else if (k == "--end-how") a.end_how = next();
     else {
       std::fprintf(stderr, "unknown argument %s\n", k.c_str());
       std::exit(2);
@@ -404,6 +408,11 @@ int main(int argc, char** argv) {
       ++step;
     }
     if (!collective_error.empty()) break;
+    if (rank == args.end_rank && next_index >= in_epoch) {
+      // Between two collectives, while the peers wait for this rank in the epoch check's store exchange.
+      if (args.end_how == "throw") throw std::runtime_error("the epoch ended badly");
+      std::raise(args.end_how == "kill" ? SIGKILL : SIGTERM);
+    }
     if (next_index >= in_epoch && !stop && violated(batches.end_epoch())) stop = true;
   }
   rankscope::set_enabled(true);
