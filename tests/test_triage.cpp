@@ -254,6 +254,12 @@ TEST_CASE("a rank stopped between two collectives is the cause of the others' st
   CHECK_THAT(f.summary, Catch::StartsWith("rank stopped by SIGTERM: rank 1"));
   CHECK_THAT(evidence, Catch::Contains("rank 0 stalled meanwhile") && Catch::Contains("waiting on rank 1"));
 
+  // SIGKILLed instead (no flight dump): the same verdict, worded as a death.
+  std::filesystem::remove(tmp.path + "/rank-1.flight.json");
+  const auto [killed, _k] = first_finding(tmp.path, now);
+  CHECK(killed.ranks == std::vector<int>{1});
+  CHECK_THAT(killed.summary, Catch::StartsWith("rank died: rank 1"));
+
   // Rank 0 had recovered from its stall long before rank 1 went: the stall was its own.
   stalled_until(1'000'000, 2'000'000);
   const auto [own, _] = first_finding(tmp.path, now);
