@@ -260,6 +260,13 @@ TEST_CASE("a rank stopped between two collectives is the cause of the others' st
   CHECK(killed.ranks == std::vector<int>{1});
   CHECK_THAT(killed.summary, Catch::StartsWith("rank died: rank 1"));
 
+  // Rank 1 had gone on to the next all-reduce, which rank 0 never reached: rank 1 waited for
+  // rank 0, and its end (the job's time limit, say) does not make it the cause.
+  write(tmp.path + "/rank-1.jsonl", log_through(1, 6));
+  const auto [ahead, _a] = first_finding(tmp.path, now);
+  CHECK(ahead.ranks == std::vector<int>{0});
+  write(tmp.path + "/rank-1.jsonl", log_through(1, 5));
+
   // Rank 0 had recovered from its stall long before rank 1 went: the stall was its own.
   stalled_until(1'000'000, 2'000'000);
   const auto [own, _] = first_finding(tmp.path, now);

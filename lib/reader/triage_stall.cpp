@@ -105,7 +105,11 @@ void find_culprits(const RunSummary& sum, const StatusReport* live, std::vector<
   for (const auto& r : sum.ranks) {
     const bool behind =
         std::any_of(s.behind.begin(), s.behind.end(), [&](const auto& b) { return b.first == r.rank; });
-    if (gone(r, live) && (behind || (!r.exit && ended_while_blocked(r, blocked)))) dead_behind.push_back(&r);
+    // (When someone is behind, a rank that went while the blocked waited may have been ahead,
+    // waiting for them: the blocked stay the culprits then.)
+    if (gone(r, live) && (behind || (s.behind.empty() && !r.exit && ended_while_blocked(r, blocked)))) {
+      dead_behind.push_back(&r);
+    }
   }
   // The blocked waited for a rank that raised meanwhile: the exception rule
   // names it (with them as evidence); no stall verdict of their own.
