@@ -31,12 +31,6 @@ std::vector<const RankSummary*> ended_by(const RunSummary& sum, bool peer_lost) 
   }
   return out;
 }
-
-std::vector<int> ranks_of(const std::vector<const RankSummary*>& rs) {
-  std::vector<int> out;
-  for (const auto* r : rs) out.push_back(r->rank);
-  return out;
-}
 }  // namespace
 
 void exception_rule(const TriageInput& in, std::vector<Finding>& out) {
@@ -57,11 +51,7 @@ void exception_rule(const TriageInput& in, std::vector<Finding>& out) {
                                      e.cause == "terminate" ? "std::terminate" : "uncaught", e.exception));
     const StallFacts& stall = in.facts.stall;
     if (std::find(stall.raised.begin(), stall.raised.end(), r) != stall.raised.end()) {
-      std::vector<int> waited = ranks_of(stall.bystanders);
-      const StallRecord& st = *stall.bystanders.front()->last_stall;
-      f.evidence.push_back(fmt::format("{} stalled meanwhile, inside: {} (waiting on {})", format_ranks(waited),
-                                       st.inside, format_ranks(ranks_of(stall.raised))));
-      f.lines.push_back(st.line);
+      add_bystander_evidence(stall, ranks_of(stall.raised), f);
     }
     out.push_back(std::move(f));
   }

@@ -141,6 +141,12 @@ void add_slow_step_evidence(const RunSummary& sum, Finding& cause) {
   if (!slow.empty()) cause.evidence.push_back("slow_step events: " + absl::StrJoin(slow, ", "));
 }
 
+std::vector<int> ranks_of(const std::vector<const RankSummary*>& rs) {
+  std::vector<int> out;
+  for (const auto* r : rs) out.push_back(r->rank);
+  return out;
+}
+
 TriageFacts compute_facts(const RunSummary& sum, const StatusReport* live) {
   return {compute_stall_facts(sum, live), find_stragglers(sum)};
 }

@@ -275,14 +275,7 @@ void add_heartbeat_evidence(const StatusReport* live, Finding& f) {
 // the slow-step events it explains.
 void add_context(const TriageInput& in, Finding& f) {
   const StallFacts& s = in.facts.stall;
-  if (!s.bystanders.empty()) {
-    std::vector<int> ranks;
-    for (const auto* r : s.bystanders) ranks.push_back(r->rank);
-    const StallRecord& st = stall_of(*s.bystanders.front());
-    f.evidence.push_back(fmt::format("{} stalled meanwhile, inside: {} (waiting on {})", format_ranks(ranks), st.inside,
-                                     format_ranks(s.culprit_ranks)));
-    f.lines.push_back(st.line);
-  }
+  add_bystander_evidence(s, s.culprit_ranks, f);
   for (const auto* r : s.broken_pipe) {
     f.evidence.push_back(fmt::format("rank {} died of SIGPIPE at step {} (its flight dump): it sent to a peer that "
                                      "was gone, a consequence and not the cause",
@@ -313,6 +306,14 @@ bool in_rendezvous(const StallRecord& st) {
 }
 
 }  // namespace
+
+void add_bystander_evidence(const StallFacts& s, const std::vector<int>& waited_on, Finding& f) {
+  if (s.bystanders.empty()) return;
+  const StallRecord& st = stall_of(*s.bystanders.front());
+  f.evidence.push_back(fmt::format("{} stalled meanwhile, inside: {} (waiting on {})", format_ranks(ranks_of(s.bystanders)),
+                                   st.inside, format_ranks(waited_on)));
+  f.lines.push_back(st.line);
+}
 
 StallFacts compute_stall_facts(const RunSummary& sum, const StatusReport* live) {
   StallFacts s;
@@ -346,8 +347,10 @@ StallFacts compute_stall_facts(const RunSummary& sum, const StatusReport* live) 
   const StallRecord* ws = s.waited;
   s.in_what = ws && in_rendezvous(*ws) ? ws->phase
              : ws ? fmt::format("{} seq {} on '{}'", ws->op, ws->seq, ws->comm)
-                 : (s.where ? fmt::format("seq {} on '{}'", s.where->max_seq, s.where->comm)
-                            : std::string("the next collective"));
+             : s.where ? fmt::format("seq {} on '{}'", s.where->max_seq, s.where->comm)
+             : !s.bystanders.empty() ? fmt::format("while {} waited for it {}", format_ranks(ranks_of(s.bystanders)),
+                                                   stall_of(*s.bystanders.front()).inside)
+                                     : std::string("the next collective");
   s.verdict = verdict_of(s, live, open_stall);
   s.culprit_inside = heartbeat_inside(s, live);
   return s;
@@ -379,9 +382,11 @@ void dead_rank_rule(const TriageInput& in, std::vector<Finding>& out) {
   // stopped it, which is not a crash.
   const RankSummary& c = *s.culprits.front();
   const bool terminated = c.dump_reason == "signal SIGTERM" || c.dump_reason == "signal SIGINT";
+  // Gone between two collectives while the others waited outside any (in_what says so): it ended.
+  const bool between = s.waited == nullptr && s.where == nullptr && !s.bystanders.empty();
   Finding f = culprit_finding(s, FindingKind::kDeadRank,
                               terminated ? fmt::format("rank stopped by {}: ", c.dump_reason.substr(7)) : "rank died: ",
-                              "did not reach", s.waiting_ranks.size() > 1 ? "wait" : "waits");
+                              between ? "ended" : "did not reach", s.waiting_ranks.size() > 1 ? "wait" : "waits");
   if (terminated) {
     f.evidence.push_back(fmt::format(
         "rank {}'s flight dump says {}: sent by the launcher (torchrun stops every rank when one fails), the "
