@@ -78,5 +78,19 @@ TEST_CASE("the stacks view groups identical stacks across ranks and marks the od
                        Catch::Contains("main thread (Python), whole stack - ranks 0,1,3\n"));
   CHECK_THAT(stack_evidence(s, {2}), Catch::StartsWith("where the main threads were at the last stack capture: rank 2: File \"/x/data.py\", line 42 in __getitem__; rank 0,1,3: File"));
   CHECK(rankscope::join_ranks({0, 1, 2, 3, 5, 7, 8}) == "0-3,5,7,8");
+
+  // Native only: past the runtimes and the frames without a name (a hidden function, a signal
+  // handler's) to the first named one; unnamed ones only when nothing named follows.
+  RunSummary n;
+  RankSummary& r = n.ranks.emplace_back();
+  r.rank = 0;
+  r.stacks = StackRecord{"stall", 7, 0,
+                         "thread 10 \"train\" (main)\n  #0 clock_nanosleep+0x65 (libc.so.6)\n"
+                         "  #1 librankscope_torch.so.0+0xfcce\n  #2 rankscope::BatchAccounting::end_epoch()+0x4a "
+                         "(librankscope.so.0)\n  #3 main+0x60 (train)\n",
+                         "", {}};
+  CHECK_THAT(stack_evidence(n, {0}), Catch::Contains("rank 0: rankscope::BatchAccounting::end_epoch() (librankscope.so.0)"));
+  r.stacks->native = "thread 10 \"train\" (main)\n  #0 nanosleep+0x12 (libc.so.6)\n  #1 librankscope.so.0+0x6b9f3\n";
+  CHECK_THAT(stack_evidence(n, {0}), Catch::Contains("rank 0: librankscope.so.0+0x6b9f3"));
   CHECK_THAT(format_stacks(RunSummary{}), Catch::StartsWith("no stacks in this run"));
 }

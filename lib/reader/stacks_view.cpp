@@ -43,13 +43,23 @@ const ThreadStack* main_of(const std::vector<ThreadStack>& v) {
 constexpr std::size_t kFramesShown = 12;
 
 // The innermost frame that says something: past the C and C++ runtimes
-// (clock_nanosleep, pthread_cond_wait, std::condition_variable::wait).
+// (clock_nanosleep, pthread_cond_wait, std::condition_variable::wait), and
+// past frames without a name ("librankscope.so.0+0x6b9f3": a hidden or static
+// function, a signal handler's) when a named one follows.
 const std::string& telling_frame(const StackGroup& g) {
   if (g.python) return g.frames.front();
+  const auto runtime = [](const std::string& f) {
+    return f.find("libc.so") != std::string::npos || f.find("libstdc++.so") != std::string::npos ||
+           f.find("libgcc_s.so") != std::string::npos || f.find("libpthread.so") != std::string::npos;
+  };
+  const auto unnamed = [](const std::string& f) {
+    return f.find(" (") == std::string::npos && f.find("+0x") != std::string::npos;
+  };
   for (const auto& f : g.frames) {
-    const bool runtime = f.find("libc.so") != std::string::npos || f.find("libstdc++.so") != std::string::npos ||
-                         f.find("libgcc_s.so") != std::string::npos || f.find("libpthread.so") != std::string::npos;
-    if (!runtime) return f;
+    if (!runtime(f) && !unnamed(f)) return f;
+  }
+  for (const auto& f : g.frames) {
+    if (!runtime(f)) return f;
   }
   return g.frames.front();
 }
