@@ -101,19 +101,19 @@ bool raised(const RankSummary& r) { return r.exit && r.exit->cause != "thread_ex
 // a barrier of their own) were waiting for it, not causing anything.
 void find_culprits(const RunSummary& sum, const StatusReport* live, std::vector<const RankSummary*> blocked,
                    StallFacts& s) {
-  std::vector<const RankSummary*> dead_behind;
+  std::vector<const RankSummary*> dead;
   for (const auto& r : sum.ranks) {
     const bool behind =
         std::any_of(s.behind.begin(), s.behind.end(), [&](const auto& b) { return b.first == r.rank; });
     // (When someone is behind, a rank that went while the blocked waited may have been ahead,
     // waiting for them: the blocked stay the culprits then.)
     if (gone(r, live) && (behind || (s.behind.empty() && !r.exit && ended_while_blocked(r, blocked)))) {
-      dead_behind.push_back(&r);
+      dead.push_back(&r);
     }
   }
   // The blocked waited for a rank that raised meanwhile: the exception rule
   // names it (with them as evidence); no stall verdict of their own.
-  if (dead_behind.empty() && s.waiting.empty() && s.behind.empty()) {
+  if (dead.empty() && s.waiting.empty() && s.behind.empty()) {
     for (const auto& r : sum.ranks) {
       if (raised(r) && !r.last_stall && ended_while_blocked(r, blocked)) s.raised.push_back(&r);
     }
@@ -123,9 +123,9 @@ void find_culprits(const RunSummary& sum, const StatusReport* live, std::vector<
     }
   }
   s.culprits = std::move(blocked);
-  if (!dead_behind.empty() && !s.culprits.empty()) {
+  if (!dead.empty() && !s.culprits.empty()) {
     s.bystanders = std::move(s.culprits);
-    s.culprits = std::move(dead_behind);
+    s.culprits = std::move(dead);
   }
   if (s.culprits.empty()) {
     for (const auto& [rk, seq] : s.behind) {
