@@ -471,6 +471,12 @@ TEST_CASE("a fatal signal flushes the run log and dumps before the default actio
   CHECK_THAT(log, Catch::Contains(R"("kind":"stacks")") && Catch::Contains(R"("reason":"signal SIGABRT")"));
 #if !defined(__SANITIZE_THREAD__)  // TSan defers signals to its own safe points: a thread in a handler may not answer
   CHECK_THAT(log, Catch::Contains(" gsignal+0x") || Catch::Contains(" raise+0x"));
+  // ...from where the signal arrived: the handler's own frames (its nanosleep while the
+  // background thread writes) are left out, and a line says so.
+  const auto main_at = log.find("(main)\\n");
+  REQUIRE(main_at != std::string::npos);
+  const std::string main_stack = log.substr(main_at, log.find("thread ", main_at) - main_at);
+  CHECK_THAT(main_stack, Catch::Contains("rankscope's handler frames left out") && !Catch::Contains("nanosleep"));
 #endif
 }
 

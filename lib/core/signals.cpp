@@ -2,7 +2,9 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -11,6 +13,8 @@ namespace rankscope::detail {
 
 std::atomic<int> g_signal_request{0};
 std::atomic<std::uint64_t> g_signal_acks{0};
+std::atomic<int> g_terminal_tid{0};
+std::atomic<std::uintptr_t> g_terminal_pc{0};
 
 namespace {
 
@@ -27,6 +31,21 @@ std::atomic<pthread_t> g_bg_thread{};
 std::atomic<bool> g_bg_known{false};
 std::atomic<bool> g_in_terminal{false};
 pid_t g_owner_pid = 0;  // a forked child inherits the handlers but has no background thread
+
+// Read from the saved registers, not by unwinding: a crash may have left a
+// stack the unwinder would trip on inside this handler.
+std::uintptr_t interrupted_pc(void* uctx) {
+  if (uctx == nullptr) return 0;
+  const auto* uc = static_cast<const ucontext_t*>(uctx);
+#if defined(__x86_64__)
+  return static_cast<std::uintptr_t>(uc->uc_mcontext.gregs[REG_RIP]);
+#elif defined(__aarch64__)
+  return static_cast<std::uintptr_t>(uc->uc_mcontext.pc);
+#else
+  (void)uc;
+  return 0;
+#endif
+}
 
 int index_of(int sig) {
   for (int i = 0; i < kCount; ++i) {
@@ -47,6 +66,8 @@ void handler(int sig, siginfo_t* info, void* uctx) {
   // Terminating: only the first one waits for the evidence to be written.
   if (!on_background && ::getpid() == g_owner_pid && !g_in_terminal.exchange(true)) {
     const std::uint64_t acks = g_signal_acks.load(std::memory_order_acquire);
+    g_terminal_pc.store(interrupted_pc(uctx), std::memory_order_relaxed);
+    g_terminal_tid.store(static_cast<int>(::syscall(SYS_gettid)), std::memory_order_release);
     g_signal_request.store(sig, std::memory_order_release);
     timespec step{0, 5'000'000};
     for (int i = 0; i < 400 && g_signal_acks.load(std::memory_order_acquire) == acks; ++i) nanosleep(&step, nullptr);

@@ -25,6 +25,11 @@ extern std::atomic<int> g_signal_request;
 extern std::atomic<std::uint64_t> g_signal_acks;
 // The background thread's id, so a signal on it does not wait for itself.
 void set_background_thread_self();
+// The thread waiting in the terminating signal's handler and the instruction
+// the signal interrupted (0: none, or an architecture without the register
+// here): its captured stack starts there, without the handler's own frames.
+extern std::atomic<int> g_terminal_tid;
+extern std::atomic<std::uintptr_t> g_terminal_pc;
 
 const char* signal_name(int sig);
 

@@ -20,6 +20,8 @@
 
 #include <fmt/format.h>
 
+#include "signals.hpp"
+
 namespace rankscope::detail {
 namespace {
 
@@ -172,8 +174,19 @@ void capture_native(StackCapture& c, std::chrono::steady_clock::time_point end) 
     }
     ++c.answered;
     // frames[0] is the handler, frames[1] the kernel's signal trampoline; the
-    // thread was interrupted at frames[2].
-    for (int f = 2; f < s.depth; ++f) append_frame(c.native, f - 2, s.frames[f], f == 2);
+    // thread was interrupted at frames[2] - or, on the thread waiting in the
+    // terminating signal's handler, where that signal interrupted it, below
+    // the handler's own frames (its wait, its own trampoline).
+    int from = 2;
+    if (const std::uintptr_t pc = g_terminal_pc.load(std::memory_order_relaxed);
+        pc != 0 && tid == g_terminal_tid.load(std::memory_order_acquire)) {
+      for (int f = 3; f < s.depth; ++f) {
+        if (reinterpret_cast<std::uintptr_t>(s.frames[f]) == pc) from = f;
+        if (from == f) break;
+      }
+    }
+    for (int f = from; f < s.depth; ++f) append_frame(c.native, f - from, s.frames[f], f == from);
+    if (from > 2) c.native += "  (#0 is where the terminating signal arrived: rankscope's handler frames left out)\n";
   }
   if (static_cast<int>(tids.size()) > n) {
     fmt::format_to(std::back_inserter(c.native), "({} more threads not asked)\n", tids.size() - static_cast<std::size_t>(n));

@@ -7,7 +7,9 @@
 // glibc's backtrace() (primed once at install, so the handler neither loads
 // libgcc_s nor allocates) into a preallocated slot. Symbols come afterwards,
 // on the background thread: dladdr + the C++ demangler; frames without a
-// dynamic symbol are shown as module+offset (addr2line -e module offset).
+// dynamic symbol are shown as module+offset (addr2line -e module offset). The
+// thread waiting in a terminating signal's handler (signals.hpp) is shown from
+// the instruction that signal interrupted, without the handler's own frames.
 //
 // Python frames: the Python package registers CPython's faulthandler for
 // kPythonStackSignal on a non-blocking pipe; raising it on the main thread
