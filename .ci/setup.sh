@@ -10,6 +10,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 PACKAGES=(
   build-essential cmake ninja-build pkg-config
   libfmt-dev libabsl-dev catch2 libbenchmark-dev
+  libdw-dev                        # elfutils: stack frames named from a module's full symbol table
   libgloo-dev                      # gloo's headers: the C++ example's ProcessGroupGloo (libtorch is the wheel's)
   prometheus-cpp-dev libsimdjson-dev libcli11-dev libspdlog-dev
   prometheus libcurl4-openssl-dev zlib1g-dev

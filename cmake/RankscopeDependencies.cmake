@@ -3,6 +3,13 @@
 find_package(Threads REQUIRED)
 find_package(fmt REQUIRED)
 find_package(absl REQUIRED)
+# elfutils' libdw (optional): stack frames of functions that only a module's
+# full symbol table has (static and hidden ones, a program linked without
+# -rdynamic). Without it, such frames read module+0xoffset.
+find_package(PkgConfig QUIET)
+if(PkgConfig_FOUND)
+  pkg_check_modules(LIBDW QUIET IMPORTED_TARGET libdw)
+endif()
 
 function(rankscope_require found option what)
   if(NOT ${found})

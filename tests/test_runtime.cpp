@@ -251,7 +251,9 @@ TEST_CASE("this process's goodput is a metric, in every snapshot and at the end 
     seconds[line.substr(from, line.find('"', from) - from)] = value();
   }
   REQUIRE(seconds.size() == 10);
-  CHECK(seconds["compute"] >= 0.080);        // 20 x 4 ms in forward
+  // 20 x 4 ms in forward; a first step slower than the median (a sleep that overslept under
+  // load) moves its excess from compute to warm-up.
+  CHECK(seconds["compute"] + seconds["warmup"] >= 0.080);
   CHECK(seconds["communication"] >= 0.040);  // 20 x 2 ms in the all-reduce phase
   CHECK(seconds["stall"] == 0);
   CHECK(seconds["restart_recompute"] == 0);

@@ -22,6 +22,11 @@ extern "C" __attribute__((noinline, visibility("default"))) void rankscope_test_
   std::lock_guard<std::mutex> lk(g_held);
   asm volatile("" ::: "memory");
 }
+// Internal linkage: not among the dynamic symbols dladdr reads, only in the full symbol table.
+__attribute__((noinline)) void waits_for_the_mutex_privately() {
+  std::lock_guard<std::mutex> lk(g_held);
+  asm volatile("" ::: "memory");
+}
 }  // namespace
 
 TEST_CASE("a dump records every thread's native stack - a thread blocked on a mutex shows the frame", "[stacks]") {
@@ -31,11 +36,13 @@ TEST_CASE("a dump records every thread's native stack - a thread blocked on a mu
   REQUIRE(rankscope::init(cfg).ok());
   std::unique_lock<std::mutex> hold(g_held);
   std::thread blocked(rankscope_test_waits_for_the_mutex);
+  std::thread hidden(waits_for_the_mutex_privately);
   std::this_thread::sleep_for(100ms);  // it reaches the lock (a later dump would still show it on its way)
   auto dumped = rankscope::dump_flight_recorder("test");
   REQUIRE(dumped.ok());
   hold.unlock();
   blocked.join();
+  hidden.join();
   rankscope::shutdown();
   const std::string log = slurp(tmp.path + "/rank-0.jsonl");
   const auto at = log.find(R"("kind":"stacks")");
@@ -47,6 +54,9 @@ TEST_CASE("a dump records every thread's native stack - a thread blocked on a mu
 #if !defined(__SANITIZE_THREAD__)  // TSan defers signals to its own safe points: a thread in its lock may not answer
   CHECK_THAT(line, Catch::Contains("rankscope_test_waits_for_the_mutex") && Catch::Contains("pthread_mutex_lock"));
   CHECK_THAT(slurp(*dumped), Catch::Contains("rankscope_test_waits_for_the_mutex"));
+#if RANKSCOPE_HAVE_LIBDW  // elfutils reads the full symbol table: a static function is named too
+  CHECK_THAT(line, Catch::Contains("(anonymous namespace)::waits_for_the_mutex_privately()"));
+#endif
 #endif
 }
 
@@ -90,6 +100,12 @@ TEST_CASE("the stacks view groups identical stacks across ranks and marks the od
                          "(librankscope.so.0)\n  #3 main+0x60 (train)\n",
                          "", {}};
   CHECK_THAT(stack_evidence(n, {0}), Catch::Contains("rank 0: rankscope::BatchAccounting::end_epoch() (librankscope.so.0)"));
+  // A one-line summary names the function without its parameters or its clone suffix.
+  r.stacks->native = "thread 10 \"train\" (main)\n  #0 nanosleep+0x12 (libc.so.6)\n  #1 rankscope::(anonymous "
+                     "namespace)::cross_check(rankscope::(anonymous namespace)::Check, long) [clone .lto_priv.0]+0x9 "
+                     "(librankscope.so.0)\n";
+  CHECK_THAT(stack_evidence(n, {0}),
+             Catch::Contains("rank 0: rankscope::(anonymous namespace)::cross_check(...) (librankscope.so.0) ("));
   r.stacks->native = "thread 10 \"train\" (main)\n  #0 nanosleep+0x12 (libc.so.6)\n  #1 librankscope.so.0+0x6b9f3\n";
   CHECK_THAT(stack_evidence(n, {0}), Catch::Contains("rank 0: librankscope.so.0+0x6b9f3"));
   CHECK_THAT(format_stacks(RunSummary{}), Catch::StartsWith("no stacks in this run"));

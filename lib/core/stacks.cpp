@@ -19,6 +19,9 @@
 #include <vector>
 
 #include <fmt/format.h>
+#if RANKSCOPE_HAVE_LIBDW
+#include <elfutils/libdwfl.h>
+#endif
 
 #include "signals.hpp"
 
@@ -107,6 +110,44 @@ const char* base_name(const char* path) {
   return slash != nullptr ? slash + 1 : path;
 }
 
+#if RANKSCOPE_HAVE_LIBDW
+// A frame's function from its module's full symbol table (.symtab), which
+// dladdr does not read: static and hidden functions (rankscope's own, a
+// library's internals), a program linked without -rdynamic. elfutils reads
+// the modules of /proc/self/maps, reported again once per capture (a library
+// loaded since); separate debug files are never looked for (no disk search,
+// no debuginfod download on the way to a stall's evidence).
+int no_debuginfo(Dwfl_Module*, void**, const char*, Dwarf_Addr, const char*, const char*, GElf_Word, char**) {
+  return -1;
+}
+const Dwfl_Callbacks kCallbacks = {dwfl_linux_proc_find_elf, no_debuginfo, nullptr, nullptr};
+Dwfl* g_dwfl = nullptr;
+bool g_dwfl_current = false;  // reported in this capture
+
+const char* symtab_name(std::uintptr_t look, std::uintptr_t& start) {
+  if (!g_dwfl_current) {
+    g_dwfl_current = true;
+    if (g_dwfl == nullptr) g_dwfl = dwfl_begin(&kCallbacks);
+    if (g_dwfl == nullptr) return nullptr;
+    dwfl_report_begin(g_dwfl);
+    const int rc = dwfl_linux_proc_report(g_dwfl, ::getpid());
+    dwfl_report_end(g_dwfl, nullptr, nullptr);
+    if (rc != 0) return nullptr;
+  }
+  if (g_dwfl == nullptr) return nullptr;
+  Dwfl_Module* mod = dwfl_addrmodule(g_dwfl, look);
+  if (mod == nullptr) return nullptr;
+  GElf_Off offset = 0;
+  GElf_Sym sym{};
+  const char* name = dwfl_module_addrinfo(mod, look, &offset, &sym, nullptr, nullptr, nullptr);
+  if (name == nullptr || *name == '\0') return nullptr;
+  start = look - offset;
+  return name;
+}
+#else
+const char* symtab_name(std::uintptr_t, std::uintptr_t&) { return nullptr; }
+#endif
+
 // One frame's text. dladdr scans a library's dynamic symbols (libtorch_cpu
 // has ~10^5): the texts are kept by address, so a frame seen in an earlier
 // capture, or on another thread, costs a lookup (background thread only).
@@ -118,14 +159,18 @@ const std::string& symbolize(std::uintptr_t look) {
   Dl_info info{};
   if (::dladdr(reinterpret_cast<void*>(look), &info) == 0 || info.dli_fname == nullptr) {
     text = fmt::format("{:#x}", look);
-  } else if (info.dli_sname == nullptr) {
-    text = fmt::format("{}+{:#x}", base_name(info.dli_fname), look - reinterpret_cast<std::uintptr_t>(info.dli_fbase));
   } else {
-    int status = 0;
-    char* demangled = abi::__cxa_demangle(info.dli_sname, nullptr, nullptr, &status);
-    text = fmt::format("{}+{:#x} ({})", status == 0 && demangled ? demangled : info.dli_sname,
-                       look - reinterpret_cast<std::uintptr_t>(info.dli_saddr), base_name(info.dli_fname));
-    std::free(demangled);
+    std::uintptr_t start = reinterpret_cast<std::uintptr_t>(info.dli_saddr);
+    const char* name = info.dli_sname != nullptr ? info.dli_sname : symtab_name(look, start);
+    if (name == nullptr) {
+      text = fmt::format("{}+{:#x}", base_name(info.dli_fname), look - reinterpret_cast<std::uintptr_t>(info.dli_fbase));
+    } else {
+      int status = 0;
+      char* demangled = abi::__cxa_demangle(name, nullptr, nullptr, &status);
+      text = fmt::format("{}+{:#x} ({})", status == 0 && demangled ? demangled : name, look - start,
+                         base_name(info.dli_fname));
+      std::free(demangled);
+    }
   }
   return cache.emplace(look, std::move(text)).first->second;
 }
@@ -139,6 +184,9 @@ void append_frame(std::string& out, int index, void* frame, bool exact) {
 }
 
 void capture_native(StackCapture& c, std::chrono::steady_clock::time_point end) {
+#if RANKSCOPE_HAVE_LIBDW
+  g_dwfl_current = false;
+#endif
   const pid_t pid = ::getpid(), self = gettid_now();
   std::vector<pid_t> tids = list_tasks();
   std::erase(tids, self);

@@ -6,8 +6,9 @@
 // of the process (/proc/self/task); each one's handler unwinds itself with
 // glibc's backtrace() (primed once at install, so the handler neither loads
 // libgcc_s nor allocates) into a preallocated slot. Symbols come afterwards,
-// on the background thread: dladdr + the C++ demangler; frames without a
-// dynamic symbol are shown as module+offset (addr2line -e module offset). The
+// on the background thread: dladdr, then the module's full symbol table
+// (elfutils' libdw, when built with it), then the C++ demangler; frames with
+// no symbol are shown as module+offset (addr2line -e module offset). The
 // thread waiting in a terminating signal's handler (signals.hpp) is shown from
 // the instruction that signal interrupted, without the handler's own frames.
 //

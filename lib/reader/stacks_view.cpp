@@ -64,6 +64,25 @@ const std::string& telling_frame(const StackGroup& g) {
   return g.frames.front();
 }
 
+// "ns::f(std::basic_string_view<...>, long) [clone .lto_priv.0] (lib.so)" ->
+// "ns::f(...) (lib.so)": a one-line summary names the function, not its signature.
+std::string without_parameters(const std::string& frame) {
+  const auto module = frame.rfind(" (");
+  if (module == std::string::npos || module == 0) return frame;
+  std::string fn = frame.substr(0, module);
+  if (const auto clone = fn.find(" [clone "); clone != std::string::npos) fn.resize(clone);
+  if (fn.empty() || fn.back() != ')') return fn + frame.substr(module);
+  int depth = 0;
+  for (std::size_t i = fn.size(); i-- > 0;) {
+    depth += fn[i] == ')' ? 1 : fn[i] == '(' ? -1 : 0;
+    if (depth == 0) {
+      if (i + 2 < fn.size()) fn = fn.substr(0, i) + "(...)";
+      break;
+    }
+  }
+  return fn + frame.substr(module);
+}
+
 std::vector<std::string_view> lines_of(std::string_view text) {
   std::vector<std::string_view> out;
   while (!text.empty()) {
@@ -204,7 +223,8 @@ std::string stack_evidence(const RunSummary& s, const std::vector<int>& ranks) {
     const bool named = std::any_of(g.ranks.begin(), g.ranks.end(), [&](int r) {
       return std::find(ranks.begin(), ranks.end(), r) != ranks.end();
     });
-    const std::string part = fmt::format("rank {}: {}", join_ranks(g.ranks), telling_frame(g));
+    const std::string part =
+        fmt::format("rank {}: {}", join_ranks(g.ranks), g.python ? telling_frame(g) : without_parameters(telling_frame(g)));
     out = named ? (out.empty() ? part : part + "; " + out) : (out.empty() ? part : out + "; " + part);
     if (out.size() > 600) break;
   }
