@@ -13,6 +13,8 @@ for f in rankscope/__init__.py rankscope/torch.py rankscope/_run_identity.py ran
   grep -q " *$f " <<<"$list" || { echo "check_wheel: $f missing from $whl"; exit 1; }
 done
 grep -qE "rankscope/_rankscope\.cpython-[0-9]+-[^ ]+\.so" <<<"$list" || { echo "check_wheel: no extension in $whl"; exit 1; }
+! grep -qE "\.so\.[0-9]* " <<<"$list" || { echo "check_wheel: a library under a versioned name (a copy) in $whl:
+$(grep -E "\.so\.[0-9]* " <<<"$list")"; exit 1; }
 "$python" -m zipfile -e "$whl" "$out/x" >/dev/null 2>&1 || "$python" -m zipfile -e "$whl" "$out/x"
 grep -q '^rankscope = rankscope.__main__:main' "$out"/x/rankscope-*.dist-info/entry_points.txt ||
   { echo "check_wheel: no rankscope command in the wheel's entry points"; exit 1; }

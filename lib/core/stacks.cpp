@@ -114,28 +114,35 @@ const char* base_name(const char* path) {
 // A frame's function from its module's full symbol table (.symtab), which
 // dladdr does not read: static and hidden functions (rankscope's own, a
 // library's internals), a program linked without -rdynamic. elfutils reads
-// the modules of /proc/self/maps, reported again once per capture (a library
-// loaded since); separate debug files are never looked for (no disk search,
-// no debuginfod download on the way to a stall's evidence).
+// the modules of /proc/self/maps (again when a frame is in none of them: a
+// library loaded since) and a module's table the first time one of its
+// frames needs it, then keeps it: libtorch_cpu's 546k symbols take ~25 ms
+// and ~90 MB, mostly its file's own pages, once per process. Separate debug
+// files are never looked for (no disk search, no debuginfod download on the
+// way to a stall's evidence).
 int no_debuginfo(Dwfl_Module*, void**, const char*, Dwarf_Addr, const char*, const char*, GElf_Word, char**) {
   return -1;
 }
 const Dwfl_Callbacks kCallbacks = {dwfl_linux_proc_find_elf, no_debuginfo, nullptr, nullptr};
-Dwfl* g_dwfl = nullptr;
-bool g_dwfl_current = false;  // reported in this capture
+
+bool report_modules(Dwfl* dwfl) {
+  dwfl_report_begin(dwfl);
+  const int rc = dwfl_linux_proc_report(dwfl, ::getpid());
+  return dwfl_report_end(dwfl, nullptr, nullptr) == 0 && rc == 0;
+}
 
 const char* symtab_name(std::uintptr_t look, std::uintptr_t& start) {
-  if (!g_dwfl_current) {
-    g_dwfl_current = true;
-    if (g_dwfl == nullptr) g_dwfl = dwfl_begin(&kCallbacks);
-    if (g_dwfl == nullptr) return nullptr;
-    dwfl_report_begin(g_dwfl);
-    const int rc = dwfl_linux_proc_report(g_dwfl, ::getpid());
-    dwfl_report_end(g_dwfl, nullptr, nullptr);
-    if (rc != 0) return nullptr;
-  }
-  if (g_dwfl == nullptr) return nullptr;
-  Dwfl_Module* mod = dwfl_addrmodule(g_dwfl, look);
+  static Dwfl* dwfl = [] {
+    Dwfl* d = dwfl_begin(&kCallbacks);
+    if (d != nullptr && !report_modules(d)) {
+      dwfl_end(d);
+      d = nullptr;
+    }
+    return d;
+  }();
+  if (dwfl == nullptr) return nullptr;
+  Dwfl_Module* mod = dwfl_addrmodule(dwfl, look);
+  if (mod == nullptr && report_modules(dwfl)) mod = dwfl_addrmodule(dwfl, look);
   if (mod == nullptr) return nullptr;
   GElf_Off offset = 0;
   GElf_Sym sym{};
@@ -184,9 +191,6 @@ void append_frame(std::string& out, int index, void* frame, bool exact) {
 }
 
 void capture_native(StackCapture& c, std::chrono::steady_clock::time_point end) {
-#if RANKSCOPE_HAVE_LIBDW
-  g_dwfl_current = false;
-#endif
   const pid_t pid = ::getpid(), self = gettid_now();
   std::vector<pid_t> tids = list_tasks();
   std::erase(tids, self);
