@@ -34,9 +34,13 @@ def test_ddp_example_spans_every_collective_with_bytes_and_matching_sequence_num
     assert p.returncode == 0, p.stderr[-3000:]
     run_dir = str(tmp_path / p.stdout.strip().splitlines()[-1])
     t = subprocess.run([RANKSCOPE, "triage", run_dir], capture_output=True, text=True, timeout=60)
-    # Healthy: no findings, or only slow steps (a 2-core VM running 2 ranks can stall one for 10+ ms).
+    # Healthy: no findings, or only what this host does to a rank - slow steps (a 2-core VM running
+    # 2 ranks can stall one for 10+ ms), or a straggler: with ctest running other tests beside it,
+    # one rank can be slower for the whole of this 32-step run (seen once: rank 1 1.7x in optimizer
+    # from step 2, rank 0 waiting 2.4 ms per step for it), as test_training_health.py allows too.
+    # The strict healthy check is default_faults_test.sh's clean run (3 epochs, workers, saves).
     findings = re.findall(r"^\d+\. \[(\w+)\]", t.stdout, re.M)
-    assert "no findings" in t.stdout or (findings and set(findings) == {"slow_steps"}), t.stdout[-3000:]
+    assert "no findings" in t.stdout or (findings and set(findings) <= {"slow_steps", "straggler"}), t.stdout[-3000:]
     colls = _events(run_dir, "collective")
     kinds = collections.Counter((e["rank"], e["op"], e["count"], e["dtype"], e["bytes"]) for e in colls)
     # 2048 samples / 2 ranks / batch 64 = 16 steps per epoch, one DDP bucket (101386 float32 parameters) each.
