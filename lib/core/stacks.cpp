@@ -232,9 +232,8 @@ void capture_native(StackCapture& c, std::chrono::steady_clock::time_point end) 
     int from = 2;
     if (const std::uintptr_t pc = g_terminal_pc.load(std::memory_order_relaxed);
         pc != 0 && tid == g_terminal_tid.load(std::memory_order_acquire)) {
-      for (int f = 3; f < s.depth; ++f) {
+      for (int f = 3; f < s.depth && from == 2; ++f) {
         if (reinterpret_cast<std::uintptr_t>(s.frames[f]) == pc) from = f;
-        if (from == f) break;
       }
     }
     for (int f = from; f < s.depth; ++f) append_frame(c.native, f - from, s.frames[f], f == from);

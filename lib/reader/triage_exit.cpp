@@ -19,11 +19,6 @@ constexpr std::array<std::string_view, 7> kPeerLost = {
     "Connection closed by peer", "Connection reset by peer", "Broken pipe",       "communicator was aborted",
     "NCCL communicator was aborted", "Socket Timeout",       "peer closed connection"};
 
-bool after_peer_lost(const ExitRecord& e) {
-  return std::any_of(kPeerLost.begin(), kPeerLost.end(),
-                     [&](std::string_view p) { return e.message.find(p) != std::string::npos; });
-}
-
 std::vector<const RankSummary*> ended_by(const RunSummary& sum, bool peer_lost) {
   std::vector<const RankSummary*> out;
   for (const RankSummary& r : sum.ranks) {
@@ -32,6 +27,11 @@ std::vector<const RankSummary*> ended_by(const RunSummary& sum, bool peer_lost) 
   return out;
 }
 }  // namespace
+
+bool after_peer_lost(const ExitRecord& e) {
+  return std::any_of(kPeerLost.begin(), kPeerLost.end(),
+                     [&](std::string_view p) { return e.message.find(p) != std::string::npos; });
+}
 
 void exception_rule(const TriageInput& in, std::vector<Finding>& out) {
   const auto followers = ended_by(in.sum, /*peer_lost=*/true);

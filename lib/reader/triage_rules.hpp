@@ -165,6 +165,9 @@ double median_of(std::vector<double> v);
 /// "slow_step events: rank 1 (3, forward grew)" added to the finding that names their cause.
 void add_slow_step_evidence(const RunSummary& sum, Finding& cause);
 std::vector<int> ranks_of(const std::vector<const RankSummary*>& rs);
+/// An exit because a peer's connection went away (gloo's "Connection closed by peer", an aborted
+/// NCCL communicator): a consequence of another rank's end (triage_exit.cpp).
+bool after_peer_lost(const ExitRecord& e);
 /// "rank 0 stalled meanwhile, inside: ... (waiting on rank 1)" and the stall's line, added to the
 /// finding that names what the bystanders (StallFacts) waited for (triage_stall.cpp).
 void add_bystander_evidence(const StallFacts& s, const std::vector<int>& waited_on, Finding& f);

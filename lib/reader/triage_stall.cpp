@@ -91,9 +91,12 @@ bool ended_while_blocked(const RankSummary& r, const std::vector<const RankSumma
   });
 }
 
-// Its process ended with an exception (an exit line; a thread's own, after
-// which the process went on, does not count).
-bool raised(const RankSummary& r) { return r.exit && r.exit->cause != "thread_exception"; }
+// Its process ended with an exception of its own (an exit line; not a
+// thread's, after which the process went on, nor one a lost peer caused):
+// what the exception rule names.
+bool raised(const RankSummary& r) {
+  return r.exit && r.exit->cause != "thread_exception" && !after_peer_lost(*r.exit);
+}
 
 // Culprits: stalled outside a collective, else behind on the sequence. A
 // rank that died behind the others, or while they were blocked, comes first,
