@@ -358,3 +358,30 @@ def test_an_async_handle_dropped_without_wait_ends_its_span_ok(tmp_path):
         (1, "all_reduce", "ok"), (2, "all_reduce", "ok"), (3, "barrier", "ok")]
 
 
+
+
+def test_record_cuda_memory_asks_torch_for_cuda_once_and_sets_each_devices_gauges(run_py):
+    # No GPU here: torch.cuda's four calls are replaced by counting fakes of the same shape.
+    p = run_py("""
+        import os, torch, rankscope, rankscope.torch as rst
+        rankscope.init(rank=0, world_size=1, run_dir=os.environ["RUN_DIR"])
+        asked = []
+        real = torch.cuda.is_available
+        torch.cuda.is_available = lambda: asked.append(1) or real()
+        assert rst.record_cuda_memory() is False and rst.record_cuda_memory() is False
+        assert len(asked) == 1, asked                        # asked once per process, not per step
+        rst._cuda_present = None
+        torch.cuda.is_available = lambda: True
+        torch.cuda.current_device = lambda: 1
+        mem = {1: (100, 300), 2: (7, 9)}
+        torch.cuda.memory_allocated = lambda d: mem[d][0]
+        torch.cuda.memory_reserved = lambda d: mem[d][1]
+        assert rst.record_cuda_memory() is True
+        mem[1] = (150, 400)
+        assert rst.record_cuda_memory() is True and rst.record_cuda_memory(2) is True
+        g = lambda name, d: rankscope.gauge(name, "", {"gpu": d}).value
+        print(g("rankscope_cuda_memory_allocated_bytes", "1"), g("rankscope_cuda_memory_reserved_bytes", "1"),
+              g("rankscope_cuda_memory_allocated_bytes", "2"), g("rankscope_cuda_memory_reserved_bytes", "2"))
+        rankscope.shutdown()
+    """)
+    assert p.stdout.split() == ["150.0", "400.0", "7.0", "9.0"], p.stdout + p.stderr

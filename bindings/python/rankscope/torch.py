@@ -558,17 +558,27 @@ class AmpSkips:
         return skipped
 
 
+_cuda_present = None   # torch.cuda.is_available(), asked once: ~0.8 us a call, and a step calls us
+_cuda_gauges = {}      # device -> (allocated, reserved) gauges: a lookup by name and labels per step cost ~1 us
+
+
 def record_cuda_memory(device=None):
     """Sets rankscope_cuda_memory_allocated_bytes / _reserved_bytes for this
     rank's device; does nothing (and raises nothing) without CUDA."""
-    if not torch.cuda.is_available():
+    global _cuda_present
+    if _cuda_present is None:
+        _cuda_present = torch.cuda.is_available()
+    if not _cuda_present:
         return False
     d = torch.cuda.current_device() if device is None else device
-    labels = {"gpu": str(d)}
-    rankscope.gauge("rankscope_cuda_memory_allocated_bytes", "torch.cuda.memory_allocated", labels).set(
-        float(torch.cuda.memory_allocated(d)))
-    rankscope.gauge("rankscope_cuda_memory_reserved_bytes", "torch.cuda.memory_reserved", labels).set(
-        float(torch.cuda.memory_reserved(d)))
+    gauges = _cuda_gauges.get(d)
+    if gauges is None:
+        labels = {"gpu": str(d)}
+        gauges = _cuda_gauges[d] = (
+            rankscope.gauge("rankscope_cuda_memory_allocated_bytes", "torch.cuda.memory_allocated", labels),
+            rankscope.gauge("rankscope_cuda_memory_reserved_bytes", "torch.cuda.memory_reserved", labels))
+    gauges[0].set(float(torch.cuda.memory_allocated(d)))
+    gauges[1].set(float(torch.cuda.memory_reserved(d)))
     return True
 
 
