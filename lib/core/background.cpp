@@ -397,7 +397,7 @@ bool Runtime::background_iteration(std::vector<Event>& batch, std::chrono::micro
                                    std::uint64_t& flush_seen) {
   if (bg_failed_stop_) return true;
   {
-    bool stop;
+    bool stop, retired_for_spare;
     std::uint64_t flush_target, dump_target;
     std::string dump_reason;
     Deadline deadline;
@@ -406,6 +406,7 @@ bool Runtime::background_iteration(std::vector<Event>& batch, std::chrono::micro
       cv_.wait_for(lk, sleep, [&] {
         return stop_requested_ || flush_requested_ > flush_seen || dump_requested_ > dump_done_ || retired_wake_;
       });
+      retired_for_spare = retired_wake_;
       retired_wake_ = false;
       stop = stop_requested_;
       flush_target = flush_requested_;
@@ -459,6 +460,9 @@ bool Runtime::background_iteration(std::vector<Event>& batch, std::chrono::micro
       export_metrics_now();
     }
     if (detail::registry().has_retired()) detail::registry().free_retired();
+    // A thread left with no spare ring ready for the next one: threads come
+    // and go faster than the drains recycle rings, so keep one more.
+    if (retired_for_spare) detail::registry().grow_spares(ring_capacity());
     if (dump_target != 0) {
       auto res = dump_now(dump_reason);
       std::lock_guard<std::mutex> lk(mu_);

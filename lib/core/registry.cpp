@@ -54,6 +54,7 @@ ThreadState* ThreadRegistry::add(std::uint32_t capacity) {
     if (!spare_rings_.empty() && spare_rings_.back().capacity == capacity) {
       block = spare_rings_.back().block;
       spare_rings_.pop_back();
+      spare_count_.store(spare_rings_.size(), std::memory_order_relaxed);
     }
   }
   if (block == nullptr) block = alloc_block(capacity);
@@ -108,12 +109,31 @@ void ThreadRegistry::free_retired() {
       spare_rings_.push_back({st, capacity});
       st = nullptr;
     }
+    spare_count_.store(spare_rings_.size(), std::memory_order_relaxed);
   }
   for (ThreadState* st : dead) {
     if (st == nullptr) continue;
     st->~ThreadState();
     free_block(st);  // the ThreadState is the block's start
   }
+}
+
+void ThreadRegistry::grow_spares(std::uint32_t capacity) {
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    if (spare_rings_.size() >= kSpareRings) return;
+  }
+  void* block = alloc_block(capacity);  // outside the lock: new threads need not wait for it
+  if (block == nullptr) return;         // a full /dev/shm: new threads try again themselves
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    if (spare_rings_.size() < kSpareRings) {
+      spare_rings_.push_back({block, capacity});
+      spare_count_.store(spare_rings_.size(), std::memory_order_relaxed);
+      return;
+    }
+  }
+  free_block(block);
 }
 
 std::uint64_t ThreadRegistry::dropped_total() {

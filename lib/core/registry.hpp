@@ -28,6 +28,15 @@ class ThreadRegistry {
   // Frees retired states whose rings are empty, folding their counters and
   // metric slots into the totals. Call only from the draining thread.
   void free_retired();
+  // Rings ready for the next new thread. Read without the lock by an exiting
+  // thread, which wakes the background thread to recycle its ring only when
+  // none is left.
+  std::size_t spares() const { return spare_count_.load(std::memory_order_relaxed); }
+  // One more spare ring, up to kSpareRings: called by the background thread
+  // when a thread left and no spare was ready, i.e. threads come and go faster
+  // than its drains recycle their rings (a loader thread per short epoch).
+  // The ~1 ms reservation happens here, not in the next new thread.
+  void grow_spares(std::uint32_t capacity);
   std::uint64_t dropped_total();
   std::uint64_t threads_ever() { std::lock_guard<std::mutex> lk(mu); return threads_ever_; }
   // Sum of a metric slot over all threads, live and gone. Requires mu not held.
@@ -49,13 +58,16 @@ class ThreadRegistry {
   std::uint64_t threads_ever_ = 0;            // Requires mu held.
   std::vector<double> retired_slots_ = std::vector<double>(kMaxMetricSlots, 0.0);  // Requires mu held.
   // Rings of exited threads kept for the next new thread (bounded: at most
-  // kSpareRings rings of memory beyond the live threads').
+  // kSpareRings rings of memory beyond the live threads'). Four: a loader
+  // thread per ~100 ms epoch then finds one ready at every start while the
+  // background thread drains every 500 ms, instead of waking it at every exit.
   struct SpareRing {
     void* block;  // a ThreadState's page, its metric slots and its records (registry.cpp)
     std::uint32_t capacity;
   };
-  static constexpr std::size_t kSpareRings = 2;
+  static constexpr std::size_t kSpareRings = 4;
   std::vector<SpareRing> spare_rings_;  // Requires mu held.
+  std::atomic<std::size_t> spare_count_{0};  // spare_rings_.size(), for spares()
 };
 
 ThreadRegistry& registry();
