@@ -365,6 +365,9 @@ TEST_CASE("spare rings grown by the background thread serve new threads without 
   CHECK(made >= 4 - before);
   std::thread([] { RANKSCOPE_PHASE("loader_produce"); }).join();  // takes a spare: no new block
   CHECK(blocks_made() == made);
+  // Spares of another ring size (an earlier session's) no thread could take: given back.
+  reg.grow_spares(detail::Runtime::get().ring_capacity() / 2);
+  CHECK(reg.spares() <= 2);  // the one grown, and at most one of the runtime's own threads' rings
   REQUIRE(rankscope::flush());
   rankscope::shutdown();
   CHECK(slurp_log(tmp.path).find(R"("name":"loader_produce")") != std::string::npos);

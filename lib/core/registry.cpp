@@ -119,6 +119,16 @@ void ThreadRegistry::free_retired() {
 }
 
 void ThreadRegistry::grow_spares(std::uint32_t capacity) {
+  std::vector<SpareRing> stale;  // of another ring size (an earlier session's): no thread can take them
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    auto keep = std::partition(spare_rings_.begin(), spare_rings_.end(),
+                               [&](const SpareRing& r) { return r.capacity == capacity; });
+    stale.assign(keep, spare_rings_.end());
+    spare_rings_.erase(keep, spare_rings_.end());
+    spare_count_.store(spare_rings_.size(), std::memory_order_relaxed);
+  }
+  for (const SpareRing& r : stale) free_block(r.block);
   {
     std::lock_guard<std::mutex> lk(mu);
     if (spare_rings_.size() >= kSpareRings) return;
