@@ -7,6 +7,7 @@ the two plain copies already differ by 8-15 us per step, which hides what this m
 DDP model; rounds of 10 forward+backward steps rotate through them in the same process,
 (in reverse order every other round) so machine noise hits all alike; the median step
 time of each is printed next to plain DDP's. A second plain copy shows the noise floor.
+Then one model with and without instrument_ddp's C++ hooks, alternating (no per-model noise).
 """
 import sys
 import time
@@ -58,8 +59,43 @@ def main():
         if r % 50 == 0:
             rankscope.flush()
     print_medians(times, "plain DDP", 48)
+    same_model_hooked_and_not()
     dist.destroy_process_group()
     rankscope.shutdown()
+
+
+def same_model_hooked_and_not():
+    """The C++ hooks' own cost without the per-model noise of the table above: one model
+    (the example's 128-256-256-10 MLP, with an optimizer step), its hooks made and dropped
+    between rounds of 10 steps, alternating."""
+    if rst._torch_hooks is None:
+        return
+    torch.manual_seed(0)
+    m = DDP(torch.nn.Sequential(torch.nn.Linear(128, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256),
+                                torch.nn.ReLU(), torch.nn.Linear(256, 10)))
+    comm = rst._communicator(m.process_group)
+    count = sum(p.numel() for p in m.parameters())
+    opt = torch.optim.SGD(m.parameters(), lr=0.01)
+    x = torch.randn(64, 128)
+    y = x[:, :10].argmax(1)
+    times = {"the same DDP model, unhooked": [], "... hooked (instrument_ddp's C++ hooks)": []}
+    sync = None
+    for r in range(ROUNDS):
+        for hooked in ((True, False) if r % 2 == 0 else (False, True)):
+            if hooked:
+                sync = rst._torch_hooks.DdpSync(m.reducer, comm, "all_reduce", count, "float32")
+            t0 = time.perf_counter()
+            for _ in range(10):
+                opt.zero_grad()
+                torch.nn.functional.cross_entropy(m(x), y).backward()
+                opt.step()
+            times["... hooked (instrument_ddp's C++ hooks)" if hooked else "the same DDP model, unhooked"].append(
+                (time.perf_counter() - t0) / 10)
+            sync = None  # unhooks
+        if r % 50 == 0:
+            rankscope.flush()
+    print()
+    print_medians(times, "the same DDP model, unhooked", 48)
 
 
 if __name__ == "__main__":
