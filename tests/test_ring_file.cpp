@@ -108,10 +108,6 @@ std::uint32_t blocks_made() {
   ::close(fd);
   return made;
 }
-std::string slurp_log(const std::string& dir) {
-  const int fd = ::open((dir + "/rank-0.jsonl").c_str(), O_RDONLY | O_CLOEXEC);
-  return fd < 0 ? std::string() : read_all(fd);
-}
 }  // namespace
 
 TEST_CASE("a SIGKILLed rank's last records are recovered from its rings into its run log", "[ring_file][signals]") {
@@ -341,9 +337,9 @@ TEST_CASE("threads that come and go every epoch reuse the rings of those that le
   const std::uint32_t made = blocks_made();
   rankscope::shutdown();
   CHECK(made >= 2);
-  // The live threads' (this one, the background thread's, the resource
-  // sampler's), a loader's, one awaiting its drain and up to four spares grown
-  // when a loader left with none ready: at most 10 (15 without recycling).
+  // The live threads' (this one's and the runtime's own), a loader's, one
+  // awaiting its drain and up to four spares grown when a loader left with
+  // none ready: at most 10 (15 without recycling).
   CHECK(made <= 10);
 }
 
@@ -370,5 +366,5 @@ TEST_CASE("spare rings grown by the background thread serve new threads without 
   CHECK(reg.spares() <= 2);  // the one grown, and at most one of the runtime's own threads' rings
   REQUIRE(rankscope::flush());
   rankscope::shutdown();
-  CHECK(slurp_log(tmp.path).find(R"("name":"loader_produce")") != std::string::npos);
+  CHECK(rankscope::test::slurp(tmp.path + "/rank-0.jsonl").find(R"("name":"loader_produce")") != std::string::npos);
 }

@@ -120,6 +120,7 @@ void ThreadRegistry::free_retired() {
 
 void ThreadRegistry::grow_spares(std::uint32_t capacity) {
   std::vector<SpareRing> stale;  // of another ring size (an earlier session's): no thread can take them
+  bool full;
   {
     std::lock_guard<std::mutex> lk(mu);
     auto keep = std::partition(spare_rings_.begin(), spare_rings_.end(),
@@ -127,12 +128,10 @@ void ThreadRegistry::grow_spares(std::uint32_t capacity) {
     stale.assign(keep, spare_rings_.end());
     spare_rings_.erase(keep, spare_rings_.end());
     spare_count_.store(spare_rings_.size(), std::memory_order_relaxed);
+    full = spare_rings_.size() >= kSpareRings;
   }
   for (const SpareRing& r : stale) free_block(r.block);
-  {
-    std::lock_guard<std::mutex> lk(mu);
-    if (spare_rings_.size() >= kSpareRings) return;
-  }
+  if (full) return;
   void* block = alloc_block(capacity);  // outside the lock: new threads need not wait for it
   if (block == nullptr) return;         // a full /dev/shm: new threads try again themselves
   {

@@ -358,8 +358,6 @@ def test_an_async_handle_dropped_without_wait_ends_its_span_ok(tmp_path):
         (1, "all_reduce", "ok"), (2, "all_reduce", "ok"), (3, "barrier", "ok")]
 
 
-
-
 def test_record_cuda_memory_asks_torch_for_cuda_once_and_sets_each_devices_gauges(run_py):
     # No GPU here: torch.cuda's four calls are replaced by counting fakes of the same shape.
     p = run_py("""

@@ -589,7 +589,7 @@ def check_distributed_sampler(sampler, epoch=None, first_k=1024, fail=False):
     if epoch is not None:
         sampler.set_epoch(epoch)
     # The sampler makes the epoch's whole permutation either way (the check's real cost,
-    # ~13 ns per sample of the dataset); only the first indices are copied out of it.
+    # ~14 ns per sample of the dataset); only the first indices are copied out of it.
     first = list(itertools.islice(iter(sampler), first_k))
     rankscope.check_sampler(seed=int(sampler.seed), epoch=int(sampler.epoch), shuffle=bool(sampler.shuffle),
                             fingerprint=rankscope.fingerprint_indices(first, first_k),
