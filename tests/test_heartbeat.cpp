@@ -476,3 +476,16 @@ TEST_CASE("coordinated dumps: a request from another process of this session is 
   CHECK_THAT(rankscope::test::slurp(path), Catch::Contains(R"("rank":0)") && Catch::Contains(R"("since":1000000001000)"));
   CHECK_FALSE(req.poll(1'900'000'000).has_value());
 }
+
+TEST_CASE("a session started right after a shutdown in the same process beats at once", "[heartbeat]") {
+  // shutdown() silences heartbeats for 2 s (a dying process must not leave a
+  // spare file behind); a new session in the same process must not inherit that.
+  TempDir first, second;
+  REQUIRE(init(watchdog_config(first.path, 10s)).ok());
+  shutdown();
+  REQUIRE(init(watchdog_config(second.path, 10s)).ok());
+  std::this_thread::sleep_for(300ms);  // six heartbeat intervals, far less than the 2 s quiet time
+  const std::string beat = slurp(second.path + "/rank-0.heartbeat.json");
+  CHECK_THAT(beat, Catch::Contains(R"("state":"running")"));
+  shutdown();
+}

@@ -64,6 +64,12 @@ def main():
     rankscope.shutdown()
 
 
+def step(m, opt, x, y):
+    opt.zero_grad()
+    torch.nn.functional.cross_entropy(m(x), y).backward()
+    opt.step()
+
+
 def same_model_hooked_and_not():
     """The C++ hooks' own cost without the per-model noise of the table above: one model
     (the example's 128-256-256-10 MLP, with an optimizer step), its hooks made and dropped
@@ -84,11 +90,12 @@ def same_model_hooked_and_not():
         for hooked in ((True, False) if r % 2 == 0 else (False, True)):
             if hooked:
                 sync = rst._torch_hooks.DdpSync(m.reducer, comm, "all_reduce", count, "float32")
+            # One untimed step first: the first backward after hooking or unhooking
+            # runs cold (20-40 us more), which over 10 steps read as 2-4 us per step.
+            step(m, opt, x, y)
             t0 = time.perf_counter()
             for _ in range(10):
-                opt.zero_grad()
-                torch.nn.functional.cross_entropy(m(x), y).backward()
-                opt.step()
+                step(m, opt, x, y)
             times["... hooked (instrument_ddp's C++ hooks)" if hooked else "the same DDP model, unhooked"].append(
                 (time.perf_counter() - t0) / 10)
             sync = None  # unhooks

@@ -33,6 +33,7 @@ void Watchdog::start(const WatchdogConfig& cfg, const RunContext& ctx, std::stri
   path_ = std::move(heartbeat_path);
   progress_mono_ = now_mono;  // a rank that never starts is a stall too
   last_beat_mono_ = 0;
+  quiet_until_mono_ = 0;  // the previous session's shutdown silenced it for 2 s (before_exit): not this one
   stalled_ = false;
   step_tid_ = 0;
   history_n_ = history_next_ = 0;
@@ -92,8 +93,19 @@ void Watchdog::on_step(const StepBreakdown& b, std::int32_t, std::uint64_t mono_
     usual_ns_ = scratch_[scratch_.size() / 2];
     // p99 of at most 64 steps: the second largest once there are 64, so one
     // outlier (the epoch's first step, a checkpoint) does not set the bar.
-    std::sort(scratch_.begin(), scratch_.end());
-    p99_step_ns_ = scratch_[scratch_.size() - (scratch_.size() >= kHistory ? 2 : 1)];
+    // The selection left the upper half after the median: its two largest, in
+    // one pass (a sort of the 64 cost more than the rest of the refresh).
+    std::uint64_t first = 0, second = 0;
+    for (std::size_t i = scratch_.size() / 2; i < scratch_.size(); ++i) {
+      const std::uint64_t v = scratch_[i];
+      if (v > first) {
+        second = first;
+        first = v;
+      } else if (v > second) {
+        second = v;
+      }
+    }
+    p99_step_ns_ = scratch_.size() >= kHistory ? second : first;
     steps_since_usual_ = 0;
   }
   if (history_n_ >= 5) {
