@@ -334,6 +334,12 @@ TEST_CASE("re-created communicators get distinct names and dumps list only the r
   }
   CHECK(names.size() == 40);
   CHECK(names.count("test_recreated#39") == 1);
+  // A collective on a communicator made after them is named by its own
+  // communicator: the list above leaves destroyed ones out, so ids are not
+  // positions in it (a dump used to name "" or another communicator here).
+  int live_handle = 0;
+  auto& live = register_communicator(&live_handle, "test_live_after_churn", 2, 0);
+  { CollectiveSpan s(live, CollectiveOp::kAllReduce, 5, DType::kFloat32); }
   simdjson::dom::parser parser;
   const simdjson::dom::element doc = dump_shutdown_parse(parser, "recreated");
   std::size_t listed = 0;
@@ -341,6 +347,15 @@ TEST_CASE("re-created communicators get distinct names and dumps list only the r
     if (std::string_view(c["name"]).rfind("test_recreated", 0) == 0) ++listed;
   }
   CHECK(listed == 16);  // the newest destroyed ones
+  std::size_t named = 0;
+  for (auto e : doc["collectives"].get_array()) {
+    if (std::uint64_t(e["comm_id"]) == live.id()) {
+      CHECK(std::string_view(e["comm"]) == "test_live_after_churn");
+      ++named;
+    }
+  }
+  CHECK(named == 1);
+  release_communicator(&live_handle);
 }
 
 TEST_CASE("dumping without a running runtime or run directory is a clear error", "[flight]") {

@@ -225,6 +225,7 @@ std::size_t live_communicators() noexcept {
 namespace detail {
 
 std::vector<const Communicator*> all_communicators() { return CommunicatorRegistry::get().all(); }
+const Communicator* communicator_by_id(std::uint32_t id) { return CommunicatorRegistry::get().by_id(id); }
 bool communicator_destroyed(const Communicator& c) { return CommunicatorRegistry::destroyed(c); }
 std::unique_ptr<Communicator> detached_communicator(std::uint32_t id, std::string name, int size, int rank) {
   return CommunicatorRegistry::detached(id, std::move(name), size, rank);

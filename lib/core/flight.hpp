@@ -114,7 +114,11 @@ struct DumpInput {
 // The dump's JSON document (docs/run-log-schema.md, `rank-<R>.flight.json`).
 std::string build_flight_dump(const DumpInput& in, EventFormatter& fmt);
 
+// The communicators to list: every live one and the 16 most recently destroyed.
+// Not indexed by id (destroyed ones are left out): look ids up with communicator_by_id.
 std::vector<const Communicator*> all_communicators();
+// The communicator with this id (Communicator::id(), a flight entry's comm_id), or null.
+const Communicator* communicator_by_id(std::uint32_t id);
 bool communicator_destroyed(const Communicator& c);
 // A communicator in no registry: a dead process's, as its recovered records name it (ring_file.hpp).
 std::unique_ptr<Communicator> detached_communicator(std::uint32_t id, std::string name, int size, int rank);

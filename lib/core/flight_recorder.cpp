@@ -139,12 +139,12 @@ void dump_communicators(JsonWriter& w, const std::vector<const Communicator*>& c
 }
 
 // Collectives, oldest first, with their state and age.
-void dump_collectives(JsonWriter& w, const std::vector<const Communicator*>& comms, const TickClock& clock,
-                      std::uint64_t now_tick) {
+void dump_collectives(JsonWriter& w, const TickClock& clock, std::uint64_t now_tick) {
   w.newline().key(schema::Field::kCollectives).begin_array();
   const FlightRing* ring = g_flight.load(std::memory_order_acquire);
   for (const FlightEntry& e : ring != nullptr ? ring->snapshot() : std::vector<FlightEntry>{}) {
-    const Communicator* cm = e.comm_id < comms.size() ? comms[e.comm_id] : nullptr;
+    // By id: the listed communicators leave out all but the last 16 destroyed.
+    const Communicator* cm = communicator_by_id(e.comm_id);
     const int n = cm != nullptr ? cm->size() : 1;
     const ConvertedTime ti = clock.convert(e.t_issue);
     w.newline(1).begin_object().field(schema::Field::kId, e.id).field(schema::Field::kState, flight_state_name(e.state));
@@ -218,9 +218,8 @@ std::string build_flight_dump(const DumpInput& in, EventFormatter& fmt) {
   w.newline().key(schema::Field::kStats).begin_object().field(schema::Field::kEventsRecorded, in.stats.events_recorded);
   w.field(schema::Field::kEventsDropped, in.stats.events_dropped).field(schema::Field::kExportErrors, in.stats.export_errors);
   w.field(schema::Field::kInactiveCalls, in.stats.inactive_calls).field(schema::Field::kThreads, in.stats.threads).end_object();
-  const auto comms = all_communicators();
-  dump_communicators(w, comms);
-  dump_collectives(w, comms, clock, now_tick);
+  dump_communicators(w, all_communicators());
+  dump_collectives(w, clock, now_tick);
   dump_open_phases(w, in.threads, clock, now_tick);
   dump_recent_events(w, in, fmt);
   return w.newline().end_object().take();

@@ -183,10 +183,9 @@ std::string Watchdog::describe_inside(std::uint64_t now_tick, const TickClock& c
   w.begin_array();
   std::string coll;
   if (const FlightRing* ring = flight_ring()) {
-    const auto comms = all_communicators();
     for (const FlightEntry& e : ring->snapshot(/*in_flight_only=*/true)) {
       if (e.state != FlightState::kIssued) continue;  // completed while we copied
-      const Communicator* cm = e.comm_id < comms.size() ? comms[e.comm_id] : nullptr;
+      const Communicator* cm = communicator_by_id(e.comm_id);
       const std::string name = cm != nullptr ? cm->name() : "";
       const std::uint64_t age = now_tick > e.t_issue ? clock.ticks_to_ns(now_tick - e.t_issue) : 0;
       coll += fmt::format("{}{} seq {} on '{}' ({:.1f} s)", coll.empty() ? "" : ", ", collective_op_name(e.op), e.seq,
