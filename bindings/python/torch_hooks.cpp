@@ -2,10 +2,11 @@
 // no Python at all in the training step. rankscope.torch.instrument_ddp()
 // creates one DdpSync per model, which puts a C++ pre-hook on the gradient
 // accumulator of every parameter, once: the same persistent autograd nodes
-// DDP's reducer hooks to launch its buckets. In a backward in which the
+// DDP's reducer hooks to launch its buckets (from the backward after DDP's
+// bucket rebuild, only on each bucket's first one). In a backward in which the
 // reducer expects its hooks (its forward prepared an all-reduce: not under
 // no_sync(), not ddp.module(x), not a second backward of one forward), the
-// first parameter gradient opens the span, before DDP's own hook on that node
+// first hooked gradient opens the span, before DDP's own hook on that node
 // can launch a bucket; an autograd final callback behind DDP's finalize (which
 // waits for every bucket) ends it.
 //
@@ -61,6 +62,23 @@ struct ReducerState : c10d::Reducer {
   static const auto& accumulators(const c10d::Reducer& r) {
     return r.*(&ReducerState::grad_accumulators_);
   }
+  // The first variable of every gradient bucket, once DDP has rebuilt its
+  // buckets in gradient-ready order (after its first iteration); empty while
+  // the bucket order may still change, or where any unused parameter can be
+  // marked ready from another parameter's hook (find_unused_parameters,
+  // static_graph): there a bucket can launch before its own variables' hooks run.
+  static std::vector<std::size_t> bucket_leaders(const c10d::Reducer& r) {
+    std::vector<std::size_t> out;
+    if (!(r.*(&ReducerState::has_rebuilt_bucket_)) || r.*(&ReducerState::find_unused_parameters_) ||
+        r.*(&ReducerState::static_graph_)) {
+      return out;
+    }
+    for (const auto& b : r.*(&ReducerState::buckets_)) {
+      if (b.variable_indices.empty()) return {};
+      out.push_back(b.variable_indices.front());
+    }
+    return out;
+  }
 };
 
 // A weak reference to a gradient accumulator, of the pointer kind this torch uses.
@@ -85,6 +103,7 @@ struct SpanParams {
 };
 
 class SyncState;
+class GradientHook;
 
 // One backward pass's span. Ended when DDP has finalized; destroyed unended
 // (the backward failed, its final callbacks were dropped) it ends as failed.
@@ -155,7 +174,32 @@ class SyncState : public std::enable_shared_from_this<SyncState> {
   const SpanParams& params() const { return p_; }
   std::uint64_t times_parked() const { return times_parked_.load(std::memory_order_relaxed); }
 
+  // Hooks on the gradient accumulators. Every one at first; from the backward
+  // after DDP has rebuilt its buckets, one per bucket (its first variable):
+  // a bucket is launched only once all its variables have accumulated, so the
+  // span still opens before the first launch, and the autograd engine copies
+  // the gradient list for one hook per bucket instead of one per parameter.
+  // Changed only from a finished backward's final callback (no node of it
+  // runs then) and by DdpSync, as DDP's reducer changes its own hooks.
+  void hook_all();
+  void unhook_all();
+  std::size_t hooked() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return static_cast<std::size_t>(std::count_if(hooks_.begin(), hooks_.end(), [](const auto& h) { return h.hook != nullptr; }));
+  }
+
  private:
+  struct Hooked {
+    WeakNode node;
+    const GradientHook* hook = nullptr;  // ours on that node, or null
+  };
+  void hook(std::size_t i);    // requires mu_
+  void unhook(std::size_t i);  // requires mu_
+  // After a backward whose span finished: one hook per bucket once DDP's
+  // buckets are final; every hook again (for good) once a span was parked, as
+  // a reentrant checkpoint needs a hook in the enclosing backward to end it.
+  void after_backward();
+
   // DDP has finalized the span's backward (or the model is gone).
   bool finalized(const SyncSpan& s) const {
     const auto r = weak_reducer_.lock();
@@ -174,6 +218,7 @@ class SyncState : public std::enable_shared_from_this<SyncState> {
       try {
         if (self->finalized(*span)) {
           span->finish();
+          self->after_backward();
         } else if (!behind_ddp) {
           span->wait_begins();  // DDP's finalize runs next: the wait for the last buckets
           self->queue_end(std::move(span), true);
@@ -220,8 +265,10 @@ class SyncState : public std::enable_shared_from_this<SyncState> {
   std::atomic<std::uint64_t> next_id_{0};
   std::atomic<bool> has_parked_{false};
   std::atomic<std::uint64_t> times_parked_{0};
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::shared_ptr<SyncSpan> parked_;  // guarded by mu_
+  std::vector<Hooked> hooks_;         // by variable index; guarded by mu_
+  bool per_bucket_ = false;           // hooks_ holds one hook per bucket; guarded by mu_
 };
 
 SyncSpan::SyncSpan(std::shared_ptr<SyncState> state, std::uint64_t id, long iteration)
@@ -267,6 +314,65 @@ class GradientHook final : public autograd::FunctionPreHook {
   std::shared_ptr<SyncState> s_;
 };
 
+void SyncState::hook(std::size_t i) {
+  Hooked& h = hooks_[i];
+  if (h.hook != nullptr) return;
+  if (auto node = h.node.lock()) {
+    auto hook = std::make_unique<GradientHook>(shared_from_this());
+    h.hook = hook.get();
+    node->add_pre_hook(std::move(hook));
+  }
+}
+void SyncState::unhook(std::size_t i) {
+  Hooked& h = hooks_[i];
+  if (h.hook == nullptr) return;
+  if (auto node = h.node.lock()) {
+    auto& hooks = node->pre_hooks();
+    hooks.erase(std::remove_if(hooks.begin(), hooks.end(), [p = h.hook](const auto& q) { return q.get() == p; }),
+                hooks.end());
+  }
+  h.hook = nullptr;
+}
+void SyncState::hook_all() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (hooks_.empty()) {
+    for (const auto& node : ReducerState::accumulators(*reducer_)) hooks_.push_back({WeakNode(node), nullptr});
+  }
+  for (std::size_t i = 0; i < hooks_.size(); ++i) hook(i);
+  per_bucket_ = false;
+}
+void SyncState::unhook_all() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (std::size_t i = 0; i < hooks_.size(); ++i) unhook(i);
+}
+void SyncState::after_backward() {
+  if (!live_.load(std::memory_order_acquire)) return;
+  if (times_parked_.load(std::memory_order_relaxed) != 0) {
+    bool per_bucket;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      per_bucket = per_bucket_;
+    }
+    if (per_bucket) hook_all();
+    return;
+  }
+  const auto r = weak_reducer_.lock();
+  if (r == nullptr) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (per_bucket_) return;
+  const std::vector<std::size_t> leaders = ReducerState::bucket_leaders(*r);
+  if (leaders.empty()) return;
+  std::vector<bool> keep(hooks_.size(), false);
+  for (const std::size_t i : leaders) {
+    if (i >= keep.size()) return;  // not the variables this state hooked: leave every hook
+    keep[i] = true;
+  }
+  for (std::size_t i = 0; i < hooks_.size(); ++i) {
+    if (!keep[i]) unhook(i);
+  }
+  per_bucket_ = true;
+}
+
 class DdpSync {
  public:
   DdpSync(std::shared_ptr<c10d::Reducer> reducer, rankscope::Communicator* comm, std::string_view op,
@@ -275,32 +381,20 @@ class DdpSync {
         state_(std::make_shared<SyncState>(
             reducer_,
             SpanParams{comm, rankscope::python::op_of(op), count, rankscope::python::dtype_of(dtype)})) {
-    for (const auto& node : ReducerState::accumulators(*reducer_)) {
-      if (node == nullptr) continue;
-      auto hook = std::make_unique<GradientHook>(state_);
-      hooked_.emplace_back(WeakNode(node), hook.get());
-      node->add_pre_hook(std::move(hook));
-    }
+    state_->hook_all();
   }
   ~DdpSync() {
     state_->retire();
-    for (auto& [weak, hook] : hooked_) {
-      if (auto node = weak.lock()) {
-        auto& hooks = node->pre_hooks();
-        hooks.erase(std::remove_if(hooks.begin(), hooks.end(), [h = hook](const auto& p) { return p.get() == h; }),
-                    hooks.end());
-      }
-    }
+    state_->unhook_all();
   }
   DdpSync(const DdpSync&) = delete;
   DdpSync& operator=(const DdpSync&) = delete;
-  std::size_t hooked() const { return hooked_.size(); }
+  std::size_t hooked() const { return state_->hooked(); }
   std::uint64_t times_parked() const { return state_->times_parked(); }
 
  private:
   std::shared_ptr<c10d::Reducer> reducer_;  // kept alive: the hooks read it
   std::shared_ptr<SyncState> state_;
-  std::vector<std::pair<WeakNode, const GradientHook*>> hooked_;
 };
 
 }  // namespace
@@ -326,7 +420,9 @@ PYBIND11_MODULE(_torch_hooks, m) {
            }),
            "reducer"_a, "comm"_a, "op"_a, "count"_a, "dtype"_a,
            "Hooks the gradient accumulators of a DDP model's reducer (ddp.reducer). Unhooks when destroyed.")
-      .def_property_readonly("hooked", &DdpSync::hooked, "Gradient accumulators hooked (one per parameter).")
+      .def_property_readonly("hooked", &DdpSync::hooked,
+                             "Gradient accumulators hooked: one per parameter, one per bucket once DDP's buckets "
+                             "are final.")
       .def_property_readonly("times_parked", &DdpSync::times_parked,
                              "Times a span's end was handed from a nested backward (a reentrant checkpoint) to the "
                              "enclosing one.");

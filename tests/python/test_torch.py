@@ -238,6 +238,58 @@ def test_ddp_sync_span_covers_every_bucket_and_only_backwards_that_all_reduce(tm
                    for b in buckets)
 
 
+DDP_NARROWED = r"""
+import os, sys, torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+import rankscope, rankscope.torch as rst
+
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[2])
+rankscope.init(rank=0, world_size=1, run_dir=sys.argv[1])
+dist.init_process_group("gloo", rank=0, world_size=1)
+torch.manual_seed(0)
+# 16 parameters, 2.1 MB of gradients in 0.5 MB buckets: several buckets per backward.
+model = DDP(torch.nn.Sequential(*[torch.nn.Linear(256, 256) for _ in range(8)]), bucket_cap_mb=0.5,
+            find_unused_parameters=sys.argv[3] == "find_unused")
+rst.instrument_ddp(model)                   # one span per backward
+rst.instrument_ddp(model, per_bucket=True)  # and one per bucket, to check it against
+x = torch.randn(4, 256)
+for step in range(6):
+    model(x).sum().backward()
+    print(rst._ddp_syncs[model].hooked, end=" ")
+    rankscope.step(step)
+rankscope.shutdown()
+"""
+
+
+@pytest.mark.skipif(not CXX_HOOKS, reason="the C++ DDP hooks are not built against this torch")
+@pytest.mark.parametrize("mode,port", [("default", 29615), ("find_unused", 29616)])
+def test_ddp_hooks_narrow_to_one_per_bucket_and_the_span_still_covers_every_bucket(tmp_path, mode, port):
+    script = tmp_path / "narrowed.py"
+    script.write_text(DDP_NARROWED)
+    run_dir = tmp_path / "run"
+    p = subprocess.run([sys.executable, str(script), str(run_dir), str(port), mode], env=_env(),
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    hooked = [int(n) for n in p.stdout.split()]
+    by_step = collections.defaultdict(list)
+    for e in _events(str(run_dir), "collective"):
+        by_step[e["step"]].append(e)
+    assert sorted(by_step) == list(range(6))
+    for step, spans in by_step.items():
+        spans.sort(key=lambda e: e["seq"])
+        whole, buckets = spans[0], spans[1:]
+        assert buckets, (step, spans)  # DDP's first iteration may use one bucket; then its rebuilt ones
+        # opened before DDP launched any bucket, ended after the last one completed
+        assert all(whole["mono"] <= b["mono"] and b["mono"] + b["dur"] <= whole["mono"] + whole["dur"]
+                   for b in buckets), (step, spans)
+    # Every accumulator until DDP has rebuilt its buckets (in the second forward), then
+    # each bucket's first; with find_unused_parameters a bucket can launch from another
+    # parameter's hook (DDP marks the unused ready there), so every one stays hooked.
+    rebuilt = len(by_step[5]) - 1  # buckets per backward by then
+    assert rebuilt > 1
+    assert hooked == ([16] + [rebuilt] * 5 if mode == "default" else [16] * 6), hooked
+
+
 ABORTED_BACKWARD = r"""
 import os, sys, torch, torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP

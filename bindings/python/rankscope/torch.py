@@ -346,7 +346,8 @@ def instrument_ddp(ddp_model, per_bucket=False):
     Default: one span per backward pass in which DDP all-reduces, on DDP's
     process group, counting every gradient element: opened when the first
     parameter gradient of that backward is ready (before DDP can launch a
-    bucket), ended when DDP has finished all-reducing (an autograd final
+    bucket; once DDP has rebuilt its buckets in gradient-ready order, the
+    first gradient of its first bucket), ended when DDP has finished all-reducing (an autograd final
     callback queued behind DDP's own), so it includes the backward compute the
     buckets overlap (wrap backward in a phase and the step breakdown counts
     that time as backward). A backward opens one only if DDP's reducer expects
@@ -357,7 +358,11 @@ def instrument_ddp(ddp_model, per_bucket=False):
     is fine (the span ends with the outermost backward). With the C++
     extension built there is no Python per step at all: a C++ hook on each
     parameter's gradient accumulator (the nodes DDP's reducer hooks) reads the
-    reducer's state, and the module keeps torch's hook-free fast path.
+    reducer's state, and the module keeps torch's hook-free fast path. Once
+    DDP has rebuilt its buckets (its second iteration) only each bucket's first
+    accumulator keeps a hook, enough to open the span before any bucket
+    launches (all keep theirs with find_unused_parameters, static_graph or
+    reentrant checkpointing, where a bucket can launch without them).
     Compiled autograd (torch 2.x) rejects C++ autograd hooks: with it on,
     backward raises once these hooks are installed, even with rankscope
     disabled, so there use per_bucket=True instead.

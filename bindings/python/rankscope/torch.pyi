@@ -20,9 +20,10 @@ def uninstrument() -> None:
 
 def instrument_ddp(ddp_model: Any, per_bucket: bool = False) -> None:
     """Makes DDP's gradient all-reduce a collective span: by default one per backward pass in
-    which DDP all-reduces (opened when the first parameter gradient is ready, ended when DDP has
-    finished all-reducing; C++ hooks on the parameters' gradient accumulators, no Python per
-    step; none after a forward under model.no_sync()), or with per_bucket=True one per bucket
+    which DDP all-reduces (opened before DDP launches a bucket, ended when DDP has finished
+    all-reducing; C++ hooks on the gradient accumulators, one per bucket once DDP has rebuilt
+    its buckets, no Python per step; none after a forward under model.no_sync()), or with
+    per_bucket=True one per bucket
     through a DDP comm hook (exact, but a Python comm hook costs DDP ~60-80 us per step).
     Calling it again does nothing; a deep copy of the model is not instrumented. Under torch 2.x
     compiled autograd use per_bucket=True (compiled autograd rejects the C++ hooks)."""
