@@ -68,6 +68,8 @@ struct ReducerState : c10d::Reducer {
   // marked ready from another parameter's hook (find_unused_parameters,
   // static_graph): there a bucket can launch before its own variables' hooks run.
   static std::vector<std::size_t> bucket_leaders(const c10d::Reducer& r) {
+    // DDP rebuilds its buckets under this (mutable) mutex; a member pointer does not carry `mutable`.
+    std::lock_guard<std::mutex> lock(const_cast<std::mutex&>(r.*(&ReducerState::mutex_)));
     std::vector<std::size_t> out;
     if (!(r.*(&ReducerState::has_rebuilt_bucket_)) || r.*(&ReducerState::find_unused_parameters_) ||
         r.*(&ReducerState::static_graph_)) {
@@ -335,6 +337,7 @@ void SyncState::unhook(std::size_t i) {
 }
 void SyncState::hook_all() {
   std::lock_guard<std::mutex> lock(mu_);
+  if (!live_.load(std::memory_order_acquire)) return;  // DdpSync is unhooking: never hook again
   if (hooks_.empty()) {
     for (const auto& node : ReducerState::accumulators(*reducer_)) hooks_.push_back({WeakNode(node), nullptr});
   }
