@@ -484,7 +484,7 @@ TEST_CASE("a session started right after a shutdown in the same process beats at
   REQUIRE(init(watchdog_config(first.path, 10s)).ok());
   shutdown();
   REQUIRE(init(watchdog_config(second.path, 10s)).ok());
-  std::this_thread::sleep_for(300ms);  // six heartbeat intervals, far less than the 2 s quiet time
+  std::this_thread::sleep_for(300ms);  // six heartbeat intervals; the quiet time is 2 s
   const std::string beat = slurp(second.path + "/rank-0.heartbeat.json");
   CHECK_THAT(beat, Catch::Contains(R"("state":"running")"));
   shutdown();

@@ -187,7 +187,8 @@ class SyncState : public std::enable_shared_from_this<SyncState> {
   void unhook_all();
   std::size_t hooked() const {
     std::lock_guard<std::mutex> lock(mu_);
-    return static_cast<std::size_t>(std::count_if(hooks_.begin(), hooks_.end(), [](const auto& h) { return h.hook != nullptr; }));
+    return static_cast<std::size_t>(
+        std::count_if(hooks_.begin(), hooks_.end(), [](const Hooked& h) { return h.hook != nullptr; }));
   }
 
  private:
