@@ -7,8 +7,10 @@ the two plain copies already differ by 8-15 us per step, which hides what this m
 DDP model; rounds of 10 forward+backward steps rotate through them in the same process,
 (in reverse order every other round) so machine noise hits all alike; the median step
 time of each is printed next to plain DDP's. A second plain copy shows the noise floor.
-Then one model with and without instrument_ddp's C++ hooks, alternating (no per-model noise).
+Then one model with and without instrument_ddp's C++ hooks, alternating (no per-model noise),
+and a 200-parameter model the same way, its hooks narrowed to one per bucket or not.
 """
+import statistics
 import sys
 import time
 
@@ -60,6 +62,7 @@ def main():
             rankscope.flush()
     print_medians(times, "plain DDP", 48)
     same_model_hooked_and_not()
+    many_parameters()
     dist.destroy_process_group()
     rankscope.shutdown()
 
@@ -103,6 +106,44 @@ def same_model_hooked_and_not():
             rankscope.flush()
     print()
     print_medians(times, "the same DDP model, unhooked", 48)
+
+
+def many_parameters():
+    """What the hooks cost as parameters grow: 200 parameters (100 Linear(8, 8)) in one
+    bucket, hooked and unhooked alternately as above; by default only each bucket's first
+    gradient accumulator stays hooked, with find_unused_parameters=True every one does."""
+    if rst._torch_hooks is None:
+        return
+    times = {}
+    for find_unused in (False, True):
+        torch.manual_seed(0)
+        m = DDP(torch.nn.Sequential(*[torch.nn.Linear(8, 8) for _ in range(100)]), find_unused_parameters=find_unused)
+        comm = rst._communicator(m.process_group)
+        x = torch.randn(4, 8)
+        how = "every accumulator (find_unused_parameters)" if find_unused else "one per bucket (default)"
+        arms = {True: [], False: []}
+        for r in range(ROUNDS // 2):
+            for hooked in ((True, False) if r % 2 == 0 else (False, True)):
+                sync = rst._torch_hooks.DdpSync(m.reducer, comm, "all_reduce", 1, "float32") if hooked else None
+                for _ in range(2):  # untimed: a cold step, then the one after which the hooks narrow
+                    m(x).sum().backward()
+                t0 = time.perf_counter()
+                for _ in range(10):
+                    m(x).sum().backward()
+                arms[hooked].append((time.perf_counter() - t0) / 10)
+                sync = None
+            if r % 50 == 0:
+                rankscope.flush()
+        times[f"200 parameters, unhooked{' (find_unused)' if find_unused else ''}"] = arms[False]
+        times[f"... hooked: {how}"] = arms[True]
+    print()
+    print(f"{'variant':56} {'us/step':>8} {'vs unhooked':>11}")
+    names = list(times)
+    for base, hooked in ((names[0], names[1]), (names[2], names[3])):
+        ref = statistics.median(times[base])
+        for name in (base, hooked):
+            med = statistics.median(times[name])
+            print(f"{name:56} {med * 1e6:8.1f} {(med - ref) * 1e6:+11.1f}")
 
 
 if __name__ == "__main__":
