@@ -435,3 +435,59 @@ def test_record_cuda_memory_asks_torch_for_cuda_once_and_sets_each_devices_gauge
         rankscope.shutdown()
     """)
     assert p.stdout.split() == ["150.0", "400.0", "7.0", "9.0"], p.stdout + p.stderr
+
+
+def test_amp_skips_counts_the_steps_gradscaler_skipped_without_asking_for_the_scale(run_py, tmp_path):
+    # A real GradScaler on the CPU (torch 2.3+), inf gradients at two steps. get_scale()
+    # would wait for the GPU on CUDA: it must never be called.
+    p = run_py("""
+        import os, torch, rankscope, rankscope.torch as rst
+        rankscope.init(rank=0, world_size=1, run_dir=os.environ["RUN_DIR"])
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        scaler = torch.amp.GradScaler("cpu", init_scale=1024.0, growth_interval=1000)
+        def no_sync():
+            raise AssertionError("get_scale() syncs with the device")
+        scaler.get_scale = no_sync
+        amp = rst.AmpSkips(scaler)
+        for step in range(8):
+            opt.zero_grad()
+            loss = model(torch.randn(2, 4)).sum() * (float("inf") if step in (2, 5) else 1.0)
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            assert amp.update() is None
+        off = rst.AmpSkips(torch.amp.GradScaler("cpu", enabled=False))
+        off.update()
+        print(amp.skipped, off.skipped)
+
+        # A CUDA step's result is counted once its copy has landed (the event's query()), in
+        # order; past 64 pending the oldest is waited for. Fakes with torch.cuda.Event's shape.
+        class Event:
+            def __init__(self):
+                self.landed = False
+            def query(self):
+                return self.landed
+            def synchronize(self):
+                self.landed = True
+        amp2 = rst.AmpSkips(scaler)
+        events = [Event() for _ in range(3)]
+        for flag, ev in zip((True, False, True), events):
+            amp2._defer(torch.tensor(flag), ev)
+        assert amp2.skipped == 0
+        events[0].landed = events[2].landed = True
+        amp2._defer(torch.tensor(False), Event())
+        assert amp2.skipped == 1                           # the first; the third waits behind the second
+        events[1].landed = True
+        amp2._defer(torch.tensor(False), Event())
+        assert amp2.skipped == 2
+        for _ in range(70):
+            amp2._defer(torch.tensor(True), Event())       # never landing by itself
+        # 2 + 70 pending, 8 waited for: the two False ones, then six True: 2 + 6
+        assert len(amp2._pending) == 64 and amp2.skipped == 8, amp2.skipped
+        rankscope.shutdown()
+    """)
+    assert p.stdout.split() == ["2", "0"], p.stdout + p.stderr
+    counted = [e["value"] for e in _events(str(tmp_path / "run"), "metric")
+               if e["name"] == "rankscope_amp_skipped_steps_total"]
+    assert counted and counted[-1] == 2 + 8, counted  # the exported counter: both AmpSkips'

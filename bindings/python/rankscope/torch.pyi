@@ -45,10 +45,12 @@ def timed_loader(iterable: Iterable[_T], accounting: Optional[BatchAccounting] =
     ...
 
 class AmpSkips:
-    """Counts optimizer steps GradScaler skipped (the scale decreases after update())."""
+    """Counts optimizer steps GradScaler skipped (the scale decreases after update()), with no
+    host-device sync: a CUDA step's result is counted once its async copy has landed."""
+    skipped: int
     def __init__(self, scaler: Any) -> None: ...
-    def update(self, new_scale: Any = None) -> bool:
-        """scaler.update(new_scale); True when this step was skipped."""
+    def update(self, new_scale: Any = None) -> None:
+        """scaler.update(new_scale), and counts the step if GradScaler skipped it."""
         ...
 
 def record_cuda_memory(device: Optional[int] = None) -> bool:
