@@ -572,14 +572,14 @@ class AmpSkips:
         scaler.update(new_scale)
         try:
             went_down = scaler._scale < before
-            if went_down.device.type == "cpu":
-                self._count(bool(went_down))
-            else:
+            if went_down.device.type == "cuda":
                 host = torch.empty((), dtype=torch.bool, pin_memory=True)
                 host.copy_(went_down, non_blocking=True)
                 done = torch.cuda.Event()
                 done.record()
                 self._defer(host, done)
+            else:  # the CPU (no sync to avoid); other devices: read now
+                self._count(bool(went_down))
         except Exception as e:  # never into training: a lost count is logged once
             if not getattr(self, "_warned", False):
                 self._warned = True
