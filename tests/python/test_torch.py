@@ -29,6 +29,35 @@ def _events(run_dir, kind):
     return out
 
 
+def _run_script(tmp_path, code, *args):
+    """Runs `code` as a script with the run directory (tmp_path/run) and `args` as its
+    arguments; returns its stdout after checking that it exited 0."""
+    script = tmp_path / "script.py"
+    script.write_text(code)
+    p = subprocess.run([sys.executable, str(script), str(tmp_path / "run"), *map(str, args)], env=_env(),
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return p.stdout
+
+
+def _whole_and_bucket_spans(colls):
+    """step -> (the per-backward span, the per-bucket spans): instrument_ddp(model) and
+    instrument_ddp(model, per_bucket=True) on one model. The whole one opens before DDP
+    launches any bucket and ends after the last one has completed."""
+    by_step = collections.defaultdict(list)
+    for e in colls:
+        by_step[e["step"]].append(e)
+    out = {}
+    for step, spans in by_step.items():
+        spans.sort(key=lambda e: e["seq"])
+        whole, buckets = spans[0], spans[1:]
+        assert buckets, (step, spans)
+        assert all(whole["mono"] <= b["mono"] and b["mono"] + b["dur"] <= whole["mono"] + whole["dur"]
+                   for b in buckets), (step, spans)
+        out[step] = whole, buckets
+    return out
+
+
 def test_ddp_example_spans_every_collective_with_bytes_and_matching_sequence_numbers(tmp_path, torchrun):
     p = torchrun(os.path.join(ROOT, "examples", "python", "train_ddp.py"), 2, "--epochs", "2")
     assert p.returncode == 0, p.stderr[-3000:]
@@ -213,29 +242,17 @@ rankscope.shutdown()
 
 @pytest.mark.parametrize("hooks,port", [("torch", 29611), ("python", 29612)])
 def test_ddp_sync_span_covers_every_bucket_and_only_backwards_that_all_reduce(tmp_path, hooks, port):
-    script = tmp_path / "ddp_modes.py"
-    script.write_text(DDP_MODES)
+    out = _run_script(tmp_path, DDP_MODES, port, hooks)
     run_dir = tmp_path / "run"
-    p = subprocess.run([sys.executable, str(script), str(run_dir), str(port), hooks], env=_env(),
-                       capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0, p.stderr[-3000:]
-    total, how = p.stdout.split()[0], p.stdout.split(maxsplit=1)[1].strip()
+    total, how = out.split()[0], out.split(maxsplit=1)[1].strip()
     assert how == (f"{hooks} hooks" if CXX_HOOKS else "python hooks")  # the C++ part is built where it can be
     colls = _events(str(run_dir), "collective")
     assert all(e["op"] == "all_reduce" and e["dtype"] == "float32" and e["comm"] == "world" for e in colls)
     assert sorted(e["seq"] for e in colls) == list(range(1, len(colls) + 1))
-    by_step = collections.defaultdict(list)
-    for e in colls:
-        by_step[e["step"]].append(e)
+    by_step = _whole_and_bucket_spans(colls)
     assert sorted(by_step) == [0, 1, 2]  # none of the step-3 backwards all-reduced (or was recorded)
-    for step, spans in by_step.items():
-        spans.sort(key=lambda e: e["seq"])
-        whole, buckets = spans[0], spans[1:]  # opened when backward starts, before any bucket
-        assert whole["count"] == int(total)
-        assert buckets and sum(b["count"] for b in buckets) == int(total)
-        # it ends after every bucket of its backward has completed
-        assert all(whole["mono"] <= b["mono"] and b["mono"] + b["dur"] <= whole["mono"] + whole["dur"]
-                   for b in buckets)
+    for whole, buckets in by_step.values():
+        assert whole["count"] == int(total) and sum(b["count"] for b in buckets) == int(total)
 
 
 DDP_NARROWED = r"""
@@ -264,28 +281,13 @@ rankscope.shutdown()
 @pytest.mark.skipif(not CXX_HOOKS, reason="the C++ DDP hooks are not built against this torch")
 @pytest.mark.parametrize("mode,port", [("default", 29615), ("find_unused", 29616)])
 def test_ddp_hooks_narrow_to_one_per_bucket_and_the_span_still_covers_every_bucket(tmp_path, mode, port):
-    script = tmp_path / "narrowed.py"
-    script.write_text(DDP_NARROWED)
-    run_dir = tmp_path / "run"
-    p = subprocess.run([sys.executable, str(script), str(run_dir), str(port), mode], env=_env(),
-                       capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0, p.stderr[-3000:]
-    hooked = [int(n) for n in p.stdout.split()]
-    by_step = collections.defaultdict(list)
-    for e in _events(str(run_dir), "collective"):
-        by_step[e["step"]].append(e)
+    hooked = [int(n) for n in _run_script(tmp_path, DDP_NARROWED, port, mode).split()]
+    by_step = _whole_and_bucket_spans(_events(str(tmp_path / "run"), "collective"))  # each still covers every bucket
     assert sorted(by_step) == list(range(6))
-    for step, spans in by_step.items():
-        spans.sort(key=lambda e: e["seq"])
-        whole, buckets = spans[0], spans[1:]
-        assert buckets, (step, spans)  # DDP's first iteration may use one bucket; then its rebuilt ones
-        # opened before DDP launched any bucket, ended after the last one completed
-        assert all(whole["mono"] <= b["mono"] and b["mono"] + b["dur"] <= whole["mono"] + whole["dur"]
-                   for b in buckets), (step, spans)
     # Every accumulator until DDP has rebuilt its buckets (in the second forward), then
     # each bucket's first; with find_unused_parameters a bucket can launch from another
     # parameter's hook (DDP marks the unused ready there), so every one stays hooked.
-    rebuilt = len(by_step[5]) - 1  # buckets per backward by then
+    rebuilt = len(by_step[5][1])  # buckets per backward by then (DDP's first iteration may use one)
     assert rebuilt > 1
     assert hooked == ([16] + [rebuilt] * 5 if mode == "default" else [16] * 6), hooked
 
@@ -367,12 +369,7 @@ def test_aborted_backward_ends_its_span_as_failed_and_the_next_one_opens(tmp_pat
         assert p.returncode == 0 and p.stderr.count("using Python hooks for DDP") == 1, p.stderr
         assert "pre-C++11 std::string ABI" in p.stderr, p.stderr
         return
-    script = tmp_path / "aborted.py"
-    script.write_text(ABORTED_BACKWARD)
-    p = subprocess.run([sys.executable, str(script), str(tmp_path / "run"), "29614"], env=_env(),
-                       capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0, p.stderr[-3000:]
-    assert p.stdout.split() == ["4", "4", "4", "4"]
+    assert _run_script(tmp_path, ABORTED_BACKWARD, 29614).split() == ["4", "4", "4", "4"]
     colls = _events(str(tmp_path / "run"), "collective")
     assert [(e["seq"], e["result"], e["count"]) for e in colls if e["comm"] == "world"] == [
         (1, "ok", 40), (2, "failed", 40), (3, "ok", 40), (4, "ok", 40)]
@@ -400,11 +397,7 @@ rankscope.shutdown()
 
 
 def test_an_async_handle_dropped_without_wait_ends_its_span_ok(tmp_path):
-    script = tmp_path / "dropped.py"
-    script.write_text(DROPPED_HANDLE)
-    p = subprocess.run([sys.executable, str(script), str(tmp_path / "run"), "29613"], env=_env(),
-                       capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0, p.stderr[-3000:]
+    _run_script(tmp_path, DROPPED_HANDLE, 29613)
     colls = _events(str(tmp_path / "run"), "collective")
     assert sorted((e["seq"], e["op"], e["result"]) for e in colls) == [
         (1, "all_reduce", "ok"), (2, "all_reduce", "ok"), (3, "barrier", "ok")]
