@@ -5,6 +5,8 @@
 #include <Python.h>
 #include <pybind11/pybind11.h>
 
+#include <atomic>
+#include <cstdint>
 #include <optional>
 
 #include "rankscope/step.hpp"
@@ -16,6 +18,17 @@ namespace {
 enum Kw { kN, kLoss, kLr, kGradNorm, kSamples, kTokens, kSkipped, kKwCount };
 constexpr const char* kKwNames[kKwCount] = {"n", "loss", "lr", "grad_norm", "samples", "tokens", "skipped"};
 PyObject* g_kw[kKwCount] = {};  // interned: keyword names usually match by identity
+// Skipped optimizer steps rst.AmpSkips has seen and no step() has reported yet:
+// each marks the next step's end as skipped (the numerics monitor's skip
+// storms), however late the GPU's answer landed.
+std::atomic<std::uint64_t> g_skips_pending{0};
+
+bool take_pending_skip() {
+  std::uint64_t p = g_skips_pending.load(std::memory_order_relaxed);
+  while (p != 0 && !g_skips_pending.compare_exchange_weak(p, p - 1, std::memory_order_relaxed)) {
+  }
+  return p != 0;
+}
 
 int keyword_index(PyObject* name) {
   for (int i = 0; i < kKwCount; ++i) {
@@ -79,6 +92,7 @@ PyObject* step(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwn
     if (t < 0) return nullptr;
     s.skipped = t != 0;
   }
+  if (take_pending_skip()) s.skipped = true;
   if (rankscope::current_step() != n) rankscope::begin_step(n);
   rankscope::end_step(s);
   rankscope::begin_step(n + 1);
@@ -90,7 +104,8 @@ PyMethodDef kStep = {
     "step(n, *, loss=None, lr=None, grad_norm=None, samples=None, tokens=None, skipped=False)\n--\n\n"
     "Ends step n with its scalars and begins step n + 1 (call once at the end of every step).\n"
     "loss, lr and grad_norm are numbers (a 0-d tensor works; .item() avoids a sync per field),\n"
-    "samples and tokens integers, skipped a bool (an optimizer step that did not happen)."};
+    "samples and tokens integers, skipped a bool (an optimizer step that did not happen; steps\n"
+    "rst.AmpSkips saw GradScaler skip are reported here too, one per step() call)."};
 
 }  // namespace
 
@@ -102,4 +117,7 @@ void bind_step(py::module_& m) {
   PyObject* fn = PyCFunction_NewEx(&kStep, nullptr, m.attr("__name__").ptr());
   if (fn == nullptr) throw py::error_already_set();
   m.add_object("step", fn);
+  m.def(
+      "_note_skipped_step", [] { g_skips_pending.fetch_add(1, std::memory_order_relaxed); },
+      "An optimizer step was skipped (rst.AmpSkips): the next step() reports skipped=True.");
 }

@@ -431,8 +431,8 @@ def test_record_cuda_memory_asks_torch_for_cuda_once_and_sets_each_devices_gauge
 
 
 def test_amp_skips_counts_the_steps_gradscaler_skipped_without_asking_for_the_scale(run_py, tmp_path):
-    # A real GradScaler on the CPU (torch 2.3+), inf gradients at two steps. get_scale()
-    # would wait for the GPU on CUDA: it must never be called.
+    # A real GradScaler on the CPU (torch 2.3+), inf gradients at 11 of 20 steps, 9 in a row:
+    # a skip storm. get_scale() would wait for the GPU on CUDA: it must never be called.
     p = run_py("""
         import os, torch, rankscope, rankscope.torch as rst
         rankscope.init(rank=0, world_size=1, run_dir=os.environ["RUN_DIR"])
@@ -444,12 +444,14 @@ def test_amp_skips_counts_the_steps_gradscaler_skipped_without_asking_for_the_sc
             raise AssertionError("get_scale() syncs with the device")
         scaler.get_scale = no_sync
         amp = rst.AmpSkips(scaler)
-        for step in range(8):
+        for step in range(20):
             opt.zero_grad()
-            loss = model(torch.randn(2, 4)).sum() * (float("inf") if step in (2, 5) else 1.0)
+            bad = step in (2, 5) or 8 <= step <= 16
+            loss = model(torch.randn(2, 4)).sum() * (float("inf") if bad else 1.0)
             scaler.scale(loss).backward()
             scaler.step(opt)
             assert amp.update() is None
+            rankscope.step(step)                           # ends skipped=True after each skip
         off = rst.AmpSkips(torch.amp.GradScaler("cpu", enabled=False))
         off.update()
         print(amp.skipped, off.skipped)
@@ -480,7 +482,11 @@ def test_amp_skips_counts_the_steps_gradscaler_skipped_without_asking_for_the_sc
         assert len(amp2._pending) == 64 and amp2.skipped == 8, amp2.skipped
         rankscope.shutdown()
     """)
-    assert p.stdout.split() == ["2", "0"], p.stdout + p.stderr
-    counted = [e["value"] for e in _events(str(tmp_path / "run"), "metric")
-               if e["name"] == "rankscope_amp_skipped_steps_total"]
-    assert counted and counted[-1] == 2 + 8, counted  # the exported counter: both AmpSkips'
+    assert p.stdout.split() == ["11", "0"], p.stdout + p.stderr
+    run = str(tmp_path / "run")
+    counted = [e["value"] for e in _events(run, "metric") if e["name"] == "rankscope_amp_skipped_steps_total"]
+    assert counted and counted[-1] == 11 + 8, counted  # the exported counter: both AmpSkips'
+    skipped = [e["step"] for e in _events(run, "step_end") if e.get("skipped")]
+    assert skipped == [2, 5] + list(range(8, 17)), skipped
+    storms = [e for e in _events(run, "numerics") if e["what"] == "skip_storm"]
+    assert len(storms) == 1 and 8 <= storms[0]["step"] <= 16, storms

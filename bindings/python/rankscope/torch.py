@@ -553,7 +553,8 @@ class AmpSkips:
     the GPU, which would stop the CPU from queueing the next step. The comparison
     stays on the device; its result is copied to host memory asynchronously and
     counted once that copy has landed, a step or two later. `skipped` is the count
-    so far."""
+    so far; each skipped step also makes the next rankscope.step() end with
+    skipped=True, so a run of them is reported as a skip storm."""
 
     _MAX_PENDING = 64  # results not yet landed; beyond this the oldest is waited for
 
@@ -600,6 +601,7 @@ class AmpSkips:
         if skipped:
             self.skipped += 1
             self._counter.add(1)
+            _rs._note_skipped_step()  # the next rankscope.step() ends skipped: skip storms (numerics)
 
 
 _cuda_present = None   # torch.cuda.is_available(), asked once: ~0.8 us a call, and a step calls us
