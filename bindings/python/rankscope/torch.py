@@ -347,10 +347,10 @@ def instrument_ddp(ddp_model, per_bucket=False):
     process group, counting every gradient element: opened when the first
     parameter gradient of that backward is ready (before DDP can launch a
     bucket; once DDP has rebuilt its buckets in gradient-ready order, the
-    first gradient of its first bucket), ended when DDP has finished all-reducing (an autograd final
-    callback queued behind DDP's own), so it includes the backward compute the
-    buckets overlap (wrap backward in a phase and the step breakdown counts
-    that time as backward). A backward opens one only if DDP's reducer expects
+    first gradient of its first bucket), ended when DDP has finished
+    all-reducing (an autograd final callback queued behind DDP's own), so it
+    includes the backward compute the buckets overlap (wrap backward in a
+    phase and the step breakdown counts that time as backward). A backward opens one only if DDP's reducer expects
     it to all-reduce: not after a forward inside no_sync() or with
     require_backward_grad_sync off, one that raised, or a call of ddp.module
     directly, nor in a second backward of one forward or torch.autograd.grad()
