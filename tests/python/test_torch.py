@@ -272,13 +272,13 @@ rst.instrument_ddp(model, per_bucket=True)  # and one per bucket, to check it ag
 x = torch.randn(4, 256)
 for step in range(6):
     model(x).sum().backward()
-    print(rst._ddp_syncs[model].hooked, end=" ")
+    sync = rst._ddp_syncs.get(model)       # none where the Python hooks stand in (no C++ part)
+    print(sync.hooked if sync is not None else 0, end=" ")
     rankscope.step(step)
 rankscope.shutdown()
 """
 
 
-@pytest.mark.skipif(not CXX_HOOKS, reason="the C++ DDP hooks are not built against this torch")
 @pytest.mark.parametrize("mode,port", [("default", 29615), ("find_unused", 29616)])
 def test_ddp_hooks_narrow_to_one_per_bucket_and_the_span_still_covers_every_bucket(tmp_path, mode, port):
     hooked = [int(n) for n in _run_script(tmp_path, DDP_NARROWED, port, mode).split()]
@@ -289,6 +289,9 @@ def test_ddp_hooks_narrow_to_one_per_bucket_and_the_span_still_covers_every_buck
     # parameter's hook (DDP marks the unused ready there), so every one stays hooked.
     rebuilt = len(by_step[5][1])  # buckets per backward by then (DDP's first iteration may use one)
     assert rebuilt > 1
+    if not CXX_HOOKS:  # a torch without the C++ part: the Python hooks make the same spans, checked above
+        assert hooked == [0] * 6, hooked
+        return
     assert hooked == ([16] + [rebuilt] * 5 if mode == "default" else [16] * 6), hooked
 
 

@@ -25,6 +25,7 @@ import torch.distributed as dist
 
 import rankscope
 from . import _functional
+from ._amp import AmpSkips  # noqa: F401  (rst.AmpSkips)
 from . import _rankscope as _rs
 
 
@@ -543,65 +544,6 @@ def timed_loader(iterable, accounting=None):
             accounting.on_batch(i)
         i += 1
         yield batch
-
-
-class AmpSkips:
-    """Counts optimizer steps GradScaler skipped (inf/NaN gradients: the scale went
-    down in update()). Call update() instead of scaler.update().
-
-    Never a host-device sync: asking GradScaler for its scale (get_scale()) waits for
-    the GPU, which would stop the CPU from queueing the next step. The comparison
-    stays on the device; its result is copied to host memory asynchronously and
-    counted once that copy has landed, a step or two later. `skipped` is the count
-    so far; each skipped step also makes the next rankscope.step() end with
-    skipped=True, so a run of them is reported as a skip storm."""
-
-    _MAX_PENDING = 64  # results not yet landed; beyond this the oldest is waited for
-
-    def __init__(self, scaler):
-        self._scaler = scaler
-        self._counter = rankscope.counter("rankscope_amp_skipped_steps_total", "Optimizer steps skipped by GradScaler")
-        self._pending = collections.deque()  # (host flag, event marking the copy done), oldest first
-        self.skipped = 0
-
-    def update(self, new_scale=None):
-        scaler = self._scaler
-        scale = getattr(scaler, "_scale", None) if scaler.is_enabled() else None
-        if scale is None:  # disabled, or no scale() yet (GradScaler's own error then)
-            return scaler.update(new_scale)
-        before = scale.clone()  # update() changes the scale in place
-        scaler.update(new_scale)
-        try:
-            went_down = scaler._scale < before
-            if went_down.device.type == "cuda":
-                host = torch.empty((), dtype=torch.bool, pin_memory=True)
-                host.copy_(went_down, non_blocking=True)
-                done = torch.cuda.Event()
-                done.record()
-                self._defer(host, done)
-            else:  # the CPU (no sync to avoid); other devices: read now
-                self._count(bool(went_down))
-        except Exception as e:  # never into training: a lost count is logged once
-            if not getattr(self, "_warned", False):
-                self._warned = True
-                rankscope.warning("rst.AmpSkips: cannot compare GradScaler's scale; skipped steps are not counted",
-                                  error=f"{type(e).__name__}: {e}")
-
-    def _defer(self, host, done):
-        """Counts every landed result, oldest first, then queues this one."""
-        while self._pending and self._pending[0][1].query():
-            self._count(bool(self._pending.popleft()[0]))
-        self._pending.append((host, done))
-        if len(self._pending) > self._MAX_PENDING:
-            old, old_done = self._pending.popleft()
-            old_done.synchronize()  # 64 steps old: long finished on any GPU that is not hung
-            self._count(bool(old))
-
-    def _count(self, skipped):
-        if skipped:
-            self.skipped += 1
-            self._counter.add(1)
-            _rs._note_skipped_step()  # the next rankscope.step() ends skipped: skip storms (numerics)
 
 
 _cuda_present = None   # torch.cuda.is_available(), asked once: ~0.8 us a call, and a step calls us
