@@ -38,7 +38,7 @@ perf record -q -k CLOCK_MONOTONIC -a -o "$work/sched.data" \
   -e sched:sched_switch -e sched:sched_waking -e sched:sched_wakeup_new -e sched:sched_migrate_task -- \
   "${run[@]}" > "$work/out.txt" 2>&1 || { cat "$work/out.txt" >&2; exit 1; }
 grep -E "^cost:" "$work/out.txt" || true
-log=$(ls "$work"/runs/*/rank-0.jsonl)
+log=$(find "$work/runs" -name rank-0.jsonl | head -n 1)
 read -r t0 t1 n ms < <(grep '"kind":"step_end"' "$log" | python3 -c '
 import json, sys
 ends = [json.loads(l) for l in sys.stdin]

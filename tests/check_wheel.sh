@@ -8,7 +8,7 @@ rm -rf "$out"
 "$python" -m pip wheel -q --disable-pip-version-check --no-build-isolation --no-deps -w "$out" .
 whl=$(ls "$out"/rankscope-*.whl)
 list=$("$python" -m zipfile -l "$whl")
-for f in rankscope/__init__.py rankscope/torch.py rankscope/_run_identity.py rankscope/_replicas.py rankscope/_amp.py rankscope/_build_info.py \
+for f in rankscope/__init__.py rankscope/torch.py rankscope/_run_identity.py rankscope/_replicas.py rankscope/_amp.py rankscope/_readback.py rankscope/_late_scalars.py rankscope/_build_info.py \
          rankscope/librankscope.so rankscope/py.typed; do
   grep -q " *$f " <<<"$list" || { echo "check_wheel: $f missing from $whl"; exit 1; }
 done

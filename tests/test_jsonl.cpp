@@ -295,6 +295,49 @@ TEST_CASE("summaries of a run directory per rank", "[reader]") {
   CHECK_THAT(reader::format_summary(*s), Catch::Contains("rank 2: no run log"));
 }
 
+TEST_CASE("late step scalars: a step_scalars line per report / read as that step's by the monitor and the reader", "[jsonl][reader]") {
+  // A loss still on the GPU when its step ends is reported once read back,
+  // some steps later (rankscope.step(loss=<a CUDA tensor>) does this).
+  TempDir tmp;
+  REQUIRE(init(file_config(tmp.path, 0, 1)).ok());
+  for (int s = 0; s < 40; ++s) {
+    StepScope step(s);
+    { RANKSCOPE_PHASE("forward"); }
+    if (s >= 2) report_step_scalars(s - 2, {.loss = s - 2 == 30 ? std::nan("") : 2.0, .grad_norm = 0.5});
+  }
+  report_step_scalars(38, {.loss = 2.0});
+  report_step_scalars(39, {.samples = 4});  // nothing late to say: no line
+  shutdown();
+
+  std::vector<std::int64_t> late;
+  std::vector<reader::LogEvent> numerics;
+  for (const auto& e : read_all(tmp.path + "/rank-0.jsonl")) {
+    if (e.kind == "step_scalars") {
+      late.push_back(e.step);
+      REQUIRE(e.loss.has_value());
+      CHECK(e.grad_norm == (e.step == 38 ? std::nullopt : std::optional<double>(0.5)));
+    }
+    if (e.kind == "step_end") CHECK_FALSE(e.loss.has_value());
+    if (e.kind == "numerics") numerics.push_back(e);
+  }
+  REQUIRE(late.size() == 39);
+  CHECK(late.front() == 0);
+  CHECK(late.back() == 38);
+  REQUIRE(numerics.size() == 1);  // the background thread's monitor saw the late NaN
+  CHECK(numerics[0].step == 30);
+  CHECK(numerics[0].msg == "loss is NaN at step 30");
+
+  auto sum = reader::summarize_run(tmp.path);
+  REQUIRE(sum.ok());
+  const auto& r = sum->ranks.at(0);
+  REQUIRE(r.first_bad_loss.has_value());
+  CHECK(r.first_bad_loss->step == 30);
+  CHECK(r.last_loss == 2.0);
+  const auto* b = r.series.at(29 / r.series.block_steps);  // the loss curve has the late values in their steps' blocks
+  REQUIRE(b != nullptr);
+  CHECK(b->loss_n >= 1);
+}
+
 #include "triage.hpp"
 
 TEST_CASE("triage finds the straggler and stays quiet on a healthy run", "[triage]") {

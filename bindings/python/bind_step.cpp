@@ -4,11 +4,13 @@
 // (~500 ns); this reads the vectorcall arguments in place (~100 ns).
 #include <Python.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <atomic>
 #include <cstdint>
 #include <optional>
 
+#include "rankscope/runtime.hpp"
 #include "rankscope/step.hpp"
 
 namespace py = pybind11;
@@ -28,6 +30,26 @@ bool take_pending_skip() {
   while (p != 0 && !g_skips_pending.compare_exchange_weak(p, p - 1, std::memory_order_relaxed)) {
   }
   return p != 0;
+}
+
+// rankscope._late_scalars.take(n, loss, lr, grad_norm): called when one of
+// them is a CUDA tensor, which it reads back without a sync and reports later.
+// Returns the three to read now, None for those deferred.
+PyObject* g_tensor_hook = nullptr;
+PyObject* g_is_cuda = nullptr;  // "is_cuda", interned
+
+// A CUDA tensor (torch.Tensor.is_cuda). Numbers and CPU tensors are read here
+// at once (float() on a CPU tensor waits for nothing), without calling Python.
+bool on_gpu(PyObject* v) {
+  if (v == nullptr || v == Py_None || PyFloat_CheckExact(v) || PyLong_CheckExact(v)) return false;
+  PyObject* cuda = PyObject_GetAttr(v, g_is_cuda);
+  if (cuda == nullptr) {  // not a tensor (a numpy scalar...)
+    PyErr_Clear();
+    return false;
+  }
+  const bool yes = cuda == Py_True;
+  Py_DECREF(cuda);
+  return yes;
 }
 
 int keyword_index(PyObject* name) {
@@ -82,10 +104,26 @@ PyObject* step(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwn
   const long long n = PyLong_AsLongLong(v[kN]);
   if (n == -1 && PyErr_Occurred()) return nullptr;
   rankscope::StepScalars s;
-  if ((v[kLoss] && !as_double(v[kLoss], s.loss)) || (v[kLr] && !as_double(v[kLr], s.lr)) ||
-      (v[kGradNorm] && !as_double(v[kGradNorm], s.grad_norm)) || (v[kSamples] && !as_int(v[kSamples], s.samples)) ||
-      (v[kTokens] && !as_int(v[kTokens], s.tokens))) {
-    return nullptr;
+  if (rankscope::enabled()) {  // disabled: nothing is recorded, so no value is read (nor a GPU waited for)
+    py::object taken;  // owns what the hook returned while v[] points into it
+    if (g_tensor_hook != nullptr && (on_gpu(v[kLoss]) || on_gpu(v[kLr]) || on_gpu(v[kGradNorm]))) {
+      PyObject* none = Py_None;
+      PyObject* call[4] = {v[kN], v[kLoss] ? v[kLoss] : none, v[kLr] ? v[kLr] : none, v[kGradNorm] ? v[kGradNorm] : none};
+      taken = py::reinterpret_steal<py::object>(PyObject_Vectorcall(g_tensor_hook, call, 4, nullptr));
+      if (!taken) return nullptr;
+      if (!PyTuple_Check(taken.ptr()) || PyTuple_GET_SIZE(taken.ptr()) != 3) {
+        PyErr_SetString(PyExc_TypeError, "step(): the tensor hook must return (loss, lr, grad_norm)");
+        return nullptr;
+      }
+      v[kLoss] = PyTuple_GET_ITEM(taken.ptr(), 0);
+      v[kLr] = PyTuple_GET_ITEM(taken.ptr(), 1);
+      v[kGradNorm] = PyTuple_GET_ITEM(taken.ptr(), 2);
+    }
+    if ((v[kLoss] && !as_double(v[kLoss], s.loss)) || (v[kLr] && !as_double(v[kLr], s.lr)) ||
+        (v[kGradNorm] && !as_double(v[kGradNorm], s.grad_norm)) || (v[kSamples] && !as_int(v[kSamples], s.samples)) ||
+        (v[kTokens] && !as_int(v[kTokens], s.tokens))) {
+      return nullptr;
+    }
   }
   if (v[kSkipped] != nullptr) {
     const int t = PyObject_IsTrue(v[kSkipped]);
@@ -103,7 +141,8 @@ PyMethodDef kStep = {
     "step", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(step)), METH_FASTCALL | METH_KEYWORDS,
     "step(n, *, loss=None, lr=None, grad_norm=None, samples=None, tokens=None, skipped=False)\n--\n\n"
     "Ends step n with its scalars and begins step n + 1 (call once at the end of every step).\n"
-    "loss, lr and grad_norm are numbers (a 0-d tensor works; .item() avoids a sync per field),\n"
+    "loss, lr and grad_norm are numbers or 0-d tensors (a CUDA tensor is read back without a sync\n"
+    "and written a step or two later as a step_scalars line for step n),\n"
     "samples and tokens integers, skipped a bool (an optimizer step that did not happen; steps\n"
     "rst.AmpSkips saw GradScaler skip are reported here too, one per step() call)."};
 
@@ -114,9 +153,28 @@ void bind_step(py::module_& m) {
     g_kw[i] = PyUnicode_InternFromString(kKwNames[i]);
     if (g_kw[i] == nullptr) throw py::error_already_set();
   }
+  g_is_cuda = PyUnicode_InternFromString("is_cuda");
+  if (g_is_cuda == nullptr) throw py::error_already_set();
   PyObject* fn = PyCFunction_NewEx(&kStep, nullptr, m.attr("__name__").ptr());
   if (fn == nullptr) throw py::error_already_set();
   m.add_object("step", fn);
+  m.def(
+      "_set_tensor_hook",
+      [](py::object fn) {
+        Py_XDECREF(g_tensor_hook);
+        g_tensor_hook = fn.is_none() ? nullptr : fn.release().ptr();
+      },
+      "step() calls fn(n, loss, lr, grad_norm) when one of them is a CUDA tensor (rankscope._late_scalars).");
+  m.def(
+      "report_step_scalars",
+      [](std::int64_t n, std::optional<double> loss, std::optional<double> lr, std::optional<double> grad_norm) {
+        rankscope::report_step_scalars(n, {.loss = loss, .lr = lr, .grad_norm = grad_norm});
+      },
+      py::arg("n"), py::kw_only(), py::arg("loss") = py::none(), py::arg("lr") = py::none(),
+      py::arg("grad_norm") = py::none(),
+      "Scalars of an earlier step n that became known after it ended (a value read back from the GPU\n"
+      "later): a step_scalars line the numerics monitor, triage and the report count as step n's.\n"
+      "rankscope.step(n, loss=<a CUDA tensor>) does this itself.");
   m.def(
       "_note_skipped_step", [] { g_skips_pending.fetch_add(1, std::memory_order_relaxed); },
       "An optimizer step was skipped (rst.AmpSkips): the next step() reports skipped=True.");

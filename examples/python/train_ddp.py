@@ -94,7 +94,7 @@ def train(args):
                     w[7] ^= 1 << 12
             replicas()
             rst.record_cuda_memory()
-            rankscope.step(step, loss=loss.item(), lr=0.1, grad_norm=grad_norm.item(), samples=len(xb))
+            rankscope.step(step, loss=loss, lr=0.1, grad_norm=grad_norm, samples=len(xb))  # tensors: no GPU sync
             step += 1
             if ab:
                 ab.step_done(step)  # this step's time, loader wait included; then the next step's arm

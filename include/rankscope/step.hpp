@@ -35,6 +35,12 @@ void begin_step(std::int64_t step) noexcept;
 void end_step(const StepScalars& scalars = {}) noexcept;
 /// The step set by the last begin_step() (0 before the first).
 std::int64_t current_step() noexcept;
+/// Scalars of an earlier step that became known after it ended: a loss or
+/// gradient norm still on the GPU at end_step(), read back later without a
+/// host-device sync. Only loss, lr and grad_norm are recorded (a
+/// `step_scalars` line; readers and the numerics monitor count them as step
+/// `step`'s). Any thread. Cost: one record.
+void report_step_scalars(std::int64_t step, const StepScalars& scalars) noexcept;
 
 /// RAII step: begin_step() on construction, end_step(reported scalars) on exit.
 class StepScope {

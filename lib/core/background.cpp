@@ -64,6 +64,9 @@ void Runtime::decode(ThreadState* st, const Record& r, const Record* next, std::
         last_breakdown_ = *b;
       }
       break;
+    case EventKind::kStepScalars:
+      watch_numerics(e);  // an earlier step's loss or gradient norm, read back from the GPU later
+      break;
     case EventKind::kCollective:
       // A collective outside any phase is still step time spent communicating.
       if (e.parent == nullptr) breakdown_.on_phase(e.tid, 0, PhaseKind::kCollective, e.mono_ns, e.dur_ns);
@@ -82,9 +85,13 @@ void Runtime::decode(ThreadState* st, const Record& r, const Record* next, std::
   watchdog_.on_event(e);
 }
 
-void Runtime::watch_numerics(const Event& step_end) {
+void Runtime::watch_numerics(const Event& step) {
   const detail::NumericsCounts before = numerics_.counts();
-  numerics_.on_step_end(step_end, extra_);
+  if (step.kind == EventKind::kStepEnd) {
+    numerics_.on_step_end(step, extra_);
+  } else {
+    numerics_.on_step_scalars(step, extra_);
+  }
   const detail::NumericsCounts& now = numerics_.counts();
   const auto add = [](Counter* c, std::uint64_t from, std::uint64_t to) {
     if (c != nullptr && to > from) detail::add_ungated(*c, static_cast<double>(to - from));

@@ -238,6 +238,14 @@ void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
       if (sc.skipped) o << next_key<Field::kSkipped>() << "true";
       break;
     }
+    case EventKind::kStepScalars: {  // rare next to step_end: not through the repeats (they hold step_end's last values)
+      const StepScalars& sc = e.scalars;
+      begin(out, kind_name(Kind::kStepScalars), e.wall_ns, e.mono_ns, e.step, e.tid);
+      if (sc.loss) out.append(next_key<Field::kLoss>()), json_number_to(out, *sc.loss);
+      if (sc.lr) out.append(next_key<Field::kLr>()), json_number_to(out, *sc.lr);
+      if (sc.grad_norm) out.append(next_key<Field::kGradNorm>()), json_number_to(out, *sc.grad_norm);
+      break;
+    }
     case EventKind::kMark:
       begin(out, kind_name(Kind::kMark), e.wall_ns, e.mono_ns, e.step, e.tid);
       out.append(next_key<Field::kName>());

@@ -100,12 +100,17 @@ void NumericsMonitor::watch(Signal& s, std::string_view name, double v, double r
   s.window.push(v);
 }
 
-void NumericsMonitor::on_step_end(const Event& e, std::vector<Event>& out) {
+void NumericsMonitor::on_step_scalars(const Event& e, std::vector<Event>& out) {
   const StepScalars& s = e.scalars;
   if (s.loss) watch(loss_, "loss", *s.loss, kLossSpikeRatio, NumericsIssue::kSpike, counts_.nonfinite_loss,
                     counts_.loss_spikes, e, out);
   if (s.grad_norm) watch(grad_norm_, "grad_norm", *s.grad_norm, kGradExplosionRatio, NumericsIssue::kExplosion,
                          counts_.nonfinite_grad_norm, counts_.grad_norm_explosions, e, out);
+}
+
+void NumericsMonitor::on_step_end(const Event& e, std::vector<Event>& out) {
+  on_step_scalars(e, out);
+  const StepScalars& s = e.scalars;
   // Skipped optimizer steps: GradScaler skips one now and then when it raises
   // its scale; many in a row mean the gradients keep overflowing.
   skip_count_ += static_cast<int>(s.skipped) - static_cast<int>(skipped_[skip_next_]);

@@ -65,6 +65,9 @@ class NumericsMonitor {
   void reset();
   /// One step_end event: appends a kNumerics event when an episode begins.
   void on_step_end(const Event& step_end, std::vector<Event>& out);
+  /// A step_scalars event (an earlier step's values, read back late): the same
+  /// checks of its loss and gradient norm; skips are counted by step_end only.
+  void on_step_scalars(const Event& late, std::vector<Event>& out);
   const NumericsCounts& counts() const { return counts_; }
 
  private:

@@ -34,6 +34,7 @@ bool event_from_record(const Record& r, const Record* next, const Clock& clock, 
     case RecordKind::kPhase:
     case RecordKind::kStepBegin:
     case RecordKind::kStepEnd:
+    case RecordKind::kStepScalars:
     case RecordKind::kMark:
     case RecordKind::kCollective:
     case RecordKind::kProgress:
@@ -67,6 +68,12 @@ bool event_from_record(const Record& r, const Record* next, const Clock& clock, 
         if (r.aux & 8) e.scalars.samples = next->v[0].i;
         if (r.aux & 16) e.scalars.tokens = next->v[1].i;
       }
+      break;
+    case RecordKind::kStepScalars:
+      e.kind = EventKind::kStepScalars;
+      if (r.aux & 1) e.scalars.loss = r.v[0].f;
+      if (r.aux & 2) e.scalars.lr = r.v[1].f;
+      if (r.aux & 4) e.scalars.grad_norm = r.v[2].f;
       break;
     case RecordKind::kMark:
       e.kind = EventKind::kMark;

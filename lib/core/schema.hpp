@@ -29,6 +29,7 @@ inline constexpr int kFlightVersion = kFlightRecorderSchema;      // rank-<R>.fl
   X(kPhase, "phase")                                                                                       \
   X(kStepBegin, "step_begin")                                                                              \
   X(kStepEnd, "step_end")                                                                                  \
+  X(kStepScalars, "step_scalars")                                                                          \
   X(kMark, "mark")                                                                                         \
   X(kCollective, "collective")                                                                             \
   X(kCommError, "comm_error")                                                                              \

@@ -57,6 +57,23 @@ void end_step(const StepScalars& s) noexcept {
   st->commit(2);
 }
 
+void report_step_scalars(std::int64_t step, const StepScalars& s) noexcept {
+  if (!detail::gate_open() || !(s.loss || s.lr || s.grad_norm)) return;
+  detail::ThreadState* st = detail::thread_state();
+  if (st == nullptr || !st->try_reserve(1)) return;
+  Record& r = st->slot(0);
+  r.t0 = r.t1 = detail::now_ticks();
+  r.site = nullptr;
+  r.step = step;
+  r.kind = RecordKind::kStepScalars;
+  r.depth = static_cast<std::uint8_t>(st->depth);
+  r.aux = static_cast<std::uint16_t>((s.loss ? 1 : 0) | (s.lr ? 2 : 0) | (s.grad_norm ? 4 : 0));
+  r.v[0].f = s.loss.value_or(0.0);
+  r.v[1].f = s.lr.value_or(0.0);
+  r.v[2].f = s.grad_norm.value_or(0.0);
+  st->commit(1);
+}
+
 std::int64_t current_step() noexcept { return detail::g_step.load(std::memory_order_relaxed); }
 
 }  // namespace rankscope

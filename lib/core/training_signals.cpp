@@ -31,6 +31,13 @@ void TrainingSignals::start(const RunInfo& info, double now_wall_s) {
 
 void TrainingSignals::observe(const Event& e) {
   switch (e.kind) {
+    case EventKind::kStepScalars: {  // an earlier step's values, read back late: the newest known
+      const StepScalars& s = e.scalars;
+      if (s.loss) loss_ = *s.loss;
+      if (s.lr) lr_ = *s.lr;
+      if (s.grad_norm) grad_norm_ = *s.grad_norm;
+      break;
+    }
     case EventKind::kStepEnd: {
       last_step_wall_ = wall_seconds(e.wall_ns + e.dur_ns);
       step_ = e.step;

@@ -412,9 +412,7 @@ void PhaseSeries::Block::merge(const Block& o) {
   grad_norm_n += o.grad_norm_n;
 }
 
-void PhaseSeries::add(std::int64_t step, const double (&ms)[kPhaseKindCount], double total_ms, double samples,
-                      double tokens, const Scalars& scalars) {
-  if (step < 0) return;
+PhaseSeries::Block& PhaseSeries::block_for(std::int64_t step) {
   if (blocks.empty()) first_block = step / block_steps;
   // A step before the first block (a restart that went back further): widen
   // the blocks until it fits in front, bounded like the rest.
@@ -429,17 +427,32 @@ void PhaseSeries::add(std::int64_t step, const double (&ms)[kPhaseKindCount], do
   while (static_cast<std::size_t>(step / block_steps - first_block) >= kMaxBlocks) coarsen_to(block_steps * 2);
   const auto j = static_cast<std::size_t>(step / block_steps - first_block);
   if (j >= blocks.size()) blocks.resize(j + 1);
-  for (int k = 0; k < kPhaseKindCount; ++k) blocks[j].ms[k] += static_cast<float>(ms[k]);
-  blocks[j].total_ms += static_cast<float>(total_ms);
-  blocks[j].samples += static_cast<float>(samples);
-  blocks[j].tokens += static_cast<float>(tokens);
-  ++blocks[j].steps;
-  auto put = [](const std::optional<double>& v, float& sum, std::uint32_t& n) {
+  return blocks[j];
+}
+
+void PhaseSeries::Block::put(const Scalars& s) {
+  auto one = [](const std::optional<double>& v, float& sum, std::uint32_t& n) {
     if (v) sum += static_cast<float>(*v), ++n;
   };
-  put(scalars.loss, blocks[j].loss, blocks[j].loss_n);
-  put(scalars.lr, blocks[j].lr, blocks[j].lr_n);
-  put(scalars.grad_norm, blocks[j].grad_norm, blocks[j].grad_norm_n);
+  one(s.loss, loss, loss_n);
+  one(s.lr, lr, lr_n);
+  one(s.grad_norm, grad_norm, grad_norm_n);
+}
+
+void PhaseSeries::add(std::int64_t step, const double (&ms)[kPhaseKindCount], double total_ms, double samples,
+                      double tokens, const Scalars& scalars) {
+  if (step < 0) return;
+  Block& b = block_for(step);
+  for (int k = 0; k < kPhaseKindCount; ++k) b.ms[k] += static_cast<float>(ms[k]);
+  b.total_ms += static_cast<float>(total_ms);
+  b.samples += static_cast<float>(samples);
+  b.tokens += static_cast<float>(tokens);
+  ++b.steps;
+  b.put(scalars);
+}
+
+void PhaseSeries::add_scalars(std::int64_t step, const Scalars& scalars) {
+  if (step >= 0) block_for(step).put(scalars);
 }
 
 }  // namespace rankscope::reader

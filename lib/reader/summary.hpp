@@ -144,6 +144,9 @@ struct RestoreSample {
 /// series line up after coarsening the finer one.
 struct PhaseSeries {
   static constexpr std::size_t kMaxBlocks = 2048;
+  struct Scalars {
+    std::optional<double> loss, lr, grad_norm;
+  };
   struct Block {
     float ms[kPhaseKindCount] = {};
     float total_ms = 0;  // whole steps (step_begin to step_end)
@@ -153,16 +156,17 @@ struct PhaseSeries {
     float loss = 0, lr = 0, grad_norm = 0;
     std::uint32_t loss_n = 0, lr_n = 0, grad_norm_n = 0;
     void merge(const Block& o);
-  };
-  struct Scalars {
-    std::optional<double> loss, lr, grad_norm;
+    void put(const Scalars& s);  // adds the scalars present
   };
   std::int64_t block_steps = 1;
   std::int64_t first_block = 0;  // the block index of blocks[0]
   std::vector<Block> blocks;
   void add(std::int64_t step, const double (&ms)[kPhaseKindCount], double total_ms = 0, double samples = 0,
            double tokens = 0, const Scalars& scalars = {});
+  /// An earlier step's loss, lr or gradient norm reported after it ended (a step_scalars line).
+  void add_scalars(std::int64_t step, const Scalars& scalars);
   void coarsen_to(std::int64_t b);  // b: a power of two >= block_steps
+  Block& block_for(std::int64_t step);  // step >= 0: its block, made (and the series coarsened) as needed
   /// Mean ms per step of `kind` in absolute block `i`; nullopt when no step is there.
   std::optional<double> mean(std::int64_t i, int kind) const {
     const std::int64_t j = i - first_block;

@@ -110,6 +110,7 @@ class RankDigester {
   void on_run_start(const LogEvent& e);
   void on_phase(const LogEvent& e);
   void on_step_end(const LogEvent& e);
+  void on_scalars(const LogEvent& e);  // step_end's loss, grad_norm; a step_scalars line's too
   void on_stats(const LogEvent& e);
   void on_stall(const LogEvent& e);
   void on_stall_end(const LogEvent& e);
@@ -143,6 +144,7 @@ void RankDigester::dispatch(const LogEvent& e) {
     case schema::Kind::kPhase: on_phase(e); break;
     case schema::Kind::kStepBegin: builder_.on_step_begin(e.tid, e.step, e.mono); break;
     case schema::Kind::kStepEnd: on_step_end(e); break;
+    case schema::Kind::kStepScalars: on_scalars(e); break;
     case schema::Kind::kCollective: {
       const bool ok = e.result == "ok";
       if (ok && e.bytes > 0) {
@@ -231,11 +233,8 @@ void RankDigester::on_phase(const LogEvent& e) {
   }
 }
 
-void RankDigester::on_step_end(const LogEvent& e) {
+void RankDigester::on_scalars(const LogEvent& e) {
   RankSummary& r = d_.sum;
-  ++r.steps;
-  if (r.first_step < 0) r.first_step = e.step;
-  r.last_step = e.step;
   if (e.loss) r.last_loss = e.loss;
   if (e.loss && !std::isfinite(*e.loss) && !r.first_bad_loss) {
     r.first_bad_loss = BadLossRecord{*e.loss, e.step, e.t, evidence(r.rank, e)};
@@ -243,6 +242,16 @@ void RankDigester::on_step_end(const LogEvent& e) {
   if (e.grad_norm && !std::isfinite(*e.grad_norm) && !r.first_bad_grad_norm) {
     r.first_bad_grad_norm = BadLossRecord{*e.grad_norm, e.step, e.t, evidence(r.rank, e)};
   }
+  // A step_scalars line comes after its step's step_end: into that step's block.
+  if (e.k == schema::Kind::kStepScalars) r.series.add_scalars(e.step, {e.loss, e.lr, e.grad_norm});
+}
+
+void RankDigester::on_step_end(const LogEvent& e) {
+  RankSummary& r = d_.sum;
+  ++r.steps;
+  if (r.first_step < 0) r.first_step = e.step;
+  r.last_step = e.step;
+  on_scalars(e);
   if (e.samples) r.samples += *e.samples;
   if (auto b = builder_.on_step_end(e.tid, e.mono)) {
     goodput_.on_step(e.tid, e.step, e.t, b->total_ns, b->by_kind_ns);

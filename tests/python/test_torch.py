@@ -471,18 +471,18 @@ def test_amp_skips_counts_the_steps_gradscaler_skipped_without_asking_for_the_sc
         amp2 = rst.AmpSkips(scaler)
         events = [Event() for _ in range(3)]
         for flag, ev in zip((True, False, True), events):
-            amp2._defer(torch.tensor(flag), ev)
+            amp2._readback._queue([torch.tensor(flag)], ev, None)
         assert amp2.skipped == 0
         events[0].landed = events[2].landed = True
-        amp2._defer(torch.tensor(False), Event())
+        amp2._readback._queue([torch.tensor(False)], Event(), None)
         assert amp2.skipped == 1                           # the first; the third waits behind the second
         events[1].landed = True
-        amp2._defer(torch.tensor(False), Event())
+        amp2._readback._queue([torch.tensor(False)], Event(), None)
         assert amp2.skipped == 2
         for _ in range(70):
-            amp2._defer(torch.tensor(True), Event())       # never landing by itself
+            amp2._readback._queue([torch.tensor(True)], Event(), None)  # never landing by itself
         # 2 + 70 pending, 8 waited for: the two False ones, then six True: 2 + 6
-        assert len(amp2._pending) == 64 and amp2.skipped == 8, amp2.skipped
+        assert len(amp2._readback) == 64 and amp2.skipped == 8, amp2.skipped
         rankscope.shutdown()
     """)
     assert p.stdout.split() == ["11", "0"], p.stdout + p.stderr

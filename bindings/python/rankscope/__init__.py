@@ -7,7 +7,7 @@
             loss = model(batch)
         with rankscope.phase("backward"):
             loss.backward()
-        rankscope.step(n, loss=loss.item(), lr=lr, samples=len(batch))
+        rankscope.step(n, loss=loss, lr=lr, samples=len(batch))  # a CUDA loss: no sync
     rankscope.shutdown()                  # also runs at exit
 
 Importing does nothing; calls before init() are counted no-ops. The extension
@@ -16,7 +16,7 @@ phase() and the command line (python -m rankscope triage|status|timeline|summary
 """
 import functools as _functools
 
-from . import _rankscope
+from . import _late_scalars, _rankscope
 from ._rankscope import (  # noqa: F401  (the public API)
     BatchAccounting,
     CollectiveSpan,
@@ -59,11 +59,11 @@ from ._rankscope import (  # noqa: F401  (the public API)
     record_checkpoint_failure,
     record_checkpoint_save,
     record_replica_mismatch,
+    report_step_scalars,
     run_dir,
     set_enabled,
     set_exchange,
     set_log_level,
-    shutdown,
     stats,
     step,
     use_local_exchange,
@@ -72,6 +72,14 @@ from ._rankscope import (  # noqa: F401  (the public API)
 )
 
 __version__ = _rankscope.__version__
+_rankscope._set_tensor_hook(_late_scalars.take)  # step(loss=<a CUDA tensor>) without a sync
+
+
+def shutdown(timeout_s=5.0):
+    """Stops recording and writes what is left (idempotent; also runs at exit). Scalars that
+    step() is still reading back from the GPU are waited for up to 1 s first."""
+    _late_scalars.finish()
+    _rankscope.shutdown(timeout_s)
 
 
 def init(rank=None, world_size=None, local_rank=None, run_dir=None, run_id=None, enabled=None, run_config=None):

@@ -1,10 +1,7 @@
 """rst.AmpSkips: optimizer steps GradScaler skipped, counted without a host-device sync."""
-import collections
-
-import torch
-
 import rankscope
 from . import _rankscope as _rs
+from ._readback import Readback
 
 
 class AmpSkips:
@@ -18,12 +15,10 @@ class AmpSkips:
     so far; each skipped step also makes the next rankscope.step() end with
     skipped=True, so a run of them is reported as a skip storm."""
 
-    _MAX_PENDING = 64  # results not yet landed; beyond this the oldest is waited for
-
     def __init__(self, scaler):
         self._scaler = scaler
         self._counter = rankscope.counter("rankscope_amp_skipped_steps_total", "Optimizer steps skipped by GradScaler")
-        self._pending = collections.deque()  # (host flag, event marking the copy done), oldest first
+        self._readback = Readback(lambda hosts, _: self._count(bool(hosts[0])))  # the CUDA results
         self.skipped = 0
 
     def update(self, new_scale=None):
@@ -36,11 +31,7 @@ class AmpSkips:
         try:
             went_down = scaler._scale < before
             if went_down.device.type == "cuda":
-                host = torch.empty((), dtype=torch.bool, pin_memory=True)
-                host.copy_(went_down, non_blocking=True)
-                done = torch.cuda.Event()
-                done.record()
-                self._defer(host, done)
+                self._readback.put([went_down], None)
             else:  # the CPU (no sync to avoid); other devices: read now
                 self._count(bool(went_down))
         except Exception as e:  # never into training: a lost count is logged once
@@ -48,16 +39,6 @@ class AmpSkips:
                 self._warned = True
                 rankscope.warning("rst.AmpSkips: cannot compare GradScaler's scale; skipped steps are not counted",
                                   error=f"{type(e).__name__}: {e}")
-
-    def _defer(self, host, done):
-        """Counts every landed result, oldest first, then queues this one."""
-        while self._pending and self._pending[0][1].query():
-            self._count(bool(self._pending.popleft()[0]))
-        self._pending.append((host, done))
-        if len(self._pending) > self._MAX_PENDING:
-            old, old_done = self._pending.popleft()
-            old_done.synchronize()  # 64 steps old: long finished on any GPU that is not hung
-            self._count(bool(old))
 
     def _count(self, skipped):
         if skipped:

@@ -30,6 +30,7 @@ enum class RecordKind : std::uint8_t {
   kFact = 10,      // an invariant fact: encoded like kLog (text = fact name)
   kViolation = 11, // an invariant violation: encoded like kLog (text = message)
   kExit = 12,      // how the process is ending: encoded like kLog (text = message)
+  kStepScalars = 13,  // an earlier step's scalars, known later: step = that step, v like kStepEnd, mask in aux
 };
 
 union RecordValue {

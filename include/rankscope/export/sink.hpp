@@ -46,6 +46,8 @@ enum class EventKind : std::uint8_t {
                // values, keys as in the run log's `resources` line)
   kStacks,     // every thread's stack (text = why; attributes: native, python, threads,
                // answered, capture_us), stacks.hpp
+  kStepScalars,  // an earlier step's loss / lr / grad_norm, known later (step = that step;
+                 // scalars), report_step_scalars()
 };
 
 /// One decoded record. Times are nanoseconds; wall = since the Unix epoch.
@@ -62,7 +64,7 @@ struct Event {
   std::uint64_t dur_ns = 0;   // phase duration; step_end: time since its step_begin (0 if unseen)
   const Site* site = nullptr;
   const Site* parent = nullptr;  // enclosing phase on the same thread (collectives too)
-  StepScalars scalars;           // step_end only
+  StepScalars scalars;           // step_end and step_scalars only
   double value = 0.0;            // mark only
   // Collectives: mono_ns/wall_ns = issue, dur_ns = issue to completion.
   const Communicator* comm = nullptr;

@@ -1,0 +1,67 @@
+"""rankscope.step()'s tensor scalars: a loss or gradient norm still on the GPU is reported
+when it lands on the host (a `step_scalars` line for its step), never with a sync.
+
+step() (the extension) reads numbers, CPU tensors and numpy scalars itself, at once, and
+calls take() when loss, lr or grad_norm is a CUDA tensor (`is_cuda`). Those go
+through a Readback, and their values reach the run log a step or two later as
+report_step_scalars(n, ...), which the numerics monitor, triage and the report count as step
+n's. Never imports torch: a tensor in hand means torch is imported already."""
+import sys
+
+from . import _rankscope
+from ._readback import Readback
+
+_NAMES = ("loss", "lr", "grad_norm")
+_late = None  # the Readback, made at the first CUDA tensor
+_warned = False
+
+
+def _on_gpu(v):
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(v, torch.Tensor) and v.is_cuda  # as step() decides
+
+
+def _landed(hosts, payload):
+    n, which = payload
+    _rankscope.report_step_scalars(n, **{_NAMES[i]: float(h) for i, h in zip(which, hosts)})
+
+
+def take(n, loss, lr, grad_norm):
+    """Step n's scalars: (loss, lr, grad_norm) to read now, None for each one read back later."""
+    global _late
+    now = [None, None, None]
+    which, values = [], []
+    for i, v in enumerate((loss, lr, grad_norm)):
+        if v is None:
+            continue
+        if _on_gpu(v):
+            which.append(i)
+            values.append(v.detach())
+        else:
+            now[i] = v  # the others: step() reads them now
+    if values:
+        if _late is None:
+            _late = Readback(_landed)
+            import atexit
+            atexit.register(finish)  # before the extension's own exit hook: Python's run first
+        try:
+            _late.put(values, (n, tuple(which)))
+        except Exception as e:  # never into training: these scalars are lost, said once
+            global _warned
+            if not _warned:
+                _warned = True
+                _rankscope.warning("rankscope.step(): cannot read the scalars back from the GPU; they are not recorded",
+                                   error=f"{type(e).__name__}: {e}", step=n)
+    elif _late is not None:
+        _late.poll()
+    return tuple(now)
+
+
+def finish(timeout_s=1.0):
+    """Writes what has landed (waiting up to timeout_s); shutdown() and the exit call it."""
+    if _late is None or not _late:
+        return
+    lost = _late.finish(timeout_s)
+    if lost and _rankscope.initialized():
+        _rankscope.warning("rankscope.step(): the GPU did not hand back the last steps' scalars at shutdown",
+                           steps=lost)

@@ -1,0 +1,107 @@
+"""rankscope.step(loss=<a CUDA tensor>): read back without a host-device sync and written a
+few steps later as a step_scalars line, which the numerics monitor and triage count as its
+step's. No GPU here: tensors of a subclass whose is_cuda is True stand for CUDA ones, and the CUDA
+copy and event are doubles with their call shape (Readback._queue is where the real put()
+hands them over); the rest is the real package."""
+import json
+import os
+import subprocess
+import sys
+
+from test_torch import _events
+
+RANKSCOPE = os.path.join(os.path.dirname(sys.executable), "rankscope")
+
+
+def test_a_gpu_loss_is_written_when_it_lands_and_a_late_nan_is_still_named_at_its_step(run_py, tmp_path):
+    p = run_py("""
+        import os, torch, rankscope
+        from rankscope import _late_scalars, _readback
+
+        class Event:  # torch.cuda.Event's shape: lands when the test says so
+            def __init__(self):
+                self.landed = False
+            def query(self):
+                return self.landed
+            def synchronize(self):
+                self.landed = True
+        events = []
+        def put(self, values, payload):  # what the real put() queues, without CUDA
+            events.append(Event())
+            self._queue([v.clone() for v in values], events[-1], payload)
+        _readback.Readback.put = put
+        class Cuda(torch.Tensor):  # what step() and _late_scalars ask a tensor: is_cuda
+            is_cuda = property(lambda self: True)
+
+        rankscope.init(rank=0, world_size=1, run_dir=os.environ["RUN_DIR"])
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        for step in range(40):
+            opt.zero_grad()
+            loss = model(torch.randn(8, 4)).pow(2).mean()
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            if step == 30:
+                loss = loss * float("nan")
+            for ev in events[:-2]:
+                ev.landed = True  # the GPU is still on the last two steps
+            rankscope.step(step, loss=loss.as_subclass(Cuda), grad_norm=grad_norm.as_subclass(Cuda), lr=0.01,
+                           samples=8)
+        print(len(_late_scalars._late))   # three on the "GPU": steps 37, 38, 39
+        rankscope.shutdown()              # waits 1 s for them, then says so
+    """)
+    assert p.stdout.split() == ["3"], p.stdout + p.stderr
+    run = str(tmp_path / "run")
+    ends = _events(run, "step_end")
+    assert len(ends) == 40 and not any("loss" in e or "grad_norm" in e for e in ends), ends[:2]
+    assert all(e["lr"] == 0.01 and e["samples"] == 8 for e in ends)  # plain numbers: at once, as before
+    late = _events(run, "step_scalars")
+    assert [e["step"] for e in late] == list(range(37)), late  # in order; 37 to 39 never landed
+    assert all(set(e) >= {"loss", "grad_norm"} for e in late)
+    assert late[30]["loss"] == "NaN" and late[29]["loss"] > 0, late[29:31]
+    nan = [e for e in _events(run, "numerics") if e["what"] == "nonfinite"]
+    assert len(nan) == 1 and nan[0]["step"] == 30 and nan[0]["msg"] == "loss is NaN at step 30", nan
+    lost = [e for e in _events(run, "log") if "did not hand back" in e["msg"]]
+    assert len(lost) == 1 and lost[0]["fields"]["steps"] == 3, lost
+
+    t = subprocess.run([RANKSCOPE, "triage", "--json", run], capture_output=True, text=True, timeout=60)
+    findings = json.loads(t.stdout)["findings"]
+    assert findings[0]["kind"] == "numerics" and findings[0]["step"] == 30 and findings[0]["ranks"] == [0], findings
+
+
+def test_cpu_tensors_and_numbers_are_read_at_once_and_a_failed_readback_never_reaches_training(run_py, tmp_path):
+    p = run_py("""
+        import os, numpy, torch, rankscope
+        from rankscope import _readback
+        rankscope.init(rank=0, world_size=1, run_dir=os.environ["RUN_DIR"])
+        rankscope.step(0, loss=torch.tensor(2.5), grad_norm=numpy.float32(0.5), lr=torch.tensor(0.1, dtype=torch.float64))
+        rankscope.step(1, loss=1.5)
+        def broken(self, values, payload):
+            raise RuntimeError("pinned memory exhausted")
+        _readback.Readback.put = broken
+        class Cuda(torch.Tensor):
+            is_cuda = property(lambda self: True)
+        rankscope.step(2, loss=torch.tensor(1.0).as_subclass(Cuda))   # lost and said once, not raised
+        rankscope.step(3, loss=torch.tensor(1.0).as_subclass(Cuda))
+        class Unreadable(Cuda):
+            def __float__(self):
+                raise AssertionError("read while disabled: a sync for nothing")
+        rankscope.set_enabled(False)
+        rankscope.step(5, loss=torch.tensor(1.0).as_subclass(Unreadable))
+        rankscope.set_enabled(True)
+        try:
+            rankscope.step(4, loss="high")
+        except TypeError as e:
+            print("TypeError")
+        rankscope.shutdown()
+    """)
+    assert p.stdout.split() == ["TypeError"], p.stdout + p.stderr
+    run = str(tmp_path / "run")
+    ends = {e["step"]: e for e in _events(run, "step_end")}
+    assert ends[0]["loss"] == 2.5 and ends[0]["grad_norm"] == 0.5 and ends[0]["lr"] == 0.1, ends[0]
+    assert ends[1]["loss"] == 1.5 and "loss" not in ends[2], ends
+    assert not _events(run, "step_scalars")
+    said = [e for e in _events(run, "log") if "cannot read the scalars back" in e["msg"]]
+    assert len(said) == 1 and "pinned memory exhausted" in said[0]["fields"]["error"], said
