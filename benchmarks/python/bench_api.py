@@ -98,6 +98,12 @@ def main():
     g["n"] = 0
     step = ns_recorded("rankscope.step(5, loss=0.5, lr=0.1)", g)
     rows.append(("rankscope.step(n, loss=..., lr=...)", step))
+    if "rf" in g:  # torch is here: a CPU loss tensor given as is, and as .item()
+        import torch
+        g["t"] = torch.tensor(0.5)
+        rows.append(("rankscope.step(n, loss=<CPU tensor>, lr=...)", ns_recorded("rankscope.step(5, loss=t, lr=0.1)", g)))
+        rows.append(("rankscope.step(n, loss=<CPU tensor>.item(), lr=...)",
+                     ns_recorded("rankscope.step(5, loss=t.item(), lr=0.1)", g)))
     rows.append(("counter.add(1)", ns("c.add(1)", g=g)))  # a metric slot, not a record
     rows.append(("rankscope.debug(...) below the level (suppressed)", ns("rankscope.debug('x', a=1)", g=g)))
     rankscope.shutdown()
