@@ -36,6 +36,7 @@ bool take_pending_skip() {
 // them is a CUDA tensor, which it reads back without a sync and reports later.
 // Returns the three to read now, None for those deferred.
 PyObject* g_tensor_hook = nullptr;
+std::atomic<bool> g_scalars_pending{false};  // earlier CUDA scalars not landed: step() calls the hook to poll
 PyObject* g_is_cuda = nullptr;  // "is_cuda", interned
 
 PyObject* g_item = nullptr;     // "item", interned
@@ -44,10 +45,10 @@ PyObject* g_item = nullptr;     // "item", interned
 // (torch.Tensor.is_cuda), read back later without a sync (g_tensor_hook).
 enum class Scalar { kNumber, kCpuTensor, kCudaTensor };
 Scalar classify(PyObject* v) {
-  if (v == nullptr || v == Py_None || PyFloat_CheckExact(v) || PyLong_CheckExact(v)) return Scalar::kNumber;
+  if (v == nullptr || v == Py_None || PyFloat_Check(v) || PyLong_Check(v)) return Scalar::kNumber;  // bool, numpy.float64 too
   PyObject* cuda = PyObject_GetAttr(v, g_is_cuda);
-  if (cuda == nullptr) {  // not a tensor (a numpy scalar...): float() reads it
-    PyErr_Clear();
+  if (cuda == nullptr) {  // not a tensor (a numpy float32...): float() reads it; another error is the caller's
+    if (PyErr_ExceptionMatches(PyExc_AttributeError)) PyErr_Clear();
     return Scalar::kNumber;
   }
   const bool yes = cuda == Py_True;
@@ -118,9 +119,11 @@ PyObject* step(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwn
   if (rankscope::enabled()) {  // disabled: nothing is recorded, so no value is read (nor a GPU waited for)
     Scalar kind[kKwCount] = {};
     for (int k : {kLoss, kLr, kGradNorm}) kind[k] = classify(v[k]);
+    if (PyErr_Occurred()) return nullptr;  // a tensor-like whose is_cuda raised
     py::object taken;  // owns what the hook returned while v[] points into it
     if (g_tensor_hook != nullptr &&
-        (kind[kLoss] == Scalar::kCudaTensor || kind[kLr] == Scalar::kCudaTensor || kind[kGradNorm] == Scalar::kCudaTensor)) {
+        (kind[kLoss] == Scalar::kCudaTensor || kind[kLr] == Scalar::kCudaTensor ||
+         kind[kGradNorm] == Scalar::kCudaTensor || g_scalars_pending.load(std::memory_order_relaxed))) {
       PyObject* none = Py_None;
       PyObject* call[4] = {v[kN], v[kLoss] ? v[kLoss] : none, v[kLr] ? v[kLr] : none, v[kGradNorm] ? v[kGradNorm] : none};
       taken = py::reinterpret_steal<py::object>(PyObject_Vectorcall(g_tensor_hook, call, 4, nullptr));
@@ -177,10 +180,14 @@ void bind_step(py::module_& m) {
   m.def(
       "_set_tensor_hook",
       [](py::object fn) {
-        Py_XDECREF(g_tensor_hook);
+        PyObject* old = g_tensor_hook;
         g_tensor_hook = fn.is_none() ? nullptr : fn.release().ptr();
+        Py_XDECREF(old);
       },
       "step() calls fn(n, loss, lr, grad_norm) when one of them is a CUDA tensor (rankscope._late_scalars).");
+  m.def(
+      "_set_scalars_pending", [](bool pending) { g_scalars_pending.store(pending, std::memory_order_relaxed); },
+      "CUDA scalars are being read back: step() calls the tensor hook to poll them, tensors or not.");
   m.def(
       "report_step_scalars",
       [](std::int64_t n, std::optional<double> loss, std::optional<double> lr, std::optional<double> grad_norm) {

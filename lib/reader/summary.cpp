@@ -452,7 +452,13 @@ void PhaseSeries::add(std::int64_t step, const double (&ms)[kPhaseKindCount], do
 }
 
 void PhaseSeries::add_scalars(std::int64_t step, const Scalars& scalars) {
-  if (step >= 0) block_for(step).put(scalars);
+  // Only into a block that holds steps (the step_end came first): a late value
+  // must not reshape the series (a block made, the series coarsened).
+  if (step < 0 || blocks.empty()) return;
+  const std::int64_t j = step / block_steps - first_block;
+  if (j >= 0 && j < static_cast<std::int64_t>(blocks.size()) && blocks[static_cast<std::size_t>(j)].steps > 0) {
+    blocks[static_cast<std::size_t>(j)].put(scalars);
+  }
 }
 
 }  // namespace rankscope::reader

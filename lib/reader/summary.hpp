@@ -163,7 +163,8 @@ struct PhaseSeries {
   std::vector<Block> blocks;
   void add(std::int64_t step, const double (&ms)[kPhaseKindCount], double total_ms = 0, double samples = 0,
            double tokens = 0, const Scalars& scalars = {});
-  /// An earlier step's loss, lr or gradient norm reported after it ended (a step_scalars line).
+  /// An earlier step's loss, lr or gradient norm reported after it ended (a step_scalars
+  /// line): into its step's block, if that block holds steps.
   void add_scalars(std::int64_t step, const Scalars& scalars);
   void coarsen_to(std::int64_t b);  // b: a power of two >= block_steps
   Block& block_for(std::int64_t step);  // step >= 0: its block, made (and the series coarsened) as needed

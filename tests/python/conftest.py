@@ -34,6 +34,19 @@ def run_py(tmp_path):
     return run
 
 
+# torch.cuda.Event's shape for tests without a GPU: it lands when the test says so.
+# Prepend to a run_py snippet (dedented first): run_py(FAKE_CUDA_EVENT + textwrap.dedent(code)).
+FAKE_CUDA_EVENT = """
+class Event:
+    def __init__(self):
+        self.landed = False
+    def query(self):
+        return self.landed
+    def synchronize(self):
+        self.landed = True
+"""
+
+
 def free_port():
     import socket
     with socket.socket() as s:

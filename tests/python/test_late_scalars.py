@@ -7,28 +7,23 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 
+from conftest import FAKE_CUDA_EVENT
 from test_torch import _events
 
 RANKSCOPE = os.path.join(os.path.dirname(sys.executable), "rankscope")
 
 
 def test_a_gpu_loss_is_written_when_it_lands_and_a_late_nan_is_still_named_at_its_step(run_py, tmp_path):
-    p = run_py("""
+    p = run_py(FAKE_CUDA_EVENT + textwrap.dedent("""
         import os, torch, rankscope
         from rankscope import _late_scalars, _readback
 
-        class Event:  # torch.cuda.Event's shape: lands when the test says so
-            def __init__(self):
-                self.landed = False
-            def query(self):
-                return self.landed
-            def synchronize(self):
-                self.landed = True
         events = []
         def put(self, values, payload):  # what the real put() queues, without CUDA
             events.append(Event())
-            self._queue([v.clone() for v in values], events[-1], payload)
+            self._queue([v.clone() for v in values], [events[-1]], payload)
         _readback.Readback.put = put
         class Cuda(torch.Tensor):  # what step() and _late_scalars ask a tensor: is_cuda
             is_cuda = property(lambda self: True)
@@ -49,22 +44,24 @@ def test_a_gpu_loss_is_written_when_it_lands_and_a_late_nan_is_still_named_at_it
                 ev.landed = True  # the GPU is still on the last two steps
             rankscope.step(step, loss=loss.as_subclass(Cuda), grad_norm=grad_norm.as_subclass(Cuda), lr=0.01,
                            samples=8)
-        print(len(_late_scalars._late))   # three on the "GPU": steps 37, 38, 39
-        rankscope.shutdown()              # waits 1 s for them, then says so
-    """)
-    assert p.stdout.split() == ["3"], p.stdout + p.stderr
+        events[-3].landed = True          # step 37's lands; a step without tensors still polls
+        rankscope.step(40, loss=1.0)
+        print(len(_late_scalars._late))   # two on the "GPU": steps 38, 39
+        rankscope.shutdown()              # waits for them, then says so
+    """))
+    assert p.stdout.split() == ["2"], p.stdout + p.stderr
     run = str(tmp_path / "run")
     ends = _events(run, "step_end")
-    assert len(ends) == 40 and not any("loss" in e or "grad_norm" in e for e in ends), ends[:2]
-    assert all(e["lr"] == 0.01 and e["samples"] == 8 for e in ends)  # plain numbers: at once, as before
+    assert len(ends) == 41 and not any("loss" in e or "grad_norm" in e for e in ends[:40]), ends[:2]
+    assert all(e["lr"] == 0.01 and e["samples"] == 8 for e in ends[:40])  # plain numbers: at once, as before
     late = _events(run, "step_scalars")
-    assert [e["step"] for e in late] == list(range(37)), late  # in order; 37 to 39 never landed
+    assert [e["step"] for e in late] == list(range(38)), late  # in order; 38 and 39 never landed
     assert all(set(e) >= {"loss", "grad_norm"} for e in late)
     assert late[30]["loss"] == "NaN" and late[29]["loss"] > 0, late[29:31]
     nan = [e for e in _events(run, "numerics") if e["what"] == "nonfinite"]
     assert len(nan) == 1 and nan[0]["step"] == 30 and nan[0]["msg"] == "loss is NaN at step 30", nan
     lost = [e for e in _events(run, "log") if "did not hand back" in e["msg"]]
-    assert len(lost) == 1 and lost[0]["fields"]["steps"] == 3, lost
+    assert len(lost) == 1 and lost[0]["fields"]["steps"] == 2, lost
 
     t = subprocess.run([RANKSCOPE, "triage", "--json", run], capture_output=True, text=True, timeout=60)
     findings = json.loads(t.stdout)["findings"]
@@ -95,9 +92,13 @@ def test_cpu_tensors_and_numbers_are_read_at_once_and_a_failed_readback_never_re
             rankscope.step(4, loss="high")
         except TypeError as e:
             print("TypeError")
+        try:                                             # not a scalar: read now, and refused as before
+            rankscope.step(6, loss=torch.ones(2).as_subclass(Cuda))
+        except ValueError as e:
+            print("ValueError")
         rankscope.shutdown()
     """)
-    assert p.stdout.split() == ["TypeError"], p.stdout + p.stderr
+    assert p.stdout.split() == ["TypeError", "ValueError"], p.stdout + p.stderr
     run = str(tmp_path / "run")
     ends = {e["step"]: e for e in _events(run, "step_end")}
     assert ends[0]["loss"] == 2.5 and ends[0]["grad_norm"] == 0.5 and ends[0]["lr"] == 0.1, ends[0]

@@ -3,13 +3,14 @@ import collections
 import glob
 import json
 import os
+import textwrap
 import re
 import subprocess
 import sys
 
 import pytest
 
-from conftest import ROOT
+from conftest import FAKE_CUDA_EVENT, ROOT
 
 RANKSCOPE = os.path.join(os.path.dirname(sys.executable), "rankscope")
 # The C++ DDP hooks share C++ types with the runtime: built only against a torch
@@ -436,7 +437,7 @@ def test_record_cuda_memory_asks_torch_for_cuda_once_and_sets_each_devices_gauge
 def test_amp_skips_counts_the_steps_gradscaler_skipped_without_asking_for_the_scale(run_py, tmp_path):
     # A real GradScaler on the CPU (torch 2.3+), inf gradients at 11 of 20 steps, 9 in a row:
     # a skip storm. get_scale() would wait for the GPU on CUDA: it must never be called.
-    p = run_py("""
+    p = run_py(FAKE_CUDA_EVENT + textwrap.dedent("""
         import os, torch, rankscope, rankscope.torch as rst
         rankscope.init(rank=0, world_size=1, run_dir=os.environ["RUN_DIR"])
         torch.manual_seed(0)
@@ -460,31 +461,24 @@ def test_amp_skips_counts_the_steps_gradscaler_skipped_without_asking_for_the_sc
         print(amp.skipped, off.skipped)
 
         # A CUDA step's result is counted once its copy has landed (the event's query()), in
-        # order; past 64 pending the oldest is waited for. Fakes with torch.cuda.Event's shape.
-        class Event:
-            def __init__(self):
-                self.landed = False
-            def query(self):
-                return self.landed
-            def synchronize(self):
-                self.landed = True
+        # order; past 64 pending the oldest is waited for. Event: torch.cuda.Event's shape.
         amp2 = rst.AmpSkips(scaler)
         events = [Event() for _ in range(3)]
         for flag, ev in zip((True, False, True), events):
-            amp2._readback._queue([torch.tensor(flag)], ev, None)
+            amp2._readback._queue([torch.tensor(flag)], [ev], None)
         assert amp2.skipped == 0
         events[0].landed = events[2].landed = True
-        amp2._readback._queue([torch.tensor(False)], Event(), None)
+        amp2._readback._queue([torch.tensor(False)], [Event()], None)
         assert amp2.skipped == 1                           # the first; the third waits behind the second
         events[1].landed = True
-        amp2._readback._queue([torch.tensor(False)], Event(), None)
+        amp2._readback._queue([torch.tensor(False)], [Event()], None)
         assert amp2.skipped == 2
         for _ in range(70):
-            amp2._readback._queue([torch.tensor(True)], Event(), None)  # never landing by itself
+            amp2._readback._queue([torch.tensor(True)], [Event()], None)  # never landing by itself
         # 2 + 70 pending, 8 waited for: the two False ones, then six True: 2 + 6
         assert len(amp2._readback) == 64 and amp2.skipped == 8, amp2.skipped
         rankscope.shutdown()
-    """)
+    """))
     assert p.stdout.split() == ["11", "0"], p.stdout + p.stderr
     run = str(tmp_path / "run")
     counted = [e["value"] for e in _events(run, "metric") if e["name"] == "rankscope_amp_skipped_steps_total"]

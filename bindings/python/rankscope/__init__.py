@@ -76,10 +76,12 @@ _rankscope._set_tensor_hook(_late_scalars.take)  # step(loss=<a CUDA tensor>) wi
 
 
 def shutdown(timeout_s=5.0):
-    """Stops recording and writes what is left (idempotent; also runs at exit). Scalars that
-    step() is still reading back from the GPU are waited for up to 1 s first."""
-    _late_scalars.finish()
-    _rankscope.shutdown(timeout_s)
+    """Stops recording and writes what is left, waiting at most timeout_s (idempotent; also
+    runs at exit). Scalars step() is still reading back from the GPU are waited for first."""
+    try:
+        _late_scalars.finish(timeout_s)
+    finally:
+        _rankscope.shutdown(timeout_s)
 
 
 def init(rank=None, world_size=None, local_rank=None, run_dir=None, run_id=None, enabled=None, run_config=None):
