@@ -33,13 +33,13 @@ bool take_pending_skip() {
 }
 
 // rankscope._late_scalars.take(n, loss, lr, grad_norm): called when one of
-// them is a CUDA tensor, which it reads back without a sync and reports later.
-// Returns the three to read now, None for those deferred.
+// them is a CUDA tensor, which it reads back without a sync and reports later,
+// and while earlier ones are pending (it polls them). Returns the three to
+// read now, None for those deferred.
 PyObject* g_tensor_hook = nullptr;
-std::atomic<bool> g_scalars_pending{false};  // earlier CUDA scalars not landed: step() calls the hook to poll
-PyObject* g_is_cuda = nullptr;  // "is_cuda", interned
-
-PyObject* g_item = nullptr;     // "item", interned
+std::atomic<bool> g_scalars_pending{false};  // earlier CUDA scalars not landed yet
+PyObject* g_is_cuda = nullptr;               // "is_cuda", interned
+PyObject* g_item = nullptr;                  // "item", interned
 
 // What a scalar argument is: a number, a tensor on the CPU, or one on a GPU
 // (torch.Tensor.is_cuda), read back later without a sync (g_tensor_hook).

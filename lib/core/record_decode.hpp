@@ -24,6 +24,13 @@ inline bool is_log_like(RecordKind k) {
   return k == RecordKind::kLog || k == RecordKind::kFact || k == RecordKind::kViolation || k == RecordKind::kExit;
 }
 
+// A step_end's or step_scalars' loss, lr and grad_norm (step.cpp: put_scalars).
+inline void scalars_from(const Record& r, StepScalars& s) {
+  if (r.aux & 1) s.loss = r.v[0].f;
+  if (r.aux & 2) s.lr = r.v[1].f;
+  if (r.aux & 4) s.grad_norm = r.v[2].f;
+}
+
 // Fills `e` from a fixed-size record; `next` is the record after it in the
 // ring when published (a collective's extra, a step end's counts). False for
 // records that are not events of their own.
@@ -60,9 +67,7 @@ bool event_from_record(const Record& r, const Record* next, const Clock& clock, 
       break;
     case RecordKind::kStepEnd:
       e.kind = EventKind::kStepEnd;
-      if (r.aux & 1) e.scalars.loss = r.v[0].f;
-      if (r.aux & 2) e.scalars.lr = r.v[1].f;
-      if (r.aux & 4) e.scalars.grad_norm = r.v[2].f;
+      scalars_from(r, e.scalars);
       e.scalars.skipped = (r.aux & 32) != 0;
       if (next != nullptr && next->kind == RecordKind::kStepCounts) {
         if (r.aux & 8) e.scalars.samples = next->v[0].i;
@@ -71,9 +76,7 @@ bool event_from_record(const Record& r, const Record* next, const Clock& clock, 
       break;
     case RecordKind::kStepScalars:
       e.kind = EventKind::kStepScalars;
-      if (r.aux & 1) e.scalars.loss = r.v[0].f;
-      if (r.aux & 2) e.scalars.lr = r.v[1].f;
-      if (r.aux & 4) e.scalars.grad_norm = r.v[2].f;
+      scalars_from(r, e.scalars);
       break;
     case RecordKind::kMark:
       e.kind = EventKind::kMark;

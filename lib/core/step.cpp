@@ -10,6 +10,16 @@ namespace rankscope {
 using detail::Record;
 using detail::RecordKind;
 
+namespace {
+// loss, lr, grad_norm into v[0..2], which are present in aux bits 0..2 (record_decode.hpp reads them back).
+std::uint16_t put_scalars(Record& r, const StepScalars& s) {
+  r.v[0].f = s.loss.value_or(0.0);
+  r.v[1].f = s.lr.value_or(0.0);
+  r.v[2].f = s.grad_norm.value_or(0.0);
+  return static_cast<std::uint16_t>((s.loss ? 1 : 0) | (s.lr ? 2 : 0) | (s.grad_norm ? 4 : 0));
+}
+}  // namespace
+
 void begin_step(std::int64_t step) noexcept {
   detail::g_step.store(step, std::memory_order_relaxed);
   if (!detail::gate_open()) return;
@@ -40,11 +50,8 @@ void end_step(const StepScalars& s) noexcept {
   r.step = step;
   r.kind = RecordKind::kStepEnd;
   r.depth = static_cast<std::uint8_t>(st->depth);
-  r.aux = static_cast<std::uint16_t>((s.loss ? 1 : 0) | (s.lr ? 2 : 0) | (s.grad_norm ? 4 : 0) |
-                                     (s.samples ? 8 : 0) | (s.tokens ? 16 : 0) | (s.skipped ? 32 : 0));
-  r.v[0].f = s.loss.value_or(0.0);
-  r.v[1].f = s.lr.value_or(0.0);
-  r.v[2].f = s.grad_norm.value_or(0.0);
+  r.aux = static_cast<std::uint16_t>(put_scalars(r, s) | (s.samples ? 8 : 0) | (s.tokens ? 16 : 0) |
+                                     (s.skipped ? 32 : 0));
   Record& c = st->slot(1);
   c.t0 = c.t1 = r.t0;
   c.site = nullptr;
@@ -67,10 +74,7 @@ void report_step_scalars(std::int64_t step, const StepScalars& s) noexcept {
   r.step = step;
   r.kind = RecordKind::kStepScalars;
   r.depth = static_cast<std::uint8_t>(st->depth);
-  r.aux = static_cast<std::uint16_t>((s.loss ? 1 : 0) | (s.lr ? 2 : 0) | (s.grad_norm ? 4 : 0));
-  r.v[0].f = s.loss.value_or(0.0);
-  r.v[1].f = s.lr.value_or(0.0);
-  r.v[2].f = s.grad_norm.value_or(0.0);
+  r.aux = put_scalars(r, s);
   st->commit(1);
 }
 

@@ -31,20 +31,15 @@ void TrainingSignals::start(const RunInfo& info, double now_wall_s) {
 
 void TrainingSignals::observe(const Event& e) {
   switch (e.kind) {
-    case EventKind::kStepScalars: {  // an earlier step's values, read back late: the newest known
+    case EventKind::kStepScalars:  // an earlier step's values, read back late: the newest known
+    case EventKind::kStepEnd: {
       const StepScalars& s = e.scalars;
       if (s.loss) loss_ = *s.loss;
       if (s.lr) lr_ = *s.lr;
       if (s.grad_norm) grad_norm_ = *s.grad_norm;
-      break;
-    }
-    case EventKind::kStepEnd: {
+      if (e.kind == EventKind::kStepScalars) break;
       last_step_wall_ = wall_seconds(e.wall_ns + e.dur_ns);
       step_ = e.step;
-      const StepScalars& s = e.scalars;
-      if (s.loss) loss_ = *s.loss;
-      if (s.lr) lr_ = *s.lr;
-      if (s.grad_norm) grad_norm_ = *s.grad_norm;
       if (s.skipped) ++skipped_;
       if (s.samples || s.tokens) {
         samples_ += static_cast<double>(s.samples.value_or(0));
