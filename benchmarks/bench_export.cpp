@@ -133,6 +133,7 @@ void background_cpu_per_record(benchmark::State& state, Step&& one_step, int ste
     dropped += static_cast<double>(s1.events_dropped - s0.events_dropped);
   }
   state.counters["bg_ns_per_record"] = cpu_ns / std::max(records, 1.0);
+  state.counters["bg_ns_per_step"] = cpu_ns / (static_cast<double>(steps) * static_cast<double>(state.iterations()));
   state.counters["records"] = records;
   state.counters["dropped"] = dropped;
   std::filesystem::remove_all(dir);
@@ -174,6 +175,26 @@ static void BM_Export_BackgroundCpuPerRecord_TrainerMix(benchmark::State& state)
   background_cpu_per_record(state, trainer_step);
 }
 BENCHMARK(BM_Export_BackgroundCpuPerRecord_TrainerMix)->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// The same step in the loop form (step(): each end begins the next step, one
+// record and one line per boundary), as Python's rankscope.step(n) records it.
+static void trainer_step_loop(int step) {
+  static Communicator& world = register_communicator(nullptr, "world", 2, 0);
+  { RANKSCOPE_PHASE("loader_wait"); }
+  { RANKSCOPE_PHASE("forward"); }
+  { RANKSCOPE_PHASE("backward"); }
+  {
+    RANKSCOPE_PHASE("all_reduce");
+    CollectiveSpan c(world, CollectiveOp::kAllReduce, 101386, DType::kFloat32);
+  }
+  { RANKSCOPE_PHASE("optimizer"); }
+  rankscope::step(step, {.loss = 1.0 / (step + 1), .lr = 0.05, .grad_norm = 0.697 + 1e-6 * step, .samples = 64});
+}
+
+static void BM_Export_BackgroundCpuPerRecord_TrainerMix_StepLoop(benchmark::State& state) {
+  background_cpu_per_record(state, trainer_step_loop);
+}
+BENCHMARK(BM_Export_BackgroundCpuPerRecord_TrainerMix_StepLoop)->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // The same step with the example's loader: a new thread every 32-step epoch
 // (as a loader or pin-memory thread that lives one epoch), recording one

@@ -163,7 +163,7 @@ done
 [[ -n "$clean_job" ]] || { echo "default faults test: ok (C++ only)"; exit 0; }
 expect py_loader "$work/py_loader/run" "HANG: rank 1 .*blocked in loader_wait" "rank 1: File .* in hang_forever"
 stacks=$("$cli" stacks "$work/py_loader/run")
-for frame in "main thread (Python), whole stack - rank 1" "in __getitem__" "in timed_loader" "c10d::Reducer"; do
+for frame in "main thread (Python), whole stack - rank 1" "in __getitem__" "in __next__" "c10d::Reducer"; do
   grep -qF "$frame" <<<"$stacks" || fail "py_loader: no '$frame' in the stacks (rank 1 in its Dataset, rank 0 in DDP's reducer):
 $stacks"
 done

@@ -48,13 +48,16 @@ int main(int argc, char** argv) {
     if (::write(1, "blocked\n", 8) < 0) return 8;
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
   }
-  if (mode == "steps") {
+  if (mode == "steps") {  // the loop form (step(): one record per boundary); every third step's tokens need 64 bits
     for (std::int64_t s = 0;; ++s) {
-      rankscope::StepScope step(s);
       const std::string line = std::to_string(s) + "\n";
       if (::write(1, line.data(), line.size()) < 0) return 8;
-      RANKSCOPE_PHASE("forward");
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      {
+        RANKSCOPE_PHASE("forward");
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+      rankscope::step(s, {.loss = 1.0 / static_cast<double>(s + 1), .samples = 8,
+                          .tokens = s % 3 == 0 ? 5'000'000'000 + s : s});
     }
   }
   auto& world = rankscope::communicator("world", 8, 5);

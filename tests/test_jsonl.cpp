@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <optional>
 #include <atomic>
 #include <cmath>
 #include <filesystem>
@@ -276,10 +277,16 @@ TEST_CASE("summaries of a run directory per rank", "[reader]") {
   TempDir tmp;
   for (int rank = 0; rank < 2; ++rank) {
     REQUIRE(init(file_config(tmp.path, rank, 3)).ok());
-    for (int s = 0; s < 4; ++s) {
-      StepScope step(s);
-      { RANKSCOPE_PHASE("forward"); }
-      step.report({.loss = 1.0, .samples = 2});
+    if (rank == 1) begin_step(0);
+    for (int s = 0; s < 4; ++s) {  // rank 0 with StepScope, rank 1 with step(): the same summary
+      std::optional<StepScope> scope;
+      if (rank == 0) scope.emplace(s);
+      {
+        RANKSCOPE_PHASE("forward");
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+      if (rank == 0) scope->report({.loss = 1.0, .samples = 2});
+      if (rank == 1) step(s, {.loss = 1.0, .samples = 2});  // no step_begin lines: each end begins the next
     }
     shutdown();
   }
@@ -287,7 +294,11 @@ TEST_CASE("summaries of a run directory per rank", "[reader]") {
   REQUIRE(s.ok());
   CHECK(s->world_size == 3);
   REQUIRE(s->ranks.size() == 2);
-  CHECK(s->ranks[1].steps == 4);
+  for (const auto& r : s->ranks) {
+    CHECK(r.steps == 4);
+    CHECK(r.median_step_ms >= 2.0);
+    CHECK(r.median_kind_ms[static_cast<int>(PhaseKind::kForward)] >= 2.0);
+  }
   CHECK(s->ranks[1].samples == 8);
   CHECK(s->ranks[1].ended_cleanly);
   REQUIRE(s->missing_ranks.size() == 1);

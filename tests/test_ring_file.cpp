@@ -138,19 +138,30 @@ TEST_CASE("a SIGKILLed rank's last records are recovered from its rings into its
   CHECK(r.recovered == got[0].records);
   CHECK(r.unrecovered == 0);
   CHECK(r.bad_lines == 0);
-  // The recovered lines read as the drained ones did: every step's forward phase, in order.
-  std::int64_t last_forward = -1, step_ends = 0, last_begun = -1;
+  // The recovered lines read as the drained ones did: every step's forward phase, in order, and
+  // every step end with its counts (the helper's step() loop: the next step begins at each end).
+  std::int64_t last_forward = -1, step_ends = 0, last_begun = -1, bad_counts = 0, with_dur = 0;
   bool in_order = true;
   auto read = rankscope::reader::read_run_log(tmp.path + "/rank-5.jsonl", [&](const rankscope::reader::LogEvent& e) {
     if (e.kind == "phase" && e.name == "forward") {
       in_order &= e.step == last_forward + 1;
       last_forward = e.step;
     }
-    step_ends += e.kind == "step_end";
-    if (e.kind == "step_begin") last_begun = std::max(last_begun, e.step);
+    if (e.kind == "step_end") {
+      ++step_ends;
+      with_dur += e.dur > 0;
+      bad_counts += e.samples != 8 || e.tokens != (e.step % 3 == 0 ? 5'000'000'000 + e.step : e.step) ||
+                    e.next_step != e.step + 1;
+      if (e.next_step) last_begun = std::max(last_begun, *e.next_step);
+    }
+    CHECK(e.kind != "step_begin");  // step 0 began with the process (step() does not begin it again)
   });
   REQUIRE(read.ok());
   CHECK(last_begun == truth);  // exact: the step it was killed in
+  CHECK(bad_counts == 0);
+  // All but step 0 (its beginning nobody marked) and the first recovered one (its
+  // beginning was in the lines drained before the kill; the recovery reads the rings only).
+  CHECK(with_dur >= step_ends - 2);
   CHECK(in_order);
   CHECK(last_forward >= truth - 1);  // the last one may still have been open
   CHECK(step_ends >= truth);

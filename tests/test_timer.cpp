@@ -187,3 +187,44 @@ TEST_CASE("a skipped step is recorded as skipped", "[step]") {
   CHECK(ends[0].scalars.skipped);
   CHECK_FALSE(ends[0].scalars.loss.has_value());
 }
+
+TEST_CASE("step(): the loop form - each end begins the next step in one record", "[timer][step]") {
+  ScopedRuntime rt;
+  REQUIRE(flush());
+  const std::uint64_t before = stats().events_recorded;
+  for (int s = 20; s < 23; ++s) {
+    { RANKSCOPE_PHASE("loader_wait"); std::this_thread::sleep_for(std::chrono::milliseconds(1)); }
+    { RANKSCOPE_PHASE("forward"); std::this_thread::sleep_for(std::chrono::milliseconds(2)); }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));  // untracked -> other
+    step(s, {.loss = 2.5, .samples = 64, .tokens = s == 21 ? 5'000'000'000 : 4096});  // 21's need 64 bits
+  }
+  REQUIRE(flush());
+  CHECK(current_step() == 23);
+  // Step 20 was not the current step: step() began it first. After that, no step_begin events.
+  auto begins = rt.sink->of_kind(EventKind::kStepBegin);
+  REQUIRE(begins.size() == 1);
+  CHECK(begins[0].step == 20);
+  auto ends = rt.sink->of_kind(EventKind::kStepEnd);
+  REQUIRE(ends.size() == 3);
+  for (int i = 0; i < 3; ++i) {
+    CHECK(ends[i].step == 20 + i);
+    CHECK(ends[i].begins_next);
+    CHECK(ends[i].scalars.loss == 2.5);
+    CHECK(ends[i].scalars.samples == 64);
+  }
+  CHECK(ends[0].scalars.tokens == 4096);
+  CHECK(ends[1].scalars.tokens == 5'000'000'000);
+  CHECK(ends[2].scalars.tokens == 4096);
+  CHECK(ends[1].dur_ns >= 4'000'000);  // from the instant step 20 ended
+  CHECK(ends[2].dur_ns >= 4'000'000);
+  // Records: the begin of step 20, two phases per step, one per step end (two for step 21's tokens).
+  CHECK(stats().events_recorded - before == 1 + 3 * 2 + 3 + 1);
+
+  const StepBreakdown b = last_step_breakdown();
+  CHECK(b.step == 22);
+  const auto k = [&](PhaseKind pk) { return b.by_kind_ns[static_cast<int>(pk)]; };
+  CHECK(k(PhaseKind::kLoaderWait) >= 1'000'000);
+  CHECK(k(PhaseKind::kForward) >= 2'000'000);
+  CHECK(k(PhaseKind::kOther) >= 1'000'000);
+  CHECK(b.total_ns == ends[2].dur_ns);
+}

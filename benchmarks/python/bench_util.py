@@ -1,6 +1,8 @@
 """Shared by the Python benchmarks: a one-rank gloo job, and the table of median step times
 against a baseline arm."""
+import atexit
 import os
+import shutil
 import statistics
 import tempfile
 
@@ -14,7 +16,9 @@ def one_rank_gloo(name, port_base):
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", str(port_base + os.getpid() % 90))
     torch.set_num_threads(1)
-    rankscope.init(rank=0, world_size=1, run_dir=tempfile.mkdtemp(prefix=f"rankscope-{name}-"))
+    run_dir = tempfile.mkdtemp(prefix=f"rankscope-{name}-")
+    atexit.register(shutil.rmtree, run_dir, True)  # a benchmark's run log is not kept
+    rankscope.init(rank=0, world_size=1, run_dir=run_dir)
     dist.init_process_group("gloo", rank=0, world_size=1)
 
 

@@ -5,6 +5,7 @@
 
 #include "rankscope/exchange.hpp"
 #include "rankscope/invariants.hpp"
+#include "violation.hpp"
 
 namespace py = pybind11;
 using namespace pybind11::literals;
@@ -16,10 +17,12 @@ rankscope::OnViolation policy(bool fail) { return fail ? rankscope::OnViolation:
 
 void raise_if(const absl::Status& st) {
   if (st.ok()) return;
-  PyErr_SetString(g_violation, std::string(st.message()).c_str());
+  set_violation(st);
   throw py::error_already_set();
 }
 }  // namespace
+
+void set_violation(const absl::Status& st) { PyErr_SetString(g_violation, std::string(st.message()).c_str()); }
 
 void bind_invariants(py::module_& m) {
   g_violation = PyErr_NewExceptionWithDoc("rankscope.InvariantViolation",

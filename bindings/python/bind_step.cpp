@@ -149,9 +149,7 @@ PyObject* step(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwn
     s.skipped = t != 0;
   }
   if (take_pending_skip()) s.skipped = true;
-  if (rankscope::current_step() != n) rankscope::begin_step(n);
-  rankscope::end_step(s);
-  rankscope::begin_step(n + 1);
+  rankscope::step(n, s);
   Py_RETURN_NONE;
 }
 

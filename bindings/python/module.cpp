@@ -11,6 +11,7 @@ void bind_runtime(py::module_& m);
 void bind_metrics(py::module_& m);
 void bind_log(py::module_& m);
 void bind_invariants(py::module_& m);
+void bind_loader(py::module_& m);
 void bind_cli(py::module_& m);
 void bind_collective(py::module_& m);
 
@@ -23,6 +24,7 @@ PYBIND11_MODULE(_rankscope, m) {
   bind_metrics(m);
   bind_log(m);
   bind_invariants(m);
+  bind_loader(m);
   bind_cli(m);
   bind_collective(m);
 }

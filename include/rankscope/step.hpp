@@ -6,10 +6,18 @@
 //     step.report({.loss = loss, .lr = lr, .samples = batch});
 //   }
 //
+// or, where each step begins as the previous one ends (Python's rankscope.step):
+//
+//   for (int64_t s = start; s < steps; ++s) {
+//     ...
+//     rankscope::step(s, {.loss = loss, .samples = batch});  // ends s, begins s + 1
+//   }
+//
 // Steps are process-wide: begin_step() sets the step stamped on every record
 // from every thread. The background thread derives the step-time-by-phase
 // breakdown (see runtime.hpp: last_step_breakdown()).
-// Thread-safety: call begin/end from the training thread. Cost: two records.
+// Thread-safety: call begin/end/step from the training thread. Cost: two records
+// per step (begin_step, end_step), one with step().
 #pragma once
 
 #include <cstdint>
@@ -33,6 +41,11 @@ struct StepScalars {
 void begin_step(std::int64_t step) noexcept;
 /// Marks the end of the current step, with its scalars.
 void end_step(const StepScalars& scalars = {}) noexcept;
+/// Ends step `n` with its scalars and begins step n + 1 at the same instant
+/// (begins `n` first if it is not the current step). Cheaper than the pair:
+/// one record, and one run-log line (step_end with `next_step`, no separate
+/// step_begin line).
+void step(std::int64_t n, const StepScalars& scalars = {}) noexcept;
 /// The step set by the last begin_step() (0 before the first).
 std::int64_t current_step() noexcept;
 /// Scalars of an earlier step that became known after it ended: a loss or

@@ -63,6 +63,7 @@ void Runtime::decode(ThreadState* st, const Record& r, const Record* next, std::
         std::lock_guard<std::mutex> lk(bd_mu_);
         last_breakdown_ = *b;
       }
+      if (e.begins_next) breakdown_.on_step_begin(e.tid, e.step + 1, e.mono_ns);
       break;
     case EventKind::kStepScalars:
       watch_numerics(e);  // an earlier step's loss or gradient norm, read back from the GPU later

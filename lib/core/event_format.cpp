@@ -227,7 +227,7 @@ void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
     }
     case EventKind::kStepEnd: {
       const StepScalars& sc = e.scalars;
-      RawLine o(out, kBeginMost + 48 + 3 * (16 + kJsonNumberMost) + 2 * (16 + 20) + 16);
+      RawLine o(out, kBeginMost + 48 + 3 * (16 + kJsonNumberMost) + 3 * (16 + 20) + 16);
       begin_raw<Kind::kStepEnd>(o, repeats_, e.wall_ns, e.mono_ns, rank_, e.step, e.tid);
       if (e.dur_ns) (o << next_key<Field::kDur>()).num(e.dur_ns);
       if (sc.loss) (o << next_key<Field::kLoss>()).number(repeats_.loss, *sc.loss);
@@ -236,6 +236,7 @@ void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
       if (sc.samples) (o << next_key<Field::kSamples>()).num(*sc.samples);
       if (sc.tokens) (o << next_key<Field::kTokens>()).num(*sc.tokens);
       if (sc.skipped) o << next_key<Field::kSkipped>() << "true";
+      if (e.begins_next) (o << next_key<Field::kNextStep>()).num(e.step + 1);  // in place of a step_begin line
       break;
     }
     case EventKind::kStepScalars: {  // rare next to step_end: not through the repeats (they hold step_end's last values)

@@ -69,9 +69,14 @@ bool event_from_record(const Record& r, const Record* next, const Clock& clock, 
       e.kind = EventKind::kStepEnd;
       scalars_from(r, e.scalars);
       e.scalars.skipped = (r.aux & 32) != 0;
-      if (next != nullptr && next->kind == RecordKind::kStepCounts) {
-        if (r.aux & 8) e.scalars.samples = next->v[0].i;
-        if (r.aux & 16) e.scalars.tokens = next->v[1].i;
+      e.begins_next = (r.aux & 64) != 0;
+      if (r.aux & 8) e.scalars.samples = static_cast<std::int64_t>(r.t1);
+      if (r.aux & 16) {  // tokens in the pad, or (too many for it) in the kStepCounts record after it
+        if (!(r.aux & 128)) {
+          e.scalars.tokens = r.pad;
+        } else if (next != nullptr && next->kind == RecordKind::kStepCounts) {
+          e.scalars.tokens = next->v[1].i;
+        }
       }
       break;
     case RecordKind::kStepScalars:

@@ -148,6 +148,7 @@ bool decode_block(const char* block, std::uint64_t bytes, const AnchorClock& clo
       if (e.kind == EventKind::kStepBegin) begun[e.step] = e.mono_ns;
       if (e.kind == EventKind::kStepEnd) {
         if (auto it = begun.find(e.step); it != begun.end() && e.mono_ns >= it->second) e.dur_ns = e.mono_ns - it->second;
+        if (e.begins_next) begun[e.step + 1] = e.mono_ns;
       }
     }
     out.events.push_back(std::move(e));

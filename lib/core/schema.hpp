@@ -85,6 +85,7 @@ Kind kind_from_name(std::string_view name);
   X(kSamples, "samples")                           \
   X(kTokens, "tokens")                             \
   X(kSkipped, "skipped")                           \
+  X(kNextStep, "next_step")                        \
   X(kValue, "value")                               \
   X(kOp, "op")                                     \
   X(kComm, "comm")                                 \

@@ -1,5 +1,7 @@
 #include "rankscope/step.hpp"
 
+#include <cstdint>
+
 #include "rankscope/detail/clock.hpp"
 #include "rankscope/detail/gate.hpp"
 #include "rankscope/detail/thread_state.hpp"
@@ -37,31 +39,60 @@ void begin_step(std::int64_t step) noexcept {
   st->commit(1);
 }
 
+namespace {
+// Tokens fit the record's 32-bit pad in any real step; more go to a kStepCounts
+// record after it (record_decode.hpp reads either).
+bool tokens_inline(const StepScalars& s) {
+  return !s.tokens || (*s.tokens >= 0 && *s.tokens <= static_cast<std::int64_t>(UINT32_MAX));
+}
+
+// One kStepEnd record at `t` (and a kStepCounts one when the tokens do not fit);
+// `begins_next`: step + 1 begins at the same instant.
+void record_step_end(std::int64_t step, const StepScalars& s, std::uint64_t t, bool begins_next) {
+  detail::ThreadState* st = detail::thread_state();
+  const bool counts = !tokens_inline(s);
+  if (st == nullptr || !st->try_reserve(counts ? 2 : 1)) return;
+  Record& r = st->slot(0);
+  r.t0 = t;
+  r.t1 = static_cast<std::uint64_t>(s.samples.value_or(0));  // a step end spans nothing: t1 holds the samples
+  r.site = nullptr;
+  r.step = step;
+  r.kind = RecordKind::kStepEnd;
+  r.depth = static_cast<std::uint8_t>(st->depth);
+  r.pad = counts ? 0 : static_cast<std::uint32_t>(s.tokens.value_or(0));
+  r.aux = static_cast<std::uint16_t>(put_scalars(r, s) | (s.samples ? 8 : 0) | (s.tokens ? 16 : 0) |
+                                     (s.skipped ? 32 : 0) | (begins_next ? 64 : 0) | (counts ? 128 : 0));
+  if (counts) {
+    Record& c = st->slot(1);
+    c.t0 = c.t1 = t;
+    c.site = nullptr;
+    c.step = step;
+    c.kind = RecordKind::kStepCounts;
+    c.depth = r.depth;
+    c.aux = 0;
+    c.v[0].i = s.samples.value_or(0);
+    c.v[1].i = *s.tokens;
+  }
+  st->commit(counts ? 2 : 1);
+}
+}  // namespace
+
 void end_step(const StepScalars& s) noexcept {
   if (!detail::gate_open()) return;
   const std::int64_t step = detail::g_step.load(std::memory_order_relaxed);
   const std::uint64_t t = detail::now_ticks();
   detail::position_step_ended(step, t);
-  detail::ThreadState* st = detail::thread_state();
-  if (st == nullptr || !st->try_reserve(2)) return;
-  Record& r = st->slot(0);
-  r.t0 = r.t1 = t;
-  r.site = nullptr;
-  r.step = step;
-  r.kind = RecordKind::kStepEnd;
-  r.depth = static_cast<std::uint8_t>(st->depth);
-  r.aux = static_cast<std::uint16_t>(put_scalars(r, s) | (s.samples ? 8 : 0) | (s.tokens ? 16 : 0) |
-                                     (s.skipped ? 32 : 0));
-  Record& c = st->slot(1);
-  c.t0 = c.t1 = r.t0;
-  c.site = nullptr;
-  c.step = step;
-  c.kind = RecordKind::kStepCounts;
-  c.depth = r.depth;
-  c.aux = 0;
-  c.v[0].i = s.samples.value_or(0);
-  c.v[1].i = s.tokens.value_or(0);
-  st->commit(2);
+  record_step_end(step, s, t, false);
+}
+
+void step(std::int64_t n, const StepScalars& s) noexcept {
+  if (detail::g_step.load(std::memory_order_relaxed) != n) begin_step(n);
+  detail::g_step.store(n + 1, std::memory_order_relaxed);
+  if (!detail::gate_open()) return;
+  const std::uint64_t t = detail::now_ticks();
+  detail::position_step_ended(n, t);
+  detail::position_step_begun(n + 1, t);
+  record_step_end(n, s, t, true);
 }
 
 void report_step_scalars(std::int64_t step, const StepScalars& s) noexcept {

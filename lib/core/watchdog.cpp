@@ -56,6 +56,12 @@ void Watchdog::on_event(const Event& e) {
       return;  // starting a step is not progress; finishing one is
     case EventKind::kStepEnd:
       end = e.mono_ns;
+      if (e.begins_next) {  // step(): the next step began as this one ended
+        step_tid_ = e.tid;
+        step_ = e.step + 1;
+        progress_mono_ = std::max(progress_mono_, end);
+        return;
+      }
       break;
     case EventKind::kPhase:
       if (e.depth == 0 && e.site != nullptr &&

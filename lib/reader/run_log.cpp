@@ -136,6 +136,7 @@ bool decode_number_field(Field f, simdjson::dom::element v, LogEvent& e) {
     case Field::kBytes: u(e.bytes); break;
     case Field::kSamples: i(e.samples); break;
     case Field::kTokens: i(e.tokens); break;
+    case Field::kNextStep: i(e.next_step); break;
     case Field::kSchema: i(e.schema); break;
     case Field::kPid: i(e.pid); break;
     case Field::kCommunicators: i(e.communicators); break;

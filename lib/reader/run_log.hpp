@@ -34,6 +34,7 @@ struct LogEvent {
   std::optional<double> loss, grad_norm, lr;  // step_end; non-finite ones as NaN / +-Infinity
   std::optional<double> value, median;    // mark, numerics
   std::optional<std::int64_t> samples, tokens;
+  std::optional<std::int64_t> next_step;  // step_end: the step that began as it ended
   std::optional<std::uint64_t> events_dropped;
   std::optional<std::uint64_t> events_recorded;
   // collective lines
@@ -80,6 +81,7 @@ struct LogEvent {
     median.reset();
     samples.reset();
     tokens.reset();
+    next_step.reset();
     events_dropped.reset();
     events_recorded.reset();
     os_threads.reset();

@@ -266,6 +266,7 @@ void RankDigester::on_step_end(const LogEvent& e) {
                    static_cast<double>(e.tokens.value_or(0)), {e.loss, e.lr, e.grad_norm});
     }
   }
+  if (e.next_step) builder_.on_step_begin(e.tid, *e.next_step, e.mono);  // step(): no step_begin line of its own
 }
 
 // stats and run_end: the recorder's counters, threads and communicators

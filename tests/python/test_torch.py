@@ -487,3 +487,53 @@ def test_amp_skips_counts_the_steps_gradscaler_skipped_without_asking_for_the_sc
     assert skipped == [2, 5] + list(range(8, 17)), skipped
     storms = [e for e in _events(run, "numerics") if e["what"] == "skip_storm"]
     assert len(storms) == 1 and 8 <= storms[0]["step"] <= 16, storms
+
+
+def test_timed_loader_times_each_next_counts_each_batch_and_passes_the_loaders_errors_on(run_py, tmp_path):
+    # The iterator is in C: each next() a loader_wait phase, each batch counted by the
+    # BatchAccounting at its position in the epoch; a loader's exception reaches the loop.
+    p = run_py("""
+        import os, time, torch, rankscope, rankscope.torch as rst
+        rankscope.init(rank=0, world_size=1, run_dir=os.environ["RUN_DIR"])
+        def slow(n, fail_at=None):
+            for i in range(n):
+                time.sleep(0.002)
+                if i == fail_at:
+                    raise OSError("shard 3 unreadable")
+                yield torch.full((2,), float(i))
+        acc = rankscope.BatchAccounting(dataset_size=64, micro_batch=16, data_parallel=1, fail=True)
+        acc.start_epoch(0)
+        got = [float(b[0]) for b in rst.timed_loader(slow(4), accounting=acc)]
+        acc.end_epoch()                                    # all 4 counted at 0..3: no violation
+        print("epoch 0", got)
+        acc.start_epoch(1)
+        it = rst.timed_loader(slow(4, fail_at=2), accounting=acc)
+        print("iter is self", iter(it) is it)
+        try:
+            for b in it:
+                pass
+        except OSError as e:
+            print("raised:", e)
+        print("after the error", list(it))                 # finished, like a generator
+        try:
+            acc.end_epoch()                                # 2 of 4 batches: the accounting saw exactly those
+        except rankscope.InvariantViolation as e:
+            print("violation:", e)
+        for bad in (lambda: rst.timed_loader(5), lambda: rst.timed_loader([1], accounting="acc")):
+            try:
+                bad()
+            except TypeError:
+                print("TypeError")
+        print(list(rst.timed_loader(iter([1, 2]))))       # any iterable, no accounting
+        rankscope.shutdown()
+    """)
+    out = p.stdout
+    assert "epoch 0 [0.0, 1.0, 2.0, 3.0]" in out, out + p.stderr
+    assert "iter is self True" in out and "raised: shard 3 unreadable" in out and "after the error []" in out
+    assert "violation: epoch_batches: rank 0 consumed 2 batches in epoch 1, expected 4" in out, out
+    assert out.count("TypeError") == 2 and "[1, 2]" in out
+    waits = [e for e in _events(str(tmp_path / "run"), "phase") if e["name"] == "loader_wait"]
+    # 4 + 1 (the end) in epoch 0, 3 (the third raised) in epoch 1, 3 for [1, 2]
+    assert len(waits) == 5 + 3 + 3, waits
+    assert all(w["phase_kind"] == "loader_wait" for w in waits)
+    assert sum(w["dur"] >= 2_000_000 for w in waits) == 4 + 3

@@ -17,9 +17,10 @@ namespace rankscope::detail {
 enum class RecordKind : std::uint8_t {
   kPhase = 1,      // t0..t1 span of a phase; a.site = parent phase or null
   kStepBegin = 2,  // step started; i[0] = step
-  kStepEnd = 3,    // step finished; i[0] = step, f[1..] scalars, mask in aux
+  kStepEnd = 3,    // step finished: v scalars; t1 samples, pad tokens; aux: which are set,
+                   // 64 = step + 1 begins at t0, 128 = the tokens are in a kStepCounts after it
   kMark = 4,       // instant event at t0 with an optional value f[0]
-  kStepCounts = 5, // follows kStepEnd in the same ring: i[0] samples, i[1] tokens
+  kStepCounts = 5, // follows a kStepEnd whose tokens need 64 bits: i[0] samples, i[1] tokens
   kCollective = 6, // t0 issue .. t1 completion; site = enclosing phase; v: seq, count,
                    // communicator; aux = op | dtype << 8; pad = peer; depth = result
   kCollectiveExtra = 7,  // optionally follows kCollective: ptr device timing handle,

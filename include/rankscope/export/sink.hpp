@@ -65,6 +65,8 @@ struct Event {
   const Site* site = nullptr;
   const Site* parent = nullptr;  // enclosing phase on the same thread (collectives too)
   StepScalars scalars;           // step_end and step_scalars only
+  bool begins_next = false;      // step_end from step(): step + 1 began at the same instant
+                                 // (no kStepBegin event is made for it)
   double value = 0.0;            // mark only
   // Collectives: mono_ns/wall_ns = issue, dur_ns = issue to completion.
   const Communicator* comm = nullptr;
