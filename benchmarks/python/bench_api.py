@@ -149,6 +149,9 @@ def main():
                      per_item(loop.format("rst.timed_loader"), g, 100) - plain))
         rows.append(("the same as a Python generator (before 2026-11-27)",
                      per_item(loop.format("gen_loader"), g, 100) - plain))
+        if rst._torch_hooks is not None:  # its C++ part reads a CPU tensor scalar in place
+            rows.append(("the same, rankscope.torch imported (read in place)",
+                         ns_recorded("rankscope.step(5, loss=t, lr=0.1)", g)))
     rows.append(("counter.add(1)", ns("c.add(1)", g=g)))  # a metric slot, not a record
     rows.append(("rankscope.debug(...) below the level (suppressed)", ns("rankscope.debug('x', a=1)", g=g)))
     rankscope.shutdown()

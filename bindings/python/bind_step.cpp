@@ -12,6 +12,7 @@
 
 #include "rankscope/runtime.hpp"
 #include "rankscope/step.hpp"
+#include "tensor_reader.hpp"
 
 namespace py = pybind11;
 
@@ -40,12 +41,19 @@ PyObject* g_tensor_hook = nullptr;
 std::atomic<bool> g_scalars_pending{false};  // earlier CUDA scalars not landed yet
 PyObject* g_is_cuda = nullptr;               // "is_cuda", interned
 PyObject* g_item = nullptr;                  // "item", interned
+TensorReader g_read_tensor = nullptr;        // set by rankscope.torch when its C++ part loads
 
 // What a scalar argument is: a number, a tensor on the CPU, or one on a GPU
-// (torch.Tensor.is_cuda), read back later without a sync (g_tensor_hook).
-enum class Scalar { kNumber, kCpuTensor, kCudaTensor };
-Scalar classify(PyObject* v) {
+// (torch.Tensor.is_cuda), read back later without a sync (g_tensor_hook); or a
+// CPU tensor g_read_tensor has already read into `value`.
+enum class Scalar { kNumber, kCpuTensor, kCudaTensor, kRead };
+Scalar classify(PyObject* v, double& value) {
   if (v == nullptr || v == Py_None || PyFloat_Check(v) || PyLong_Check(v)) return Scalar::kNumber;  // bool, numpy.float64 too
+  if (g_read_tensor != nullptr) {
+    const int r = g_read_tensor(v, &value);
+    if (r == kTensorRead) return Scalar::kRead;
+    if (r == kTensorCuda) return Scalar::kCudaTensor;
+  }
   PyObject* cuda = PyObject_GetAttr(v, g_is_cuda);
   if (cuda == nullptr) {  // not a tensor (a numpy float32...): float() reads it; another error is the caller's
     if (PyErr_ExceptionMatches(PyExc_AttributeError)) PyErr_Clear();
@@ -76,7 +84,11 @@ bool as_double(PyObject* v, std::optional<double>& out) {
 
 // A scalar read now: a CPU tensor through .item() (~60 ns less than its
 // __float__, which goes through torch's function dispatch), the rest as numbers.
-bool read_now(PyObject* v, Scalar kind, std::optional<double>& out) {
+bool read_now(PyObject* v, Scalar kind, double value, std::optional<double>& out) {
+  if (kind == Scalar::kRead) {
+    out = value;
+    return true;
+  }
   if (kind != Scalar::kCpuTensor) return as_double(v, out);
   py::object item = py::reinterpret_steal<py::object>(PyObject_CallMethodNoArgs(v, g_item));
   return item && as_double(item.ptr(), out);
@@ -118,7 +130,8 @@ PyObject* step(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwn
   rankscope::StepScalars s;
   if (rankscope::enabled()) {  // disabled: nothing is recorded, so no value is read (nor a GPU waited for)
     Scalar kind[kKwCount] = {};
-    for (int k : {kLoss, kLr, kGradNorm}) kind[k] = classify(v[k]);
+    double value[kKwCount] = {};
+    for (int k : {kLoss, kLr, kGradNorm}) kind[k] = classify(v[k], value[k]);
     if (PyErr_Occurred()) return nullptr;  // a tensor-like whose is_cuda raised
     py::object taken;  // owns what the hook returned while v[] points into it
     if (g_tensor_hook != nullptr &&
@@ -137,8 +150,9 @@ PyObject* step(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwn
       v[kGradNorm] = PyTuple_GET_ITEM(taken.ptr(), 2);
       for (int k : {kLoss, kLr, kGradNorm}) kind[k] = kind[k] == Scalar::kCudaTensor ? Scalar::kNumber : kind[k];
     }
-    if ((v[kLoss] && !read_now(v[kLoss], kind[kLoss], s.loss)) || (v[kLr] && !read_now(v[kLr], kind[kLr], s.lr)) ||
-        (v[kGradNorm] && !read_now(v[kGradNorm], kind[kGradNorm], s.grad_norm)) ||
+    if ((v[kLoss] && !read_now(v[kLoss], kind[kLoss], value[kLoss], s.loss)) ||
+        (v[kLr] && !read_now(v[kLr], kind[kLr], value[kLr], s.lr)) ||
+        (v[kGradNorm] && !read_now(v[kGradNorm], kind[kGradNorm], value[kGradNorm], s.grad_norm)) ||
         (v[kSamples] && !as_int(v[kSamples], s.samples)) || (v[kTokens] && !as_int(v[kTokens], s.tokens))) {
       return nullptr;
     }
@@ -183,6 +197,18 @@ void bind_step(py::module_& m) {
         Py_XDECREF(old);
       },
       "step() calls fn(n, loss, lr, grad_norm) when one of them is a CUDA tensor (rankscope._late_scalars).");
+  m.def(
+      "_set_tensor_reader",
+      [](py::object capsule) {
+        if (capsule.is_none()) {
+          g_read_tensor = nullptr;
+          return;
+        }
+        void* fn = PyCapsule_GetPointer(capsule.ptr(), kTensorReaderCapsule);  // checks the capsule's name
+        if (fn == nullptr) throw py::error_already_set();
+        g_read_tensor = reinterpret_cast<TensorReader>(fn);
+      },
+      "step() reads tensor scalars through this C function (a capsule from rankscope._torch_hooks), or not (None).");
   m.def(
       "_set_scalars_pending", [](bool pending) { g_scalars_pending.store(pending, std::memory_order_relaxed); },
       "CUDA scalars are being read back: step() calls the tensor hook to poll them, tensors or not.");

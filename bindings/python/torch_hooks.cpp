@@ -403,8 +403,11 @@ class DdpSync {
 
 }  // namespace
 
+void bind_tensor_reader(py::module_& m);  // torch_scalars.cpp
+
 PYBIND11_MODULE(_torch_hooks, m) {
   m.doc() = "C++ autograd hooks for rankscope.torch (DDP gradient all-reduce spans with no Python in the step).";
+  bind_tensor_reader(m);
   py::module_::import("torch.distributed");                   // registers c10d's Reducer type
   m.def(
       "use_store_for_dump_requests",

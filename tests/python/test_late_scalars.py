@@ -106,3 +106,41 @@ def test_cpu_tensors_and_numbers_are_read_at_once_and_a_failed_readback_never_re
     assert not _events(run, "step_scalars")
     said = [e for e in _events(run, "log") if "cannot read the scalars back" in e["msg"]]
     assert len(said) == 1 and "pinned memory exhausted" in said[0]["fields"]["error"], said
+
+
+def test_with_rankscope_torch_a_cpu_tensor_scalar_is_read_in_place_not_through_item(run_py, tmp_path):
+    # rankscope.torch's C++ part reads a plain CPU tensor of one element itself (~150 ns less than
+    # .item()); whatever it does not know for sure still goes through .item(), with the same values.
+    p = run_py("""
+        import os, torch, rankscope, rankscope.torch as rst
+        rankscope.init(rank=0, world_size=1, run_dir=os.environ["RUN_DIR"])
+        items = []
+        real_item = torch.Tensor.item
+        torch.Tensor.item = lambda self: items.append(str(self.dtype)) or real_item(self)
+        w = torch.nn.Parameter(torch.tensor([3.0]))
+        cases = [
+            dict(loss=(w * 2).sum()),                                  # requires grad: 6.0
+            dict(loss=torch.arange(10, dtype=torch.float32)[7]),       # a view at an offset: 7.0
+            dict(loss=torch.tensor(0.25, dtype=torch.float16)),
+            dict(loss=torch.tensor(1.5, dtype=torch.bfloat16), lr=torch.tensor(0.125, dtype=torch.float64)),
+            dict(loss=torch._neg_view(torch.tensor(2.0))),             # a negative view: -2.0, via .item()
+            dict(loss=torch.tensor(3)),                                # an integer tensor, via .item()
+            dict(grad_norm=torch.tensor([[4.5]])),                     # one element in two dimensions
+        ]
+        for n, kw in enumerate(cases):
+            rankscope.step(n, **kw)
+        print("native", rst._torch_hooks is not None)
+        print("items", *items)
+        rankscope.shutdown()
+    """)
+    native = "native True" in p.stdout
+    items = p.stdout.split("items")[1].split()
+    if native:  # built against this torch: only the two it leaves to torch
+        assert items == ["torch.float32", "torch.int64"], p.stdout
+    else:       # torch without the C++ part (2.6 here): every tensor through .item(), as before
+        assert items == ["torch.float32", "torch.float32", "torch.float16", "torch.bfloat16", "torch.float64",
+                         "torch.float32", "torch.int64", "torch.float32"], p.stdout
+    ends = [e for e in _events(str(tmp_path / "run"), "step_end")]
+    got = [(e.get("loss"), e.get("lr"), e.get("grad_norm")) for e in ends]
+    assert got == [(6.0, None, None), (7.0, None, None), (0.25, None, None), (1.5, 0.125, None),
+                   (-2.0, None, None), (3, None, None), (None, None, 4.5)], got

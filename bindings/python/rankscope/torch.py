@@ -49,7 +49,9 @@ def _load_torch_hooks():
 
 # C++ autograd hooks for DDP; without them Python hooks do the same at ~10 us per step.
 _torch_hooks, _no_hooks_reason = _load_torch_hooks()
-if _torch_hooks is None:
+if _torch_hooks is not None:
+    _rs._set_tensor_reader(_torch_hooks.tensor_reader())  # step(loss=<CPU tensor>) read in place, not via .item()
+else:
     import warnings
 
     warnings.warn(f"rankscope.torch: using Python hooks for DDP because {_no_hooks_reason}", RuntimeWarning,
