@@ -156,10 +156,9 @@ static void BM_Export_BackgroundCpuPerRecord(benchmark::State& state) {
 }
 BENCHMARK(BM_Export_BackgroundCpuPerRecord)->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
-// The example trainer's step, as the two benchmarks below record it.
-static void trainer_step(int step) {
+// The example trainer's step between its boundaries, as the benchmarks below record it.
+static void trainer_step_work() {
   static Communicator& world = register_communicator(nullptr, "world", 2, 0);
-  StepScope s(step);
   { RANKSCOPE_PHASE("loader_wait"); }
   { RANKSCOPE_PHASE("forward"); }
   { RANKSCOPE_PHASE("backward"); }
@@ -168,7 +167,15 @@ static void trainer_step(int step) {
     CollectiveSpan c(world, CollectiveOp::kAllReduce, 101386, DType::kFloat32);
   }
   { RANKSCOPE_PHASE("optimizer"); }
-  s.report({.loss = 1.0 / (step + 1), .lr = 0.05, .grad_norm = 0.697 + 1e-6 * step, .samples = 64});
+}
+static StepScalars trainer_scalars(int step) {
+  return {.loss = 1.0 / (step + 1), .lr = 0.05, .grad_norm = 0.697 + 1e-6 * step, .samples = 64};
+}
+
+static void trainer_step(int step) {
+  StepScope s(step);
+  trainer_step_work();
+  s.report(trainer_scalars(step));
 }
 
 static void BM_Export_BackgroundCpuPerRecord_TrainerMix(benchmark::State& state) {
@@ -179,16 +186,8 @@ BENCHMARK(BM_Export_BackgroundCpuPerRecord_TrainerMix)->Iterations(1)->Unit(benc
 // The same step in the loop form (step(): each end begins the next step, one
 // record and one line per boundary), as Python's rankscope.step(n) records it.
 static void trainer_step_loop(int step) {
-  static Communicator& world = register_communicator(nullptr, "world", 2, 0);
-  { RANKSCOPE_PHASE("loader_wait"); }
-  { RANKSCOPE_PHASE("forward"); }
-  { RANKSCOPE_PHASE("backward"); }
-  {
-    RANKSCOPE_PHASE("all_reduce");
-    CollectiveSpan c(world, CollectiveOp::kAllReduce, 101386, DType::kFloat32);
-  }
-  { RANKSCOPE_PHASE("optimizer"); }
-  rankscope::step(step, {.loss = 1.0 / (step + 1), .lr = 0.05, .grad_norm = 0.697 + 1e-6 * step, .samples = 64});
+  trainer_step_work();
+  rankscope::step(step, trainer_scalars(step));
 }
 
 static void BM_Export_BackgroundCpuPerRecord_TrainerMix_StepLoop(benchmark::State& state) {
