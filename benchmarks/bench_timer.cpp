@@ -67,7 +67,8 @@ static void BM_Timer_EmptyLoop(benchmark::State& state) {
 }
 BENCHMARK(BM_Timer_EmptyLoop);
 
-// Step boundaries (begin + end with scalars: three records).
+// Step boundaries (begin + end with scalars: two records; three before the
+// step end carried its counts).
 static void BM_Step_BeginEnd(benchmark::State& state) {
   bench::ensure_running();
   set_enabled(true);
@@ -80,3 +81,16 @@ static void BM_Step_BeginEnd(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_Step_BeginEnd);
+
+// The loop form: step() ends one step and begins the next in one record.
+static void BM_Step_Loop(benchmark::State& state) {
+  bench::ensure_running();
+  set_enabled(true);
+  bench::DrainEvery drain(state, 4096);
+  std::int64_t n = 0;
+  for (auto _ : state) {
+    rankscope::step(n++, {.loss = 1.0, .lr = 0.1, .samples = 32});
+    drain.tick();
+  }
+}
+BENCHMARK(BM_Step_Loop);
