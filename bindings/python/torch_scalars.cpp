@@ -8,6 +8,8 @@
 #include <pybind11/pybind11.h>
 #include <torch/csrc/autograd/python_variable.h>
 
+#include <cstdint>
+
 #include "tensor_reader.hpp"
 
 namespace py = pybind11;
@@ -22,15 +24,20 @@ int read_tensor(PyObject* v, double* out) noexcept {
     const at::Tensor& t = THPVariable_Unpack(v);
     if (!t.defined()) return kTensorNotRead;
     if (t.is_cuda()) return kTensorCuda;
-    if (!t.is_cpu() || t.layout() != at::kStrided || t.numel() != 1 || t.is_neg() || t.is_conj()) {
+    if (!t.is_cpu() || t.layout() != at::kStrided || t.numel() != 1 || t.is_neg() || t.is_conj() ||
+        t._is_zerotensor() || !t.has_storage()) {
       return kTensorNotRead;  // .item() says what is wrong with a multi-element one
     }
-    const void* p = t.const_data_ptr();
+    // The element must lie inside the bytes the storage holds: a storage freed
+    // by resize_(0) (as FSDP does with parameters) keeps its sizes, not its data.
+    const auto end = (static_cast<std::uint64_t>(t.storage_offset()) + 1) * t.itemsize();
+    if (t.storage().nbytes() < end) return kTensorNotRead;
+    // The typed accessors check that the storage holds data (and throw, caught below).
     switch (t.scalar_type()) {
-      case at::kFloat: *out = *static_cast<const float*>(p); return kTensorRead;
-      case at::kDouble: *out = *static_cast<const double*>(p); return kTensorRead;
-      case at::kHalf: *out = static_cast<float>(*static_cast<const at::Half*>(p)); return kTensorRead;
-      case at::kBFloat16: *out = static_cast<float>(*static_cast<const at::BFloat16*>(p)); return kTensorRead;
+      case at::kFloat: *out = *t.const_data_ptr<float>(); return kTensorRead;
+      case at::kDouble: *out = *t.const_data_ptr<double>(); return kTensorRead;
+      case at::kHalf: *out = static_cast<float>(*t.const_data_ptr<at::Half>()); return kTensorRead;
+      case at::kBFloat16: *out = static_cast<float>(*t.const_data_ptr<at::BFloat16>()); return kTensorRead;
       default: return kTensorNotRead;
     }
   } catch (...) {

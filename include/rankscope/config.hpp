@@ -16,7 +16,7 @@
 #endif
 
 // Schema version of the JSONL run log (`rank-<R>.jsonl`) and `run.json`.
-#define RANKSCOPE_SCHEMA_VERSION 1
+#define RANKSCOPE_SCHEMA_VERSION 2  // 2: a step begun by step() has no step_begin line (step_end.next_step)
 
 #if defined(__GNUC__)
 #define RANKSCOPE_DETAIL_LIKELY(x) __builtin_expect(!!(x), 1)

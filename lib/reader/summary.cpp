@@ -224,9 +224,9 @@ void add_warnings(RunSummary& s) {
     if (r.unknown_kinds) {
       s.warnings.push_back(fmt::format("rank {}: {} line(s) of unknown kinds ignored", r.rank, r.unknown_kinds));
     }
-    if (r.schema > 1) {
-      s.warnings.push_back(fmt::format("rank {}: run-log schema {} (this reader knows 1): newer fields are ignored",
-                                       r.rank, r.schema));
+    if (r.schema > schema::kRunLogVersion) {
+      s.warnings.push_back(fmt::format("rank {}: run-log schema {} (this reader knows {}): newer fields are ignored",
+                                       r.rank, r.schema, schema::kRunLogVersion));
     }
     if (r.events_dropped) {
       s.warnings.push_back(fmt::format("rank {}: {} event(s) dropped by the recorder (ring full): its phase and step "

@@ -129,18 +129,27 @@ def test_with_rankscope_torch_a_cpu_tensor_scalar_is_read_in_place_not_through_i
         ]
         for n, kw in enumerate(cases):
             rankscope.step(n, **kw)
+        freed = torch.tensor([1.0])
+        freed.untyped_storage().resize_(0)                             # as FSDP frees a parameter's storage
+        try:
+            rankscope.step(7, loss=freed)                              # .item()'s error, never a read of freed memory
+        except RuntimeError:
+            print("RuntimeError")
+        rankscope.step(8, loss=torch._efficientzerotensor(()))         # no storage at all: .item() says 0
         print("native", rst._torch_hooks is not None)
         print("items", *items)
         rankscope.shutdown()
     """)
     native = "native True" in p.stdout
     items = p.stdout.split("items")[1].split()
-    if native:  # built against this torch: only the two it leaves to torch
-        assert items == ["torch.float32", "torch.int64"], p.stdout
+    assert "RuntimeError" in p.stdout, p.stdout + p.stderr
+    if native:  # built against this torch: only the four it leaves to torch
+        assert items == ["torch.float32", "torch.int64", "torch.float32", "torch.float32"], p.stdout
     else:       # torch without the C++ part (2.6 here): every tensor through .item(), as before
         assert items == ["torch.float32", "torch.float32", "torch.float16", "torch.bfloat16", "torch.float64",
-                         "torch.float32", "torch.int64", "torch.float32"], p.stdout
+                         "torch.float32", "torch.int64", "torch.float32", "torch.float32", "torch.float32"], p.stdout
     ends = [e for e in _events(str(tmp_path / "run"), "step_end")]
     got = [(e.get("loss"), e.get("lr"), e.get("grad_norm")) for e in ends]
     assert got == [(6.0, None, None), (7.0, None, None), (0.25, None, None), (1.5, 0.125, None),
-                   (-2.0, None, None), (3, None, None), (None, None, 4.5)], got
+                   (-2.0, None, None), (3, None, None), (None, None, 4.5), (0, None, None)], got
+    assert [e["step"] for e in ends][-1] == 8                   # step 7 raised: no line for it

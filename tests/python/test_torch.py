@@ -519,12 +519,31 @@ def test_timed_loader_times_each_next_counts_each_batch_and_passes_the_loaders_e
             acc.end_epoch()                                # 2 of 4 batches: the accounting saw exactly those
         except rankscope.InvariantViolation as e:
             print("violation:", e)
-        for bad in (lambda: rst.timed_loader(5), lambda: rst.timed_loader([1], accounting="acc")):
+        for bad in (lambda: list(rst.timed_loader(5)), lambda: rst.timed_loader([1], accounting="acc")):
             try:
                 bad()
             except TypeError:
                 print("TypeError")
         print(list(rst.timed_loader(iter([1, 2]))))       # any iterable, no accounting
+        acc.start_epoch(2, resume_at=3)                    # a resumed epoch, but the loader starts over
+        it = rst.timed_loader(slow(4), accounting=acc)
+        try:
+            next(it)
+        except rankscope.InvariantViolation as e:
+            print("violation:", str(e).split(" at step")[0])
+        print("after the violation", list(it))             # ended there, like the generator
+        class Counting:                                    # any object with on_batch(index)
+            def __init__(self):
+                self.seen = []
+            def on_batch(self, i):
+                self.seen.append(i)
+        c = Counting()
+        src = [10, 20, 30]
+        it = rst.timed_loader(src, accounting=c)
+        src.append(40)                                     # iter() of the loader at the first next()
+        print("duck", [next(it), next(it)], c.seen)
+        it.close()
+        print("closed", list(it))
         rankscope.shutdown()
     """)
     out = p.stdout
@@ -532,8 +551,10 @@ def test_timed_loader_times_each_next_counts_each_batch_and_passes_the_loaders_e
     assert "iter is self True" in out and "raised: shard 3 unreadable" in out and "after the error []" in out
     assert "violation: epoch_batches: rank 0 consumed 2 batches in epoch 1, expected 4" in out, out
     assert out.count("TypeError") == 2 and "[1, 2]" in out
+    assert "violation: epoch_batches: rank 0 repeated batch 0 of epoch 2 (expected batch 3)" in out, out
+    assert "after the violation []" in out and "duck [10, 20] [0, 1]" in out and "closed []" in out, out
     waits = [e for e in _events(str(tmp_path / "run"), "phase") if e["name"] == "loader_wait"]
-    # 4 + 1 (the end) in epoch 0, 3 (the third raised) in epoch 1, 3 for [1, 2]
-    assert len(waits) == 5 + 3 + 3, waits
+    # 4 + 1 (the end) in epoch 0, 3 (the third raised) in epoch 1, 3 for [1, 2], 1 in epoch 2, 2 duck-counted
+    assert len(waits) == 5 + 3 + 3 + 1 + 2, waits
     assert all(w["phase_kind"] == "loader_wait" for w in waits)
-    assert sum(w["dur"] >= 2_000_000 for w in waits) == 4 + 3
+    assert sum(w["dur"] >= 2_000_000 for w in waits) == 4 + 3 + 1
