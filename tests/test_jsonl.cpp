@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 #include <optional>
 #include <atomic>
 #include <cmath>
@@ -101,7 +102,7 @@ TEST_CASE("rank 0 writes run.json with the run context - other ranks do not", "[
   std::stringstream ss;
   ss << f.rdbuf();
   const std::string j = ss.str();
-  CHECK_THAT(j, Catch::Contains("\"schema\": 2") && Catch::Contains("\"run_id\": \"test-run\"") &&
+  CHECK_THAT(j, Catch::Contains(fmt::format("\"schema\": {}", RANKSCOPE_SCHEMA_VERSION)) && Catch::Contains("\"run_id\": \"test-run\"") &&
                     Catch::Contains("\"world_size\": 2") && Catch::Contains("\"global_batch\": \"256\"") &&
                     Catch::Contains("\"config_hash\""));
 }

@@ -50,7 +50,7 @@ TEST_CASE("hostile run directories give warnings / never a crash", "[triage]") {
   std::ofstream(tmp.path + "/rank-0.heartbeat.json") << R"({"rank":-7,"state":"running","liveness_wall_ns":1})";
   std::ofstream(tmp.path + "/run.json") << R"({"world_size":99999999999})";
   std::ofstream(tmp.path + "/rank-0.jsonl")
-      << R"({"kind":"run_start","t":1,"mono":1,"rank":0,"schema":3,"host":"h"})" << "\n"
+      << R"({"kind":"run_start","t":1,"mono":1,"rank":0,"schema":999,"host":"h"})" << "\n"
       << R"({"kind":"teleport","t":2,"mono":2,"rank":0})" << "\n"
       << "not json\n"
       << R"({"kind":"stall","t":3,"mono":3,"rank":0,"in_flight":[{"op":"x","comm":"c","seq":18446744073709551615}]})"
@@ -62,7 +62,7 @@ TEST_CASE("hostile run directories give warnings / never a crash", "[triage]") {
   CHECK_THAT(text, Catch::Contains("1 corrupt line(s) skipped"));
   CHECK_THAT(text, Catch::Contains("torn last line"));
   CHECK_THAT(text, Catch::Contains("1 line(s) of unknown kinds ignored"));
-  CHECK_THAT(text, Catch::Contains("run-log schema 3 (this reader knows 2)"));
+  CHECK_THAT(text, Catch::Contains(fmt::format("run-log schema 999 (this reader knows {})", RANKSCOPE_SCHEMA_VERSION)));
   CHECK_THAT(text, Catch::Contains("world_size 99999999999 is not a world size"));
 }
 

@@ -68,7 +68,7 @@ void bind_collective(py::module_& m) {
   py::class_<PendingCollective>(m, "CollectiveSpan",
                                 "A collective from issue to completion: end() (or leaving `with`) records it.")
       .def_property_readonly("sequence", &PendingCollective::sequence)
-      .def("end", &PendingCollective::end, "ok"_a = true)
+      .def("end", [](PendingCollective& p, bool ok) { p.end(ok); }, "ok"_a = true)
       .def("__enter__", [](PendingCollective& s) -> PendingCollective& { return s; },
            py::return_value_policy::reference)
       .def("__exit__", [](PendingCollective& s, py::object type, py::object, py::object) {

@@ -53,7 +53,8 @@ class PendingCollective {
   PendingCollective(const PendingCollective&) = delete;
   PendingCollective& operator=(const PendingCollective&) = delete;
 
-  void end(bool ok) {
+  // `wait`: the thread's wait for it at its end, recorded on its line (collective.hpp).
+  void end(bool ok, const rankscope::detail::CollectiveWait* wait = nullptr) {
     if (!open_) return;
     open_ = false;
     const std::uint64_t t1 = rankscope::detail::now_ticks();
@@ -61,7 +62,8 @@ class PendingCollective {
     rankscope::detail::flight_complete(flight_, t1, r);
     comm_.note_completed(seq_);
     if (auto* st = rankscope::detail::thread_state()) {
-      rankscope::detail::record_collective(st, comm_, op_, seq_, count_, dtype_, peer_, t0_, t1, r, phase_);
+      rankscope::detail::record_collective(st, comm_, op_, seq_, count_, dtype_, peer_, t0_, t1, r, phase_, nullptr, 0,
+                                           nullptr, false, wait);
     }
   }
   std::uint64_t sequence() const { return seq_; }

@@ -120,11 +120,14 @@ class SyncSpan {
   // Backward's compute is done and DDP's finalize is about to wait for the
   // buckets still in flight: from here until finish() the rank waits in the
   // all-reduce. A nested phase of the collective kind, so the step breakdown
-  // (and triage's who-waits-for-whom) counts it as communication, not backward.
+  // (and triage's who-waits-for-whom) counts it as communication, not backward;
+  // on the phase stack while it lasts (a hang inside it says so), recorded on
+  // the all-reduce's line when it ends (wait_ends: a phase line of its own).
   void wait_begins();
   void wait_ends();
 
  private:
+  void end(bool ok);
   std::shared_ptr<SyncState> state_;
   std::uint64_t id_;
   long iteration_;
@@ -295,15 +298,19 @@ void SyncSpan::wait_ends() {
   waiting_ = false;
   rankscope::detail::phase_exit(ddp_wait_site());  // a no-op on another thread: it closes only its own top phase
 }
-void SyncSpan::finish() {
-  wait_ends();
-  span_.end(true);
+// The wait goes on the all-reduce's own run-log line (one line, not two). On
+// another thread than the one that began it (the take fails) it is dropped,
+// as phase_exit would have.
+void SyncSpan::end(bool ok) {
+  rankscope::detail::CollectiveWait wait;
+  const bool waited = waiting_ && rankscope::detail::phase_take(ddp_wait_site(), wait.t0, wait.depth);
+  waiting_ = false;
+  wait.phase = ddp_wait_site();
+  span_.end(ok, waited ? &wait : nullptr);  // a no-op once ended
   state_->closed(id_);
 }
-SyncSpan::~SyncSpan() {
-  span_.end(false);  // a no-op once finished
-  state_->closed(id_);
-}
+void SyncSpan::finish() { end(true); }
+SyncSpan::~SyncSpan() { end(false); }
 
 class GradientHook final : public autograd::FunctionPreHook {
  public:

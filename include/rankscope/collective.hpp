@@ -145,13 +145,24 @@ namespace detail {
 std::uint64_t flight_issue(const Communicator& c, CollectiveOp op, std::uint64_t seq, std::uint64_t count, DType dtype,
                            int peer, std::uint64_t t_issue, const Site* phase, std::int32_t tid) noexcept;
 void flight_complete(std::uint64_t id, std::uint64_t t_end, CollectiveResult r) noexcept;
-// Writes the span's record; when `device`, `error` or `in_group` is set a
-// kCollectiveExtra record follows in the same reservation. False when the
-// ring was full (the record is dropped and counted).
+// The issuing thread's wait for a collective at its end (DDP's finalize
+// waiting for the last gradient buckets): a phase opened at `t0` (ticks) at
+// nesting depth `depth`, taken off the thread's phase stack unrecorded
+// (phase_take) and recorded with the collective instead, so the run log has
+// one line for both.
+struct CollectiveWait {
+  const Site* phase = nullptr;
+  std::uint64_t t0 = 0;
+  int depth = 0;
+};
+// Writes the span's record; when `device`, `error`, `in_group` or `wait` is
+// set a kCollectiveExtra record follows in the same reservation. False when
+// the ring was full (the record is dropped and counted).
 bool record_collective(ThreadState* st, const Communicator& c, CollectiveOp op, std::uint64_t seq,
                        std::uint64_t count, DType dtype, int peer, std::uint64_t t0, std::uint64_t t1,
                        CollectiveResult r, const Site* phase, const void* device = nullptr,
-                       std::uint64_t flight_id = 0, const Site* error = nullptr, bool in_group = false) noexcept;
+                       std::uint64_t flight_id = 0, const Site* error = nullptr, bool in_group = false,
+                       const CollectiveWait* wait = nullptr) noexcept;
 inline const Site* current_phase(ThreadState* st) noexcept {
   const int d = st->depth;
   return (d > 0 && d <= kMaxOpenPhases) ? st->open[d - 1].site.load(std::memory_order_relaxed) : nullptr;

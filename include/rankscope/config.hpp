@@ -16,7 +16,10 @@
 #endif
 
 // Schema version of the JSONL run log (`rank-<R>.jsonl`) and `run.json`.
-#define RANKSCOPE_SCHEMA_VERSION 2  // 2: a step begun by step() has no step_begin line (step_end.next_step)
+// 2: a step begun by step() has no step_begin line (step_end.next_step).
+// 3: a collective the thread waited for at its end carries that wait ("wait",
+//    "wait_phase") in place of a nested phase line (DDP's gradient all-reduce).
+#define RANKSCOPE_SCHEMA_VERSION 3
 
 #if defined(__GNUC__)
 #define RANKSCOPE_DETAIL_LIKELY(x) __builtin_expect(!!(x), 1)

@@ -134,6 +134,20 @@ inline void phase_exit(const Site* site) noexcept {
   if (!gate_open()) return;
   write_phase_record(st, site, d > 0 ? st->open[d - 1].site.load(std::memory_order_relaxed) : nullptr, t0, t1, d);
 }
+// Closes the top phase like phase_exit, if it is `site`, but records nothing:
+// returns its start (ticks) and depth for a record that carries it instead (a
+// collective's wait, collective.hpp). False when the top phase is not `site`.
+inline bool phase_take(const Site* site, std::uint64_t& t0, int& depth) noexcept {
+  ThreadState* st = t_state;
+  if (st == nullptr || st->depth <= 0 || st->depth > kMaxOpenPhases) return false;
+  const int d = st->depth - 1;
+  if (st->open[d].site.load(std::memory_order_relaxed) != site) return false;
+  t0 = st->open[d].t0.load(std::memory_order_relaxed);
+  depth = d;
+  st->open[d].site.store(nullptr, std::memory_order_relaxed);
+  st->depth = d;
+  return true;
+}
 }  // namespace detail
 
 }  // namespace rankscope

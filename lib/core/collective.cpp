@@ -234,8 +234,9 @@ std::unique_ptr<Communicator> detached_communicator(std::uint32_t id, std::strin
 bool record_collective(ThreadState* st, const Communicator& c, CollectiveOp op, std::uint64_t seq, std::uint64_t count,
                        DType dtype, int peer, std::uint64_t t0, std::uint64_t t1, CollectiveResult r,
                        const Site* phase, const void* device, std::uint64_t flight_id, const Site* error,
-                       bool in_group) noexcept {
-  const bool extra = device != nullptr || error != nullptr || in_group;
+                       bool in_group, const CollectiveWait* wait) noexcept {
+  if (wait != nullptr && wait->phase == nullptr) wait = nullptr;
+  const bool extra = device != nullptr || error != nullptr || in_group || wait != nullptr;
   if (!st->try_reserve(extra ? 2 : 1)) return false;
   Record& rec = st->slot(0);
   rec.t0 = t0;
@@ -251,13 +252,13 @@ bool record_collective(ThreadState* st, const Communicator& c, CollectiveOp op, 
   rec.v[2].ptr = &c;
   if (extra) {
     Record& x = st->slot(1);
-    x.t0 = t0;
+    x.t0 = wait != nullptr ? wait->t0 : t0;
     x.t1 = t1;
-    x.site = nullptr;
+    x.site = wait != nullptr ? wait->phase : nullptr;
     x.step = rec.step;
     x.kind = RecordKind::kCollectiveExtra;
-    x.depth = 0;
-    x.aux = in_group ? 1 : 0;
+    x.depth = static_cast<std::uint8_t>(wait != nullptr ? wait->depth : 0);
+    x.aux = static_cast<std::uint16_t>((in_group ? 1 : 0) | (wait != nullptr ? 2 : 0));
     x.pad = 0;
     x.v[0].ptr = device;
     x.v[1].i = static_cast<std::int64_t>(flight_id);

@@ -259,9 +259,10 @@ void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
       const std::string_view op = collective_op_name(e.op), dtype = dtype_name(e.dtype);
       const std::string_view comm = e.comm != nullptr ? std::string_view(e.comm->name()) : std::string_view();
       const std::string* phase = e.parent != nullptr ? &quoted(e.parent) : nullptr;
+      const std::string* wait = e.wait_phase != nullptr ? &quoted(e.wait_phase) : nullptr;
       {
         RawLine o(out, kBeginMost + 640 + op.size() + dtype.size() + json_escaped_most(comm) +
-                           (phase != nullptr ? phase->size() : 0));
+                           (phase != nullptr ? phase->size() : 0) + (wait != nullptr ? 48 + wait->size() : 0));
         begin_raw<Kind::kCollective>(o, repeats_, e.wall_ns, e.mono_ns, rank_, e.step, e.tid);
         o << next_key<Field::kOp>() << '"' << op << '"' << next_key<Field::kComm>();
         o.escaped(comm);
@@ -281,6 +282,7 @@ void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
         if (phase != nullptr) o << next_key<Field::kPhase>() << *phase;
         if (e.device_timed) (o << next_key<Field::kTiming>() << "\"device\"" << next_key<Field::kEnqueueNs>()).num(e.enqueue_ns);
         if (e.in_group) o << next_key<Field::kInGroup>() << "true";
+        if (wait != nullptr) (o << next_key<Field::kWait>()).num(e.wait_ns) << next_key<Field::kWaitPhase>() << *wait;
       }
       if (e.error != nullptr) {  // rare, any length: through the buffer
         out.append(next_key<Field::kError>());

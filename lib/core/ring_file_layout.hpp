@@ -33,7 +33,7 @@ inline constexpr std::size_t kRingStateBytes = kThreadStateBytes + kMaxMetricSlo
 static_assert(sizeof(ThreadState) <= kThreadStateBytes);
 static_assert(kRingStateBytes % 4096 == 0);
 inline RingLayout ring_layout() {
-  return {3,  // 3: step ends hold their counts and may begin the next step (record.hpp)
+  return {4,  // 3: step ends hold their counts and may begin the next step; 4: collectives carry waits (record.hpp)
           static_cast<std::uint32_t>(kRingStateBytes),
           static_cast<std::uint32_t>(sizeof(ThreadState)),
           static_cast<std::uint32_t>(sizeof(Record)),

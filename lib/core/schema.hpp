@@ -104,6 +104,8 @@ Kind kind_from_name(std::string_view name);
   X(kTiming, "timing")                             \
   X(kEnqueueNs, "enqueue_ns")                      \
   X(kInGroup, "in_group")                          \
+  X(kWait, "wait")                                 \
+  X(kWaitPhase, "wait_phase")                      \
   X(kError, "error")                               \
   X(kLastSeq, "last_seq")                          \
   X(kLevel, "level")                               \

@@ -12,6 +12,7 @@
 #include <simdjson.h>
 
 #include "absl/strings/str_cat.h"
+#include "rankscope/site.hpp"
 
 namespace rankscope::reader {
 namespace {
@@ -134,6 +135,7 @@ bool decode_number_field(Field f, simdjson::dom::element v, LogEvent& e) {
     case Field::kCommId: i(e.comm_id); break;
     case Field::kCount: u(e.count); break;
     case Field::kBytes: u(e.bytes); break;
+    case Field::kWait: u(e.wait); break;
     case Field::kSamples: i(e.samples); break;
     case Field::kTokens: i(e.tokens); break;
     case Field::kNextStep: i(e.next_step); break;
@@ -175,6 +177,8 @@ void decode_text_field(Field f, simdjson::dom::element v, LogEvent& e) {
     case Field::kResult: str(e.result); break;
     case Field::kFingerprint: str(e.fingerprint); break;
     case Field::kPhaseKind: str(e.phase_kind); break;
+    case Field::kWaitPhase: str(e.wait_phase); break;
+    case Field::kPhase: e.in_phase = e.k == schema::Kind::kCollective; break;
     case Field::kLevel: str(e.level); break;
     case Field::kMsg: str(e.msg); break;
     case Field::kInside: str(e.inside); break;
@@ -253,6 +257,25 @@ bool decode(simdjson::dom::parser& parser, const char* p, std::size_t n, LogEven
   return true;
 }
 
+// A collective's wait (schema 3), as the nested phase line that schema 2 wrote
+// for it: it ended when the collective completed.
+void wait_as_phase(const LogEvent& c, LogEvent& w) {
+  w.clear();
+  w.kind.assign(schema::kind_name(schema::Kind::kPhase));
+  w.k = schema::Kind::kPhase;
+  w.rank = c.rank;
+  w.step = c.step;
+  w.tid = c.tid;
+  w.dur = std::min(c.wait, c.dur);
+  w.t = c.t + c.dur - w.dur;
+  w.mono = c.mono + c.dur - w.dur;
+  w.depth = c.in_phase ? 1 : 0;
+  w.name = c.wait_phase;
+  w.phase_kind.assign(phase_kind_name(PhaseKind::kCollective));
+  w.line_no = c.line_no;
+  w.raw = c.raw;
+}
+
 }  // namespace
 
 absl::StatusOr<ReadResult> read_run_log(const std::string& path, const std::function<void(const LogEvent&)>& fn,
@@ -265,7 +288,7 @@ absl::StatusOr<ReadResult> read_run_log(const std::string& path, const std::func
   std::vector<char> buf(chunk_bytes + simdjson::SIMDJSON_PADDING);
   std::size_t have = 0;
   std::uint64_t line_no = 0;
-  LogEvent e;
+  LogEvent e, wait;
   for (;;) {
     if (have == chunk_bytes) {  // one line longer than the buffer: grow
       chunk_bytes *= 2;
@@ -290,6 +313,10 @@ absl::StatusOr<ReadResult> read_run_log(const std::string& path, const std::func
         if (decode(parser, buf.data() + start, len, e)) {
           ++res.lines;
           e.line_no = line_no;
+          if (e.k == schema::Kind::kCollective && !e.wait_phase.empty()) {
+            wait_as_phase(e, wait);
+            fn(wait);
+          }
           fn(e);
         } else {
           ++res.bad_lines;

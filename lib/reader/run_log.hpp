@@ -42,6 +42,12 @@ struct LogEvent {
   std::string inside, grown_phase, level, msg;
   std::uint64_t seq = 0, count = 0, bytes = 0;
   std::int64_t comm_id = -1;  // collective: the communicator's id (its name is `comm`)
+  // collective: the issuing thread's wait for it at its end ("wait", ns) and the
+  // phase it waited in; read_run_log hands that wait to `fn` as a phase line
+  // first, nested in the collective's `phase` when it has one.
+  std::uint64_t wait = 0;
+  std::string wait_phase;
+  bool in_phase = false;  // collective: issued inside a phase ("phase")
   // fact lines: "fields" as key -> canonical text; run_start: its environment,
   // flattened ("torch", "env.NCCL_ALGO", "gpus.0.name"); violation lines
   std::vector<std::pair<std::string, std::string>> fields;
@@ -63,13 +69,15 @@ struct LogEvent {
   // Resets every field, keeping string capacity (one LogEvent is reused per line).
   void clear() {
     for (std::string* s : {&kind, &name, &phase_kind, &op, &comm, &dtype, &fingerprint, &result, &inside, &grown_phase,
-                           &level, &msg, &check, &what, &values_json, &cpu_affinity, &cause, &exception, &signal, &native, &python}) {
+                           &level, &msg, &check, &what, &values_json, &cpu_affinity, &cause, &exception, &signal, &native, &python,
+                           &wait_phase}) {
       s->clear();
     }
     k = schema::Kind::kUnknown;
     rank = -1;
     step = -1;
-    t = mono = dur = seq = count = bytes = line_no = 0;
+    t = mono = dur = seq = count = bytes = line_no = wait = 0;
+    in_phase = false;
     tid = 0;
     depth = schema = 0;
     pid = 0;

@@ -24,7 +24,9 @@ enum class RecordKind : std::uint8_t {
   kCollective = 6, // t0 issue .. t1 completion; site = enclosing phase; v: seq, count,
                    // communicator; aux = op | dtype << 8; pad = peer; depth = result
   kCollectiveExtra = 7,  // optionally follows kCollective: ptr device timing handle,
-                         // i flight id, site interned error text; aux bit 0 = in a group
+                         // i flight id, site interned error text; aux bit 0 = in a group,
+                         // bit 1 = the thread waited for it: a.site = the wait's phase,
+                         // t0 = the wait's start, depth = its nesting depth
   kProgress = 8,   // rankscope::progress(): t0
   kLog = 9,        // a log record: aux = level | flags << 8, v[0] LogSite*, v[1] message bytes,
                    // v[2] field bytes; the bytes follow in ceil(n / 64) raw records

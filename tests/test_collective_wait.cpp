@@ -1,0 +1,159 @@
+// A collective the thread waited for at its end (DDP's gradient all-reduce,
+// rankscope.torch): the wait is recorded with the collective and written on
+// its run-log line (schema 3), and everything downstream - the live step
+// breakdown, the flight recorder, the reader, the summary - sees it as the
+// nested phase of the collective kind that schema 2 wrote as a line of its own.
+#include <catch2/catch.hpp>
+#include <simdjson.h>
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "rankscope/rankscope.hpp"
+#include "run_log.hpp"
+#include "summary.hpp"
+#include "temp_dir.hpp"
+
+using namespace rankscope;
+using rankscope::test::TempDir;
+using rankscope::test::slurp;
+
+namespace {
+Config rank_config(const std::string& dir, int rank) {
+  Config cfg;
+  cfg.run_dir = dir;
+  cfg.context.rank = rank;
+  cfg.context.world_size = 2;
+  cfg.context.run_id = "test-run";
+  return cfg;
+}
+
+const Site* wait_site() {
+  static const Site* s = intern("test_all_reduce_wait", PhaseKind::kCollective);
+  return s;
+}
+
+// One step as rankscope.torch records DDP's: the all-reduce issued inside
+// backward, 2 ms more of backward, then a 5 ms wait for it. `folded`: the
+// wait goes on the collective's record (as now); else it is a phase record
+// of its own (schema 2, and a wait that ends on another thread).
+void ddp_like_step(Communicator& c, std::int64_t n, bool folded) {
+  begin_step(n);
+  {
+    RANKSCOPE_PHASE("backward");
+    detail::ThreadState* st = detail::thread_state();
+    REQUIRE(st != nullptr);
+    const std::uint64_t seq = c.next_sequence();
+    const std::uint64_t t0 = detail::now_ticks();
+    const Site* backward = detail::current_phase(st);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    detail::phase_enter(wait_site());
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    detail::CollectiveWait w;
+    w.phase = wait_site();
+    const bool took = folded && detail::phase_take(wait_site(), w.t0, w.depth);
+    if (folded) {
+      REQUIRE(took);
+      CHECK(w.depth == 1);
+      CHECK(detail::current_phase(st) == backward);  // taken off the stack
+    } else {
+      detail::phase_exit(wait_site());
+    }
+    detail::record_collective(st, c, CollectiveOp::kAllReduce, seq, 100, DType::kFloat32, -1, t0, detail::now_ticks(),
+                              CollectiveResult::kOk, backward, nullptr, 0, nullptr, false, took ? &w : nullptr);
+  }
+  end_step();
+}
+
+std::vector<reader::LogEvent> read_all(const std::string& path) {
+  std::vector<reader::LogEvent> evs;
+  REQUIRE(reader::read_run_log(path, [&](const reader::LogEvent& e) { evs.push_back(e); }).ok());
+  return evs;
+}
+}  // namespace
+
+TEST_CASE("a collective's wait: one run-log line with the collective / read back as its nested phase",
+          "[collective][step][reader]") {
+  TempDir tmp;
+  for (int rank = 0; rank < 2; ++rank) {  // rank 0 folds the wait, rank 1 writes it as a phase line
+    REQUIRE(init(rank_config(tmp.path, rank)).ok());
+    auto& c = communicator("test_wait_comm", 2, rank);
+    for (int s = 0; s < 3; ++s) ddp_like_step(c, s, rank == 0);
+    REQUIRE(flush());
+    const auto b = last_step_breakdown();  // the live breakdown: the wait is communication, not backward
+    CHECK(b.by_kind_ns[static_cast<int>(PhaseKind::kCollective)] >= 5'000'000);
+    CHECK(b.by_kind_ns[static_cast<int>(PhaseKind::kBackward)] >= 2'000'000);
+    CHECK(b.by_kind_ns[static_cast<int>(PhaseKind::kBackward)] < b.by_kind_ns[static_cast<int>(PhaseKind::kCollective)]);
+    shutdown();
+  }
+
+  const std::string log0 = slurp(tmp.path + "/rank-0.jsonl");
+  CHECK_THAT(log0, !Catch::Contains(R"("name":"test_all_reduce_wait")"));
+  CHECK_THAT(log0, Catch::Contains(R"("wait_phase":"test_all_reduce_wait")"));
+  CHECK_THAT(log0, Catch::Contains(R"("schema":3)"));
+  CHECK_THAT(slurp(tmp.path + "/rank-1.jsonl"), Catch::Contains(R"("name":"test_all_reduce_wait")"));
+
+  // The reader hands the wait over as the phase line schema 2 had, just before its collective.
+  const auto evs = read_all(tmp.path + "/rank-0.jsonl");
+  int waits = 0;
+  for (std::size_t i = 0; i < evs.size(); ++i) {
+    const auto& e = evs[i];
+    if (e.k != schema::Kind::kCollective || e.op != "all_reduce") continue;
+    REQUIRE(i > 0);
+    const auto& w = evs[i - 1];
+    ++waits;
+    CHECK(e.wait >= 5'000'000);
+    CHECK(e.wait < e.dur);
+    CHECK(w.k == schema::Kind::kPhase);
+    CHECK(w.name == "test_all_reduce_wait");
+    CHECK(w.phase_kind == "collective");
+    CHECK(w.depth == 1);
+    CHECK(w.step == e.step);
+    CHECK(w.tid == e.tid);
+    CHECK(w.dur == e.wait);
+    CHECK(w.mono + w.dur == e.mono + e.dur);  // it ended as the collective completed
+    CHECK(w.t + w.dur == e.t + e.dur);
+    CHECK(w.line_no == e.line_no);  // evidence quotes the collective's line
+  }
+  CHECK(waits == 3);
+
+  // Both forms summarise alike: the wait is collective time, backward keeps only its own.
+  auto sum = reader::summarize_run(tmp.path);
+  REQUIRE(sum.ok());
+  REQUIRE(sum->ranks.size() == 2);
+  for (const auto& r : sum->ranks) {
+    INFO("rank " << r.rank);
+    CHECK(r.steps == 3);
+    CHECK(r.median_kind_ms[static_cast<int>(PhaseKind::kCollective)] >= 5.0);
+    CHECK(r.median_kind_ms[static_cast<int>(PhaseKind::kBackward)] >= 2.0);
+    CHECK(r.median_kind_ms[static_cast<int>(PhaseKind::kBackward)] < r.median_kind_ms[static_cast<int>(PhaseKind::kCollective)]);
+  }
+}
+
+TEST_CASE("a collective's wait in the flight recorder: on the collective's line, as in the run log", "[collective][flight]") {
+  TempDir tmp;
+  REQUIRE(init(rank_config(tmp.path, 0)).ok());
+  auto& c = communicator("test_wait_flight_comm", 2, 0);
+  ddp_like_step(c, 7, true);
+  auto p = dump_flight_recorder("test");
+  REQUIRE(p.ok());
+  shutdown();
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc;
+  REQUIRE(parser.load(*p).get(doc) == simdjson::SUCCESS);
+  int wait_phases = 0, with_wait = 0;
+  for (auto ev : doc["recent_events"].get_array()) {
+    std::string_view name;
+    if (ev["name"].get(name) == simdjson::SUCCESS && name == "test_all_reduce_wait") ++wait_phases;
+    std::string_view wp;
+    if (ev["wait_phase"].get(wp) == simdjson::SUCCESS && wp == "test_all_reduce_wait") {
+      ++with_wait;
+      CHECK(uint64_t(ev["wait"]) >= 5'000'000);
+    }
+  }
+  CHECK(wait_phases == 0);
+  CHECK(with_wait == 1);
+}
