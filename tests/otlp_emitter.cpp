@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "rankscope/export/otlp.hpp"
+#include "collective_wait.hpp"
 #include "rankscope/rankscope.hpp"
 
 namespace {
@@ -71,8 +72,11 @@ int main(int argc, char** argv) {
       rankscope::StepScope step(s);
       { RANKSCOPE_PHASE("data_wait"); }  // loader wait: the training signals' histogram
       { RANKSCOPE_PHASE("forward"); }
-      { RANKSCOPE_PHASE("backward"); }
-      { rankscope::CollectiveSpan c(comm, rankscope::CollectiveOp::kAllReduce, 1024, rankscope::DType::kFloat32); }
+      {
+        RANKSCOPE_PHASE("backward");  // as DDP's all-reduce: issued in backward, waited for at its end
+        rankscope::test::ddp_like_all_reduce(comm, std::chrono::microseconds(100), std::chrono::microseconds(300), true,
+                                             1024);
+      }
       samples.add(32);
       step.report({.loss = 0.5 - 0.1 * s, .lr = 0.01, .samples = 32});
       std::this_thread::sleep_for(std::chrono::milliseconds(2));  // steps apart in time: a samples/s rate

@@ -4,7 +4,8 @@
 // (SIGUSR1, wait for the dump, keep recording, exit 0), `pipe` (a write to a
 // pipe nobody reads: SIGPIPE) or `pipe_ignored` (the same with SIGPIPE
 // ignored before init: EPIPE, keep recording, exit 0), `throw` (an
-// uncaught std::runtime_error), or `steps` (steps of ~0.2 ms until killed,
+// uncaught std::runtime_error), or `steps` (steps of ~0.3 ms, each with an all-reduce
+// waited for as DDP's is, until killed,
 // each step's number written to stdout as it begins: the truth for SIGKILL), or
 // `blocked_in_collective` (ten steps, then an all-gather that never completes; "blocked" on stdout).
 #include <unistd.h>
@@ -16,6 +17,7 @@
 #include <string>
 #include <thread>
 
+#include "collective_wait.hpp"
 #include "rankscope/rankscope.hpp"
 
 int main(int argc, char** argv) {
@@ -55,6 +57,11 @@ int main(int argc, char** argv) {
       {
         RANKSCOPE_PHASE("forward");
         std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+      {
+        RANKSCOPE_PHASE("backward");  // DDP's all-reduce, its wait on the collective's line
+        static auto& world = rankscope::communicator("world", 8, 5);
+        rankscope::test::ddp_like_all_reduce(world, std::chrono::microseconds(0), std::chrono::microseconds(50));
       }
       rankscope::step(s, {.loss = 1.0 / static_cast<double>(s + 1), .samples = 8,
                           .tokens = s % 3 == 0 ? 5'000'000'000 + s : s});

@@ -1,8 +1,8 @@
 // A collective the thread waited for at its end (DDP's gradient all-reduce,
 // rankscope.torch): the wait is recorded with the collective and written on
-// its run-log line (schema 3), and everything downstream - the live step
-// breakdown, the flight recorder, the reader, the summary - sees it as the
-// nested phase of the collective kind that schema 2 wrote as a line of its own.
+// its run-log line (schema 3). The live step breakdown counts it as
+// communication, the flight recorder shows it on that line, and the reader
+// hands it to every tool as the nested collective-kind phase line schema 2 had.
 #include <catch2/catch.hpp>
 #include <simdjson.h>
 
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "rankscope/rankscope.hpp"
+#include "collective_wait.hpp"
 #include "run_log.hpp"
 #include "summary.hpp"
 #include "temp_dir.hpp"
@@ -31,39 +32,16 @@ Config rank_config(const std::string& dir, int rank) {
   return cfg;
 }
 
-const Site* wait_site() {
-  static const Site* s = intern("test_all_reduce_wait", PhaseKind::kCollective);
-  return s;
-}
-
 // One step as rankscope.torch records DDP's: the all-reduce issued inside
-// backward, 2 ms more of backward, then a 5 ms wait for it. `folded`: the
-// wait goes on the collective's record (as now); else it is a phase record
-// of its own (schema 2, and a wait that ends on another thread).
+// backward, 2 ms more of backward, then a 5 ms wait for it, on the
+// collective's record when `folded`, else a phase record of its own.
 void ddp_like_step(Communicator& c, std::int64_t n, bool folded) {
   begin_step(n);
   {
     RANKSCOPE_PHASE("backward");
-    detail::ThreadState* st = detail::thread_state();
-    REQUIRE(st != nullptr);
-    const std::uint64_t seq = c.next_sequence();
-    const std::uint64_t t0 = detail::now_ticks();
-    const Site* backward = detail::current_phase(st);
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    detail::phase_enter(wait_site());
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    detail::CollectiveWait w;
-    w.phase = wait_site();
-    const bool took = folded && detail::phase_take(wait_site(), w.t0, w.depth);
-    if (folded) {
-      REQUIRE(took);
-      CHECK(w.depth == 1);
-      CHECK(detail::current_phase(st) == backward);  // taken off the stack
-    } else {
-      detail::phase_exit(wait_site());
-    }
-    detail::record_collective(st, c, CollectiveOp::kAllReduce, seq, 100, DType::kFloat32, -1, t0, detail::now_ticks(),
-                              CollectiveResult::kOk, backward, nullptr, 0, nullptr, false, took ? &w : nullptr);
+    const Site* backward = detail::current_phase(detail::thread_state());
+    CHECK(test::ddp_like_all_reduce(c, std::chrono::milliseconds(2), std::chrono::milliseconds(5), folded));
+    CHECK(detail::current_phase(detail::thread_state()) == backward);  // the wait is off the stack either way
   }
   end_step();
 }
@@ -91,10 +69,10 @@ TEST_CASE("a collective's wait: one run-log line with the collective / read back
   }
 
   const std::string log0 = slurp(tmp.path + "/rank-0.jsonl");
-  CHECK_THAT(log0, !Catch::Contains(R"("name":"test_all_reduce_wait")"));
-  CHECK_THAT(log0, Catch::Contains(R"("wait_phase":"test_all_reduce_wait")"));
+  CHECK_THAT(log0, !Catch::Contains(R"("name":"ddp_all_reduce_wait")"));
+  CHECK_THAT(log0, Catch::Contains(R"("wait_phase":"ddp_all_reduce_wait")"));
   CHECK_THAT(log0, Catch::Contains(R"("schema":3)"));
-  CHECK_THAT(slurp(tmp.path + "/rank-1.jsonl"), Catch::Contains(R"("name":"test_all_reduce_wait")"));
+  CHECK_THAT(slurp(tmp.path + "/rank-1.jsonl"), Catch::Contains(R"("name":"ddp_all_reduce_wait")"));
 
   // The reader hands the wait over as the phase line schema 2 had, just before its collective.
   const auto evs = read_all(tmp.path + "/rank-0.jsonl");
@@ -108,7 +86,7 @@ TEST_CASE("a collective's wait: one run-log line with the collective / read back
     CHECK(e.wait >= 5'000'000);
     CHECK(e.wait < e.dur);
     CHECK(w.k == schema::Kind::kPhase);
-    CHECK(w.name == "test_all_reduce_wait");
+    CHECK(w.name == "ddp_all_reduce_wait");
     CHECK(w.phase_kind == "collective");
     CHECK(w.depth == 1);
     CHECK(w.step == e.step);
@@ -147,9 +125,9 @@ TEST_CASE("a collective's wait in the flight recorder: on the collective's line,
   int wait_phases = 0, with_wait = 0;
   for (auto ev : doc["recent_events"].get_array()) {
     std::string_view name;
-    if (ev["name"].get(name) == simdjson::SUCCESS && name == "test_all_reduce_wait") ++wait_phases;
+    if (ev["name"].get(name) == simdjson::SUCCESS && name == "ddp_all_reduce_wait") ++wait_phases;
     std::string_view wp;
-    if (ev["wait_phase"].get(wp) == simdjson::SUCCESS && wp == "test_all_reduce_wait") {
+    if (ev["wait_phase"].get(wp) == simdjson::SUCCESS && wp == "ddp_all_reduce_wait") {
       ++with_wait;
       CHECK(uint64_t(ev["wait"]) >= 5'000'000);
     }

@@ -141,8 +141,14 @@ TEST_CASE("a SIGKILLed rank's last records are recovered from its rings into its
   // The recovered lines read as the drained ones did: every step's forward phase, in order, and
   // every step end with its counts (the helper's step() loop: the next step begins at each end).
   std::int64_t last_forward = -1, step_ends = 0, last_begun = -1, bad_counts = 0, with_dur = 0;
+  std::int64_t all_reduces = 0, waits = 0, wait_phases = 0;
   bool in_order = true;
   auto read = rankscope::reader::read_run_log(tmp.path + "/rank-5.jsonl", [&](const rankscope::reader::LogEvent& e) {
+    if (e.kind == "collective") {  // recovered with its wait, as drained ones are
+      ++all_reduces;
+      waits += e.wait_phase == "ddp_all_reduce_wait" && e.wait > 0 && e.wait <= e.dur;
+    }
+    wait_phases += e.kind == "phase" && e.name == "ddp_all_reduce_wait" && e.depth == 1;
     if (e.kind == "phase" && e.name == "forward") {
       in_order &= e.step == last_forward + 1;
       last_forward = e.step;
@@ -159,6 +165,9 @@ TEST_CASE("a SIGKILLed rank's last records are recovered from its rings into its
   REQUIRE(read.ok());
   CHECK(last_begun == truth);  // exact: the step it was killed in
   CHECK(bad_counts == 0);
+  CHECK(all_reduces >= truth);
+  CHECK(waits == all_reduces);
+  CHECK(wait_phases == all_reduces);  // the reader's nested phase for each
   // All but step 0 (its beginning nobody marked) and the first recovered one (its
   // beginning was in the lines drained before the kill; the recovery reads the rings only).
   CHECK(with_dur >= step_ends - 2);

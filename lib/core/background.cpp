@@ -79,37 +79,16 @@ void Runtime::decode(ThreadState* st, const Record& r, const Record* next, std::
           return;
         }
       }
-      if (e.wait_phase != nullptr) {
-        on_collective_wait(e, next->depth, batch);  // `e` is not used after: the batch may have moved it
-        return;
+      if (e.wait_phase != nullptr) {  // the thread's wait for it at its end: communication, nested where it waited
+        const std::uint64_t wait = std::min(e.wait_ns, e.dur_ns), from_issue = e.dur_ns - wait;
+        breakdown_.on_phase(e.tid, next->depth, PhaseKind::kCollective, e.mono_ns + from_issue, wait);
+        goodput_.on_phase(e.tid, next->depth, PhaseKind::kCollective, e.wall_ns + from_issue, wait);
       }
       break;
     default:
       break;
   }
   watchdog_.on_event(e);
-}
-
-// A collective the thread waited for at its end: the wait, as the phase it
-// was (sinks and the step breakdown see it as before), placed before the
-// collective; the run log writes it on the collective's line only.
-void Runtime::on_collective_wait(const Event& collective, int depth, std::vector<Event>& batch) {
-  Event w;
-  w.kind = EventKind::kPhase;
-  w.in_collective_line = true;
-  w.site = collective.wait_phase;
-  w.parent = depth > 0 ? collective.parent : nullptr;
-  w.depth = static_cast<std::uint8_t>(depth);
-  w.tid = collective.tid;
-  w.step = collective.step;
-  w.dur_ns = std::min(collective.wait_ns, collective.dur_ns);
-  w.mono_ns = collective.mono_ns + collective.dur_ns - w.dur_ns;
-  w.wall_ns = collective.wall_ns + collective.dur_ns - w.dur_ns;
-  breakdown_.on_phase(w.tid, w.depth, PhaseKind::kCollective, w.mono_ns, w.dur_ns);  // a wait is communication
-  goodput_.on_phase(w.tid, w.depth, PhaseKind::kCollective, w.wall_ns, w.dur_ns);
-  watchdog_.on_event(w);
-  watchdog_.on_event(collective);
-  batch.insert(batch.end() - 1, std::move(w));
 }
 
 void Runtime::watch_numerics(const Event& step) {

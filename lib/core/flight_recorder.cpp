@@ -192,7 +192,6 @@ void dump_recent_events(JsonWriter& w, const DumpInput& in, EventFormatter& fmt)
     fmt::memory_buffer line;
     for (std::int32_t tid : tids) {
       in.recent->at(tid).for_each([&](const Event& e) {
-        if (e.in_collective_line) return;  // on its collective's line, as in the run log
         line.clear();
         fmt.format(e, line);
         w.newline(1).json(std::string_view(line.data(), line.size()));

@@ -232,8 +232,7 @@ class JsonlSink final : public detail::RunLogSink {
     w.field(schema::Field::kCommunicators, live_communicators()).field(schema::Field::kBackgroundCpuNs, st.background_cpu_ns);
   }
   void format_event(const Event& e) {
-    if (e.written_inline) return;      // an error the calling thread already wrote
-    if (e.in_collective_line) return;  // a collective's wait: on that collective's line
+    if (e.written_inline) return;  // an error the calling thread already wrote
     note_line(e.step);
     fmt_.format(e, buf_);
     buf_.push_back('\n');

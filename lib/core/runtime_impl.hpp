@@ -166,7 +166,6 @@ class Runtime {
   Gauge* goodput_ratio_ = nullptr;
   Counter* resource_timeouts_ = nullptr;
   void decode(ThreadState* st, const Record& r, const Record* next, std::vector<Event>& batch);
-  void on_collective_wait(const Event& collective, int depth, std::vector<Event>& batch);
   void watch_numerics(const Event& step);  // numerics events and counters from a step_end or step_scalars
   absl::StatusOr<std::string> dump_now(std::string_view reason);  // background thread only
   void handle_signal(int sig);                                      // background thread only

@@ -271,6 +271,19 @@ def check_traces(spans):
         all_reduce = next((s for s in children if s.get("name") == "all_reduce"), None)
         if all_reduce:
             check_all_reduce(all_reduce, n)
+        # The rank's wait for it at the end of backward (on the collective's event, as DDP's is
+        # recorded): a phase span of the collective kind, nested in backward, ending with it.
+        waits = [s for s in children if s.get("name") == "ddp_all_reduce_wait"]
+        if expect(len(waits) == 1, f'{where}: expected exactly one child "ddp_all_reduce_wait", got {len(waits)}') \
+                and all_reduce:
+            w = waits[0]
+            attrs = attr_map(w, f'span "ddp_all_reduce_wait" under "{name}"')
+            expect_string_attr(attrs, "rankscope.phase_kind", "collective", "ddp_all_reduce_wait")
+            expect_string_attr(attrs, "rankscope.parent_phase", "backward", "ddp_all_reduce_wait")
+            expect(to_int(w.get("endTimeUnixNano"), "end") == to_int(all_reduce.get("endTimeUnixNano"), "end"),
+                   f"{where}: the wait does not end with the all-reduce")
+            expect(to_int(w.get("startTimeUnixNano"), "start") > to_int(all_reduce.get("startTimeUnixNano"), "start"),
+                   f"{where}: the wait does not start after the all-reduce's issue")
 
 
 def check_all_reduce(span, n):

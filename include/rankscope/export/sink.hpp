@@ -81,13 +81,13 @@ struct Event {
   std::uint64_t enqueue_ns = 0;  // host time inside the call (device-timed collectives)
   const char* error = nullptr;   // failed collectives / comm errors: the backend's message
   // Collectives the issuing thread blocked on at their end (DDP's gradient
-  // all-reduce): the phase it waited in and how long, up to the completion.
-  // The background thread also hands sinks that wait as a phase event of its
-  // own, marked in_collective_line: the run log writes it once, on the
-  // collective's line ("wait", "wait_phase"), not as a line of its own.
+  // all-reduce): the phase it waited in (of the collective kind, nested in
+  // `parent`) and how long, up to the completion. That wait is no phase event
+  // of its own: a sink that shows phases draws it from here (the run log's
+  // "wait" on this line, OTLP's span), the step breakdown counts it as
+  // communication.
   const Site* wait_phase = nullptr;
   std::uint64_t wait_ns = 0;
-  bool in_collective_line = false;  // phases: this wait is on the next collective's line
   // Logs: the message, the call site, the named Logger (if any) and the typed
   // fields. Facts: text = the check's name. Violations: text = the message.
   // Stalls: text = where the rank is. Attributes: a log's fields, a fact's or
