@@ -80,9 +80,9 @@ void Runtime::decode(ThreadState* st, const Record& r, const Record* next, std::
         }
       }
       if (e.wait_phase != nullptr) {  // the thread's wait for it at its end: communication, nested where it waited
-        const std::uint64_t wait = std::min(e.wait_ns, e.dur_ns), from_issue = e.dur_ns - wait;
-        breakdown_.on_phase(e.tid, next->depth, PhaseKind::kCollective, e.mono_ns + from_issue, wait);
-        goodput_.on_phase(e.tid, next->depth, PhaseKind::kCollective, e.wall_ns + from_issue, wait);
+        const std::uint64_t from_issue = e.dur_ns - e.wait_ns;
+        breakdown_.on_phase(e.tid, next->depth, PhaseKind::kCollective, e.mono_ns + from_issue, e.wait_ns);
+        goodput_.on_phase(e.tid, next->depth, PhaseKind::kCollective, e.wall_ns + from_issue, e.wait_ns);
       }
       break;
     default:

@@ -105,7 +105,7 @@ bool event_from_record(const Record& r, const Record* next, const Clock& clock, 
         e.error = next->v[2].site != nullptr ? names.error(next->v[2].site) : nullptr;
         if ((next->aux & 2) != 0 && next->site != nullptr && r.t1 >= next->t0) {
           e.wait_phase = names.site(next->site);  // null when a dead process's names lack it: no wait then
-          if (e.wait_phase != nullptr) e.wait_ns = clock.ticks_to_ns(r.t1 - next->t0);
+          if (e.wait_phase != nullptr) e.wait_ns = std::min(clock.ticks_to_ns(r.t1 - next->t0), e.dur_ns);
         }
       }
       break;

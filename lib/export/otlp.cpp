@@ -192,14 +192,14 @@ class OtlpSink final : public Sink {
   // A collective's wait at its end (DDP's gradient all-reduce): the span its
   // phase was before it moved onto the collective's event (sink.hpp).
   void wait_span(const Event& e, const std::array<std::uint8_t, 8>& parent) {
-    const std::uint64_t wait = std::min(e.wait_ns, e.dur_ns), from_issue = e.dur_ns - wait;
+    const std::uint64_t from_issue = e.dur_ns - e.wait_ns;
     o::Span s;
     s.trace_id = trace_id(e.step);
     s.parent_id = parent;
     s.span_id = span_id(fmt::format("{}/{}/{}/{}/{}", run_id_, rank_, e.tid, e.mono_ns + from_issue,
                                     static_cast<int>(EventKind::kPhase)));
     s.start_ns = e.wall_ns + from_issue;
-    s.end_ns = s.start_ns + wait;
+    s.end_ns = s.start_ns + e.wait_ns;
     s.name = e.wait_phase->name != nullptr ? e.wait_phase->name : "wait";
     s.attrs = {Attr::integer("rankscope.step", e.step),
                Attr::str("rankscope.phase_kind", std::string(phase_kind_name(PhaseKind::kCollective)))};

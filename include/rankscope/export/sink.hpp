@@ -82,7 +82,7 @@ struct Event {
   const char* error = nullptr;   // failed collectives / comm errors: the backend's message
   // Collectives the issuing thread blocked on at their end (DDP's gradient
   // all-reduce): the phase it waited in (of the collective kind, nested in
-  // `parent`) and how long, up to the completion. That wait is no phase event
+  // `parent`) and how long (<= dur_ns), up to the completion. That wait is no phase event
   // of its own: a sink that shows phases draws it from here (the run log's
   // "wait" on this line, OTLP's span), the step breakdown counts it as
   // communication.
