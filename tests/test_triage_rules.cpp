@@ -294,6 +294,54 @@ TEST_CASE("rule straggler dates a slow period from where it began - not from its
   }
 }
 
+namespace {
+// Two ranks as in the C++ example: forward 2 ms and an all-reduce ~6 ms per
+// step, 600 steps; rank 1's forward 1.2x from step 300. Before it, rank 1
+// waits `bias_ms` per step in the all-reduce for rank 0 (which alone saves
+// checkpoints); from it on rank 0 waits for rank 1 what its slowdown exceeds
+// that by, or (`peers_wait` false: ranks descheduled in turn) nothing changes.
+reader::RunSummary two_ranks_with_collectives(double bias_ms, bool peers_wait) {
+  auto sum = run_of(2);
+  const int fwd = static_cast<int>(rankscope::PhaseKind::kForward);
+  const int coll = static_cast<int>(rankscope::PhaseKind::kCollective);
+  std::mt19937_64 rng(11);
+  std::normal_distribution<double> noise(0.0, 0.03);
+  for (auto& r : sum.ranks) r.median_step_ms = 15;
+  for (std::int64_t s = 0; s < 600; ++s) {
+    const double slow_ms = s >= 300 ? 0.4 : 0.0;  // 1.2x of 2 ms
+    const double wait_for_1 = peers_wait ? slow_ms : 0.0;
+    for (auto& r : sum.ranks) {
+      double ms[rankscope::kPhaseKindCount] = {};
+      ms[fwd] = 2 * std::exp(noise(rng)) + (r.rank == 1 ? slow_ms : 0.0);
+      // The rank that arrives first at the all-reduce waits for the other.
+      const double lead = wait_for_1 - bias_ms;  // how much earlier rank 0 arrives than rank 1
+      ms[coll] = 6 + noise(rng) + (r.rank == 0 ? std::max(lead, 0.0) : std::max(-lead, 0.0));
+      r.series.add(s, ms);
+    }
+  }
+  return sum;
+}
+}  // namespace
+
+TEST_CASE("rule straggler counts the peers' wait against before the slow period - not from zero", "[triage]") {
+  // Rank 1 waited 0.3 ms a step before; its 0.4 ms slowdown makes rank 0 wait
+  // 0.1 ms: a shift of 0.4 ms, though the peers wait only 0.1 ms more than it.
+  const auto out = run_rule(rules::straggler_rule, two_ranks_with_collectives(0.3, true));
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].ranks == std::vector<int>{1});
+  CHECK(out[0].step >= 295);
+  CHECK(out[0].step <= 305);
+  CHECK(out[0].evidence.size() >= 2);
+  CHECK(out[0].evidence[1].find("more there than before it began (they wait for it)") != std::string::npos);
+}
+
+TEST_CASE("rule straggler names no rank its peers did not wait for", "[triage]") {
+  // The same slowdown with no change in the all-reduce: the steps did not
+  // wait for it (on a busy host, ranks descheduled in turn look so).
+  CHECK(run_rule(rules::straggler_rule, two_ranks_with_collectives(0.3, false)).empty());
+  CHECK(run_rule(rules::straggler_rule, two_ranks_with_collectives(0.0, false)).empty());
+}
+
 TEST_CASE("rule resource_growth names a rank whose threads grow with each restore", "[triage]") {
   auto sum = run_of(2);
   sum.ranks[1].restores = {{-1, 10, 2}, {5, 14, 4}, {9, 18, 6}};

@@ -252,10 +252,15 @@ void straggler_rule(const TriageInput& in, std::vector<Finding>& out) {
     const double coll_mine = s.coll_mine_ms >= 0 ? s.coll_mine_ms : rk.median_collective_ms;
     const double coll_peers = s.coll_peers_ms >= 0 ? s.coll_peers_ms : median_of(others_coll);
     if (coll_mine >= 0.05 || coll_peers >= 0.05) {
-      f.evidence.push_back(fmt::format("{}it waits {} ms per step in collectives, the others {} ms{}",
-                                       s.coll_mine_ms >= 0 ? "over those steps " : "", format_ms(coll_mine),
-                                       format_ms(coll_peers),
-                                       coll_peers - coll_mine >= s.excess_ms / 3 ? " (they wait for it)" : ""));
+      // Their wait is the shift against before the slow period where it is known.
+      const double wait = s.coll_wait_ms.value_or(coll_peers - coll_mine);
+      f.evidence.push_back(fmt::format(
+          "{}it waits {} ms per step in collectives, the others {} ms{}{}", s.coll_mine_ms >= 0 ? "over those steps " : "",
+          format_ms(coll_mine), format_ms(coll_peers),
+          s.coll_wait_ms ? fmt::format("; against it, the others spend {} ms per step more there than before it began",
+                                     format_ms(*s.coll_wait_ms))
+                         : std::string(),
+          wait >= s.excess_ms / 3 ? " (they wait for it)" : ""));
     }
     if (!s.waiting_in_backward.empty()) {
       f.evidence.push_back(fmt::format("{} look{} slow in backward over the same steps: waiting for it in DDP's "

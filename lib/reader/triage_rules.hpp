@@ -54,6 +54,9 @@ struct StragglerFact {
   // Median time per step in collectives timed apart from the phases over the
   // slow period: its, the peers' (-1: not timed so).
   double coll_mine_ms = -1, coll_peers_ms = -1;
+  // How much more time per step the peers spent in those collectives than it,
+  // compared with before the slow period: their wait for it (unset: not timed so).
+  std::optional<double> coll_wait_ms;
 };
 /// Stragglers by phase kind, then rank. Per step (or block of steps, see
 /// PhaseSeries) each rank's time in a kind is divided by its peers' (the

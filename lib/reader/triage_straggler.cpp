@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <utility>
 
 #include "triage_rules.hpp"
 
@@ -246,18 +247,22 @@ std::optional<StragglerFact> straggler_in(const std::vector<Sample>& s, std::int
 
 // Where collectives are timed outside the rank's phases, a straggler's peers
 // wait there for it: over the slow period they should spend about its excess
-// more time in collectives than it does. A slowdown they clearly did not wait
-// for (under a third of it, beyond two standard errors of the per-step
-// differences) is no straggler: ranks descheduled in turn on a busy host.
-// Where the peers spend little time in collectives (DDP: the all-reduce runs
-// inside backward) there is nothing to check. It records the medians it
-// compares in `f` (coll_mine_ms, coll_peers_ms) for the finding's evidence.
+// more time in collectives than it does, compared with before it (ranks differ
+// from the start: in the C++ example rank 0 alone saves checkpoints, so rank 1
+// waits ~0.3 ms a step for it, which a 1.2x forward on rank 1 first cancels).
+// A slowdown they clearly did not wait for (a shift under a third of it,
+// beyond two standard errors) is no straggler: ranks descheduled in turn on a
+// busy host. Where the peers spend little time in collectives (DDP: the
+// all-reduce runs inside backward) there is nothing to check. It records the
+// medians it compares in `f` (coll_mine_ms, coll_peers_ms) for the evidence.
 bool peers_waited(const std::vector<const PhaseSeries*>& series, std::size_t r, StragglerFact& f,
                   std::int64_t block_steps) {
   const int coll = static_cast<int>(PhaseKind::kCollective);
-  std::vector<double> diffs, vals, mine_all, peers_all;
-  for (std::int64_t i = f.onset_step / block_steps; i <= f.last_step / block_steps; ++i) {
-    const auto m = series[r]->mean(i, coll);
+  const std::int64_t first = f.onset_step / block_steps, last = f.last_step / block_steps;
+  std::vector<double> during, before, vals, mine_all, peers_all;
+  const PhaseSeries& own = *series[r];
+  for (std::int64_t i = own.first_block; i <= last; ++i) {
+    const auto m = own.mean(i, coll);
     if (!m) continue;
     vals.clear();
     for (std::size_t o = 0; o < series.size(); ++o) {
@@ -266,19 +271,35 @@ bool peers_waited(const std::vector<const PhaseSeries*>& series, std::size_t r, 
     }
     if (vals.empty()) continue;
     const double peers = median_in_place(vals);
+    if (i < first) {
+      before.push_back(peers - *m);
+      continue;
+    }
     mine_all.push_back(*m);
     peers_all.push_back(peers);
-    diffs.push_back(peers - *m);
+    during.push_back(peers - *m);
   }
-  const auto n = static_cast<double>(diffs.size());
   double peers_total = 0;
   for (double p : peers_all) peers_total += p;
-  if (!diffs.empty()) f.coll_mine_ms = median_in_place(mine_all), f.coll_peers_ms = median_in_place(peers_all);
-  if (diffs.size() < 2 || peers_total / n < f.excess_ms / 2) return true;  // collectives not where the waiting is
-  double mean = 0, var = 0;
-  for (double d : diffs) mean += d / n;
-  for (double d : diffs) var += (d - mean) * (d - mean) / (n - 1);
-  return mean + 2 * std::sqrt(var / n) >= f.excess_ms / 3;
+  if (!during.empty()) f.coll_mine_ms = median_in_place(mine_all), f.coll_peers_ms = median_in_place(peers_all);
+  if (during.size() < 2 || peers_total / static_cast<double>(during.size()) < f.excess_ms / 2) {
+    return true;  // collectives not where the waiting is
+  }
+  // Mean and squared standard error of a set of differences.
+  auto mean_se2 = [](const std::vector<double>& v) {
+    const auto n = static_cast<double>(v.size());
+    double mean = 0, var = 0;
+    for (double d : v) mean += d / n;
+    for (double d : v) var += (d - mean) * (d - mean) / (n - 1);
+    return std::pair{mean, var / n};
+  };
+  auto [shift, se2] = mean_se2(during);
+  if (before.size() >= 2) {
+    const auto [base, base_se2] = mean_se2(before);
+    shift -= base, se2 += base_se2;
+  }
+  f.coll_wait_ms = shift;
+  return shift + 2 * std::sqrt(se2) >= f.excess_ms / 3;
 }
 
 // A rank slow in backward while another rank is slow in something else over
