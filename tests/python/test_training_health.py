@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ROOT
 
 RANKSCOPE = os.path.join(os.path.dirname(sys.executable), "rankscope")
@@ -68,6 +70,9 @@ def test_a_corrupt_batch_a_failed_save_and_a_different_knob_on_one_rank_are_each
     assert saved == ["epoch-0-rank-0.pt", "epoch-1-rank-0.pt"], saved
 
 
+# Timing: this host's vCPUs change speed 1.3-2x for tens of steps at a time
+# (benchmarks/README.md, Stragglers); a real regression fails all three runs.
+@pytest.mark.flaky(reruns=2)
 def test_a_job_wide_throughput_drop_is_named_with_the_step_it_began(tmp_path, torchrun):
     p = torchrun(EXAMPLE, 2, "--samples", "8192", "--epochs", "2", "--slow-data-from", "64", "--slow-data-ms", "20")
     _, findings = _triage(tmp_path, p)
@@ -78,6 +83,9 @@ def test_a_job_wide_throughput_drop_is_named_with_the_step_it_began(tmp_path, to
     assert not [x for x in findings if x["kind"] == "straggler"], findings  # every rank slowed: nobody's fault
 
 
+# Timing: this host's vCPUs change speed 1.3-2x for tens of steps at a time
+# (benchmarks/README.md, Stragglers); a real regression fails all three runs.
+@pytest.mark.flaky(reruns=2)
 def test_a_rank_slower_in_forward_is_a_straggler_with_the_wait_it_costs_the_others(tmp_path, torchrun):
     # 2x from step 10 of 96: under CI's load (ctest -j2 beside multi-process jobs) the peers'
     # own slowdowns drowned 1.5x's first windows once (onset found at 42 of a 64-step run).
