@@ -24,7 +24,17 @@ launch() {  # DIR [trainer args]
     -- --checkpoint-every 0 "$@" >/dev/null 2>&1
   ls -d "$dir"/*/
 }
-a=$(launch "$work/a")
+# A is the clean baseline, which `diff B A` expects to have no finding. This host's vCPUs
+# can run one rank's phase 1.3-2x slower for tens of steps (benchmarks/README.md,
+# Stragglers): a real straggler that a clean run then has. Such a run is made again.
+for try in 1 2 3; do
+  rm -rf "$work/a"
+  a=$(launch "$work/a")
+  n=$({ "$cli" triage --json "$a" || true; } | "$py" -c 'import json, sys; print(len(json.load(sys.stdin)["findings"]))')
+  [[ $n != 0 ]] || break
+  echo "report test: clean run $try has $n finding(s), the host's slow spells: $("$cli" triage "$a" | grep '^1\.')"
+  [[ $try -lt 3 ]] || fail "3 clean runs had findings"
+done
 # B also samples resources every 0.1 s through the fake NVML, whose GPUs report one critical XID.
 b=$(NCCL_ALGO=Tree RANKSCOPE_NVML_LIBRARY=$fake_nvml RANKSCOPE_RESOURCE_INTERVAL=0.1 FAKE_NVML_XID=79 \
     launch "$work/b" --slow-rank 1 --slow-ms 5)
