@@ -1,7 +1,12 @@
 // Emits a known set of spans, logs and metrics through the OTLP sink (from
 // OTEL_EXPORTER_OTLP_* in the environment), for tests/otlp_test.sh:
 //   otlp_emitter RUN_DIR                   the content tests/otlp/check.py expects
-//   otlp_emitter RUN_DIR --load STEPS      many steps, then prints counters and RSS
+//   otlp_emitter RUN_DIR --load STEPS [FLUSH_MS [SHUTDOWN_MS]]
+//                                          many steps, then flush(FLUSH_MS; 0: no flush) and
+//                                          shutdown(SHUTDOWN_MS) (defaults 5000, 2000); prints
+//                                          counters, RSS and how long each took (not asserted:
+//                                          the test picks deadlines whose outcome proves what it
+//                                          checks, e.g. a 10-minute flush returns only if it gave up)
 // Rank 1 of 2, run id "otlp-test".
 #include <unistd.h>
 
@@ -37,6 +42,8 @@ bool file_contains(const std::string& path, const std::string& needle) {
 int main(int argc, char** argv) {
   if (argc < 2) return 2;
   const int load_steps = argc >= 4 && std::strcmp(argv[2], "--load") == 0 ? std::atoi(argv[3]) : 0;
+  const std::chrono::milliseconds flush_deadline(argc >= 5 ? std::atol(argv[4]) : 5000);
+  const std::chrono::milliseconds shutdown_deadline(argc >= 6 ? std::atol(argv[5]) : 2000);
   // Resource snapshots through the fake NVML: rank 1's GPU is GPU 1.
   if (load_steps == 0) ::setenv("RANKSCOPE_NVML_LIBRARY", RANKSCOPE_FAKE_NVML, 0);
   auto otlp = rankscope::otlp_sink_from_env();
@@ -54,8 +61,15 @@ int main(int argc, char** argv) {
   cfg.context.local_rank = 1;
   cfg.context.world_size = 2;
   cfg.context.run_id = "otlp-test";
-  cfg.metrics_interval = std::chrono::milliseconds(load_steps > 0 ? 200 : 10000);
-  if (load_steps > 0) cfg.ring_capacity = 4096;  // rings wrap early: later RSS growth would be ours
+  // Load: a metrics export a second, so a whole run's requests fit the sender's queue (64)
+  // however slowly the machine runs it (tests/otlp_test.sh counts on it).
+  cfg.metrics_interval = std::chrono::milliseconds(load_steps > 0 ? 1000 : 10000);
+  // Rings deep enough (65536 records: seconds of this stream) that a background
+  // thread descheduled on a loaded host drops nothing: the script asserts
+  // dropped_events == 0, which must not be a scheduling race (4096 records
+  // overflowed in a 140 ms stall). Their pages touched in the measured half
+  // (~1 MiB of records) are far below the script's RSS bar.
+  if (load_steps > 0) cfg.ring_capacity = 1u << 16;
   cfg.sinks.push_back(*otlp);
   if (auto st = rankscope::init(cfg); !st.ok()) {
     std::fprintf(stderr, "init: %s\n", std::string(st.message()).c_str());
@@ -114,10 +128,10 @@ int main(int argc, char** argv) {
   const double train_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const long rss1 = rss_kib();
   const auto t1 = std::chrono::steady_clock::now();
-  const bool flushed = rankscope::flush(std::chrono::milliseconds(5000));
+  const bool flushed = flush_deadline.count() > 0 && rankscope::flush(flush_deadline);
   const double flush_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
   const auto st = rankscope::stats();
-  rankscope::shutdown(std::chrono::milliseconds(2000));
+  rankscope::shutdown(shutdown_deadline);
   const double shutdown_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count() - flush_s;
   const auto o = (*otlp)->stats();
   std::printf("steps=%d train_s=%.3f recorded=%llu dropped_events=%llu otlp_sent=%llu otlp_dropped=%llu "

@@ -6,8 +6,9 @@
 #    protobuf, protobuf+gzip and JSON encodings;
 #  - reliability: endpoint down, slow (accepts, never answers), returning 500s,
 #    returning 503/429 with Retry-After then recovering. Every time: no run-log
-#    event lost, no ring drop, memory bounded, shutdown within its deadline,
-#    lost batches counted; retries deliver once the endpoint recovers;
+#    event lost, no ring drop, memory bounded, flush() and shutdown() return
+#    without waiting for the collector, lost batches counted; retries deliver
+#    once the endpoint recovers;
 #  - an unsupported OTEL_EXPORTER_OTLP_PROTOCOL is a clear error.
 set -euo pipefail
 emitter=$1 work=$2 python=${3:-python3}
@@ -39,27 +40,40 @@ for enc in protobuf gzip json; do
   "$python" "$here/otlp/check.py" "$rec" "${args[@]}" || fail "$enc: content check failed"
 done
 
-# load MODE: a 4000-step load with the receiver in MODE ("down": nothing listens).
+# load MODE TIMEOUT_MS FLUSH_MS SHUTDOWN_MS: a 4000-step load with the receiver in MODE ("down":
+# nothing listens), OTLP requests timing out after TIMEOUT_MS. Nothing here asserts a duration:
+# each deadline is chosen so that the call returning at all (ctest's TIMEOUT is far shorter than
+# 10 minutes) proves what is checked, and the durations are printed.
+ten_min=600000
 load() {
   local mode=$1 url
   if [[ $mode == down ]]; then url="http://127.0.0.1:9"; else start_receiver "$mode"; url="http://127.0.0.1:$port"; fi
-  out=$(OTEL_EXPORTER_OTLP_TIMEOUT=1000 OTEL_EXPORTER_OTLP_ENDPOINT=$url "$emitter" "$work/load-$mode" --load 4000 2>/dev/null)
+  rm -rf "$work/load-$mode"
+  out=$(OTEL_EXPORTER_OTLP_TIMEOUT=$2 OTEL_EXPORTER_OTLP_ENDPOINT=$url "$emitter" "$work/load-$mode" --load 4000 "$3" "$4" 2>/dev/null)
   [[ $mode == down ]] || stop_receiver
-  echo "$mode: $out"
+  echo "$mode (request timeout $2 ms, flush $3 ms, shutdown $4 ms): $out"
   val() { grep -oE "$1=-?[0-9.]+" <<<"$out" | cut -d= -f2; }
   [[ $(grep -c '"kind":"step_end"' "$work/load-$mode/rank-1.jsonl") == 4000 ]] || fail "$mode: run log lost steps"
   [[ $(val dropped_events) == 0 ]] || fail "$mode: events dropped from the rings (the background thread blocked?)"
   (($(val rss_growth_kib) < 24576)) || fail "$mode: memory grew by $(val rss_growth_kib) KiB"
-  awk "BEGIN{exit !($(val shutdown_s) < 6)}" || fail "$mode: shutdown took $(val shutdown_s) s (deadline 2 s)"
-  # flush() waits at most one request timeout (1 s here) for a collector that stopped answering.
-  awk "BEGIN{exit !($(val flush_s) < 2.5)}" || fail "$mode: flush() blocked $(val flush_s) s on the collector"
 }
+# A collector down, never answering, or failing: batches are dropped and counted, the run log
+# keeps everything. flush() is given 10 minutes: it returns because it gives up on a failing
+# collector after one failed attempt (a 1 s request timeout), not at its deadline.
 for mode in down slow status500; do
-  load $mode
+  load $mode 1000 $ten_min 2000
   (($(val otlp_dropped) > 0)) || fail "$mode: no dropped batches counted"
 done
+# shutdown() keeps its deadline (2 s) while a request hangs: the collector never answers and
+# requests would time out only after 10 minutes.
+load slow $ten_min 0 2000
+(($(val otlp_dropped) > 0)) || fail "slow, 10-minute requests: what shutdown() abandoned is not counted"
+# A collector refusing with Retry-After, then recovering: everything is delivered once it
+# recovers (shutdown given 10 minutes: it returns once the queue is empty), nothing dropped.
+# The queue (64 requests) holds a whole run's requests (~32 trace batches, a few log batches,
+# a metrics export a second), however fast or slowly the machine runs it.
 for mode in fail503:2 fail429:1; do
-  load $mode
+  load $mode 1000 $ten_min $ten_min
   (($(val otlp_retries) >= 1 && $(val otlp_sent) > 0)) || fail "$mode: retries did not deliver"
   [[ $(val otlp_dropped) == 0 ]] || fail "$mode: batches dropped although the endpoint recovered"
   grep -q '"status":503\|"status":429' "$rec" || fail "$mode: the receiver never refused"

@@ -21,7 +21,7 @@ namespace {
 // A TCP connection to 127.0.0.1:port that sends nothing yet (-1 if refused);
 // its reads give up after timeout_s, so a server that never answers fails the
 // test instead of hanging it.
-int connect_loopback(int port, int timeout_s = 30) {
+int connect_loopback(int port, int timeout_s = 60) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   timeval tv{timeout_s, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
@@ -37,7 +37,7 @@ int connect_loopback(int port, int timeout_s = 30) {
 }
 int idle_connection(int port) { return connect_loopback(port); }
 // GET path from 127.0.0.1:port; the whole response.
-std::string http_get(int port, const std::string& path, int timeout_s = 30) {
+std::string http_get(int port, const std::string& path, int timeout_s = 60) {
   const int fd = connect_loopback(port, timeout_s);
   if (fd < 0) return "";
   const std::string req = "GET " + path + " HTTP/1.0\r\n\r\n";
@@ -162,6 +162,37 @@ TEST_CASE("samples and tokens per second come from the last 30 s of steps at 1/0
   CHECK(std::stod(text.substr(text.find("} ", tokens_at) + 2)) == Approx(4'096'000.0).epsilon(0.01));
 }
 
+TEST_CASE("a step end's time is when it ended whatever its duration / the rate after a long first step", "[prometheus]") {
+  auto sink = make_prometheus_sink({.base_port = free_port(), .local_rank = 0});
+  REQUIRE(sink.ok());
+  RunInfo info;
+  info.context.run_id = "r";
+  (*sink)->start(info);
+  // A step end's wall_ns is its end and dur_ns the time since its begin: a first step of 20 ms
+  // (warm-up), then two of 3 ms, ending 3 ms apart. Counting a step's end as wall_ns + dur_ns put
+  // the first one after the later ones: no rate at all, and the last step's time one step late.
+  const std::uint64_t t0 = 1'700'000'000'000'000'000ull;
+  const std::uint64_t ends[] = {t0, t0 + 3'000'000, t0 + 6'000'000}, durs[] = {20'000'000, 3'000'000, 3'000'000};
+  std::vector<Event> batch(1);
+  Event& e = batch[0];
+  e.kind = EventKind::kStepEnd;
+  e.scalars.samples = 30;
+  for (int s = 0; s < 3; ++s) {
+    e.step = s;
+    e.wall_ns = ends[s];
+    e.dur_ns = durs[s];
+    (*sink)->export_events(batch);
+  }
+  const std::string text = prometheus_text(**sink);
+  const auto value = [&](std::string_view name) {
+    const auto at = text.find("\n" + std::string(name) + "{");
+    REQUIRE(at != std::string::npos);
+    return std::stod(text.substr(text.find("} ", at) + 2));
+  };
+  CHECK(value("rankscope_samples_per_second") == Approx(60 / 0.006).epsilon(0.001));  // 60 samples after the first, in 6 ms
+  CHECK(value("rankscope_last_step_timestamp_seconds") == Approx(static_cast<double>(ends[2]) * 1e-9).margin(1e-4));
+}
+
 TEST_CASE("prometheus: a scrape is served while 100 idle and half-sent connections are held open", "[prometheus]") {
   const int port = free_port();
   auto sink = make_prometheus_sink({.base_port = port, .local_rank = 0});
@@ -178,16 +209,16 @@ TEST_CASE("prometheus: a scrape is served while 100 idle and half-sent connectio
   }
   // The old server handled one connection at a time with a 2 s timeout each:
   // this scrape waited ~200 s. Now it is answered at once (~1 ms here); the
-  // client gives up after 5 s, not a timing bar, a hang detector.
+  // client gives up after 60 s, not a timing bar, a hang detector.
   for (int i = 0; i < 3; ++i) {
-    const std::string resp = http_get(port, "/metrics", /*timeout_s=*/5);
+    const std::string resp = http_get(port, "/metrics", /*timeout_s=*/60);
     CHECK_THAT(resp, Catch::StartsWith("HTTP/1.0 200 OK") && Catch::Contains("rankscope_"));
   }
   for (int fd : idle) ::close(fd);
   // More clients than the server keeps: the longest-idle make room, scrapes still work.
   idle.clear();
   for (int i = 0; i < 300; ++i) idle.push_back(idle_connection(port));
-  CHECK_THAT(http_get(port, "/metrics", 5), Catch::StartsWith("HTTP/1.0 200 OK"));
+  CHECK_THAT(http_get(port, "/metrics", 60), Catch::StartsWith("HTTP/1.0 200 OK"));
   for (int fd : idle) {
     if (fd >= 0) ::close(fd);
   }
@@ -299,9 +330,10 @@ TEST_CASE("prometheus: resource snapshots on /metrics - the rank's GPU by its in
   cfg.context.world_size = 2;
   cfg.sinks.push_back(*sink);
   REQUIRE(init(cfg).ok());
-  // The start snapshot is sampled on its own thread: wait (bounded) for it.
+  // The start snapshot is sampled on its own thread: wait for it (60 s is a hang guard).
   std::string text;
-  for (int i = 0; i < 400 && text.find("rankscope_gpu_power_watts{") == std::string::npos; ++i) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (text.find("rankscope_gpu_power_watts{") == std::string::npos && std::chrono::steady_clock::now() < deadline) {
     REQUIRE(flush());
     text = prometheus_text(**sink);
     if (text.find("rankscope_gpu_power_watts{") == std::string::npos) std::this_thread::sleep_for(std::chrono::milliseconds(25));

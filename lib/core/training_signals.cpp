@@ -38,7 +38,7 @@ void TrainingSignals::observe(const Event& e) {
       if (s.lr) lr_ = *s.lr;
       if (s.grad_norm) grad_norm_ = *s.grad_norm;
       if (e.kind == EventKind::kStepScalars) break;
-      last_step_wall_ = wall_seconds(e.wall_ns + e.dur_ns);
+      last_step_wall_ = wall_seconds(e.wall_ns);  // a step end's time is its end (dur_ns: since its begin)
       step_ = e.step;
       if (s.skipped) ++skipped_;
       if (s.samples || s.tokens) {
