@@ -1,4 +1,6 @@
-"""Judges one run of slow_test.sh's subtle case: rank 1's forward 1.2x from step 300 of 600.
+"""Judges one real run of the subtle straggler case: rank 1's forward 1.2x from step 300 of 600
+(examples/cpp/launch.sh --ranks 2 --steps 600 --bind -- --hidden 1024 --slow-rank 1
+--slow-from-step 300 --slow-factor 1.2), for benchmarks/README.md's rates.
 
   subtle_straggler.py CLI RUN_DIR  ->  one line: "ok", "miss: why" or "disturbed X: why"
 

@@ -11,8 +11,10 @@
 #    timeout's floor lowered from 15 s to 3 s for the test);
 #  - a second job whose rank 1 never joins init_process_group: RankscopeRankStalled fires
 #    for its rank 0 before any step (4 x the floor inside init_process_group: 12 s here).
+# Every wait is for an event of the run or the server (tests/wait.sh), never for a time.
 set -euo pipefail
 source "$(dirname "$0")/ranks.sh"
+source "$(dirname "$0")/wait.sh"
 trainer=$1 work=$2 rules=$3
 rm -rf "$work"; mkdir -p "$work"
 fail() { echo "prometheus test: $*"; tail -20 "$work/train.log" "$work/prometheus.log" 2>/dev/null; exit 1; }
@@ -36,12 +38,11 @@ cleanup() {
 trap cleanup EXIT
 
 # Until the first step has ended (before that there is no step series yet).
-for _ in $(seq 1 200); do
+first_step_on_page() {
   curl -sf "http://127.0.0.1:$base/metrics" >"$work/metrics.txt" 2>/dev/null &&
-    grep -q '^rankscope_global_step{' "$work/metrics.txt" && break
-  sleep 0.1
-done
-[[ -s "$work/metrics.txt" ]] || fail "no /metrics on port $base"
+    grep -q '^rankscope_global_step{' "$work/metrics.txt"
+}
+wait_for "a step on /metrics" first_step_on_page || fail "no step on /metrics on port $base"
 promtool check metrics <"$work/metrics.txt" || fail "promtool rejects the /metrics page"
 grep -q '^rankscope_global_step{host=' "$work/metrics.txt" || fail "no rankscope_global_step"
 
@@ -62,25 +63,17 @@ query() {  # prints the first sample's value of an instant query, or nothing
   curl -sf "http://127.0.0.1:$prom_port/api/v1/query" --data-urlencode "query=$1" |
     grep -o '"value":\[[0-9.]*,"[^"]*"' | head -1 | sed 's/.*,"//; s/"$//'
 }
-first=""
-for _ in $(seq 1 100); do first=$(query 'max(rankscope_global_step)' || true); [[ -n "$first" ]] && break; sleep 0.2; done
-[[ -n "$first" ]] || fail "Prometheus never scraped a step"
-later=""
-for _ in $(seq 1 50); do
-  later=$(query 'max(rankscope_global_step)' || true)
-  [[ -n "$later" ]] && awk "BEGIN{exit !($later > $first)}" && break
-  sleep 0.2
-done
-awk "BEGIN{exit !($later > $first)}" || fail "the step series did not advance ($first -> $later)"
+first="" later=""
+scraped() { first=$(query 'max(rankscope_global_step)' || true); [[ -n "$first" ]]; }
+wait_for "Prometheus to scrape a step" scraped || fail "Prometheus never scraped a step"
+advanced() { later=$(query 'max(rankscope_global_step)' || true); [[ -n "$later" ]] && awk "BEGIN{exit !($later > $first)}"; }
+wait_for "the step series to advance" advanced || fail "the step series did not advance ($first -> $later)"
 echo "step series advanced: $first -> $later"
 
-firing() {  # firing ALERT [LABELS]: prints how many series of ALERT fire, waiting up to 60 s; nothing if none
+firing() {  # firing ALERT [LABELS]: prints how many series of ALERT fire, once some do; nothing if none ever did
   local n=""
-  for _ in $(seq 1 60); do
-    n=$(query "count(ALERTS{alertname=\"$1\",alertstate=\"firing\"${2:+,$2}})" || true)
-    [[ -n "$n" ]] && break
-    sleep 1
-  done
+  fires() { n=$(query "count(ALERTS{alertname=\"$1\",alertstate=\"firing\"${2:+,$2}})" || true); [[ -n "$n" ]]; }
+  wait_for "$1 to fire" fires "$@" >&2 || true
   echo "$n"
 }
 nonfinite=$(firing RankscopeNonFiniteLoss)

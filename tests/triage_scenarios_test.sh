@@ -3,7 +3,7 @@
 # fault each; `rankscope triage --json` must name the right rank and cause as
 # its first finding. (One rank with another sampler seed, and one that skips a
 # batch, are the same kind of 4-rank scenario in invariants_test.sh.)
-#   clean                      -> healthy, exit 0, no findings
+#   clean                      -> no fault (findings that cost only time may be the host's)
 #   stops before a collective  -> hang, the blocked rank, the phase it is in
 #   killed (SIGKILL)           -> dead_rank, the killed rank (also with SIGPIPE's default action)
 #   straggler in forward       -> straggler, the slow rank, from the step it began
@@ -11,7 +11,9 @@
 #   stall in checkpoint save   -> stall (recovered), the rank in checkpoint_save
 #   restores that leak the old process group -> resource_growth, every rank
 #   a NaN loss on one rank    -> numerics, that rank, the step; the others followed
+# Every wait is for an event of the run (tests/wait.sh), never for a time.
 set -euo pipefail
+source "$(dirname "$0")/wait.sh"
 trainer=$1 cli=$2 work=$3
 launch="$(dirname "$0")/../examples/cpp/launch.sh"
 py=python3
@@ -28,56 +30,46 @@ start() {
     >"$work/$name.log" 2>&1 &
   launcher=$!
   run=""
-  for _ in $(seq 1 200); do
-    run=$(ls -d "$work/$name"/*/ 2>/dev/null | head -1 || true)
-    [[ -n $run && $(ls "$run" | grep -c 'heartbeat.json$') == 4 ]] && return 0
-    sleep 0.1
-  done
-  fail "the ranks did not start"
+  wait_for "4 heartbeats" four_heartbeats || fail "the ranks did not start"
+}
+four_heartbeats() {
+  run=$(ls -d "$work/$name"/*/ 2>/dev/null | head -1 || true)
+  [[ -n $run && $(ls "$run" | grep -c 'heartbeat.json$') == 4 ]]
 }
 finish() { wait "$launcher" 2>/dev/null || true; }
 # SIGKILL to rank 2 once its heartbeat shows step 10 or later.
 kill_rank_2_midrun() {
-  for _ in $(seq 1 100); do
-    grep -q '"step":[1-9][0-9]' "$run/rank-2.heartbeat.json" 2>/dev/null && break
-    sleep 0.1
-  done
+  wait_for "rank 2 at step 10" has "$run/rank-2.heartbeat.json" '"step":[1-9][0-9]' || fail "rank 2 never reached step 10"
   kill -9 "$(grep -o '"pid":[0-9]*' "$run/rank-2.heartbeat.json" | cut -d: -f2)"
 }
-# expect KIND RANKS [TEXT]: the first finding's kind, ranks and a summary substring.
-check_py='
-import json, sys
-kind, ranks, text, rc = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-r = json.load(sys.stdin)
-assert r["schema"] == "rankscope.triage/1", r["schema"]
-if kind == "healthy":
-    assert rc == 0 and r["healthy"] and not r["findings"], r["findings"]
-    sys.exit(0)
-assert rc == 1, rc
-f = r["findings"][0]
-want = [int(x) for x in ranks.split(",")]
-assert f["kind"] == kind and f["ranks"] == want and text in f["summary"], f
-assert f["lines"] or f["evidence"], f
-'
+# Every rank's log has its stall line (the culprit's and the waiters', written
+# on the watchdog's tick that also set the heartbeats' HANG).
+all_stalled() {
+  for r in 0 1 2 3; do has "$run/rank-$r.jsonl" '"kind":"stall"' || return 1; done
+}
+# Read whole, then searched: status exits 1 on findings, and under pipefail so would `status | grep`.
+hang_seen() { grep -q '"verdict":"HANG' <<<"$("$cli" status --json "$run" 2>/dev/null || true)"; }
+# expect KIND RANKS [TEXT]: the first finding's kind, ranks and a summary substring
+# (tests/triage_expect.py; "expect clean": no fault).
 expect() {
   tri=$("$cli" triage --json "$run") && rc=0 || rc=$?
-  "$py" -c "$check_py" "$1" "$2" "${3:-}" "$rc" <<<"$tri" ||
-    fail "expected first finding $1 on ranks [$2] ${3:+saying '$3'}"
+  if [[ $1 == clean ]]; then
+    "$py" "$(dirname "$0")/triage_expect.py" "$rc" clean <<<"$tri" || fail "expected no fault"
+  else
+    "$py" "$(dirname "$0")/triage_expect.py" "$rc" "$1" "$2" "${3:-}" <<<"$tri" ||
+      fail "expected first finding $1 on ranks [$2] ${3:+saying '$3'}"
+  fi
   echo "  $name: $(grep -o '"headline":"[^"]*"' <<<"$tri" | cut -c13-)"
 }
 
 start clean 20 --
 finish
-expect healthy ""
+expect clean
 
 # Rank 1 blocks in 'preprocess' before step 6's all-reduce; the others wait in it.
 start stop 100000 -- --block-rank 1 --block-step 6 --block-phase preprocess
-for _ in $(seq 1 100); do
-  out=$("$cli" status --json "$run" 2>/dev/null || true)  # exit 1 = findings
-  grep -q '"verdict":"HANG' <<<"$out" && break
-  sleep 0.2
-done
-sleep 0.3  # the stall events are written on the same watchdog tick
+wait_for "status HANG" hang_seen || fail "status never said HANG"
+wait_for "every rank's stall line" all_stalled || fail "not every rank logged its stall"
 expect hang 1 "did not reach all_reduce seq 7 on 'world'"
 grep -q preprocess <<<"$tri" || fail "the hang does not say where rank 1 is blocked"
 kill -9 $(pids_of "$run") 2>/dev/null || true

@@ -64,19 +64,13 @@ std::vector<Finding> run_rules(const rules::TriageInput& in) {
   return run_wide;
 }
 
-// A job that is slower than it should be: never the headline over one that
-// is stopped or wrong. A rank 1.6x slower in loading data does not cause a
-// NaN loss, however much earlier it began.
-bool costs_only_time(FindingKind k) {
-  return k == FindingKind::kStraggler || k == FindingKind::kSlowSteps || k == FindingKind::kThroughput ||
-         k == FindingKind::kResourceGrowth;
-}
-
 void order_findings(std::vector<Finding>& f) {
   // The earliest anomaly first; undated findings keep their order after dated ones.
   std::stable_sort(f.begin(), f.end(), [](const Finding& a, const Finding& b) {
     return (a.t != 0 && b.t == 0) || (a.t != 0 && b.t != 0 && a.t < b.t);
   });
+  // A job that is slower than it should be: never the headline over one that is stopped or
+  // wrong. A rank 1.6x slower in loading data does not cause a NaN loss, however much earlier it began.
   std::stable_partition(f.begin(), f.end(), [](const Finding& x) { return !costs_only_time(x.kind); });
   // A collective mismatch is a cause, never a consequence: the hang it produces
   // may be dated earlier (the waiters' last progress precedes the odd call).

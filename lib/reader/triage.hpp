@@ -51,6 +51,14 @@ constexpr std::string_view finding_kind_name(FindingKind k) {
   return rankscope::detail::enum_name(kFindingKindNames, k, "unknown");
 }
 
+/// A finding that makes the job slower but not stopped or wrong (a straggler, slow steps, a
+/// throughput drop, resources growing): never the headline over a fault, and on a shared or
+/// throttled host possibly the host's own doing. Tools that page on faults only filter on it.
+constexpr bool costs_only_time(FindingKind k) {
+  return k == FindingKind::kStraggler || k == FindingKind::kSlowSteps || k == FindingKind::kThroughput ||
+         k == FindingKind::kResourceGrowth;
+}
+
 struct Finding {
   FindingKind kind = FindingKind::kErrors;
   std::vector<int> ranks;  // at fault (the culprits, not the ranks waiting for them)

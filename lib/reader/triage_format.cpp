@@ -72,7 +72,8 @@ std::string format_triage_json(const TriageReport& r) {
   w.key("findings").begin_array();
   for (const auto& f : r.findings) {
     w.begin_object().field("kind", finding_kind_name(f.kind)).array("ranks", f.ranks).field("summary", f.summary).field("t_ns", f.t);
-    w.field("step", f.step).array("evidence", f.evidence).key("lines").begin_array();
+    w.field("step", f.step).field("costs_only_time", costs_only_time(f.kind));
+    w.array("evidence", f.evidence).key("lines").begin_array();
     for (const auto& l : f.lines) {
       if (l) w.begin_object().field("rank", l.rank).field("line", l.line).field("text", l.text).end_object();
     }
