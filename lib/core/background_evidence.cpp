@@ -55,7 +55,12 @@ void Runtime::write_resources() {
 // to install (Config::install_signal_handlers).
 void Runtime::write_stacks(std::string_view reason) {
   if (!signal_handlers_) return;
-  const detail::StackCapture c = detail::capture_stacks(std::chrono::milliseconds(100));
+  // The capture returns once every thread has answered (well under 1 ms); the budget is paid
+  // only for a thread that blocks the signal or that a loaded host did not run in time (data
+  // loader workers on every core delay a woken thread by tens of ms). Twice it (Python, then
+  // native) stays under three heartbeats at 0.25 s, the shortest interval in use, so a rank is
+  // never seen dead while it captures.
+  const detail::StackCapture c = detail::capture_stacks(std::chrono::milliseconds(250));
   std::vector<Event> out(1);
   Event& e = out[0];
   e.kind = EventKind::kStacks;
