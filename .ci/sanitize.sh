@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
-# The unit tests under a sanitizer: address (ASan+UBSan; .ci/run runs it) or
-# thread (TSan; run it yourself after touching threads or atomics - CI's 30
-# minutes do not hold both on a 2-core machine). Needs the Debian packages
-# .ci/setup.sh installs.   bash .ci/sanitize.sh address|thread
+# The unit tests under a sanitizer: address (ASan+UBSan) or thread (TSan); .ci/run
+# runs both. Needs the Debian packages .ci/setup.sh installs.
+#   bash .ci/sanitize.sh address|thread
 set -euo pipefail
 cd "$(dirname "$0")/.."
 san=${1:?usage: .ci/sanitize.sh address|thread}

@@ -19,6 +19,7 @@ PACKAGES=(
   ccache                           # CI: the second venv's pip build reuses the first one's objects
   libjs-chart.js                   # Chart.js, embedded into `rankscope report` pages at build time
   chromium                         # headless: the report test renders the page and screenshots it
+  stress-ng                        # tests/stress_ci.sh: the suite while every core is kept busy
 )
 
 missing=()
