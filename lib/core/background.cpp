@@ -177,6 +177,13 @@ void Runtime::count_export_errors() {
   export_errors_.store(errors, std::memory_order_relaxed);
 }
 
+// What was decoded is now in the run log (or dropped and counted): a ring
+// recovered after a SIGKILL starts after it (ring_file.hpp). Requires every
+// decoded event delivered (the batch empty) and the run log holding no line.
+void Runtime::mark_written() {
+  for (ThreadState* st : threads_) st->written.store(st->tail.load(std::memory_order_relaxed), std::memory_order_release);
+}
+
 std::size_t Runtime::drain_all(std::vector<Event>& batch) {
   std::size_t n = 0;
   max_drained_ = 0;
@@ -214,6 +221,10 @@ std::size_t Runtime::drain_all(std::vector<Event>& batch) {
         remember_tail(batch, seg, st->tid);
         deliver(batch);
         seg = 0;
+        // The run log writes mid-drain once it holds 256 KiB: then every ring's records up to
+        // its tail are in the file, and a SIGKILL before this drain ends must not have them
+        // recovered again (they were, as duplicate lines after a `recovered` marker).
+        if (run_log_ != nullptr && !run_log_->holds_lines()) mark_written();
       }
     }
     st->tail.store(tail, std::memory_order_release);
@@ -232,9 +243,7 @@ std::size_t Runtime::drain_all(std::vector<Event>& batch) {
   }
   deliver(batch);
   write_pending();
-  // What was decoded is now in the run log (or dropped and counted): a ring
-  // recovered after a SIGKILL starts after it (ring_file.hpp).
-  for (ThreadState* st : threads_) st->written.store(st->tail.load(std::memory_order_relaxed), std::memory_order_release);
+  mark_written();
   prune_recent();
   recorded_.fetch_add(n, std::memory_order_relaxed);
   return n;

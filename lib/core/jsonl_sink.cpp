@@ -140,6 +140,7 @@ class JsonlSink final : public detail::RunLogSink {
   }
   void before_exit() noexcept override { guarded([&] { before_exit_impl(); }); }
   void write_pending() noexcept override { guarded([&] { write_out(); }); }
+  bool holds_lines() const noexcept override { return buf_.size() != 0; }
 
   void shutdown_impl(Deadline deadline, const Stats& st) {
     const std::uint64_t mono = detail_mono_now();

@@ -52,6 +52,8 @@ class RunLogSink : public Sink {
   virtual int fd() const noexcept = 0;
   // Writes the lines held back to batch write(2)s; called when a drain is complete.
   virtual void write_pending() noexcept = 0;
+  // Formatted lines are held back, not yet in the file (nor counted as dropped).
+  virtual bool holds_lines() const noexcept = 0;
 };
 absl::StatusOr<std::shared_ptr<RunLogSink>> make_run_log(const std::string& path);
 // Appends the exporters the environment configures (register_env_sink) that
@@ -144,6 +146,7 @@ class Runtime {
   void deliver(std::vector<Event>& batch);
   void anchor_position();  // the position file's tick -> wall anchor (init, then every second)
   void write_pending();  // the end of a drain: sinks that hold lines back write them
+  void mark_written();   // every ring's decoded records are in the run log (background.cpp)
   void count_export_errors();
   void remember(const Event& e);  // keeps the last events per thread for dumps
   void remember_tail(const std::vector<Event>& batch, std::size_t from, std::int32_t tid);
