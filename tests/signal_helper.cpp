@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <filesystem>
 #include <stdexcept>
@@ -29,6 +30,14 @@ int main(int argc, char** argv) {
   cfg.context.rank = 5;
   cfg.context.world_size = 8;
   if (mode == "term_late") cfg.heartbeat_interval = std::chrono::milliseconds(20);
+  // A terminating signal's handler waits up to 2 s for the background thread
+  // to write the evidence; that thread notices the request at its next
+  // wake-up, up to half a second away when idle. Wake-ups 50 ms apart make the
+  // wait far longer than what it waits for on a loaded host. (Only where a
+  // handler runs: the SIGKILL modes' tests need records still in the rings.)
+  for (const char* m : {"abort", "term", "term_late", "usr1", "pipe", "pipe_ignored", "throw"}) {
+    if (mode == m) cfg.drain_interval = std::chrono::milliseconds(50);
+  }
   if (!rankscope::init(cfg).ok()) return 3;
   if (mode == "term_late") {  // heartbeats rewritten many times (a spare file exists), the log's blocks reserved
     for (int i = 0; i < 30; ++i) {
@@ -72,7 +81,8 @@ int main(int argc, char** argv) {
   if (mode == "usr1") {
     std::raise(SIGUSR1);
     const std::string dump = dir + "/rank-5.flight.json";
-    for (int i = 0; i < 500 && !std::filesystem::exists(dump); ++i) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);  // a hang guard
+    while (!std::filesystem::exists(dump) && std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     { RANKSCOPE_PHASE("after_usr1"); }

@@ -78,6 +78,10 @@ TEST_CASE("allocation failures on the background thread drop and count - the tra
       step.report({.loss = 1.0 / (i + 1), .samples = 8});
       std::this_thread::sleep_for(5ms);
     }
+    // Armed until the background thread has met a failure (it allocates at
+    // each heartbeat and metrics export, 20 ms apart): 60 s is a hang guard.
+    const auto deadline = std::chrono::steady_clock::now() + 60s;
+    while (g_failed.load() == 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
     g_fail_background = false;
     CHECK(g_failed.load() > 0);
     RANKSCOPE_LOG_INFO("after the failure");

@@ -6,12 +6,15 @@
 #include <catch2/catch.hpp>
 #include <simdjson.h>
 
+#include <algorithm>
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "capture_sink.hpp"
 #include "rankscope/rankscope.hpp"
 #include "collective_wait.hpp"
 #include "run_log.hpp"
@@ -51,20 +54,58 @@ std::vector<reader::LogEvent> read_all(const std::string& path) {
   REQUIRE(reader::read_run_log(path, [&](const reader::LogEvent& e) { evs.push_back(e); }).ok());
   return evs;
 }
+
+// Per step, from the run log's phase lines (the wait as the reader hands it
+// over): the backward phase's own time, without the wait, and the wait.
+struct StepSplit {
+  std::uint64_t backward = 0, wait = 0;
+};
+std::vector<StepSplit> splits(const std::vector<reader::LogEvent>& evs) {
+  std::vector<StepSplit> out;
+  for (const auto& e : evs) {
+    if (e.k != schema::Kind::kPhase) continue;
+    if (e.name == "ddp_all_reduce_wait") {
+      out.emplace_back().wait = e.dur;  // it ends first: the nested line comes before its phase's
+    } else if (e.name == "backward") {
+      REQUIRE_FALSE(out.empty());
+      out.back().backward = e.dur - out.back().wait;
+    }
+  }
+  return out;
+}
+double median_ms(std::vector<std::uint64_t> ns) {
+  std::sort(ns.begin(), ns.end());
+  return static_cast<double>(ns[ns.size() / 2]) / 1e6;
+}
 }  // namespace
 
 TEST_CASE("a collective's wait: one run-log line with the collective / read back as its nested phase",
           "[collective][step][reader]") {
   TempDir tmp;
   for (int rank = 0; rank < 2; ++rank) {  // rank 0 folds the wait, rank 1 writes it as a phase line
-    REQUIRE(init(rank_config(tmp.path, rank)).ok());
+    Config cfg = rank_config(tmp.path, rank);
+    auto sink = std::make_shared<test::CaptureSink>();
+    cfg.sinks.push_back(sink);
+    REQUIRE(init(cfg).ok());
     auto& c = communicator("test_wait_comm", 2, rank);
     for (int s = 0; s < 3; ++s) ddp_like_step(c, s, rank == 0);
     REQUIRE(flush());
-    const auto b = last_step_breakdown();  // the live breakdown: the wait is communication, not backward
-    CHECK(b.by_kind_ns[static_cast<int>(PhaseKind::kCollective)] >= 5'000'000);
-    CHECK(b.by_kind_ns[static_cast<int>(PhaseKind::kBackward)] >= 2'000'000);
-    CHECK(b.by_kind_ns[static_cast<int>(PhaseKind::kBackward)] < b.by_kind_ns[static_cast<int>(PhaseKind::kCollective)]);
+    // The live breakdown: the wait is communication, not backward - exactly
+    // what was recorded of each (the sleeps only set lower bounds).
+    const auto b = last_step_breakdown();
+    std::uint64_t backward_phase = 0, wait = 0;  // the last step's
+    for (const Event& e : sink->of_kind(EventKind::kPhase)) {
+      if (std::string_view(e.site->name) == "backward") backward_phase = e.dur_ns;
+      if (rank == 1 && std::string_view(e.site->name) == "ddp_all_reduce_wait") wait = e.dur_ns;  // a phase of its own
+    }
+    if (rank == 0) {
+      for (const Event& e : sink->of_kind(EventKind::kCollective)) wait = e.wait_ns;  // on the collective's record
+    }
+    REQUIRE(wait > 0);
+    CHECK(b.by_kind_ns[static_cast<int>(PhaseKind::kCollective)] == wait);
+    CHECK(b.by_kind_ns[static_cast<int>(PhaseKind::kBackward)] == backward_phase - wait);
+    CHECK(wait >= 5'000'000);
+    CHECK(backward_phase - wait >= 2'000'000);
     shutdown();
   }
 
@@ -98,16 +139,25 @@ TEST_CASE("a collective's wait: one run-log line with the collective / read back
   }
   CHECK(waits == 3);
 
-  // Both forms summarise alike: the wait is collective time, backward keeps only its own.
+  // Both forms summarise alike: the wait is collective time, backward keeps
+  // only its own - the medians of exactly those, step by step.
   auto sum = reader::summarize_run(tmp.path);
   REQUIRE(sum.ok());
   REQUIRE(sum->ranks.size() == 2);
   for (const auto& r : sum->ranks) {
     INFO("rank " << r.rank);
     CHECK(r.steps == 3);
+    const auto split = splits(read_all(tmp.path + "/rank-" + std::to_string(r.rank) + ".jsonl"));
+    REQUIRE(split.size() == 3);
+    std::vector<std::uint64_t> backward, wait;
+    for (const StepSplit& x : split) {
+      backward.push_back(x.backward);
+      wait.push_back(x.wait);
+    }
+    CHECK(r.median_kind_ms[static_cast<int>(PhaseKind::kCollective)] == median_ms(wait));
+    CHECK(r.median_kind_ms[static_cast<int>(PhaseKind::kBackward)] == median_ms(backward));
     CHECK(r.median_kind_ms[static_cast<int>(PhaseKind::kCollective)] >= 5.0);
     CHECK(r.median_kind_ms[static_cast<int>(PhaseKind::kBackward)] >= 2.0);
-    CHECK(r.median_kind_ms[static_cast<int>(PhaseKind::kBackward)] < r.median_kind_ms[static_cast<int>(PhaseKind::kCollective)]);
   }
 }
 

@@ -184,10 +184,11 @@ TEST_CASE("the console line carries the rank and readable fields - the run log g
 TEST_CASE("throttling counts exactly and reports what it suppressed", "[log][throttle]") {
   TempDir tmp;
   REQUIRE(init(log_config(tmp.path)).ok());
-  auto noisy = [](int i) { RANKSCOPE_LOG_THROTTLED(Level::kWarn, 3, 200, "retry {}", i); };
-  for (int i = 0; i < 10; ++i) noisy(i);   // 3 emitted, 7 suppressed
-  std::this_thread::sleep_for(250ms);      // next window
-  noisy(10);                               // emitted, says 7 were suppressed
+  // The window is read at each call: an hour holds all ten calls whatever the
+  // machine's speed, and a window of 0 ms ends it at the next call - no waiting.
+  auto noisy = [](int i, std::uint64_t window_ms) { RANKSCOPE_LOG_THROTTLED(Level::kWarn, 3, window_ms, "retry {}", i); };
+  for (int i = 0; i < 10; ++i) noisy(i, 3'600'000);  // 3 emitted, 7 suppressed
+  noisy(10, 0);  // the next window: emitted, says 7 were suppressed
   shutdown();
   const std::string log = slurp(tmp.path + "/rank-0.jsonl");
   CHECK(count(log, R"("msg":"retry )") == 4);
@@ -285,7 +286,13 @@ TEST_CASE("the environment summary lists GPUs through NVML / or says there is no
     Config cfg = log_config(tmp.path);
     cfg.metrics_interval = std::chrono::milliseconds(20);  // snapshots (and GPU polls) while running
     REQUIRE(init(cfg).ok());
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    // The start snapshot polls the GPUs' memory on the sampler's own thread: wait
+    // until a metrics snapshot has its gauges (60 s is a hang guard).
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (slurp(tmp.path + "/rank-0.jsonl").find("rankscope_gpu_process_memory_bytes") == std::string::npos &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
     shutdown();
   }
   CHECK_THAT(slurp(tmp.path + "/run.json"),

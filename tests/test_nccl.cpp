@@ -2,11 +2,14 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <condition_variable>
 #include <fstream>
 #include <sstream>
 #include <thread>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <span>
 #include <vector>
 
 #include "capture_sink.hpp"
@@ -288,34 +291,71 @@ TEST_CASE("event pools of exited threads are reused on the same device / never a
   rankscope::nccl::hooks::ncclCommDestroy(comm);
 }
 
+namespace {
+// Holds the background thread inside its first delivery of events until
+// released: nothing is drained meanwhile, so a thread's ring fills for certain.
+class HoldingSink final : public Sink {
+ public:
+  void start(const RunInfo&) noexcept override {}
+  void export_events(std::span<const Event>) noexcept override {
+    std::unique_lock<std::mutex> lk(mu_);
+    held_ = true;
+    cv_.notify_all();
+    cv_.wait(lk, [&] { return released_; });
+  }
+  // Up to 60 s for the background thread's next wake-up: a hang guard.
+  bool wait_until_held() {
+    std::unique_lock<std::mutex> lk(mu_);
+    return cv_.wait_for(lk, std::chrono::seconds(60), [&] { return held_; });
+  }
+  void release() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      released_ = true;
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool held_ = false, released_ = false;
+};
+// Releases at scope exit, so that a failed REQUIRE cannot leave shutdown() waiting.
+struct ReleaseAtExit {
+  HoldingSink& sink;
+  ~ReleaseAtExit() { sink.release(); }
+};
+}  // namespace
+
 TEST_CASE("a device-timed collective dropped by a full ring completes at return and frees its pair", "[nccl]") {
   fake::Scope f;
   test::TempDir tmp;
+  auto hold = std::make_shared<HoldingSink>();
   ScopedRuntime rt([&] {
     Config c;
     c.run_dir = tmp.path;  // for the flight dump
     c.ring_capacity = 64;
-    c.drain_interval = std::chrono::milliseconds(1000);  // the background thread settles into long sleeps
+    c.sinks.push_back(hold);
     return c;
   }());
+  ReleaseAtExit release{*hold};
   ncclComm_t comm = make_comm();
   float buf[8];
-  bool dropped_and_completed = false;
-  for (int attempt = 0; attempt < 5 && !dropped_and_completed; ++attempt) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    const auto dropped0 = stats().events_dropped;
-    std::thread([&] {
-      for (int i = 0; i < 1000; ++i) {
-        RANKSCOPE_PHASE("fill");  // the ring (64) overflows long before the next drain
-      }
-      RANKSCOPE_NCCL(ncclAllReduce(buf, buf, 8, ncclFloat, ncclSum, comm, nullptr));
-    }).join();
-    if (stats().events_dropped == dropped0) continue;
-    // The device never finished it (no complete_all): a recorded collective
-    // would be issued until polled; a dropped one is completed at return.
-    dropped_and_completed = flight_dump("check").find(R"("state":"issued")") == std::string::npos;
-  }
-  CHECK(dropped_and_completed);
+  { RANKSCOPE_PHASE("hold"); }  // delivered at the next drain, which then stays in the sink
+  REQUIRE(hold->wait_until_held());
+  const auto dropped0 = stats().events_dropped;
+  std::thread([&] {
+    for (int i = 0; i < 100; ++i) {
+      RANKSCOPE_PHASE("fill");  // the ring (64) overflows: nothing drains it now
+    }
+    RANKSCOPE_NCCL(ncclAllReduce(buf, buf, 8, ncclFloat, ncclSum, comm, nullptr));
+  }).join();
+  CHECK(stats().events_dropped > dropped0);
+  hold->release();
+  // The device never finished it (no complete_all): a recorded collective
+  // would be issued until polled; a dropped one is completed at return.
+  CHECK(flight_dump("check").find(R"("state":"issued")") == std::string::npos);
   rankscope::nccl::hooks::ncclCommDestroy(comm);
 }
 

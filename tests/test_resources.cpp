@@ -24,13 +24,14 @@ Config resource_config(const std::string& dir) {
   cfg.heartbeat_interval = 50ms;
   return cfg;
 }
-// Waits (bounded) until the run log holds `needle`: no timing is asserted.
+// Waits until the run log holds `needle`: no timing is asserted (60 s is a hang guard).
 bool eventually(const std::string& path, const std::string& needle) {
-  for (int i = 0; i < 200; ++i) {
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  for (;;) {
     if (slurp(path).find(needle) != std::string::npos) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
     std::this_thread::sleep_for(25ms);
   }
-  return false;
 }
 }  // namespace
 
@@ -65,8 +66,9 @@ TEST_CASE("resource snapshots: the process, the host and the rank's GPU, in the 
 TEST_CASE("a GPU driver call that hangs is reported once, while heartbeats and steps go on", "[resources]") {
   TempDir tmp;
   ScopedEnv nvml("RANKSCOPE_NVML_LIBRARY", RANKSCOPE_FAKE_NVML);
-  // Longer than the test's waits: the heartbeat below must keep up while the call is stuck.
-  ScopedEnv hang("FAKE_NVML_HANG_MS", "30000");
+  // Far longer than the test's waits (60 s each at most): the heartbeat below
+  // must keep up while the call is stuck, not once it has returned.
+  ScopedEnv hang("FAKE_NVML_HANG_MS", "600000");
   ScopedEnv deadline("RANKSCOPE_RESOURCE_DEADLINE", "0.3");
   REQUIRE(init(resource_config(tmp.path)).ok());
   const std::string log = tmp.path + "/rank-0.jsonl";
@@ -78,8 +80,11 @@ TEST_CASE("a GPU driver call that hangs is reported once, while heartbeats and s
   }
   REQUIRE(flush());
   // The heartbeat kept up with the steps (it is rewritten every 50 ms) while the
-  // driver call is still stuck (eventually() gives up after 5 s, the call takes 30).
+  // driver call is still stuck.
   CHECK(eventually(tmp.path + "/rank-0.heartbeat.json", R"("step":39,)"));
+  // Said once the call has been stuck for the deadline (0.3 s after the sampler
+  // entered it, whenever that was).
+  CHECK(eventually(log, "resource snapshot stuck in nvmlDeviceGetPowerUsage for"));
   shutdown();  // returns although the sampler is still inside the driver call
   const std::string text = slurp(log);
   CHECK_THAT(text, Catch::Contains("resource snapshot stuck in nvmlDeviceGetPowerUsage for"));
@@ -113,15 +118,21 @@ TEST_CASE("a snapshot taken at a stall is not replaced by a periodic one before 
   detail::ResourceConfig cfg;
   cfg.interval = 1ms;  // periodic samples finish one after another while the stall one waits
   detail::resources_start(cfg);
-  std::this_thread::sleep_for(50ms);
-  (void)detail::resources_take();
   detail::resources_request("stall");
-  std::optional<detail::ResourceSample> s;
-  for (int i = 0; i < 200 && !s; ++i) {
-    std::this_thread::sleep_for(10ms);
-    s = detail::resources_take();
+  // Samples finish one at a time, in order. The first to finish after this
+  // read may have begun before the request (a periodic one); the next began
+  // after it, so the stall's is one of those two - and the third, periodic,
+  // finished after the stall's. Waiting for it is the sync point; 60 s is a
+  // hang guard for what takes milliseconds.
+  const std::uint64_t n0 = detail::resources_finished();
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (detail::resources_finished() < n0 + 3 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(1ms);
   }
+  const std::optional<detail::ResourceSample> s = detail::resources_take();
+  const std::uint64_t finished = detail::resources_finished();
   detail::resources_stop();
+  REQUIRE(finished >= n0 + 3);
   REQUIRE(s.has_value());
   CHECK(s->reason == "stall");
 }

@@ -8,6 +8,7 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -143,6 +144,7 @@ TEST_CASE("a SIGKILLed rank's last records are recovered from its rings into its
   std::int64_t last_forward = -1, step_ends = 0, last_begun = -1, bad_counts = 0, with_dur = 0;
   std::int64_t all_reduces = 0, waits = 0, wait_phases = 0;
   bool in_order = true;
+  std::string disorder;
   auto read = rankscope::reader::read_run_log(tmp.path + "/rank-5.jsonl", [&](const rankscope::reader::LogEvent& e) {
     if (e.kind == "collective") {  // recovered with its wait, as drained ones are
       ++all_reduces;
@@ -150,6 +152,10 @@ TEST_CASE("a SIGKILLed rank's last records are recovered from its rings into its
     }
     wait_phases += e.kind == "phase" && e.name == "ddp_all_reduce_wait" && e.depth == 1;
     if (e.kind == "phase" && e.name == "forward") {
+      if (in_order && e.step != last_forward + 1) {
+        disorder = "forward of step " + std::to_string(e.step) + " after step " + std::to_string(last_forward) +
+                   "'s, line " + std::to_string(e.line_no);
+      }
       in_order &= e.step == last_forward + 1;
       last_forward = e.step;
     }
@@ -171,6 +177,7 @@ TEST_CASE("a SIGKILLed rank's last records are recovered from its rings into its
   // All but step 0 (its beginning nobody marked) and the first recovered one (its
   // beginning was in the lines drained before the kill; the recovery reads the rings only).
   CHECK(with_dur >= step_ends - 2);
+  INFO(disorder);
   CHECK(in_order);
   CHECK(last_forward >= truth - 1);  // the last one may still have been open
   CHECK(step_ends >= truth);
@@ -184,7 +191,8 @@ TEST_CASE("a reader waits for another process recovering a dead rank's rings ins
   REQUIRE(h.pid > 0);
   (void)steps_then_sigkill(h);
   (void)read_all(h.err);
-  // Another recoverer (a peer's background thread) holds the dead file's lock for 300 ms.
+  // Another recoverer (a peer's background thread) holds the dead file's lock
+  // until the reader waits for it.
   std::string file;
   DIR* d = ::opendir(detail::ring_file_dir().c_str());
   REQUIRE(d != nullptr);
@@ -195,8 +203,20 @@ TEST_CASE("a reader waits for another process recovering a dead rank's rings ins
   REQUIRE_FALSE(file.empty());
   const int other = ::open(file.c_str(), O_RDWR);
   REQUIRE(::flock(other, LOCK_EX | LOCK_NB) == 0);
-  std::thread release([other] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const pid_t reader = static_cast<pid_t>(::syscall(SYS_gettid));
+  std::thread release([other, reader] {
+    // Released once the reader sleeps between its tries for the lock (the
+    // kernel names the system call it is in): it did wait, whatever the
+    // machine's speed. 60 s is a hang guard.
+    const std::string syscall_file = "/proc/self/task/" + std::to_string(reader) + "/syscall";
+    const std::string nanosleep = std::to_string(SYS_nanosleep) + " ", clock_nanosleep = std::to_string(SYS_clock_nanosleep) + " ";
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    for (;;) {
+      const std::string now = rankscope::test::slurp(syscall_file);
+      if (now.rfind(nanosleep, 0) == 0 || now.rfind(clock_nanosleep, 0) == 0) break;
+      if (std::chrono::steady_clock::now() >= deadline) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     ::close(other);  // it gave up without recovering: the reader does it
   });
   const auto got = detail::recover_orphaned_rings(tmp.path);
@@ -350,9 +370,12 @@ TEST_CASE("threads that come and go every epoch reuse the rings of those that le
   REQUIRE(rankscope::init(cfg).ok());
   { RANKSCOPE_PHASE("main_thread"); }
   for (int epoch = 0; epoch < 12; ++epoch) {
-    // Its exit wakes the background thread, which drains and recycles its ring.
     std::thread([] { RANKSCOPE_PHASE("loader_produce"); }).join();
-    std::this_thread::sleep_for(std::chrono::milliseconds(60));  // past the 50 ms between such wakes
+    // In a trainer its exit wakes the background thread (or its next drain
+    // comes): here flush() is that drain, which recycles the ring before the
+    // next epoch's thread starts, however late the wake-up would have come.
+    REQUIRE(rankscope::flush());
+    CHECK_FALSE(detail::registry().has_retired());
   }
   const std::uint32_t made = blocks_made();
   rankscope::shutdown();

@@ -2,9 +2,16 @@
 // blocked on a mutex shows where - in the run log and in the flight dump.
 #include <catch2/catch.hpp>
 
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include "rankscope/rankscope.hpp"
@@ -27,6 +34,20 @@ __attribute__((noinline)) void waits_for_the_mutex_privately() {
   std::lock_guard<std::mutex> lk(g_held);
   asm volatile("" ::: "memory");
 }
+// Waits until the thread whose id `tid` will hold is blocked in a futex wait -
+// the only one it makes after publishing its id is the mutex's. The kernel
+// says which system call a thread is in (/proc/self/task/TID/syscall starts
+// with its number); 60 s is a hang guard for what takes microseconds.
+bool waits_in_futex(const std::atomic<pid_t>& tid) {
+  const std::string futex = std::to_string(SYS_futex) + " ";
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (;;) {
+    const pid_t t = tid.load();
+    if (t != 0 && slurp("/proc/self/task/" + std::to_string(t) + "/syscall").rfind(futex, 0) == 0) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
 }  // namespace
 
 TEST_CASE("a dump records every thread's native stack - a thread blocked on a mutex shows the frame", "[stacks]") {
@@ -35,9 +56,19 @@ TEST_CASE("a dump records every thread's native stack - a thread blocked on a mu
   cfg.run_dir = tmp.path;
   REQUIRE(rankscope::init(cfg).ok());
   std::unique_lock<std::mutex> hold(g_held);
-  std::thread blocked(rankscope_test_waits_for_the_mutex);
-  std::thread hidden(waits_for_the_mutex_privately);
-  std::this_thread::sleep_for(100ms);  // it reaches the lock (a later dump would still show it on its way)
+  std::atomic<pid_t> blocked_tid{0}, hidden_tid{0};
+  std::thread blocked([&] {
+    blocked_tid = static_cast<pid_t>(::syscall(SYS_gettid));
+    rankscope_test_waits_for_the_mutex();
+  });
+  std::thread hidden([&] {
+    hidden_tid = static_cast<pid_t>(::syscall(SYS_gettid));
+    waits_for_the_mutex_privately();
+  });
+  // Both wait in the lock before the dump (a thread on its way would show another frame).
+  // CHECK: a REQUIRE would leave with the threads joinable.
+  CHECK(waits_in_futex(blocked_tid));
+  CHECK(waits_in_futex(hidden_tid));
   auto dumped = rankscope::dump_flight_recorder("test");
   REQUIRE(dumped.ok());
   hold.unlock();

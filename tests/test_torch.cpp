@@ -4,6 +4,8 @@
 #undef CHECK
 #include <catch2/catch.hpp>
 
+#include <atomic>
+#include <chrono>
 #include <thread>
 
 #include "rankscope/integrations/torch.hpp"
@@ -25,10 +27,12 @@ TEST_CASE("heartbeats are published to a c10d store and read back without blocki
   cfg.heartbeat_interval = 50ms;
   REQUIRE(rankscope::init(cfg).ok());
   rankscope::torch::publish_heartbeat_to(store);
+  // Published at the next heartbeat (50 ms); 60 s is a hang guard.
   std::vector<std::string> beats;
-  for (int i = 0; i < 100; ++i) {
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  for (;;) {
     beats = rankscope::torch::read_heartbeats(*store, 2);
-    if (!beats[0].empty()) break;
+    if (beats.size() != 2 || !beats[0].empty() || std::chrono::steady_clock::now() >= deadline) break;
     std::this_thread::sleep_for(20ms);
   }
   REQUIRE(beats.size() == 2);
@@ -45,13 +49,16 @@ TEST_CASE("a failing store never reaches the trainer", "[torch][heartbeat]") {
   cfg.context.world_size = 1;
   cfg.heartbeat_interval = 20ms;
   REQUIRE(rankscope::init(cfg).ok());
-  int calls = 0;
+  std::atomic<int> calls{0};  // the publisher runs on the background thread
   rankscope::set_heartbeat_publisher([&calls](std::string_view) {
     ++calls;
     throw std::runtime_error("store unreachable");
   });
-  std::this_thread::sleep_for(200ms);
-  CHECK(calls >= 2);  // still beating after the failures
+  // Still beating after a failure: a second call (20 ms apart; 60 s is a hang guard).
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (calls.load() < 2 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(5ms);
+  CHECK(calls.load() >= 2);
+  CHECK(rankscope::flush());  // and the background thread goes on with its other work
   rankscope::set_heartbeat_publisher(nullptr);
   rankscope::shutdown();
 }
@@ -70,7 +77,7 @@ TEST_CASE("the store exchange gathers every rank's payload and names a rank that
   for (int r = 0; r < 2; ++r) {
     ranks.emplace_back([&, r] {
       auto ex = rankscope::torch::store_exchange(stores[r], "x/", r, 2);
-      got[r] = ex->all_gather("sampler/0", "from " + std::to_string(r), 20s);
+      got[r] = ex->all_gather("sampler/0", "from " + std::to_string(r), 60s);  // a hang guard
     });
   }
   for (auto& t : ranks) t.join();
@@ -87,7 +94,7 @@ TEST_CASE("the store exchange gathers every rank's payload and names a rank that
     for (int round = 1; round <= 5; ++round) {
       std::vector<std::thread> more;
       for (int r = 0; r < 2; ++r) {
-        more.emplace_back([&, r] { (void)ex[r]->all_gather("epoch/" + std::to_string(round), "x", 20s); });
+        more.emplace_back([&, r] { (void)ex[r]->all_gather("epoch/" + std::to_string(round), "x", 60s); });
       }
       for (auto& t : more) t.join();
     }

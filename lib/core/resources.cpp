@@ -382,6 +382,7 @@ class Sampler {
     return fmt::format("{} for {:.1f} s", call != nullptr ? call : "reading /proc", static_cast<double>(now - since) / 1e9);
   }
   void retry_nvml() { retry_nvml_.store(true, std::memory_order_relaxed); }
+  std::uint64_t finished() const { return finished_.load(std::memory_order_acquire); }
   std::mutex mu_;
 
  private:
@@ -478,6 +479,7 @@ class Sampler {
       }
       std::lock_guard<std::mutex> lk(mu_);
       if (generation_ != gen) return;
+      finished_.fetch_add(1, std::memory_order_release);
       // A snapshot asked for (start, stall) is evidence; a periodic one finishing before the
       // background thread took it must not replace it (the next periodic one will come).
       if (latest_ && latest_->reason != "interval" && s.reason == "interval") continue;
@@ -495,6 +497,7 @@ class Sampler {
   std::atomic<bool> reported_{false};
   std::atomic<std::int64_t> cfg_deadline_ms_{5000};
   std::atomic<bool> retry_nvml_{false};
+  std::atomic<std::uint64_t> finished_{0};  // samples that reached the hand-over above
 };
 
 Sampler& sampler() {
@@ -509,6 +512,7 @@ void resources_start(const ResourceConfig& cfg) { sampler().start(cfg); }
 void resources_stop() { sampler().stop(); }
 void resources_request(const char* reason) { sampler().request(reason); }
 std::optional<ResourceSample> resources_take() { return sampler().take(); }
+std::uint64_t resources_finished() { return sampler().finished(); }
 std::optional<std::string> resources_stuck(std::uint64_t now_mono_ns) { return sampler().stuck(now_mono_ns); }
 void resources_retry_nvml() { sampler().retry_nvml(); }
 void resources_before_fork() { sampler().mu_.lock(); }

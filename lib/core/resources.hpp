@@ -68,6 +68,8 @@ void resources_stop();
 void resources_request(const char* reason);
 /// The newest finished sample not yet taken (the background thread writes it out).
 std::optional<ResourceSample> resources_take();
+/// Samples finished since the process started, kept or not (tests: a sync point).
+std::uint64_t resources_finished();
 /// When the sample in progress has run past the deadline: "nvmlDeviceGetPowerUsage for 7.0 s";
 /// once per stuck sample.
 std::optional<std::string> resources_stuck(std::uint64_t now_mono_ns);
