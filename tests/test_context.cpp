@@ -149,3 +149,11 @@ TEST_CASE("ranks of one rendezvous agree on the run id without talking", "[conte
   REQUIRE(cb.ok());
   CHECK(ca->run_id == cb->run_id);
 }
+
+TEST_CASE("MASTER_ADDR with credentials gives an address and a run id without them", "[context][secrets]") {
+  FakeEnv env{{{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "trainer:hunter2@node17"}, {"MASTER_PORT", "29500"}}};
+  auto c = resolve_context({}, env.fn());
+  REQUIRE(c.ok());
+  CHECK(c->master_addr == "node17");
+  CHECK(c->run_id == "run-node17-29500");
+}

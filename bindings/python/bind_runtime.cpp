@@ -7,6 +7,7 @@
 #include "rankscope/flight_recorder.hpp"
 #include "environment.hpp"
 #include "exit_cause.hpp"
+#include "secrets.hpp"
 #include "stacks.hpp"
 #include "rankscope/heartbeat.hpp"
 #include "rankscope/runtime.hpp"
@@ -71,6 +72,8 @@ void bind_runtime(py::module_& m) {
       "_add_environment_entry",
       [](std::string key, std::string value) { rankscope::detail::add_environment_entry(std::move(key), std::move(value)); },
       "key"_a, "value"_a, "Internal: a version in the environment summary (python, torch), before init().");
+  m.def("_strip_userinfo", &rankscope::detail::strip_userinfo, "value"_a,
+        "Internal: the value without credentials in its URLs or addresses (user:pw@host -> host).");
   m.def(
       "_python_stack_signal", [] { return rankscope::detail::stacks_installed() ? rankscope::detail::python_stack_signal() : 0; },
       "Internal: the signal faulthandler is registered for (0: stacks off - RANKSCOPE_SIGNALS=0).");

@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "secrets.hpp"
 
 namespace rankscope {
 namespace {
@@ -134,7 +135,9 @@ absl::StatusOr<RunContext> resolve_context(const ContextOverrides& ov, const Get
   } else if (const char* t = env_or_null(g, "TORCHELASTIC_RUN_ID"); t && std::string_view(t) != "none") {
     ctx.job_id = t;
   }
-  if (const char* m = env_or_null(g, "MASTER_ADDR")) ctx.master_addr = m;
+  // Some launch scripts put credentials there ("user:pw@host"); the address, and the
+  // run id made from it, must not carry them into names, labels and files.
+  if (const char* m = env_or_null(g, "MASTER_ADDR")) ctx.master_addr = detail::strip_userinfo(m);
 
   // The run id must be the same on every rank without any communication, so it
   // comes only from what every rank shares: explicit config, RANKSCOPE_RUN_ID,

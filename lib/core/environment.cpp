@@ -1,4 +1,5 @@
 #include "environment.hpp"
+#include "secrets.hpp"
 
 #include <dlfcn.h>
 #include <sched.h>
@@ -222,14 +223,6 @@ void add_environment_entry(std::string key, std::string value) {
   entries().emplace_back(std::move(key), std::move(value));
 }
 
-bool looks_secret(const std::string& name) {
-  const std::string u = absl::AsciiStrToUpper(name);
-  for (const char* w : {"TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL", "AUTH", "HEADERS", "COOKIE"}) {
-    if (u.find(w) != std::string::npos) return true;
-  }
-  return false;
-}
-
 std::vector<std::pair<std::string, std::string>> environment_knobs() {
   std::vector<std::pair<std::string, std::string>> out;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
@@ -238,7 +231,7 @@ std::vector<std::pair<std::string, std::string>> environment_knobs() {
     if (eq == std::string::npos) continue;
     std::string name = kv.substr(0, eq);
     if (!is_knob(name)) continue;
-    out.emplace_back(name, looks_secret(name) ? std::string("<redacted>") : kv.substr(eq + 1));
+    out.emplace_back(name, shown_value(name, std::string_view(kv).substr(eq + 1)));
   }
   std::sort(out.begin(), out.end());
   return out;

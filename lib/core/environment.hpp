@@ -16,12 +16,9 @@ namespace rankscope::detail {
 // Optional parts add their versions at load time ("torch", "nccl", ...).
 void add_environment_entry(std::string key, std::string value);
 
-// True for variable names that look like credentials; their values never
-// leave the process.
-bool looks_secret(const std::string& name);
-
 // The knobs: NCCL_*, TORCH_NCCL_*, TORCH_DISTRIBUTED_DEBUG, CUDA_VISIBLE_DEVICES,
-// OMP_NUM_THREADS, RANKSCOPE_*, OTEL_* (values of secrets replaced by "<redacted>").
+// OMP_NUM_THREADS, RANKSCOPE_*, OTEL_* (values of secrets replaced by "<redacted>",
+// user information cut out of URLs: secrets.hpp).
 std::vector<std::pair<std::string, std::string>> environment_knobs();
 
 // Threads in this process now (/proc/self/status; 0 when unknown). Background

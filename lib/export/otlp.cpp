@@ -14,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "otlp_encode.hpp"
 #include "otlp_sender.hpp"
+#include "secrets.hpp"
 #include "rankscope/collective.hpp"
 #include "rankscope/config.hpp"
 #include "rankscope/detail/extension.hpp"
@@ -380,9 +381,15 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> parse_pairs(con
   for (absl::string_view part : absl::StrSplit(std::string(v), ',', absl::SkipWhitespace())) {
     const auto eq = part.find('=');
     if (eq == absl::string_view::npos || eq == 0) {
+      // Headers carry credentials: the message shows neither their value nor the part.
+      if (detail::looks_secret(var)) {
+        return absl::InvalidArgumentError(fmt::format("{}: an entry is not key=value (use k1=v1,k2=v2, values "
+                                                      "percent-encoded; the value is not shown: it may hold credentials)",
+                                                      var));
+      }
       return absl::InvalidArgumentError(fmt::format("{}='{}': '{}' is not key=value (use k1=v1,k2=v2, values "
                                                     "percent-encoded)",
-                                                    var, v, std::string(part)));
+                                                    var, detail::strip_userinfo(v), detail::strip_userinfo(std::string(part))));
     }
     out.emplace_back(std::string(absl::StripAsciiWhitespace(part.substr(0, eq))),
                      decode(std::string(absl::StripAsciiWhitespace(part.substr(eq + 1)))));
@@ -398,7 +405,8 @@ absl::StatusOr<std::shared_ptr<Sink>> make_otlp_sink(const OtlpOptions& options)
   }
   for (const std::string* u : {&options.traces_url, &options.logs_url, &options.metrics_url}) {
     if (!u->empty() && u->rfind("http://", 0) != 0 && u->rfind("https://", 0) != 0) {
-      return absl::InvalidArgumentError(fmt::format("OTLP endpoint '{}' must start with http:// or https://", *u));
+      return absl::InvalidArgumentError(
+          fmt::format("OTLP endpoint '{}' must start with http:// or https://", detail::strip_userinfo(*u)));
     }
   }
   if (options.max_queue == 0 || options.max_batch == 0 || options.max_attempts < 1) {

@@ -97,8 +97,9 @@ def init(rank=None, world_size=None, local_rank=None, run_dir=None, run_id=None,
             run_id = _run_identity.agreed_run_id()
         except Exception as e:  # the store unreachable: the environment's id, said once
             import sys
-            sys.stderr.write(f"rankscope: could not agree on a run id through torchrun's store ({type(e).__name__}: "
-                             f"{e}); using the environment's (set RANKSCOPE_RUN_ID to choose one)\n")
+            why = _rankscope._strip_userinfo(f"{type(e).__name__}: {e}")  # it may quote MASTER_ADDR
+            sys.stderr.write(f"rankscope: could not agree on a run id through torchrun's store ({why}); "
+                             f"using the environment's (set RANKSCOPE_RUN_ID to choose one)\n")
     _add_versions()
     _rankscope.init(rank=rank, world_size=world_size, local_rank=local_rank, run_dir=run_dir, run_id=run_id,
                     enabled=enabled, run_config=run_config)

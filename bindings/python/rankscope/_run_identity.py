@@ -36,6 +36,8 @@ def agreed_run_id(timeout_s=60.0):
     addr, port = env.get("MASTER_ADDR"), env.get("MASTER_PORT")
     if not addr or not (port or "").isdigit():
         return None
+    from ._rankscope import _strip_userinfo
+    addr = _strip_userinfo(addr)  # "user:pw@host" (some launch scripts): the host is what is reached
     from torch.distributed import TCPStore  # a torchrun worker has torch
 
     base = env["TORCHELASTIC_RUN_ID"]
