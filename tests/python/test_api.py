@@ -250,7 +250,7 @@ def test_exporters_from_the_environment(run_py):
         rankscope.init(rank=0, world_size=1, local_rank=0, run_dir=os.environ["RUN_DIR"])
         rankscope.step(0, loss=0.25)
         rankscope.flush()
-        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=120).read().decode()
         print([l for l in text.splitlines() if l.startswith("rankscope_loss{")][0])
         rankscope.shutdown()
     """)

@@ -13,7 +13,7 @@ import torch
 TORCH = tuple(int(v) for v in torch.__version__.split(".")[:2])
 
 SCRIPT = r"""
-import os, sys, time, torch, torch.distributed as dist
+import json, os, sys, time, torch, torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
 from torch.distributed.tensor import Replicate, Shard, distribute_tensor, init_device_mesh
 from torch.distributed.fsdp import fully_shard
@@ -43,10 +43,24 @@ with rankscope.phase("tensor_ops"):
     cm.wait()
 
 # FSDP's pattern: an async all-gather waited on inside forward. Rank 1 is late, so rank 0's
-# wait() blocks: that time is a nested all_gather_wait phase of the collective kind.
+# wait() blocks: that time is a nested all_gather_wait phase of the collective kind. Late by
+# construction, not by a sleep: rank 1 joins once rank 0's heartbeat shows it blocked in wait().
+def blocked_in(run_dir, peer, name, guard_s=300):
+    path = os.path.join(run_dir, f"rank-{peer}.heartbeat.json")   # replaced whole (rename)
+    deadline = time.monotonic() + guard_s
+    while time.monotonic() < deadline:
+        try:
+            with open(path) as f:
+                if any(p["name"] == name for p in json.load(f).get("open_phases", [])):
+                    return
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.05)
+    raise RuntimeError(f"rank {peer} never showed {name} in its heartbeat")
+
 with rankscope.phase("forward"):
     if rank == 1:
-        time.sleep(0.2)
+        blocked_in(sys.argv[1], 0, "all_gather_wait")
     out = torch.empty(2 * world)
     dist.all_gather_into_tensor(out, torch.ones(2), async_op=True).wait()
 
@@ -110,7 +124,7 @@ def test_modern_collectives_are_spans_that_agree_across_ranks(tmp_path, torchrun
     script = tmp_path / "modern.py"
     script.write_text(SCRIPT)
     run_dir = tmp_path / "run"
-    p = torchrun(script, 2, run_dir, timeout=400)
+    p = torchrun(script, 2, run_dir, timeout=600)
     assert p.returncode == 0, p.stderr[-4000:]
     colls = _collectives(str(run_dir))
     by_phase = collections.defaultdict(collections.Counter)
@@ -124,7 +138,8 @@ def test_modern_collectives_are_spans_that_agree_across_ranks(tmp_path, torchrun
     fsdp = by_phase["fsdp2"] + by_phase["forward"] - collections.Counter(all_gather=1)  # less the late one
     waits = [e for e in _events(str(run_dir), "phase") if e["rank"] == 0 and e["name"].endswith("_wait")]
     late = [e for e in waits if e["name"] == "all_gather_wait" and e.get("parent") == "forward"]
-    assert late and late[0]["phase_kind"] == "collective" and late[0]["dur"] > 0.1e9, waits
+    # A wait phase is written only for a wait() that found the work unfinished: rank 0 blocked.
+    assert late and late[0]["phase_kind"] == "collective" and late[0]["dur"] > 0, waits
     assert any(e["name"] == "all_reduce_wait" and e.get("parent") == "functional" for e in waits), waits
     if TORCH < (2, 7):
         assert not fsdp  # FSDP2 is not run on CPU there (see the script)

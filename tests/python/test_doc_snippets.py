@@ -2,9 +2,10 @@
 Python blocks run (one process each, a 1-rank gloo job around them, with a
 small model, loader and sampler for the names they take from a training
 script), shell blocks are syntax-checked and every command they name must
-exist (files, `rankscope` subcommands, torchrun flags), JSON blocks parse,
-CMake blocks are what the install/consumer test builds. C++ blocks are
-compiled by the build (tests/docs/snippets.py, target rankscope_doc_snippets)."""
+exist (files, `rankscope` subcommands, torchrun flags, Python scripts and the
+options their --help lists), JSON blocks parse, CMake blocks are what the
+install/consumer test builds. C++ blocks are compiled by the build
+(tests/docs/snippets.py, target rankscope_doc_snippets)."""
 import json
 import os
 import re
@@ -14,7 +15,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, free_port
+from conftest import ROOT, reserved_port
 
 sys.path.insert(0, os.path.join(ROOT, "tests", "docs"))
 import snippets  # noqa: E402
@@ -77,10 +78,11 @@ def test_python_block_runs(block, tmp_path):
     if "init_process_group" not in code:
         src += SETUP_PG
     src += f"# --- {path}:{line}\n" + code + EPILOGUE
-    env = dict(os.environ, RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
-               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANKSCOPE_DIR=str(tmp_path / "run"))
-    p = subprocess.run([sys.executable, "-c", src], env=env, capture_output=True, text=True, timeout=300,
-                       cwd=tmp_path)
+    with reserved_port() as port:
+        env = dict(os.environ, RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANKSCOPE_DIR=str(tmp_path / "run"))
+        p = subprocess.run([sys.executable, "-c", src], env=env, capture_output=True, text=True, timeout=300,
+                           cwd=tmp_path)
     assert p.returncode == 0 and "snippet ok" in p.stdout, \
         f"{path}:{line} failed (exit {p.returncode}):\n{p.stdout}\n{p.stderr}"
 
@@ -116,6 +118,14 @@ def _check_command(words, where):
         for a in args[1:]:
             if a.startswith("-"):
                 assert a.split("=")[0] in p.stdout, f"{where}: `rankscope {sub}` has no option {a}"
+    elif os.path.basename(cmd) in ("python", "python3") and args and args[0].endswith(".py"):
+        script = os.path.join(ROOT, args[0])
+        assert os.path.isfile(script), f"{where}: no such script {args[0]}"
+        p = subprocess.run([sys.executable, script, "--help"], capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, f"{where}: `{args[0]} --help` failed:\n{p.stdout}{p.stderr}"
+        for a in args[1:]:
+            if a.startswith("--"):
+                assert a.split("=")[0] in p.stdout, f"{where}: {args[0]} has no option {a}"
     elif cmd == "torchrun":
         p = subprocess.run([os.path.join(BIN, "torchrun"), "--help"], capture_output=True, text=True)
         assert p.returncode == 0

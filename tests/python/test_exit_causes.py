@@ -1,12 +1,16 @@
 """How ranks end, told from evidence: an uncaught Python exception is an `exit` line naming the
 exception (not "finished"), and triage names that rank as the culprit; the other rank's end
 (gloo's error after its peer vanished, or torchrun's SIGTERM) is a consequence, not a second
-culprit."""
+culprit. A real run ends either way (a race between gloo and torchrun); a run log written here
+tests each ending every time."""
 import json
 import os
 import subprocess
 
-from conftest import ROOT  # noqa: F401
+import pytest
+
+from conftest import RANKSCOPE
+from synthetic_run import MS, S, RankLog, write_json, write_run_json
 
 RAISES = r"""
 import os, sys, time, torch, torch.distributed as dist
@@ -34,6 +38,17 @@ def _exit_lines(run_dir, rank):
     return out
 
 
+def _rank_0_followed(findings):
+    """Rank 0 ended after rank 1 and because of it: gloo's error when rank 1's connection closed
+    (an exit line: peer_lost, no rank of its own), or torchrun's SIGTERM when that came first
+    (its flight dump says so: a dead_rank "stopped by SIGTERM", never "died" - it is named so only
+    once its heartbeat is older than 3 intervals when triage reads it). Which of the two comes
+    first is a race between gloo and torchrun: either is fine."""
+    for f in findings[1:]:
+        assert f["ranks"] in ([1], []) or (f["ranks"] == [0] and f["kind"] == "dead_rank" and
+                                            f["summary"].startswith("rank stopped by SIGTERM: ")), findings
+
+
 def test_an_uncaught_exception_is_the_culprit_and_not_finished(tmp_path, torchrun):
     script = tmp_path / "raises.py"
     script.write_text(RAISES)
@@ -48,17 +63,17 @@ def test_an_uncaught_exception_is_the_culprit_and_not_finished(tmp_path, torchru
     beat = json.load(open(os.path.join(run_dir, "rank-1.heartbeat.json")))
     assert beat["state"] == "failed" and beat["exit_cause"] == "exception"
     cli = [os.path.join(os.path.dirname(os.sys.executable), "rankscope")]
-    t = subprocess.run(cli + ["triage", "--json", run_dir], capture_output=True, text=True)
+    t = subprocess.run(cli + ["triage", "--json", run_dir], capture_output=True, text=True, timeout=120)
     assert t.returncode == 1, t.stdout + t.stderr
     report = json.loads(t.stdout)
     first = report["findings"][0]
     assert first["kind"] == "exception" and first["ranks"] == [1], t.stdout
     assert "RuntimeError: bad batch 5" in first["summary"]
     # Rank 0 is never a culprit of its own: gloo's error or torchrun's SIGTERM followed rank 1.
-    assert all(f["ranks"] in ([1], []) for f in report["findings"]), t.stdout
+    _rank_0_followed(report["findings"])
     rows = {r["rank"]: r for r in report["ranks"]}
     assert rows[1]["state"] == "exception"
-    st = subprocess.run(cli + ["status", run_dir], capture_output=True, text=True)
+    st = subprocess.run(cli + ["status", run_dir], capture_output=True, text=True, timeout=120)
     assert st.returncode == 1 and "rank 1 FAILED: it exited after an uncaught exception" in st.stdout, st.stdout
 
 
@@ -88,3 +103,56 @@ def test_an_uncaught_exception_in_a_thread_is_recorded_and_the_process_goes_on(r
     assert e["cause"] == "thread_exception" and e["exception"] == "ValueError", e
     assert e["msg"] == "ValueError: shard 7 is missing" and "in prefetch" in e["traceback"], e
     assert any(l["kind"] == "step_end" for l in lines)  # recording went on after it
+
+
+def _ended_run(run_dir, rank_0_ending):
+    """Rank 1 raises in forward at step 5 while rank 0 waits for it in the all-reduce; rank 0
+    then ends by gloo's error ("gloo") or by torchrun's SIGTERM ("sigterm"), as a real run of
+    RAISES does (whichever comes first), written here so that each ending is tested every time."""
+    write_run_json(run_dir, 2)
+    logs = [RankLog(run_dir, r, 2) for r in range(2)]
+    at = 500 * MS
+    for log in logs:
+        log.run_start(0)
+        log.step_begin(at, 1)
+    for step in range(1, 5):
+        for log in logs:
+            log.phase(at, step, "forward", "forward", MS)
+            log.step_end(at + 2 * MS, step, dur=2 * MS, loss=1.0)
+        at += 2 * MS
+    logs[1].exit(at + MS, 5, "RuntimeError", "bad batch 5")
+    logs[1].run_end(at + 2 * MS, 5)
+    logs[1].heartbeat(5, state="failed", exit_cause="exception")
+    if rank_0_ending == "gloo":
+        logs[0].exit(at + S, 5, "RuntimeError", "[../third_party/gloo/gloo/transport/tcp/pair.cc:561] Connection "
+                     "closed by peer [127.0.0.1]:39810. This is typically caused by a remote worker crashing.")
+        logs[0].heartbeat(5, state="failed", exit_cause="exception")
+    else:  # what its SIGTERM handler writes: the stacks, then the flight dump; the heartbeat still says running
+        logs[0].line("stacks", at + 600 * MS, 5, reason="signal SIGTERM", threads=6, answered=6, capture_us=900.0,
+                     native='thread 5000 "python" (main)\n  #0 poll+0x4 (libc.so.6)', python_complete=True,
+                     python='Current thread 0x1 (most recent call first):\n  File "raises.py", line 12 in <module>\n')
+        logs[0].heartbeat(5, state="running")
+        write_json(os.path.join(run_dir, "rank-0.flight.json"),
+                   {"schema": 1, "kind": "flight_recorder", "reason": "signal SIGTERM", "rank": 0, "world_size": 2,
+                    "local_rank": 0, "pid": logs[0].pid, "run_id": "synthetic", "host": "node-0", "step": 5,
+                    "collectives": []})
+    for log in logs:
+        log.close()
+    return str(run_dir)
+
+
+@pytest.mark.parametrize("rank_0_ending", ["gloo", "sigterm"])
+def test_whichever_way_the_peer_ends_the_rank_that_raised_is_the_culprit(tmp_path, rank_0_ending):
+    run_dir = _ended_run(tmp_path / "run", rank_0_ending)
+    t = subprocess.run([RANKSCOPE, "triage", "--json", run_dir], capture_output=True, text=True, timeout=120)
+    assert t.returncode == 1, t.stdout + t.stderr
+    findings = json.loads(t.stdout)["findings"]
+    assert findings[0]["kind"] == "exception" and findings[0]["ranks"] == [1], findings
+    assert findings[0]["summary"].startswith("rank 1 died of an uncaught exception at step 5: RuntimeError: bad batch 5")
+    _rank_0_followed(findings)
+    if rank_0_ending == "gloo":
+        assert [(f["kind"], f["ranks"]) for f in findings] == [("exception", [1]), ("peer_lost", [])], findings
+        assert findings[0]["summary"].endswith("(rank 0 failed after it: a consequence)"), findings[0]
+    else:
+        assert [(f["kind"], f["ranks"]) for f in findings] == [("exception", [1]), ("dead_rank", [0])], findings
+        assert any("flight dump says signal SIGTERM" in e for e in findings[1]["evidence"]), findings[1]

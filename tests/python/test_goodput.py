@@ -1,105 +1,151 @@
-"""`rankscope goodput`: a run with delays of known length injected into every category
-(start-up, a 0.5 s "compilation" in the first step, loader wait, communication, compute, a
-checkpoint, an evaluation pass, a 3 s hang the watchdog reports, an elastic restart that
-repeats 10 steps) is accounted category by
-category within 1 % of what the job itself measured (the time between steps: the evaluation
-pass and Python's own time there), and the categories sum to the wall time."""
+"""`rankscope goodput`: where the wall time went, category by category.
+
+The accounting is checked exactly on a run log written here (two sessions of one rank: start-up,
+a 0.5 s "compilation" in the first step, loader wait, communication, compute, a checkpoint, an
+evaluation pass, a 3 s hang the watchdog reports, an elastic restart that repeats 10 steps),
+where every duration is known to the nanosecond. A real job with the same shape then shows
+what holds at any machine speed: the categories sum to the wall time, and each category holds
+at least the time the job slept in it."""
 import json
 import os
 import subprocess
 import sys
-import time
 
-RANKSCOPE = os.path.join(os.path.dirname(sys.executable), "rankscope")
+import pytest
+
+from conftest import RANKSCOPE
+from synthetic_run import MS, S, RankLog, write_run_json
+
+
+def _goodput(run_dir):
+    g = subprocess.run([RANKSCOPE, "goodput", "--json", str(run_dir)], capture_output=True, text=True, timeout=120)
+    assert g.returncode == 0, g.stderr
+    return json.loads(g.stdout)
+
+
+def _session(log, at, restart, first, last, hang_step=None, ckpt_after=None, eval_after=None):
+    """One session of the job below, from its run_start at `at`; returns where it ended."""
+    log.run_start(at, restart=restart)
+    at += 500 * MS                                   # start-up: init to the first step
+    log.step_begin(at, first)
+    for step in range(first, last):
+        begin = at
+        log.phase(at, step, "data", "loader_wait", 30 * MS)
+        at += 30 * MS
+        forward = 540 * MS if step == first and restart == 0 else 3 * S if step == hang_step else 40 * MS
+        if step == hang_step:  # no progress from the data phase's end: the watchdog (1 s timeout) says so
+            log.stall(at + 1100 * MS, step, since=at, timeout=S, inside="forward")
+        log.phase(at, step, "forward", "forward", forward)
+        at += forward
+        if step == hang_step:                        # its next tick, 20 ms after the forward ended
+            log.stall_end(at + 20 * MS, step, dur=forward + 20 * MS)
+        log.phase(at, step, "all_reduce", "collective", 30 * MS)
+        at += 30 * MS
+        log.step_end(at, step, dur=at - begin, next_step=False)
+        if step == ckpt_after:
+            log.phase(at, step, "checkpoint_save", "checkpoint", 400 * MS)
+            at += 400 * MS
+        if step == eval_after:
+            at += 300 * MS                           # an evaluation pass: between steps
+        if step + 1 < last:
+            log.step_begin(at, step + 1)
+    at += 50 * MS                                    # the last step to shutdown
+    log.run_end(at, last - 1)
+    return at
+
+
+def test_goodput_accounts_each_category_exactly(tmp_path):
+    run = tmp_path / "run"
+    write_run_json(run, 1, restart_count=1)
+    log = RankLog(run, 0, 1)
+    end = _session(log, 0, 0, 0, 30, hang_step=25, ckpt_after=10, eval_after=12)
+    _session(log, end + 500 * MS, 1, 20, 40)         # restarted 0.5 s later from the step-20 checkpoint
+    log.heartbeat(39)
+    log.close()
+
+    got = _goodput(run)
+    # Every step is data 30 ms + forward 40 ms + all-reduce 30 ms, but for the first one's 540 ms forward
+    # and step 25's 3 s hang; steps 20-29 of the second session repeat the first's.
+    want = {
+        "startup": 2 * 0.5,
+        "warmup": 0.5,                               # the first step's excess over the median step
+        "loader_wait": (30 + 10) * 0.030,            # 30 steps + the 10 new ones after the restart
+        "communication": (30 + 10) * 0.030,
+        "compute": (29 + 10) * 0.040,                # step 25's forward was the hang
+        "checkpoint": 0.4,
+        "stall": 3.0,                                # from the forward's start until its end, out of compute
+        "restart_recompute": 10 * 0.100,
+        "restart_downtime": 0.5,
+        "other": 0.3 + 2 * 0.05,                     # the evaluation pass, and each session's end
+    }
+    assert got["wall_seconds"] == pytest.approx(10.76, abs=1e-9), got
+    assert got["categories"] == pytest.approx(want, abs=1e-6), got  # the JSON has microseconds
+    assert sum(want.values()) == pytest.approx(got["wall_seconds"], abs=1e-9)
+    assert [r["rank"] for r in got["ranks"]] == [0] and got["ranks"][0]["categories"] == got["categories"], got
+
+    text = subprocess.run([RANKSCOPE, "goodput", str(run)], capture_output=True, text=True, timeout=120).stdout
+    assert "goodput" in text and "stalls and hangs" in text and "restart recompute" in text, text
+
+    # Triage reads the same log: the hang, from the watchdog's line, and the restart.
+    t = subprocess.run([RANKSCOPE, "triage", "--json", str(run)], capture_output=True, text=True, timeout=120)
+    findings = json.loads(t.stdout)["findings"]
+    assert [f["kind"] for f in findings] == ["stall", "restart"], findings
+    assert findings[0]["summary"] == ("stall: rank 0 held up the next collective: it was blocked in forward at step 25 "
+                                      "(recovered after 3.0 s)"), findings[0]
+
 
 JOB = r'''
-import json, os, sys, time
+import os, sys, time
 import rankscope
 session = int(sys.argv[1])
-spent = dict.fromkeys(("startup", "warmup", "loader_wait", "communication", "compute", "checkpoint", "stall",
-                       "other", "restart_recompute"), 0.0)
-t_init = time.time()
 rankscope.init(rank=0, world_size=1, run_dir=os.environ["RUN_DIR"])
-init_s = time.time() - t_init  # init stamps the session's start somewhere inside this
 time.sleep(0.5)                                      # start-up
 first, last = (0, 30) if session == 0 else (20, 40)  # the restart resumes from the step-20 checkpoint
-def timed(name, seconds, into):
+def timed(name, seconds):
     with rankscope.phase(name):
-        t = time.perf_counter()
         time.sleep(seconds)
-        if into:
-            spent[into] += time.perf_counter() - t
-t_prev_end = None  # between steps is "other": an evaluation pass, and Python's own time between steps
 for step in range(first, last):
-    repeated = session == 1 and step < 30
-    t_step = time.perf_counter()
-    if t_prev_end is not None:
-        spent["other"] += t_step - t_prev_end - ckpt_in_gap
-    ckpt_in_gap = 0.0
-    if step == first:
-        spent["startup"] = time.time() - t_init
     rankscope.begin_step(step)
-    hang = (session, step) == (0, 25)
-    timed("data", 0.03, None if repeated else "loader_wait")
-    if (session, step) == (0, first):  # the first step compiles: 0.5 s more than the others
-        t = time.perf_counter()
-        timed("forward", 0.54, None)
-        spent["warmup"] += time.perf_counter() - t - 0.04
-        spent["compute"] += 0.04
-    else:
-        timed("forward", 3.0 if hang else 0.04, "stall" if hang else None if repeated else "compute")
-    timed("all_reduce", 0.03, None if repeated else "communication")
+    timed("data", 0.03)
+    timed("forward", 0.54 if (session, step) == (0, first) else 0.04)
+    timed("all_reduce", 0.03)
     rankscope.step(step)
-    t_prev_end = time.perf_counter()
-    if repeated:  # the whole step, phases and the gaps between them
-        spent["restart_recompute"] += t_prev_end - t_step
     if session == 0 and step == 10:
-        before = spent["checkpoint"]
-        timed("checkpoint_save", 0.4, "checkpoint")
-        ckpt_in_gap = spent["checkpoint"] - before
+        timed("checkpoint_save", 0.4)
     if session == 0 and step == 12:
         time.sleep(0.3)                              # an evaluation pass
-spent["other"] += time.perf_counter() - t_prev_end   # the last step to shutdown
-t_shutdown = time.time()
 rankscope.shutdown()
-t_end = time.time()
-json.dump({"spent": spent, "t_init": t_init, "t_end": t_end, "init_s": init_s, "shutdown_s": t_end - t_shutdown},
-          open(sys.argv[2], "w"))
 '''
 
 
-def test_goodput_accounts_each_injected_delay_within_one_percent(tmp_path):
+def test_a_real_job_is_accounted_to_its_wall_time_and_each_category_holds_what_it_slept(tmp_path):
+    """The job above, for real (no hang: the watchdog's timing is not what this checks).
+    A sleep lasts at least its length on any machine, so each category holds at least the
+    sleeps injected into it; how far above is the machine's business."""
     job = tmp_path / "job.py"
     job.write_text(JOB)
-    env = dict(os.environ, RUN_DIR=str(tmp_path / "run"), RANKSCOPE_STALL_TIMEOUT="1")
+    env = dict(os.environ, RUN_DIR=str(tmp_path / "run"))
     env.pop("TORCHELASTIC_RESTART_COUNT", None)
-    measured = []
     for session in (0, 1):
         if session:
             env["TORCHELASTIC_RESTART_COUNT"] = "1"  # an elastic restart of the same job
-            time.sleep(0.5)
-        out = tmp_path / f"spent-{session}.json"
-        p = subprocess.run([sys.executable, str(job), str(session), str(out)], env=env, capture_output=True,
-                           text=True, timeout=120)
+        p = subprocess.run([sys.executable, str(job), str(session)], env=env, capture_output=True, text=True,
+                           timeout=600, cwd=tmp_path)
         assert p.returncode == 0, p.stderr[-3000:]
-        measured.append(json.loads(out.read_text()))
-    want = {k: sum(m["spent"][k] for m in measured) for k in measured[0]["spent"]}
-    want["restart_downtime"] = measured[1]["t_init"] - measured[0]["t_end"]
-
-    g = subprocess.run([RANKSCOPE, "goodput", "--json", str(tmp_path / "run")], capture_output=True, text=True,
-                       timeout=60)
-    assert g.returncode == 0, g.stderr
-    got = json.loads(g.stdout)
+    got = _goodput(tmp_path / "run")
     cats = got["categories"]
-    assert abs(sum(cats.values()) - got["wall_seconds"]) <= 0.005 * got["wall_seconds"], got
-    # The job's start-up clock starts before init(), whose session stamp is inside it; the
-    # downtime's ends are inside the first session's shutdown() and the second's init().
-    unseen = {"startup": sum(m["init_s"] for m in measured),
-              "restart_downtime": measured[0]["shutdown_s"] + measured[1]["init_s"]}
-    for k, v in want.items():
-        slack = 0.01 * v + unseen.get(k, 0.0)
-        assert abs(cats[k] - v) <= slack, f"{k}: goodput says {cats[k]:.4f} s, the job spent {v:.4f} s\n{got}"
-    print({k: (round(cats[k], 4), round(v, 4)) for k, v in want.items()}, unseen)
-
-    text = subprocess.run([RANKSCOPE, "goodput", str(tmp_path / "run")], capture_output=True, text=True).stdout
-    assert "goodput" in text and "stalls and hangs" in text and "restart recompute" in text, text
+    # The categories partition the wall time (each rounded to a microsecond in the JSON).
+    assert sum(cats.values()) == pytest.approx(got["wall_seconds"], abs=2e-5), got
+    at_least = {
+        "startup": 2 * 0.5,                          # init() to the first step in each session
+        "loader_wait": (30 + 10) * 0.03,             # not in the 10 repeated steps: those are recompute
+        "communication": (30 + 10) * 0.03,
+        "compute": (29 + 10) * 0.04,                 # the first step's excess is warm-up
+        "checkpoint": 0.4,
+        "restart_recompute": 10 * (0.03 + 0.04 + 0.03),
+        "other": 0.3,
+    }
+    for k, v in at_least.items():
+        # 0.1 %: the ticks-to-ns rate is calibrated at init, within 500 ppm.
+        assert cats[k] >= 0.999 * v, f"{k}: goodput says {cats[k]:.4f} s, the job slept {v:.4f} s in it\n{got}"
+    assert cats["restart_downtime"] > 0 and cats["stall"] == 0, got

@@ -45,7 +45,7 @@ def _sessions(run_dir):
 
 
 def _triage(run_dir):
-    p = subprocess.run([RANKSCOPE, "triage", run_dir, "--json"], capture_output=True, text=True, timeout=60)
+    p = subprocess.run([RANKSCOPE, "triage", run_dir, "--json"], capture_output=True, text=True, timeout=120)
     assert p.returncode in (0, 1), p.stderr
     return json.loads(p.stdout)
 
@@ -55,7 +55,7 @@ def _jobs(tmp_path, torchrun, **kw):
     script.write_text(JOB)
     dirs = []
     for _ in range(2):  # the same command twice, one after the other
-        p = torchrun(script, 2, timeout=180, **kw)
+        p = torchrun(script, 2, timeout=600, **kw)
         assert p.returncode == 0, p.stderr[-3000:]
         dirs.append(str(tmp_path / p.stdout.strip().splitlines()[-1]))
     return dirs
@@ -72,9 +72,8 @@ def test_two_standalone_jobs_back_to_back_get_two_run_directories(tmp_path, torc
         assert "restart" not in kinds, kinds
 
 
-def test_two_jobs_on_one_rendezvous_endpoint_get_two_run_directories(tmp_path, torchrun):
-    from conftest import free_port
-    port = free_port()  # identical environments: the same endpoint, no --rdzv-id
+def test_two_jobs_on_one_rendezvous_endpoint_get_two_run_directories(tmp_path, torchrun, port):
+    # Identical environments: the same endpoint (reserved for this test), no --rdzv-id.
     first, second = _jobs(tmp_path, torchrun, endpoint=port)
     assert first != second
     for d in (first, second):
@@ -84,7 +83,7 @@ def test_two_jobs_on_one_rendezvous_endpoint_get_two_run_directories(tmp_path, t
 def test_an_elastic_restart_is_a_new_session_in_the_same_run_directory(tmp_path, torchrun):
     script = tmp_path / "job.py"
     script.write_text(JOB)
-    p = torchrun(script, 2, "--fail-once", extra=["--max-restarts", "1"], timeout=180)
+    p = torchrun(script, 2, "--fail-once", extra=["--max-restarts", "1"], timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     run_dir = str(tmp_path / p.stdout.strip().splitlines()[-1])
     assert glob.glob(str(tmp_path / "rankscope-runs" / "*")) == [run_dir]
@@ -99,14 +98,13 @@ def test_an_elastic_restart_is_a_new_session_in_the_same_run_directory(tmp_path,
 def test_an_explicit_run_id_wins(tmp_path, torchrun):
     script = tmp_path / "job.py"
     script.write_text(JOB)
-    p = torchrun(script, 2, env={"RANKSCOPE_RUN_ID": "mine"}, timeout=180)
+    p = torchrun(script, 2, env={"RANKSCOPE_RUN_ID": "mine"}, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     assert p.stdout.strip().splitlines()[-1] == os.path.join("rankscope-runs", "mine")
 
 
-def test_an_unreachable_store_is_said_once_and_the_environment_decides(run_py, tmp_path):
-    from conftest import free_port
-    port = free_port()  # nothing listens there
+def test_an_unreachable_store_is_said_once_and_the_environment_decides(run_py, tmp_path, port):
+    # The port is reserved for this test and nothing listens there: connecting is refused.
     p = run_py("""
         import rankscope, rankscope._run_identity as ri
         ri.agreed_run_id.__defaults__ = (2.0,)   # the store's connect timeout, shortened for the test

@@ -4,15 +4,12 @@ import glob
 import json
 import os
 import textwrap
-import re
 import subprocess
 import sys
 
 import pytest
 
-from conftest import FAKE_CUDA_EVENT, ROOT
-
-RANKSCOPE = os.path.join(os.path.dirname(sys.executable), "rankscope")
+from conftest import FAKE_CUDA_EVENT, RANKSCOPE, ROOT, TIME_ONLY
 # The C++ DDP hooks share C++ types with the runtime: built only against a torch
 # with the C++11 std::string ABI (PyPI wheels from 2.7); older ones use Python hooks.
 CXX_HOOKS = bool(__import__("torch")._C._GLIBCXX_USE_CXX11_ABI)
@@ -36,7 +33,7 @@ def _run_script(tmp_path, code, *args):
     script = tmp_path / "script.py"
     script.write_text(code)
     p = subprocess.run([sys.executable, str(script), str(tmp_path / "run"), *map(str, args)], env=_env(),
-                       capture_output=True, text=True, timeout=120)
+                       capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]
     return p.stdout
 
@@ -63,14 +60,14 @@ def test_ddp_example_spans_every_collective_with_bytes_and_matching_sequence_num
     p = torchrun(os.path.join(ROOT, "examples", "python", "train_ddp.py"), 2, "--epochs", "2")
     assert p.returncode == 0, p.stderr[-3000:]
     run_dir = str(tmp_path / p.stdout.strip().splitlines()[-1])
-    t = subprocess.run([RANKSCOPE, "triage", run_dir], capture_output=True, text=True, timeout=60)
-    # Healthy: no findings, or only what this host does to a rank - slow steps (a 2-core VM running
-    # 2 ranks can stall one for 10+ ms), or a straggler: with ctest running other tests beside it,
-    # one rank can be slower for the whole of this 32-step run (seen once: rank 1 1.7x in optimizer
-    # from step 2, rank 0 waiting 2.4 ms per step for it), as test_training_health.py allows too.
-    # The strict healthy check is default_faults_test.sh's clean run (3 epochs, workers, saves).
-    findings = re.findall(r"^\d+\. \[(\w+)\]", t.stdout, re.M)
-    assert "no findings" in t.stdout or (findings and set(findings) <= {"slow_steps", "straggler"}), t.stdout[-3000:]
+    t = subprocess.run([RANKSCOPE, "triage", "--json", run_dir], capture_output=True, text=True, timeout=120)
+    # Healthy but for what this host's speed does to a real run: a rank or the job slower for a
+    # while (a 2-core VM running 2 ranks beside other tests) is a real time-only finding, so only
+    # those may be there. What those rules find is tested on synthetic logs (test_training_health.py).
+    assert t.returncode in (0, 1), t.stdout[-3000:] + t.stderr[-2000:]
+    findings = json.loads(t.stdout)["findings"]
+    assert {f["kind"] for f in findings} <= TIME_ONLY, findings
+    assert (t.returncode == 0) == (not findings), t.stdout[-3000:]
     colls = _events(run_dir, "collective")
     kinds = collections.Counter((e["rank"], e["op"], e["count"], e["dtype"], e["bytes"]) for e in colls)
     # 2048 samples / 2 ranks / batch 64 = 16 steps per epoch, one DDP bucket (101386 float32 parameters) each.
@@ -115,7 +112,13 @@ def run(run_dir, mode):
     rank = int(os.environ["RANK"])            # torchrun's
     rankscope.init(run_dir=run_dir)
     dist.init_process_group("gloo")
-    rst.use_torch_exchange(timeout_s=2)
+    # Only `absent` is about the timeout (rank 2 never arrives); elsewhere a rank slower to get here
+    # on a busy host must not be taken for an absent one.
+    rst.use_torch_exchange(timeout_s=5 if mode == "absent" else 300)
+    if mode == "absent" and rank != 2:
+        dist.barrier(group=dist.new_group([0, 1]))  # ranks 0 and 1 ask at once: only rank 2 is missing
+    elif mode == "absent":
+        dist.new_group([0, 1])                      # every rank takes part in making a group
     if mode == "seed":
         rankscope.check_sampler(seed=99 if rank == 1 else 7, epoch=0, fingerprint=rank + 1, num_indices=10)
     elif mode == "absent" and rank != 2:
@@ -155,7 +158,7 @@ def _run_check(tmp_path, torchrun, mode, endpoint=None):
     script = tmp_path / "check.py"
     script.write_text(CHECK)
     run_dir = tmp_path / mode
-    p = torchrun(script, 3, run_dir, mode, endpoint=endpoint, timeout=120)
+    p = torchrun(script, 3, run_dir, mode, endpoint=endpoint, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     return p, str(run_dir)
 
@@ -170,7 +173,7 @@ def test_torch_exchange_names_the_rank_with_another_seed(tmp_path, torchrun):
 
 def test_torch_exchange_reports_a_rank_that_never_arrives_instead_of_hanging(tmp_path, torchrun):
     p, run_dir = _run_check(tmp_path, torchrun, "absent", endpoint=True)  # an explicit rendezvous endpoint
-    assert "rank 0 raised: exchange 'sampler/0' timed out after 2000 ms: rank 2 did not arrive" in p.stdout
+    assert "rank 0 raised: exchange 'sampler/0' timed out after 5000 ms: rank 2 did not arrive" in p.stdout
     assert "rank 1 raised:" in p.stdout
     v = _events(run_dir, "violation")
     assert {x["what"] for x in v} == {"exchange_timeout"} and all(x["ranks"] == [2] for x in v)
@@ -257,7 +260,7 @@ rankscope.shutdown()
 """
 
 
-@pytest.mark.parametrize("hooks,port", [("torch", 29611), ("python", 29612)])
+@pytest.mark.parametrize("hooks", ["torch", "python"])
 def test_ddp_sync_span_covers_every_bucket_and_only_backwards_that_all_reduce(tmp_path, hooks, port):
     out = _run_script(tmp_path, DDP_MODES, port, hooks)
     run_dir = tmp_path / "run"
@@ -296,7 +299,7 @@ rankscope.shutdown()
 """
 
 
-@pytest.mark.parametrize("mode,port", [("default", 29615), ("find_unused", 29616)])
+@pytest.mark.parametrize("mode", ["default", "find_unused"])
 def test_ddp_hooks_narrow_to_one_per_bucket_and_the_span_still_covers_every_bucket(tmp_path, mode, port):
     hooked = [int(n) for n in _run_script(tmp_path, DDP_NARROWED, port, mode).split()]
     by_step = _whole_and_bucket_spans(_events(str(tmp_path / "run"), "collective"))  # each still covers every bucket
@@ -382,14 +385,14 @@ rankscope.shutdown()
 """
 
 
-def test_aborted_backward_ends_its_span_as_failed_and_the_next_one_opens(tmp_path):
+def test_aborted_backward_ends_its_span_as_failed_and_the_next_one_opens(tmp_path, port):
     if not CXX_HOOKS:  # then the C++ part must be absent, and say why, once
         p = subprocess.run([sys.executable, "-c", "import rankscope.torch as rst; assert rst._torch_hooks is None"],
                            capture_output=True, text=True, timeout=60)
         assert p.returncode == 0 and p.stderr.count("using Python hooks for DDP") == 1, p.stderr
         assert "pre-C++11 std::string ABI" in p.stderr, p.stderr
         return
-    assert _run_script(tmp_path, ABORTED_BACKWARD, 29614).split() == ["4", "4", "4", "4"]
+    assert _run_script(tmp_path, ABORTED_BACKWARD, port).split() == ["4", "4", "4", "4"]
     colls = _events(str(tmp_path / "run"), "collective")
     assert [(e["seq"], e["result"], e["count"]) for e in colls if e["comm"] == "world"] == [
         (1, "ok", 40), (2, "failed", 40), (3, "ok", 40), (4, "ok", 40)]
@@ -416,8 +419,8 @@ rankscope.shutdown()
 """
 
 
-def test_an_async_handle_dropped_without_wait_ends_its_span_ok(tmp_path):
-    _run_script(tmp_path, DROPPED_HANDLE, 29613)
+def test_an_async_handle_dropped_without_wait_ends_its_span_ok(tmp_path, port):
+    _run_script(tmp_path, DROPPED_HANDLE, port)
     colls = _events(str(tmp_path / "run"), "collective")
     assert sorted((e["seq"], e["op"], e["result"]) for e in colls) == [
         (1, "all_reduce", "ok"), (2, "all_reduce", "ok"), (3, "barrier", "ok")]
@@ -573,4 +576,7 @@ def test_timed_loader_times_each_next_counts_each_batch_and_passes_the_loaders_e
     # 4 + 1 (the end) in epoch 0, 3 (the third raised) in epoch 1, 3 for [1, 2], 1 in epoch 2, 2 duck-counted
     assert len(waits) == 5 + 3 + 3 + 1 + 2, waits
     assert all(w["phase_kind"] == "loader_wait" for w in waits)
-    assert sum(w["dur"] >= 2_000_000 for w in waits) == 4 + 3 + 1
+    # The next() calls that ran slow()'s 2 ms sleep: epoch 0's four batches, epoch 1's two and the one
+    # that raised, epoch 2's one. Each lasted at least the sleep (how much longer: the machine's business).
+    slept = [0, 1, 2, 3, 5, 6, 7, 11]
+    assert [waits[i]["dur"] >= 2_000_000 for i in slept] == [True] * len(slept), waits
