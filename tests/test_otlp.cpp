@@ -59,12 +59,19 @@ TEST_CASE("otlp: no endpoint means no sink - bad values are errors naming the va
     CHECK_THAT(message(), Catch::Contains("OTEL_EXPORTER_OTLP_COMPRESSION='zstd' must be gzip or none"));
   }
   {
-    ScopedEnv e("OTEL_EXPORTER_OTLP_HEADERS", "novalue");
-    CHECK_THAT(message(), Catch::Contains("OTEL_EXPORTER_OTLP_HEADERS='novalue'"));
+    // Headers carry credentials: the error names the variable, never its value.
+    ScopedEnv e("OTEL_EXPORTER_OTLP_HEADERS", "Bearer-s3cret");
+    CHECK_THAT(message(), Catch::Contains("OTEL_EXPORTER_OTLP_HEADERS: an entry is not key=value"));
+    CHECK_THAT(message(), !Catch::Contains("s3cret"));
+  }
+  {
+    ScopedEnv e("OTEL_RESOURCE_ATTRIBUTES", "novalue");
+    CHECK_THAT(message(), Catch::Contains("OTEL_RESOURCE_ATTRIBUTES='novalue'"));
   }
   CHECK(!make_otlp_sink({}).ok());
-  CHECK_THAT(std::string(make_otlp_sink({.traces_url = "collector:4318"}).status().message()),
-             Catch::Contains("must start with http:// or https://"));
+  const std::string scheme = std::string(make_otlp_sink({.traces_url = "user:s3cret@collector:4318"}).status().message());
+  CHECK_THAT(scheme, Catch::Contains("'collector:4318' must start with http:// or https://"));
+  CHECK_THAT(scheme, !Catch::Contains("s3cret"));
 }
 
 TEST_CASE("otlp: init() reads OTEL_EXPORTER_OTLP_* itself - a bad variable fails init naming it", "[otlp]") {
