@@ -25,6 +25,7 @@
 #include "json_util.hpp"
 #include "rankscope/config.hpp"
 #include "rankscope/export/jsonl.hpp"
+#include "run_dir.hpp"
 #include "runtime_impl.hpp"
 #include "schema.hpp"
 #include "yield_point.hpp"
@@ -382,10 +383,15 @@ class JsonlSink final : public detail::RunLogSink {
 };
 
 absl::StatusOr<std::shared_ptr<JsonlSink>> open_jsonl(const std::string& path, bool held_by_runtime) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  // The run log is in the run directory (run_dir.hpp): never through a symbolic link, never
+  // another user's file. A JSONL sink the user added goes where they said.
+  const int flags = O_WRONLY | O_CREAT | O_APPEND;
+  const int fd = held_by_runtime ? detail::run_file_open(path, flags) : ::open(path.c_str(), flags | O_CLOEXEC, 0644);
   if (fd < 0) {
-    return absl::PermissionDeniedError(absl::StrCat("cannot open run log '", path, "' for writing: ",
-                                                    std::strerror(errno),
+    const char* why = errno == ELOOP ? "it is a symbolic link"
+                      : errno == EPERM ? "it is not a regular file of this user's"
+                                       : std::strerror(errno);
+    return absl::PermissionDeniedError(absl::StrCat("cannot open run log '", path, "' for writing: ", why,
                                                     " (set RANKSCOPE_DIR or Config::run_dir to a writable directory)"));
   }
   return std::make_shared<JsonlSink>(fd, path, held_by_runtime);
@@ -451,7 +457,7 @@ class SpareAges {
 };
 }  // namespace
 
-absl::Status write_file_atomic(const std::string& path, const std::string& content, bool durable) {
+absl::Status write_file_atomic(const std::string& path, const std::string& content, bool durable, unsigned mode) {
   const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
   // Durable files are written once: a fresh file, fsynced, renamed over.
   // Files rewritten every second (heartbeats, Prometheus textfiles) swap two
@@ -465,8 +471,14 @@ absl::Status write_file_atomic(const std::string& path, const std::string& conte
   // stall report, the exit heartbeat, a forced textfile) is replaced by a
   // fresh file.
   if (!durable && SpareAges::get().young(path)) ::unlink(tmp.c_str());
-  const int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (durable ? O_TRUNC : 0);
-  const int fd = ::open(tmp.c_str(), flags, 0644);
+  const int flags = O_WRONLY | O_CREAT | (durable ? O_TRUNC : 0);
+  int fd = detail::run_file_open(tmp, flags, static_cast<mode_t>(mode));
+  if (fd < 0 && (errno == ELOOP || errno == EPERM)) {
+    // The name is this process's own: whatever sits there (a symbolic link exchanged in
+    // from a planted file, someone else's file) goes, and a fresh file takes its place.
+    ::unlink(tmp.c_str());
+    fd = detail::run_file_open(tmp, flags, static_cast<mode_t>(mode));
+  }
   if (fd < 0) {
     return absl::PermissionDeniedError(absl::StrCat("cannot create '", tmp, "': ", std::strerror(errno)));
   }

@@ -9,16 +9,21 @@
 #include <cstring>
 #include <new>
 
+#include "run_dir.hpp"
+
 namespace rankscope::detail {
 
 std::atomic<PositionPage*> g_position{nullptr};
 
 void position_open(const std::string& path, int pid) noexcept {
   position_close();
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  // Never through a symbolic link or into another user's file: it is truncated and mapped.
+  const int fd = run_file_open(path, O_RDWR | O_CREAT);
   if (fd < 0 || ::ftruncate(fd, 4096) != 0) {
     std::fprintf(stderr, "[rankscope] %s: %s; a killed rank's last step will come from its run log only\n",
-                 path.c_str(), std::strerror(errno));
+                 path.c_str(), errno == ELOOP ? "a symbolic link, not followed"
+                               : errno == EPERM ? "not a regular file of this user's, not used"
+                                                : std::strerror(errno));
     if (fd >= 0) ::close(fd);
     return;
   }

@@ -6,6 +6,7 @@
 #include "runtime_impl.hpp"
 #include "schema.hpp"
 #include "position.hpp"
+#include "run_dir.hpp"
 #include "stacks.hpp"
 
 #include <errno.h>
@@ -209,6 +210,7 @@ absl::Status Runtime::init(const Config& cfg) {
   goodput_.on_run_start(wall0);
   dump_requests_.start(run_dir_, context_.rank, wall0);
   if (!run_dir_.empty() && cfg.write_run_log) {
+    detail::remove_stale_temporaries(run_dir_, context_.rank);  // a killed predecessor's spares
     detail::position_open(schema::position_path(run_dir_, context_.rank), ::getpid());
     // Rings in shared memory from here on (before any thread's first record):
     // a SIGKILL loses none of what they hold.

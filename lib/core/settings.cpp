@@ -20,6 +20,7 @@
 #include "json_util.hpp"
 #include "rankscope/config.hpp"
 #include "rankscope/export/jsonl.hpp"
+#include "run_dir.hpp"
 
 namespace rankscope::detail {
 
@@ -27,9 +28,9 @@ absl::Status apply_log_levels(std::string_view spec);
 
 namespace {
 
-absl::StatusOr<bool> parse_bool_env(const char* name) {
+absl::StatusOr<bool> parse_bool_env(const char* name, bool fallback = true) {
   const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return true;
+  if (v == nullptr || *v == '\0') return fallback;
   std::string s = absl::AsciiStrToLower(v);
   if (s == "1" || s == "true" || s == "on" || s == "yes") return true;
   if (s == "0" || s == "false" || s == "off" || s == "no") return false;
@@ -64,18 +65,23 @@ absl::StatusOr<double> env_seconds(const char* name, double fallback) {
   return d;
 }
 
-absl::Status make_dirs(const std::string& dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) {
-    return absl::PermissionDeniedError(absl::StrCat("run directory '", dir, "' cannot be created: ", ec.message(),
-                                                    " (set RANKSCOPE_DIR or Config::run_dir to a writable directory)"));
+// RANKSCOPE_DIR_MODE (octal, "750" or "0700") and RANKSCOPE_SHARED_DIR (run_dir.hpp).
+absl::StatusOr<RunDirPolicy> run_dir_policy() {
+  RunDirPolicy p;
+  if (const char* m = std::getenv("RANKSCOPE_DIR_MODE"); m != nullptr && *m != '\0') {
+    char* end = nullptr;
+    const long mode = std::strtol(m, &end, 8);
+    // The owner must be able to use it: at least rwx for the user, nothing beyond 0777.
+    if (end == m || *end != '\0' || mode < 0 || mode > 0777 || (mode & 0700) != 0700) {
+      return absl::InvalidArgumentError(absl::StrCat("RANKSCOPE_DIR_MODE='", m,
+                                                     "' is not an octal mode from 700 to 777 (e.g. 750, 700)"));
+    }
+    p.dir_mode = static_cast<mode_t>(mode);
   }
-  if (::access(dir.c_str(), W_OK) != 0) {
-    return absl::PermissionDeniedError(absl::StrCat("run directory '", dir, "' is not writable: ", std::strerror(errno),
-                                                    " (set RANKSCOPE_DIR or Config::run_dir to a writable directory)"));
-  }
-  return absl::OkStatus();
+  auto shared = parse_bool_env("RANKSCOPE_SHARED_DIR", false);
+  if (!shared.ok()) return shared.status();
+  p.shared = *shared;
+  return p;
 }
 
 }  // namespace
@@ -213,7 +219,9 @@ absl::StatusOr<Settings> resolve_settings(const Config& cfg) {
     if (cfg.run_dir) out.run_dir = *cfg.run_dir;
     else if (const char* d = std::getenv("RANKSCOPE_DIR"); d && *d) out.run_dir = d;
     else out.run_dir = absl::StrCat("rankscope-runs/", ctx->run_id);
-    if (auto st = make_dirs(out.run_dir); !st.ok()) return st;
+    auto policy = run_dir_policy();
+    if (!policy.ok()) return policy.status();
+    if (auto st = prepare_run_dir(out.run_dir, *policy); !st.ok()) return st;
   }
   out.enabled = enabled;
   out.ring_capacity = *cap;

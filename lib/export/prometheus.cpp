@@ -226,7 +226,8 @@ class PrometheusSink final : public Sink {
     last_textfile_ = now;
     try {
       const std::string path = textfile_path();
-      if (!write_file_atomic(path, text(), /*durable=*/false).ok() && errors_++ == 0) {
+      // Readable by all (0644): node_exporter's textfile collector runs as a user of its own.
+      if (!write_file_atomic(path, text(), /*durable=*/false, 0644).ok() && errors_++ == 0) {
         std::fprintf(stderr, "[rankscope] cannot write the Prometheus textfile %s\n", path.c_str());
       }
     } catch (...) {

@@ -25,8 +25,12 @@ absl::StatusOr<std::shared_ptr<Sink>> make_jsonl_sink(const std::string& path);
 /// freshness, and an fsync every second costs ~0.4 ms of CPU in a VM. Without
 /// `durable`, the previous version is kept as a spare (`<path>.tmp.<pid>`)
 /// that a write at least half a second later reuses (a reader that takes
-/// less than that never sees a mix); remove_spare_file() deletes it.
-absl::Status write_file_atomic(const std::string& path, const std::string& content, bool durable = true);
+/// less than that never sees a mix); remove_spare_file() deletes it. The
+/// temporary is never opened through a symbolic link; it is created with
+/// `mode`, or with the run directory's file mode (0640 unless
+/// RANKSCOPE_DIR_MODE says otherwise) when `mode` is 0.
+absl::Status write_file_atomic(const std::string& path, const std::string& content, bool durable = true,
+                               unsigned mode = 0);
 void remove_spare_file(const std::string& path);
 
 }  // namespace rankscope

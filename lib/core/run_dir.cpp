@@ -1,0 +1,97 @@
+#include "run_dir.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <pwd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace rankscope::detail {
+namespace {
+
+std::atomic<mode_t> g_file_mode{0640};
+std::atomic<bool> g_shared{false};
+
+std::string user_name(uid_t uid) {
+  if (const passwd* p = ::getpwuid(uid); p != nullptr && p->pw_name != nullptr) return p->pw_name;
+  return "?";
+}
+
+constexpr const char* kFix = " (set RANKSCOPE_DIR or Config::run_dir to a writable directory)";
+
+}  // namespace
+
+absl::Status prepare_run_dir(const std::string& dir, const RunDirPolicy& policy) {
+  // Each missing component with the policy's mode (std::filesystem's create_directories takes none).
+  std::filesystem::path built;
+  for (const auto& part : std::filesystem::path(dir)) {
+    built /= part;
+    if (part == "/" || part.empty()) continue;
+    if (::mkdir(built.c_str(), policy.dir_mode) != 0 && errno != EEXIST) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("run directory '", dir, "' cannot be created: ", built.string(), ": ", std::strerror(errno), kFix));
+    }
+  }
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return absl::PermissionDeniedError(absl::StrCat("run directory '", dir, "' is not a directory", kFix));
+  }
+  if (st.st_uid != ::geteuid() && !policy.shared) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "run directory '", dir, "' belongs to ", user_name(st.st_uid), " (uid ", st.st_uid, "), not to this process's user ",
+        user_name(::geteuid()), " (uid ", ::geteuid(), "): files planted there by its owner would be written to. "
+        "Use a directory of your own (RANKSCOPE_DIR, Config::run_dir), or set RANKSCOPE_SHARED_DIR=1 if it is shared on purpose"));
+  }
+  if (::access(dir.c_str(), W_OK) != 0) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("run directory '", dir, "' is not writable: ", std::strerror(errno), kFix));
+  }
+  g_file_mode.store(policy.dir_mode & 0666, std::memory_order_relaxed);
+  g_shared.store(policy.shared, std::memory_order_relaxed);
+  return absl::OkStatus();
+}
+
+mode_t run_file_mode() noexcept { return g_file_mode.load(std::memory_order_relaxed); }
+
+int run_file_open(const std::string& path, int flags, mode_t mode) noexcept {
+  const int fd = ::open(path.c_str(), flags | O_NOFOLLOW | O_CLOEXEC, mode != 0 ? mode : run_file_mode());
+  if (fd < 0) return -1;
+  struct stat st {};
+  const bool seen = ::fstat(fd, &st) == 0;
+  if (!seen || !S_ISREG(st.st_mode) || (st.st_uid != ::geteuid() && !g_shared.load(std::memory_order_relaxed))) {
+    const int err = seen ? EPERM : errno;  // a FIFO, a device, or another user's file planted under our name
+    ::close(fd);
+    errno = err;
+    return -1;
+  }
+  return fd;
+}
+
+int remove_stale_temporaries(const std::string& dir, int rank) noexcept {
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return 0;
+  const std::string mine = absl::StrCat("rank-", rank, ".");
+  const int self = static_cast<int>(::getpid());
+  int removed = 0;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    const auto at = name.rfind(".tmp.");
+    int pid = 0;
+    if (at == std::string::npos || !absl::SimpleAtoi(name.substr(at + 5), &pid) || pid == self) continue;
+    if (name.rfind(mine, 0) != 0 && !(rank == 0 && name.rfind("run.json.tmp.", 0) == 0)) continue;
+    if (::unlinkat(::dirfd(d), e->d_name, 0) == 0) ++removed;
+  }
+  ::closedir(d);
+  return removed;
+}
+
+}  // namespace rankscope::detail

@@ -1,0 +1,170 @@
+// The run directory is the user's (lib/core/run_dir.hpp): its modes, another
+// user's directory refused, no file written through a planted symbolic link,
+// a killed predecessor's temporaries removed.
+#include <catch2/catch.hpp>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "capture_sink.hpp"
+#include "rankscope/export/jsonl.hpp"
+#include "rankscope/rankscope.hpp"
+#include "run_dir.hpp"
+#include "temp_dir.hpp"
+
+using namespace rankscope;
+using rankscope::test::ScopedEnv;
+using rankscope::test::slurp;
+using rankscope::test::TempDir;
+
+namespace {
+
+mode_t mode_of(const std::string& path) {
+  struct stat st {};
+  REQUIRE(::lstat(path.c_str(), &st) == 0);
+  return st.st_mode & 07777;
+}
+
+struct ScopedUmask {
+  explicit ScopedUmask(mode_t m) : old(::umask(m)) {}
+  ~ScopedUmask() { ::umask(old); }
+  mode_t old;
+};
+
+Config rank0_in(const std::string& dir) {
+  Config c;
+  c.run_dir = dir;
+  c.context.rank = 0;
+  c.context.world_size = 1;
+  c.context.run_id = "run-dir-test";
+  return c;
+}
+
+constexpr uid_t kNobody = 65534;
+
+}  // namespace
+
+TEST_CASE("the run directory is made 0750 and its files 0640 / RANKSCOPE_DIR_MODE changes both", "[run_dir]") {
+  ScopedUmask umask(022);
+  TempDir tmp;
+  {
+    const std::string dir = tmp.path + "/runs/one";
+    test::ScopedRuntime rt(rank0_in(dir));
+    { RANKSCOPE_PHASE("x"); }
+    REQUIRE(flush());
+    CHECK(mode_of(tmp.path + "/runs") == 0750);  // parents made on the way too
+    CHECK(mode_of(dir) == 0750);
+    for (const char* f : {"/rank-0.jsonl", "/rank-0.position", "/run.json"}) CHECK(mode_of(dir + f) == 0640);
+  }
+  {
+    ScopedEnv mode("RANKSCOPE_DIR_MODE", "700");
+    const std::string dir = tmp.path + "/private";
+    test::ScopedRuntime rt(rank0_in(dir));
+    REQUIRE(flush());
+    CHECK(mode_of(dir) == 0700);
+    CHECK(mode_of(dir + "/rank-0.jsonl") == 0600);
+  }
+  for (const char* bad : {"640", "8", "abc", "1777"}) {
+    ScopedEnv mode("RANKSCOPE_DIR_MODE", bad);
+    const absl::Status st = init(rank0_in(tmp.path + "/bad"));
+    shutdown();
+    REQUIRE_FALSE(st.ok());
+    CHECK_THAT(std::string(st.message()), Catch::Contains("RANKSCOPE_DIR_MODE='" + std::string(bad) + "'"));
+  }
+}
+
+TEST_CASE("a run directory another user owns is refused unless RANKSCOPE_SHARED_DIR=1", "[run_dir]") {
+  if (::geteuid() != 0) {
+    WARN("skipped: needs root to give a directory to another user");
+    return;
+  }
+  TempDir tmp;
+  const std::string dir = tmp.path + "/theirs";
+  REQUIRE(::mkdir(dir.c_str(), 0777) == 0);
+  REQUIRE(::chown(dir.c_str(), kNobody, kNobody) == 0);
+  const absl::Status st = init(rank0_in(dir));
+  shutdown();
+  REQUIRE_FALSE(st.ok());
+  const std::string msg(st.message());
+  CHECK_THAT(msg, Catch::Contains("belongs to") && Catch::Contains("(uid 65534)") &&
+                      Catch::Contains("RANKSCOPE_SHARED_DIR=1"));
+  CHECK_FALSE(std::filesystem::exists(dir + "/rank-0.jsonl"));  // nothing written there
+  ScopedEnv shared("RANKSCOPE_SHARED_DIR", "1");
+  test::ScopedRuntime rt(rank0_in(dir));
+  REQUIRE(flush());
+  CHECK(std::filesystem::exists(dir + "/rank-0.jsonl"));
+}
+
+TEST_CASE("planted symbolic links are not followed / the victim's files stay as they were", "[run_dir]") {
+  TempDir tmp;
+  const std::string dir = tmp.path + "/run", victim = tmp.path + "/victim";
+  REQUIRE(::mkdir(dir.c_str(), 0750) == 0);
+  {
+    std::ofstream(victim) << "precious\n";
+  }
+  SECTION("the position file: no position file, the run goes on") {
+    REQUIRE(::symlink(victim.c_str(), (dir + "/rank-0.position").c_str()) == 0);
+    test::ScopedRuntime rt(rank0_in(dir));
+    { RANKSCOPE_PHASE("x"); }
+    REQUIRE(flush());
+    CHECK(slurp(victim) == "precious\n");  // neither truncated nor mapped
+  }
+  SECTION("the run log: init fails and says why") {
+    REQUIRE(::symlink(victim.c_str(), (dir + "/rank-0.jsonl").c_str()) == 0);
+    const absl::Status st = init(rank0_in(dir));
+    shutdown();
+    REQUIRE_FALSE(st.ok());
+    CHECK_THAT(std::string(st.message()), Catch::Contains("rank-0.jsonl") && Catch::Contains("symbolic link"));
+    CHECK(slurp(victim) == "precious\n");
+  }
+  SECTION("a temporary: replaced by a file of our own") {
+    const std::string hb = dir + "/rank-0.heartbeat.json";
+    REQUIRE(::symlink(victim.c_str(), (hb + ".tmp." + std::to_string(::getpid())).c_str()) == 0);
+    REQUIRE(write_file_atomic(hb, "{}\n", /*durable=*/false).ok());
+    CHECK(slurp(hb) == "{}\n");
+    CHECK(slurp(victim) == "precious\n");
+  }
+}
+
+TEST_CASE("another user's file under a run-directory name is not written to", "[run_dir]") {
+  if (::geteuid() != 0) {
+    WARN("skipped: needs root to give a file to another user");
+    return;
+  }
+  TempDir tmp;
+  const std::string dir = tmp.path + "/run";
+  REQUIRE(::mkdir(dir.c_str(), 0750) == 0);
+  const std::string planted = dir + "/rank-0.jsonl";
+  {
+    std::ofstream(planted) << "theirs\n";
+  }
+  REQUIRE(::chown(planted.c_str(), kNobody, kNobody) == 0);
+  const absl::Status st = init(rank0_in(dir));
+  shutdown();
+  REQUIRE_FALSE(st.ok());
+  CHECK_THAT(std::string(st.message()), Catch::Contains("not a regular file of this user's"));
+  CHECK(slurp(planted) == "theirs\n");
+}
+
+TEST_CASE("a killed predecessor's temporaries are removed at start / others' and our own are kept", "[run_dir]") {
+  TempDir tmp;
+  const std::string dir = tmp.path;
+  const std::string self = std::to_string(::getpid());
+  for (const std::string& f : std::vector<std::string>{"rank-0.heartbeat.json.tmp.123456", "rank-0.flight.json.tmp.777",
+                                                       "run.json.tmp.42", "rank-1.heartbeat.json.tmp.123456",
+                                                       "rank-0.heartbeat.json.tmp." + self, "rank-0.jsonl"}) {
+    std::ofstream(dir + "/" + f) << "x";
+  }
+  CHECK(detail::remove_stale_temporaries(dir, 0) == 3);
+  CHECK_FALSE(std::filesystem::exists(dir + "/rank-0.heartbeat.json.tmp.123456"));
+  CHECK_FALSE(std::filesystem::exists(dir + "/rank-0.flight.json.tmp.777"));
+  CHECK_FALSE(std::filesystem::exists(dir + "/run.json.tmp.42"));
+  CHECK(std::filesystem::exists(dir + "/rank-1.heartbeat.json.tmp.123456"));  // another rank's
+  CHECK(std::filesystem::exists(dir + "/rank-0.heartbeat.json.tmp." + self));  // this process's spare
+  CHECK(std::filesystem::exists(dir + "/rank-0.jsonl"));
+}
