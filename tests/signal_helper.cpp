@@ -1,7 +1,8 @@
 // Helper process for the signal tests: rank 5 of 8 writing into argv[1], then
 // `abort` (SIGABRT inside an open all-reduce), `term` (SIGTERM), `term_late`
 // (SIGTERM after 300 ms of heartbeats and run-log writes), `usr1`
-// (SIGUSR1, wait for the dump, keep recording, exit 0), `pipe` (a write to a
+// (SIGUSR1, wait for the dump, keep recording, exit 0), `usr1_chained` (the
+// same with a SIGUSR1 handler installed before init: exit 9 if it never ran), `pipe` (a write to a
 // pipe nobody reads: SIGPIPE) or `pipe_ignored` (the same with SIGPIPE
 // ignored before init: EPIPE, keep recording, exit 0), `throw` (an
 // uncaught std::runtime_error), or `steps` (steps of ~0.3 ms, each with an all-reduce
@@ -21,10 +22,15 @@
 #include "collective_wait.hpp"
 #include "rankscope/rankscope.hpp"
 
+namespace {
+volatile std::sig_atomic_t g_own_usr1 = 0;  // the program's own SIGUSR1 handler ran (usr1_chained)
+}  // namespace
+
 int main(int argc, char** argv) {
   if (argc != 3) return 2;
   const std::string dir = argv[1], mode = argv[2];
   if (mode == "pipe_ignored") std::signal(SIGPIPE, SIG_IGN);
+  if (mode == "usr1_chained") std::signal(SIGUSR1, [](int) { g_own_usr1 = 1; });  // before init(), as Slurm users do
   rankscope::Config cfg;
   cfg.run_dir = dir;
   cfg.context.rank = 5;
@@ -35,7 +41,7 @@ int main(int argc, char** argv) {
   // wake-up, up to half a second away when idle. Wake-ups 50 ms apart make the
   // wait far longer than what it waits for on a loaded host. (Only where a
   // handler runs: the SIGKILL modes' tests need records still in the rings.)
-  for (const char* m : {"abort", "term", "term_late", "usr1", "pipe", "pipe_ignored", "throw"}) {
+  for (const char* m : {"abort", "term", "term_late", "usr1", "usr1_chained", "pipe", "pipe_ignored", "throw"}) {
     if (mode == m) cfg.drain_interval = std::chrono::milliseconds(50);
   }
   if (!rankscope::init(cfg).ok()) return 3;
@@ -78,7 +84,7 @@ int main(int argc, char** argv) {
   }
   auto& world = rankscope::communicator("world", 8, 5);
   { RANKSCOPE_PHASE("before_crash"); }
-  if (mode == "usr1") {
+  if (mode == "usr1" || mode == "usr1_chained") {
     std::raise(SIGUSR1);
     const std::string dump = dir + "/rank-5.flight.json";
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);  // a hang guard
@@ -87,6 +93,7 @@ int main(int argc, char** argv) {
     }
     { RANKSCOPE_PHASE("after_usr1"); }
     rankscope::shutdown();
+    if (mode == "usr1_chained" && g_own_usr1 == 0) return 9;
     return std::filesystem::exists(dump) ? 0 : 4;
   }
   if (mode == "throw") {  // an uncaught C++ exception: std::terminate, then SIGABRT

@@ -527,6 +527,10 @@ TEST_CASE("SIGTERM flushes and dumps / then terminates as before", "[flight][sig
   CHECK(WTERMSIG(status) == SIGTERM);
   CHECK_THAT(slurp(tmp.path + "/rank-5.flight.json"), Catch::Contains(R"("reason":"signal SIGTERM")"));
   CHECK_THAT(slurp(tmp.path + "/rank-5.jsonl"), Catch::Contains(R"("name":"before_crash")"));
+  // At its default action SIGTERM ends the process: the last heartbeat says so at once, so no
+  // reader takes the rank for alive during the 3 heartbeat intervals a silent death would need.
+  CHECK_THAT(slurp(tmp.path + "/rank-5.heartbeat.json"), Catch::Contains(R"("state":"failed")") &&
+                                                             Catch::Contains(R"("exit_cause":"signal","signal":"SIGTERM")"));
 }
 
 TEST_CASE("SIGTERM leaves no spare files and no disk reserved ahead of the run log", "[flight][signals]") {
@@ -560,6 +564,14 @@ TEST_CASE("SIGPIPE at its default action flushes and dumps / an ignored one chan
   CHECK(WEXITSTATUS(status) == 0);  // the write saw EPIPE and the program went on
   CHECK_THAT(slurp(tmp.path + "/rank-5.jsonl"), Catch::Contains(R"("name":"after_epipe")"));
   CHECK_THAT(slurp(tmp.path + "/rank-5.flight.json"), !Catch::Contains("SIGPIPE"));
+}
+
+TEST_CASE("a SIGUSR1 handler the program installed before init still runs / beside the dump", "[flight][signals]") {
+  TempDir tmp;
+  const int status = run_helper(tmp.path, "usr1_chained");
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);  // 9: its own handler never ran
+  CHECK_THAT(slurp(tmp.path + "/rank-5.flight.json"), Catch::Contains(R"("reason":"signal SIGUSR1")"));
 }
 
 TEST_CASE("SIGUSR1 dumps on demand and the process keeps running", "[flight][signals]") {

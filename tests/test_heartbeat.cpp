@@ -604,7 +604,7 @@ TEST_CASE("files rewritten every second swap with a spare and leave nothing behi
 namespace {
 void write_beat(const std::string& dir, int rank, std::uint64_t now, std::uint64_t live_age_ms,
                 std::uint64_t progress_age_ms, const std::string& state, const std::string& phases,
-                const std::string& in_flight) {
+                const std::string& in_flight, const std::string& extra = "") {
   const std::uint64_t ms = 1'000'000;
   std::ofstream(dir + "/rank-" + std::to_string(rank) + ".heartbeat.json")
       << "{\"schema\":1,\"kind\":\"heartbeat\",\"rank\":" << rank << ",\"pid\":" << 100 + rank
@@ -612,7 +612,7 @@ void write_beat(const std::string& dir, int rank, std::uint64_t now, std::uint64
       << "\",\"interval_ns\":" << 1000 * ms << ",\"stall_timeout_ns\":" << 60000 * ms
       << ",\"liveness_wall_ns\":" << now - live_age_ms * ms << ",\"progress_wall_ns\":" << now - progress_age_ms * ms
       << ",\"step\":7,\"last_step_ns\":" << 50 * ms << ",\"usual_step_ns\":" << 10 * ms
-      << ",\"inside\":\"x\",\"open_phases\":[" << phases << "],\"in_flight\":[" << in_flight << "]}";
+      << ",\"inside\":\"x\",\"open_phases\":[" << phases << "],\"in_flight\":[" << in_flight << "]" << extra << "}";
 }
 const char* kAllReduce6 = R"({"op":"all_reduce","comm":"world","seq":6,"count":10,"age_ns":90000000000})";
 const char* kAllReduce5 = R"({"op":"all_reduce","comm":"world","seq":5,"count":10,"age_ns":90000000000})";
@@ -664,6 +664,25 @@ TEST_CASE("status classifies like the runbook", "[heartbeat][status]") {
     CHECK(s->exit_code == 1);
     CHECK_THAT(s->verdict, Catch::Contains("rank 1 not alive: crash, OOM or node issue"));
     CHECK_THAT(reader::format_status(*s), Catch::Contains("pid 101 on node1"));
+  }
+  SECTION("a whole job stopped by SIGTERM, read at once") {  // heartbeats 200 ms old: no waiting for them to age
+    for (int r = 0; r < 3; ++r) {
+      write_beat(tmp.path, r, now, 200, 300, "failed", "", "", R"(,"exit_cause":"signal","signal":"SIGTERM")");
+    }
+    auto s = reader::read_status(tmp.path, now);
+    REQUIRE(s.ok());
+    CHECK(s->exit_code == 1);
+    CHECK_THAT(s->verdict, Catch::StartsWith("stopped: all 3 ranks by SIGTERM") && Catch::Contains("not a crash"));
+    CHECK_THAT(reader::format_status(*s), Catch::Contains("rank 2 was STOPPED by SIGTERM at step 7 (pid 102 on node2)"));
+  }
+  SECTION("a rank that died of SIGSEGV while the others were stopped") {
+    write_beat(tmp.path, 0, now, 200, 300, "failed", "", "", R"(,"exit_cause":"signal","signal":"SIGTERM")");
+    write_beat(tmp.path, 1, now, 200, 300, "failed", "", "", R"(,"exit_cause":"signal","signal":"SIGSEGV")");
+    write_beat(tmp.path, 2, now, 200, 300, "failed", "", "", R"(,"exit_cause":"signal","signal":"SIGTERM")");
+    auto s = reader::read_status(tmp.path, now);
+    REQUIRE(s.ok());
+    CHECK_THAT(s->verdict, Catch::StartsWith("rank 1 died of SIGSEGV: crash"));
+    CHECK_THAT(reader::format_status(*s), Catch::Contains("rank 1 DIED of SIGSEGV at step 7"));
   }
   SECTION("slow but moving") {
     write_beat(tmp.path, 0, now, 200, 300, "slow", "", "");

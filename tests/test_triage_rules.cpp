@@ -154,6 +154,56 @@ TEST_CASE("rule dead_rank says a rank stopped by SIGTERM was stopped - not crash
                     [](const std::string& e) { return e.find("not a crash or an OOM kill") != std::string::npos; }));
 }
 
+TEST_CASE("rule stopped names a whole job stopped by SIGTERM - not a crash and nobody's fault", "[triage]") {
+  auto sum = run_of(2);
+  sum.world_size = 2;
+  for (auto& r : sum.ranks) {
+    r.ended_cleanly = false;
+    r.dump_reason = "signal SIGTERM";
+    r.last_t = 5'000;
+  }
+  sum.ranks[1].last_step = 8;  // caught a step behind: not stuck, just a moment earlier
+  reader::CommunicatorCheck c;
+  c.comm = "world";
+  c.max_seq = 10;
+  c.ranks = {0, 1};
+  c.behind = {{1, 9}};
+  sum.communicators.push_back(c);
+  const auto out = run_rule(rules::stopped_rule, sum);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].kind == FindingKind::kStopped);
+  CHECK(out[0].ranks == std::vector<int>{0, 1});
+  CHECK(out[0].step == 9);
+  CHECK_THAT(out[0].summary, Catch::StartsWith("the job was stopped by SIGTERM at step 9: all 2 ranks at once"));
+  CHECK(run_rule(rules::dead_rank_rule, sum).empty());  // the rank a step behind is not blamed
+  sum.ranks[1].dump_reason = "signal SIGSEGV";           // a crash instead: the dead_rank rule's
+  CHECK(run_rule(rules::stopped_rule, sum).empty());
+  sum.ranks[1].dump_reason = "signal SIGUSR1";  // a dump on demand says nothing of how it ended
+  const auto one = run_rule(rules::stopped_rule, sum);
+  REQUIRE(one.size() == 1);
+  CHECK_THAT(one[0].summary, Catch::StartsWith("rank 0 stopped by SIGTERM at step 9"));
+}
+
+TEST_CASE("rule dead_rank names a rank that died of SIGSEGV while the others were stopped after it", "[triage]") {
+  auto sum = run_of(3);
+  for (auto& r : sum.ranks) {
+    r.ended_cleanly = false;
+    r.dump_reason = "signal SIGTERM";
+  }
+  sum.ranks[1].dump_reason = "signal SIGSEGV";
+  sum.ranks[1].last_step = 4;
+  const auto out = run_rule(rules::dead_rank_rule, sum);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].kind == FindingKind::kDeadRank);
+  CHECK(out[0].ranks == std::vector<int>{1});
+  CHECK(out[0].step == 4);
+  CHECK_THAT(out[0].summary, Catch::StartsWith("rank died: rank 1 died of SIGSEGV at step 4: a crash"));
+  CHECK(std::any_of(out[0].evidence.begin(), out[0].evidence.end(), [](const std::string& e) {
+    return e.find("ranks 0,2 stopped by SIGTERM after it: a consequence") != std::string::npos;
+  }));
+  CHECK(run_rule(rules::stopped_rule, sum).empty());
+}
+
 TEST_CASE("rule exception names the rank that raised and counts peer-lost errors as a consequence", "[triage]") {
   auto sum = run_of(3);
   sum.ranks[1].exit = reader::ExitRecord{"exception", "RuntimeError", "RuntimeError: bad batch 5", 5, 1000, {}};

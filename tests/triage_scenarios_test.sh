@@ -6,6 +6,7 @@
 #   clean                      -> no fault (findings that cost only time may be the host's)
 #   stops before a collective  -> hang, the blocked rank, the phase it is in
 #   killed (SIGKILL)           -> dead_rank, the killed rank (also with SIGPIPE's default action)
+#   the whole job SIGTERMed    -> stopped, every rank, at once
 #   straggler in forward       -> straggler, the slow rank, from the step it began
 #   mismatched collective      -> collective_mismatch, the odd rank
 #   stall in checkpoint save   -> stall (recovered), the rank in checkpoint_save
@@ -101,6 +102,15 @@ finish
 sleep 1
 expect dead_rank 2 "rank died"
 echo "  killed_sigpipe: $(grep -l 'signal SIGPIPE' "$run"/rank-*.flight.json 2>/dev/null | wc -l) rank(s) died of SIGPIPE"
+
+# The whole job SIGTERMed at once (a time limit): stopped, nobody's fault, said at once -
+# the ranks' last heartbeats say so, triage needs no heartbeat to age.
+start stopped 100000 --
+wait_for "rank 3 at step 10" has "$run/rank-3.heartbeat.json" '"step":[1-9][0-9]' || fail "rank 3 never reached step 10"
+kill -TERM $(pids_of "$run")
+finish
+expect stopped 0,1,2,3 "the job was stopped by SIGTERM at step"
+grep -q '"verdict":"stopped: all 4 ranks by SIGTERM' <<<"$("$cli" status --json "$run" || true)" || fail "status: $("$cli" status "$run")"
 
 start straggler 40 -- --slow-rank 3 --slow-from-step 10 --slow-ms 40
 finish

@@ -314,7 +314,7 @@ void Runtime::handle_signal(int sig) {
     // Nothing left behind by a terminated rank: no spare files, no reserved blocks.
     for (auto& s : sinks_) s->before_exit();
     try {
-      watchdog_.ending_by_signal(clock_, threads_);
+      watchdog_.ending_by_signal(clock_, threads_, detail::g_signal_fatal.exchange(false) ? sig : 0);
     } catch (...) {
       watchdog_.before_exit();
     }

@@ -12,6 +12,7 @@
 namespace rankscope::detail {
 
 std::atomic<int> g_signal_request{0};
+std::atomic<bool> g_signal_fatal{false};
 std::atomic<std::uint64_t> g_signal_acks{0};
 std::atomic<int> g_terminal_tid{0};
 std::atomic<std::uintptr_t> g_terminal_pc{0};
@@ -54,12 +55,38 @@ int index_of(int sig) {
   return -1;
 }
 
+// The action that was there before ours: a handler of the program's to chain to.
+bool has_handler(const struct sigaction& a) {
+  return (a.sa_flags & SA_SIGINFO) != 0 ? a.sa_sigaction != nullptr
+                                        : a.sa_handler != SIG_DFL && a.sa_handler != SIG_IGN;
+}
+
+// Whether the process ends once the signal is passed on: the default action of
+// a terminating signal, or a fault (SIGSEGV on a bad address returns to the same
+// instruction whatever a handler does, unless it longjmps: rare enough to call it
+// an end). A program's own SIGTERM handler may keep it alive (a checkpoint, then
+// a clean exit): then its own shutdown says how it ended.
+bool ends_process(int sig, const struct sigaction& prev) {
+  if ((prev.sa_flags & SA_SIGINFO) == 0 && prev.sa_handler == SIG_IGN) return false;
+  if (sig == SIGSEGV || sig == SIGBUS || sig == SIGFPE || sig == SIGILL || sig == SIGABRT) return true;
+  return !has_handler(prev);
+}
+
 void handler(int sig, siginfo_t* info, void* uctx) {
   const int saved_errno = errno;
   const bool on_background = g_bg_known.load(std::memory_order_relaxed) &&
                              pthread_equal(pthread_self(), g_bg_thread.load(std::memory_order_relaxed));
+  const int idx = index_of(sig);
   if (sig == SIGUSR1) {
     g_signal_request.store(sig, std::memory_order_release);
+    // The program's own SIGUSR1 handler (Slurm's --signal=USR1 checkpointing, a requeue
+    // handler, faulthandler.register) runs too; the default action (terminate) does not:
+    // SIGUSR1 asks rankscope for a dump.
+    if (idx >= 0 && has_handler(g_previous[idx])) {
+      const struct sigaction& prev = g_previous[idx];
+      if ((prev.sa_flags & SA_SIGINFO) != 0) prev.sa_sigaction(sig, info, uctx);
+      else prev.sa_handler(sig);
+    }
     errno = saved_errno;
     return;
   }
@@ -68,12 +95,12 @@ void handler(int sig, siginfo_t* info, void* uctx) {
     const std::uint64_t acks = g_signal_acks.load(std::memory_order_acquire);
     g_terminal_pc.store(interrupted_pc(uctx), std::memory_order_relaxed);
     g_terminal_tid.store(static_cast<int>(::syscall(SYS_gettid)), std::memory_order_release);
+    g_signal_fatal.store(idx >= 0 && ends_process(sig, g_previous[idx]), std::memory_order_relaxed);
     g_signal_request.store(sig, std::memory_order_release);
     timespec step{0, 5'000'000};
     for (int i = 0; i < 400 && g_signal_acks.load(std::memory_order_acquire) == acks; ++i) nanosleep(&step, nullptr);
   }
   // Chain: restore whatever was there before us and deliver again.
-  const int idx = index_of(sig);
   if (idx >= 0) {
     const struct sigaction& prev = g_previous[idx];
     if ((prev.sa_flags & SA_SIGINFO) != 0 && prev.sa_sigaction != nullptr) {

@@ -1,6 +1,7 @@
 // Signal handling: leave evidence before the process goes away.
 //
-// SIGUSR1: dump the flight recorder, keep running. SIGTERM (what Slurm and
+// SIGUSR1: dump the flight recorder, keep running (a handler the program had
+// installed before init() runs too). SIGTERM (what Slurm and
 // torchrun send first) and fatal signals (SIGSEGV, SIGBUS, SIGFPE, SIGILL,
 // SIGABRT): drain and flush the run log, dump the flight recorder, then hand
 // the signal to the handler installed before ours (or the default action).
@@ -21,6 +22,9 @@ void uninstall_signal_handlers();
 
 // Pending request from a signal handler: 0 none, else the signal number.
 extern std::atomic<int> g_signal_request;
+// Set with a terminating request: the process ends once the signal is passed on
+// (its action is the default, or it is a fault), so its last heartbeat says so.
+extern std::atomic<bool> g_signal_fatal;
 // Incremented by the background thread when it has handled a request.
 extern std::atomic<std::uint64_t> g_signal_acks;
 // The background thread's id, so a signal on it does not wait for itself.

@@ -12,6 +12,7 @@
 #include "json_util.hpp"
 #include "runtime_impl.hpp"
 #include "schema.hpp"
+#include "signals.hpp"
 #include "rankscope/export/jsonl.hpp"
 #include "rankscope/metrics.hpp"
 
@@ -34,6 +35,7 @@ void Watchdog::start(const WatchdogConfig& cfg, const RunContext& ctx, std::stri
   progress_mono_ = now_mono;  // a rank that never starts is a stall too
   last_beat_mono_ = 0;
   quiet_until_mono_ = 0;  // the previous session's shutdown silenced it for 2 s (before_exit): not this one
+  fatal_signal_ = 0;
   stalled_ = false;
   step_tid_ = 0;
   history_n_ = history_next_ = 0;
@@ -314,11 +316,14 @@ void Watchdog::finish(const TickClock& clock, const std::vector<ThreadState*>& t
   before_exit();
 }
 
-void Watchdog::ending_by_signal(const TickClock& clock, const std::vector<ThreadState*>& threads) {
+void Watchdog::ending_by_signal(const TickClock& clock, const std::vector<ThreadState*>& threads, int fatal_signal) {
   // After an uncaught exception the process can still die of a signal in its
   // teardown (torch's threads abort when a process group is never destroyed),
-  // before the atexit shutdown that says "failed": say it now.
-  if (exit_cause() != ExitCause::kNone) {
+  // before the atexit shutdown that says "failed": say it now. The same for a
+  // signal that ends the process (SIGTERM at its default action, a fault): a
+  // heartbeat still saying "running" would read as alive for 3 intervals more.
+  if (exit_cause() != ExitCause::kNone || fatal_signal != 0) {
+    if (exit_cause() == ExitCause::kNone) fatal_signal_ = fatal_signal;
     quiet_until_mono_ = 0;
     write_heartbeat(monotonic_ns(), clock, threads, "failed");
   }
@@ -354,7 +359,11 @@ void Watchdog::write_heartbeat(std::uint64_t now_mono, const TickClock& clock,
   w.field(schema::Field::kProgressAgeNs, now_mono > progress_mono_ ? now_mono - progress_mono_ : 0).field(schema::Field::kStep, step_);
   w.field(schema::Field::kLastStepNs, last_step_ns_).field(schema::Field::kUsualStepNs, median_of(totals)).field(schema::Field::kStalls, stalls_);
   w.field(schema::Field::kSlowSteps, slow_steps_).field(schema::Field::kInside, inside);
-  if (const ExitCause c = exit_cause(); c != ExitCause::kNone) w.field(schema::Field::kExitCause, exit_cause_name(c));
+  if (const ExitCause c = exit_cause(); c != ExitCause::kNone) {
+    w.field(schema::Field::kExitCause, exit_cause_name(c));
+  } else if (fatal_signal_ != 0) {
+    w.field(schema::Field::kExitCause, "signal").field(schema::Field::kSignal, signal_name(fatal_signal_));
+  }
   w.key(schema::Field::kOpenPhases).json(inside_json.open_phases).key(schema::Field::kInFlight).json(inside_json.in_flight);
   // A run log that stopped (a full disk) is said here too: this small file is
   // rewritten in place, so it is still written when the log no longer can be.

@@ -45,8 +45,10 @@ class Watchdog {
   void finish(const TickClock& clock, const std::vector<ThreadState*>& threads);
   // The process is ending by a signal: remove the heartbeat's spare file.
   void before_exit() noexcept;
-  // The same, first writing a last heartbeat "failed" if an uncaught exception was recorded.
-  void ending_by_signal(const TickClock& clock, const std::vector<ThreadState*>& threads);
+  // The same, first writing a last heartbeat "failed" if an uncaught exception was recorded,
+  // or if `fatal_signal` (non-zero) ends the process once passed on: then the heartbeat names
+  // it ("exit_cause":"signal","signal":"SIGTERM"), and readers know at once the rank is gone.
+  void ending_by_signal(const TickClock& clock, const std::vector<ThreadState*>& threads, int fatal_signal = 0);
   HeartbeatStatus status();
   // The stall timeout in effect now. Fixed when configured; otherwise learned:
   //   before 5 steps (start-up, compilation, the first steps): warmup_timeout,
@@ -100,6 +102,7 @@ class Watchdog {
   std::function<void(std::string_view)> publisher_;  // Requires publisher_mu_ held.
   std::uint64_t publish_errors_ = 0;
   std::uint64_t quiet_until_mono_ = 0;  // no heartbeat writes before this (a terminating signal)
+  int fatal_signal_ = 0;                // the signal ending the process (ending_by_signal), for the heartbeat
   std::mutex status_mu_;
   HeartbeatStatus status_;  // Requires status_mu_ held.
 };

@@ -54,6 +54,7 @@ bool parse(const std::string& path, std::uint64_t now, RankHeartbeat& hb) {
   hb.host = std::string(get<std::string_view>(doc, Field::kHost, ""));
   hb.inside = std::string(get<std::string_view>(doc, Field::kInside, ""));
   hb.exit_cause = std::string(get<std::string_view>(doc, Field::kExitCause, ""));
+  hb.signal = std::string(get<std::string_view>(doc, Field::kSignal, ""));
   hb.alive = hb.state != "exited" && hb.state != "failed" && hb.liveness_age_ns < 3 * hb.interval_ns;
   simdjson::dom::array arr;
   if (doc[schema::field_name(Field::kOpenPhases)].get_array().get(arr) == simdjson::SUCCESS) {
@@ -88,6 +89,36 @@ std::string innermost(const RankHeartbeat& h) {
 
 const RankHeartbeat& at(const StatusReport& r, int rank) { return r.ranks[static_cast<std::size_t>(rank)]; }
 
+// A signal someone sends to stop a job, as opposed to a crash's.
+bool is_stop_signal(std::string_view sig) { return sig == "SIGTERM" || sig == "SIGINT" || sig == "SIGHUP"; }
+
+// Ranks whose last heartbeat says failed: how, the worst first (a crash, an
+// exception, then a stop that someone sent).
+std::string failed_verdict(const StatusReport& r, const std::vector<int>& failed) {
+  std::vector<int> crashed, raised, stopped;
+  std::string crash_signal, stop_signal;
+  for (int f : failed) {
+    const auto& h = at(r, f);
+    if (h.exit_cause != "signal") {
+      raised.push_back(f);
+    } else if (is_stop_signal(h.signal)) {
+      stopped.push_back(f);
+      if (stop_signal.empty()) stop_signal = h.signal;
+    } else {
+      crashed.push_back(f);
+      if (crash_signal.empty()) crash_signal = h.signal;
+    }
+  }
+  const auto ranks = [](const std::vector<int>& v) { return fmt::format("rank{} {}", v.size() > 1 ? "s" : "", join_ranks(v)); };
+  if (!crashed.empty()) return fmt::format("{} died of {}: crash", ranks(crashed), crash_signal);
+  if (!raised.empty()) return fmt::format("{} failed: uncaught exception", ranks(raised));
+  if (stopped.size() == r.ranks.size()) {
+    return fmt::format("stopped: all {} ranks by {} (the scheduler, the launcher or a person; not a crash)",
+                       stopped.size(), stop_signal);
+  }
+  return fmt::format("{} stopped by {} (not a crash)", ranks(stopped), stop_signal);
+}
+
 // The ranks by what their heartbeats say, the worst state first.
 struct RankStates {
   std::vector<int> dead, stalled, slow, exited, failed, missing;
@@ -110,6 +141,16 @@ void dead_findings(StatusReport& r, const RankStates& s) {
   for (int m : s.missing) r.findings.push_back(fmt::format("rank {}: no heartbeat file: never started, or no run log", m));
   for (int f : s.failed) {
     const auto& h = at(r, f);
+    if (h.exit_cause == "signal") {
+      r.findings.push_back(is_stop_signal(h.signal)
+                               ? fmt::format("rank {} was STOPPED by {} at step {} (pid {} on {}): sent by the scheduler "
+                                             "(time limit, scancel, preemption), the launcher or a person, not a crash",
+                                             f, h.signal, h.step, h.pid, h.host)
+                               : fmt::format("rank {} DIED of {} at step {} (pid {} on {}): a crash; its stacks and "
+                                             "flight dump say where (rankscope stacks, triage)",
+                                             f, h.signal, h.step, h.pid, h.host));
+      continue;
+    }
     r.findings.push_back(fmt::format("rank {} FAILED: it exited after an uncaught {} at step {} (pid {} on {}); the "
                                      "exception and its traceback are its run log's exit line (rankscope triage)",
                                      f, h.exit_cause == "terminate" ? "C++ exception (std::terminate)" : "exception",
@@ -220,7 +261,7 @@ void classify(StatusReport& r) {
   if (!s.stalled.empty()) {
     r.verdict = hang_verdict(r, s.stalled);
   } else if (!s.failed.empty()) {
-    r.verdict = fmt::format("rank{} {} failed: uncaught exception", s.failed.size() > 1 ? "s" : "", join_ranks(s.failed));
+    r.verdict = failed_verdict(r, s.failed);
   } else if (!s.dead.empty()) {
     r.verdict = fmt::format("rank{} {} not alive: crash, OOM or node issue", s.dead.size() > 1 ? "s" : "", join_ranks(s.dead));
   } else if (!s.slow.empty()) {

@@ -25,7 +25,8 @@ struct RankHeartbeat {
   bool present = false;   // a heartbeat file exists
   bool alive = false;     // beat within 3 intervals
   std::string state;      // running / slow / stalled / exited / failed (as the rank wrote it)
-  std::string exit_cause;  // failed: exception / terminate
+  std::string exit_cause;  // failed: exception / terminate / signal
+  std::string signal;      // exit_cause signal: which one ("SIGTERM", "SIGSEGV")
   std::uint64_t liveness_age_ns = 0, progress_age_ns = 0;
   std::uint64_t interval_ns = 0, stall_timeout_ns = 0, last_step_ns = 0, usual_step_ns = 0;
   std::int64_t step = 0, pid = 0;

@@ -40,7 +40,8 @@ namespace rankscope::reader {
   X(kConfigDrift, "config_drift")            \
   X(kThroughput, "throughput")                \
   X(kSilentCorruption, "silent_corruption") \
-  X(kGpuError, "gpu_error")
+  X(kGpuError, "gpu_error")                  \
+  X(kStopped, "stopped")
 
 enum class FindingKind : std::uint8_t { RANKSCOPE_DETAIL_FINDING_KINDS(RANKSCOPE_DETAIL_ENUM_MEMBER) };
 inline constexpr std::array kFindingKindNames{RANKSCOPE_DETAIL_FINDING_KINDS(RANKSCOPE_DETAIL_ENUM_NAME)};

@@ -28,6 +28,59 @@ std::vector<const RankSummary*> ended_by(const RunSummary& sum, bool peer_lost) 
 }
 }  // namespace
 
+std::string ending_signal(const RankSummary& r, const StatusReport* live) {
+  if (r.ended_cleanly || r.exit) return {};
+  if (live != nullptr) {
+    for (const auto& h : live->ranks) {
+      if (h.rank != r.rank) continue;
+      if (h.exit_cause == "signal" && !h.signal.empty()) return h.signal;
+      if (h.alive) return {};  // still beating: it survived the signal (a handler of its own), or not yet gone
+    }
+  }
+  constexpr std::string_view kPrefix = "signal ";
+  if (r.dump_reason.rfind(kPrefix, 0) == 0 && r.dump_reason != "signal SIGUSR1") return r.dump_reason.substr(kPrefix.size());
+  return {};
+}
+
+bool is_stop_signal(std::string_view sig) { return sig == "SIGTERM" || sig == "SIGINT" || sig == "SIGHUP"; }
+
+// Nothing held the run up and nothing raised, but ranks ended by a signal: a
+// stop someone sent (the whole job at a time limit, a cancel), said as such;
+// a crash among them is the dead_rank rule's.
+void stopped_rule(const TriageInput& in, std::vector<Finding>& out) {
+  if (in.facts.stall.verdict) return;  // a hang, a dead rank or a stall tells the story
+  std::vector<const RankSummary*> stopped;
+  std::string sig;
+  for (const RankSummary& r : in.sum.ranks) {
+    const std::string s = ending_signal(r, in.live);
+    if (s.empty()) continue;
+    if (!is_stop_signal(s)) return;  // a crash: dead_rank names it, the stops follow from it
+    if (sig.empty()) sig = s;
+    stopped.push_back(&r);
+  }
+  if (stopped.empty()) return;
+  Finding f;
+  f.kind = FindingKind::kStopped;
+  f.ranks = ranks_of(stopped);
+  const bool everyone = stopped.size() == in.sum.ranks.size() && in.sum.world_size <= static_cast<int>(stopped.size());
+  std::int64_t step = -1;
+  for (const RankSummary* r : stopped) {
+    step = std::max(step, r->last_step);
+    f.t = f.t == 0 ? aligned(*r, r->last_t) : std::min(f.t, aligned(*r, r->last_t));
+    f.evidence.push_back(fmt::format("rank {}: ended by {} at step {} ({})", r->rank, ending_signal(*r, in.live),
+                                     r->last_step, r->dump_reason == "signal " + ending_signal(*r, in.live)
+                                                       ? "its flight dump says so"
+                                                       : "its last heartbeat says so"));
+  }
+  f.step = step;
+  f.summary = everyone ? fmt::format("the job was stopped by {} at step {}: all {} ranks at once - a time limit, a "
+                                     "cancel, a preemption or the launcher; not a crash",
+                                     sig, step, stopped.size())
+                       : fmt::format("{} stopped by {} at step {} - the scheduler, the launcher or a person; not a crash",
+                                     format_ranks(f.ranks), sig, step);
+  out.push_back(std::move(f));
+}
+
 bool after_peer_lost(const ExitRecord& e) {
   return std::any_of(kPeerLost.begin(), kPeerLost.end(),
                      [&](std::string_view p) { return e.message.find(p) != std::string::npos; });

@@ -132,6 +132,7 @@ void restart_rule(const TriageInput& in, std::vector<Finding>& out);
 void exception_rule(const TriageInput& in, std::vector<Finding>& out);  // triage_exit.cpp
 void peer_lost_rule(const TriageInput& in, std::vector<Finding>& out);
 void gpu_error_rule(const TriageInput& in, std::vector<Finding>& out);  // triage_resources.cpp
+void stopped_rule(const TriageInput& in, std::vector<Finding>& out);    // triage_exit.cpp
 /// What the ranks' resource snapshots add to the findings (triage_resources.cpp):
 /// a hung rank's GPU busy at low power, a dead rank's host out of memory, a
 /// straggler's throttled GPU.
@@ -142,6 +143,7 @@ inline constexpr std::array<Rule, kFindingKindCount> kTriageRules{{
     {FindingKind::kCollectiveMismatch, "collective_mismatch", collective_mismatch_rule, Listing::kRunWide},
     {FindingKind::kHang, "hang", hang_rule, Listing::kRunWide},
     {FindingKind::kDeadRank, "dead_rank", dead_rank_rule, Listing::kRunWide},
+    {FindingKind::kStopped, "stopped", stopped_rule, Listing::kRunWide},
     {FindingKind::kGpuError, "gpu_error", gpu_error_rule, Listing::kRunWide},
     {FindingKind::kException, "exception", exception_rule, Listing::kRunWide},
     {FindingKind::kPeerLost, "peer_lost", peer_lost_rule, Listing::kRunWide},
@@ -171,6 +173,12 @@ std::vector<int> ranks_of(const std::vector<const RankSummary*>& rs);
 /// An exit because a peer's connection went away (gloo's "Connection closed by peer", an aborted
 /// NCCL communicator): a consequence of another rank's end (triage_exit.cpp).
 bool after_peer_lost(const ExitRecord& e);
+/// The signal that ended a rank that did not finish ("SIGTERM", "SIGSEGV"; "" if none did): its
+/// last heartbeat's exit_cause "signal", else its flight dump's reason (not SIGUSR1's: a dump on
+/// demand). A rank with an exit line (an exception) ended by that, whatever signal followed.
+std::string ending_signal(const RankSummary& r, const StatusReport* live);
+/// SIGTERM, SIGINT, SIGHUP: someone stopped it (a scheduler, a launcher, a person), not a crash.
+bool is_stop_signal(std::string_view sig);
 /// "rank 0 stalled meanwhile, inside: ... (waiting on rank 1)" and the stall's line, added to the
 /// finding that names what the bystanders (StallFacts) waited for (triage_stall.cpp).
 void add_bystander_evidence(const StallFacts& s, const std::vector<int>& waited_on, Finding& f);

@@ -340,6 +340,16 @@ StallFacts compute_stall_facts(const RunSummary& sum, const StatusReport* live) 
     }
   }
   if (blocked.empty() && s.waiting.empty()) {
+    // Every rank was stopped by a signal someone sent (the whole job at a time limit): one a
+    // collective behind the others was caught a moment earlier, not stuck. The stopped rule
+    // says what happened. (With some ranks finished, one stopped behind them is the story.)
+    const bool stopped_by_signal = std::all_of(sum.ranks.begin(), sum.ranks.end(), [&](const RankSummary& r) {
+      return is_stop_signal(ending_signal(r, live));
+    });
+    if (stopped_by_signal) {
+      s.behind.clear();
+      return s;
+    }
     keep_gone_behind(sum, live, s);
     if (s.behind.empty()) add_vanished(sum, live, s);
     if (s.behind.empty()) return s;
@@ -378,8 +388,40 @@ void hang_rule(const TriageInput& in, std::vector<Finding>& out) {
   out.push_back(std::move(f));
 }
 
+// Nothing held the run up, but a rank's process died of a fault (SIGSEGV, SIGBUS,
+// SIGFPE, SIGILL, SIGABRT without an exception of its own): a crash, whatever
+// stopped the others after it.
+void crashed_rank_findings(const TriageInput& in, std::vector<Finding>& out) {
+  std::vector<const RankSummary*> crashed, stopped;
+  for (const RankSummary& r : in.sum.ranks) {
+    const std::string sig = ending_signal(r, in.live);
+    if (!sig.empty()) (is_stop_signal(sig) ? stopped : crashed).push_back(&r);
+  }
+  for (const RankSummary* r : crashed) {
+    Finding f;
+    f.kind = FindingKind::kDeadRank;
+    f.ranks = {r->rank};
+    f.step = r->last_step;
+    f.t = aligned(*r, r->last_t);
+    f.summary = fmt::format("rank died: rank {} died of {} at step {}: a crash (`rankscope stacks` shows where its "
+                            "threads were)",
+                            r->rank, ending_signal(*r, in.live), r->last_step);
+    if (!stopped.empty()) {
+      f.evidence.push_back(fmt::format("{} stopped by {} after it: a consequence (the launcher stops every rank "
+                                       "when one dies)",
+                                       format_ranks(ranks_of(stopped)), ending_signal(*stopped.front(), in.live)));
+    }
+    add_context(in, f);
+    out.push_back(std::move(f));
+  }
+}
+
 void dead_rank_rule(const TriageInput& in, std::vector<Finding>& out) {
   const StallFacts& s = in.facts.stall;
+  if (!s.verdict) {
+    crashed_rank_findings(in, out);
+    return;
+  }
   if (s.verdict != FindingKind::kDeadRank) return;
   // A SIGTERM is in the flight dump the rank wrote on its way out: someone
   // stopped it, which is not a crash.
