@@ -10,6 +10,7 @@
 #include "json_util.hpp"
 #include "payload.hpp"
 #include "rankscope/log.hpp"
+#include "text.hpp"
 
 namespace py = pybind11;
 using namespace pybind11::literals;
@@ -43,26 +44,29 @@ const rankscope::detail::LogSite* caller_site() {
   return site;
 }
 
-void emit(rankscope::Level level, std::string_view msg, const py::kwargs& fields) {
+// Any message and any field: text that is not valid UTF-8, or a value whose __str__ raises,
+// is replaced and counted (text.hpp), never raised into the caller.
+void emit(rankscope::Level level, py::handle msg, const py::kwargs& fields) {
   if (!rankscope::detail::log_enabled(level)) return;
   rankscope::Attributes a;
   for (auto [k, v] : fields) {
-    const std::string key = py::str(k).cast<std::string>();
+    const std::string key = rankscope::python::text_of(k);
     if (py::isinstance<py::bool_>(v)) {
       a.add(key, v.cast<bool>());
     } else if (py::isinstance<py::int_>(v)) {
       try {
         a.add(key, static_cast<std::int64_t>(v.cast<long long>()));
       } catch (const py::cast_error&) {  // beyond 64 bits: its digits
-        a.add(key, std::string_view(py::str(v).cast<std::string>()));
+        a.add(key, std::string_view(rankscope::python::text_of(v)));
       }
     } else if (py::isinstance<py::float_>(v)) {
       a.add(key, v.cast<double>());
     } else {
-      a.add(key, std::string_view(py::str(v).cast<std::string>()));
+      a.add(key, std::string_view(rankscope::python::text_of(v)));
     }
   }
-  rankscope::detail::emit_payload(rankscope::detail::RecordKind::kLog, level, caller_site(), 0, msg, a,
+  const std::string text = rankscope::python::text_of(msg);
+  rankscope::detail::emit_payload(rankscope::detail::RecordKind::kLog, level, caller_site(), 0, text, a,
                                   level >= rankscope::Level::kError);
 }
 }  // namespace
@@ -72,11 +76,11 @@ void bind_log(py::module_& m) {
       "Logs `msg` with keyword arguments as typed fields, stamped with rank, step and thread.\n"
       "Every record reaches the run log; the console shows info from rank 0 and warnings/errors\n"
       "from every rank (RANKSCOPE_CONSOLE). Errors are written before the call returns.";
-  m.def("debug", [](std::string_view msg, py::kwargs f) { emit(rankscope::Level::kDebug, msg, f); }, "msg"_a, doc);
-  m.def("info", [](std::string_view msg, py::kwargs f) { emit(rankscope::Level::kInfo, msg, f); }, "msg"_a, doc);
-  m.def("warning", [](std::string_view msg, py::kwargs f) { emit(rankscope::Level::kWarn, msg, f); }, "msg"_a, doc);
-  m.def("error", [](std::string_view msg, py::kwargs f) { emit(rankscope::Level::kError, msg, f); }, "msg"_a, doc);
-  m.def("fatal", [](std::string_view msg, py::kwargs f) { emit(rankscope::Level::kFatal, msg, f); }, "msg"_a, doc);
+  m.def("debug", [](py::handle msg, py::kwargs f) { emit(rankscope::Level::kDebug, msg, f); }, "msg"_a, doc);
+  m.def("info", [](py::handle msg, py::kwargs f) { emit(rankscope::Level::kInfo, msg, f); }, "msg"_a, doc);
+  m.def("warning", [](py::handle msg, py::kwargs f) { emit(rankscope::Level::kWarn, msg, f); }, "msg"_a, doc);
+  m.def("error", [](py::handle msg, py::kwargs f) { emit(rankscope::Level::kError, msg, f); }, "msg"_a, doc);
+  m.def("fatal", [](py::handle msg, py::kwargs f) { emit(rankscope::Level::kFatal, msg, f); }, "msg"_a, doc);
   m.def(
       "log_enabled", [](int level) { return rankscope::detail::log_enabled(static_cast<rankscope::Level>(level)); },
       "level"_a, "Would a record at `level` (0 debug .. 4 fatal) be recorded? (skip building costly messages)");

@@ -3,15 +3,25 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <map>
+#include <string>
+
 #include "rankscope/metrics.hpp"
+#include "text.hpp"
 
 namespace py = pybind11;
 using namespace pybind11::literals;
 
 namespace {
-rankscope::Labels labels_of(const std::optional<std::map<std::string, std::string>>& l) {
-  return l ? rankscope::Labels(l->begin(), l->end()) : rankscope::Labels{};
+// Names, help and labels as text.hpp makes them: whatever the caller passes (a
+// lone surrogate, a value whose __str__ raises), nothing raises into training code.
+rankscope::Labels labels_of(const py::object& l) {
+  if (l.is_none()) return {};
+  std::map<std::string, std::string> sorted;  // one order whatever the dict's
+  for (auto [k, v] : l.cast<py::dict>()) sorted.emplace(rankscope::python::text_of(k), rankscope::python::text_of(v));
+  return rankscope::Labels(sorted.begin(), sorted.end());
 }
+std::string text(const py::handle& h) { return rankscope::python::text_of(h); }
 }  // namespace
 
 void bind_metrics(py::module_& m) {
@@ -28,22 +38,21 @@ void bind_metrics(py::module_& m) {
       .def_property_readonly("name", &rankscope::Histogram::name);
   m.def(
       "counter",
-      [](std::string_view name, std::string_view help, std::optional<std::map<std::string, std::string>> labels) {
-        return &rankscope::counter(name, help, labels_of(labels));
+      [](py::handle name, py::handle help, py::object labels) {
+        return &rankscope::counter(text(name), text(help), labels_of(labels));
       },
       "name"_a, "help"_a = "", "labels"_a = py::none(), py::return_value_policy::reference,
       "The counter `name` (created once; the same object afterwards).");
   m.def(
       "gauge",
-      [](std::string_view name, std::string_view help, std::optional<std::map<std::string, std::string>> labels) {
-        return &rankscope::gauge(name, help, labels_of(labels));
+      [](py::handle name, py::handle help, py::object labels) {
+        return &rankscope::gauge(text(name), text(help), labels_of(labels));
       },
       "name"_a, "help"_a = "", "labels"_a = py::none(), py::return_value_policy::reference);
   m.def(
       "histogram",
-      [](std::string_view name, std::vector<double> bounds, std::string_view help,
-         std::optional<std::map<std::string, std::string>> labels) {
-        return &rankscope::histogram(name, std::move(bounds), help, labels_of(labels));
+      [](py::handle name, std::vector<double> bounds, py::handle help, py::object labels) {
+        return &rankscope::histogram(text(name), std::move(bounds), text(help), labels_of(labels));
       },
       "name"_a, "bounds"_a, "help"_a = "", "labels"_a = py::none(), py::return_value_policy::reference,
       "The histogram `name` with explicit upper bounds (a last +Inf bucket is implied).");

@@ -7,6 +7,8 @@
 #include <Python.h>
 #include <pybind11/pybind11.h>
 
+#include "text.hpp"
+
 #include "rankscope/site.hpp"
 #include "rankscope/timer.hpp"
 
@@ -82,19 +84,24 @@ PyTypeObject PhaseType = [] {
 }();
 
 // phase(name): the interned handle for `name`.
-PyObject* phase_get(PyObject*, PyObject* name) {
+PyObject* phase_get(PyObject*, PyObject* given) {
+  // A name that is not a str (a number, an object) is named by str() of it: no TypeError into training code.
+  py::object owned;
+  PyObject* name = given;
+  if (!PyUnicode_Check(given)) {
+    owned = py::str(rankscope::python::text_of(given));
+    name = owned.ptr();
+  }
   PyObject* h = PyDict_GetItemWithError(g_handles, name);  // borrowed
   if (h != nullptr) {
     Py_INCREF(h);
     return h;
   }
   if (PyErr_Occurred()) return nullptr;
-  Py_ssize_t n = 0;
-  const char* utf8 = PyUnicode_AsUTF8AndSize(name, &n);
-  if (utf8 == nullptr) return nullptr;  // TypeError: not a str
   auto* obj = PyObject_New(PhaseObject, &PhaseType);
   if (obj == nullptr) return nullptr;
-  const std::string_view sv(utf8, static_cast<std::size_t>(n));
+  const std::string utf8 = rankscope::python::utf8_of(name);  // a lone surrogate: replaced, counted
+  const std::string_view sv(utf8);
   obj->site = rankscope::intern(sv, rankscope::classify_phase(sv));
   Py_INCREF(name);
   obj->name = name;

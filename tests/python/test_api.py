@@ -99,6 +99,38 @@ def test_phases_steps_metrics_and_logs_reach_the_run_log(run_py, tmp_path):
     assert metrics["batch_seconds"]["counts"] == [0, 1, 0]
 
 
+def test_hostile_text_never_raises_into_training_code(run_py, tmp_path):
+    """A lone surrogate (what Python gives for a non-UTF-8 file name) in a log message, field,
+    phase or metric name, a field whose __str__ raises, a phase named by a number: recorded,
+    replaced and counted - no exception - and every run-log line stays valid UTF-8 JSON."""
+    run_py("""
+        import os, rankscope
+        rankscope.init(rank=0, world_size=1, run_dir=os.environ["RUN_DIR"])
+        bad = "shard-\\udcff.bin"
+        class Unprintable:
+            def __str__(self):
+                raise RuntimeError("no str for you")
+        rankscope.warning("cannot open " + bad, path=bad, what=Unprintable(), **{bad: 1})
+        with rankscope.phase(bad):
+            pass
+        with rankscope.phase(7):
+            pass
+        rankscope.counter("files_" + bad, labels={"file": bad}).add(1)
+        rankscope.shutdown()
+    """)
+    raw = (tmp_path / "run" / "rank-0.jsonl").read_bytes()
+    raw.decode("utf-8")  # strict: valid UTF-8 throughout
+    ev = events(tmp_path / "run")
+    log = next(e for e in ev if e["kind"] == "log")
+    assert log["msg"] == "cannot open shard-?.bin", log
+    assert log["fields"]["path"] == "shard-?.bin" and log["fields"]["what"] == "<unprintable Unprintable>", log
+    assert log["fields"]["shard-?.bin"] == 1, log
+    names = [e["name"] for e in ev if e["kind"] == "phase"]
+    assert "shard-?.bin" in names and "7" in names, names
+    invalid = [e for e in ev if e["kind"] == "metric" and e["name"] == "rankscope_invalid_text_total"]
+    assert invalid and invalid[-1]["value"] >= 5, invalid
+
+
 def test_step_arguments_parse_like_a_python_signature(run_py, tmp_path):
     run_py("""
         import inspect, os, rankscope
