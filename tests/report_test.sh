@@ -120,6 +120,30 @@ PY
 check_page "$work/b.html" "$work/b.png" 8   # and the resources chart
 check_pixels "$work/b.png" 2000 2000
 
+# Hostile names in a run log: a phase named "<!--<script>" (it blanked the page when only "</"
+# was escaped) and an exception message with terminal escapes (OSC retitle, CSI clear).
+cp -r "$b" "$work/hostile"
+"$py" - "$work/hostile" <<'PY'
+import json, sys
+path = sys.argv[1] + "/rank-1.jsonl"
+lines = open(path).read().splitlines()
+at = next(i for i, l in enumerate(lines) if '"kind":"run_end"' in l)
+first = json.loads(next(l for l in lines if '"kind":"phase"' in l and '"name":"forward"' in l))
+evil = dict(first, name="<!--<script>alert(1)</script>", step=first["step"])
+exit_line = {"kind": "exit", "t": first["t"] + 1, "mono": first["mono"] + 1, "rank": 1, "step": first["step"],
+             "level": "fatal", "cause": "exception", "exception": "RuntimeError",
+             "msg": "RuntimeError: bad \u001b]0;pwned\u0007 batch\u001b[2J", "traceback": ""}
+lines[at:at] = [json.dumps(evil, separators=(",", ":")), json.dumps(exit_line, separators=(",", ":"))]
+open(path, "w").write("\n".join(lines) + "\n")
+PY
+"$cli" report "$work/hostile" -o "$work/hostile.html" 2>/dev/null || fail "report of the hostile run"
+check_page "$work/hostile.html" "$work/hostile.png" 8
+for out in "$("$cli" triage "$work/hostile" 2>&1 || true)" "$("$cli" diff "$a" "$work/hostile" 2>&1 || true)"; do
+  ! grep -q $'\x1b' <<<"$out" || fail "a raw escape sequence reached the terminal: $(grep -a $'\x1b' <<<"$out" | cat -v)"
+done
+grep -q 'bad \\x1b\]0;pwned\\x07 batch' <<<"$("$cli" triage "$work/hostile" 2>&1 || true)" ||
+  fail "triage does not show the escapes as text: $("$cli" triage "$work/hostile" 2>&1 | cat -v)"
+
 # 1,024 ranks: generation time (printed, not asserted), the page with resources, the one slow rank
 # visible; goodput and diff against a clean run of the same size.
 "$synth" --dir "$work/s1024" --ranks 1024 --steps 200 --straggler 700:50 --noise 0.05 --resources-every 50 >/dev/null

@@ -14,6 +14,7 @@
 
 #include "rankscope/exchange.hpp"
 #include "temp_dir.hpp"
+#include "terminal_text.hpp"
 #include "triage.hpp"
 #include "triage_rules.hpp"
 
@@ -487,3 +488,13 @@ TEST_CASE("a rank that vanished at the same sequence number its peers reached is
   REQUIRE(r.ok());
   for (const auto& x : r->findings) CHECK((x.kind != reader::FindingKind::kDeadRank && x.kind != reader::FindingKind::kStopped));
 }
+
+TEST_CASE("text reports show control characters as escapes / UTF-8 and newlines stay", "[triage]") {
+  using rankscope::reader::terminal_safe;
+  // An exception message that retitles the terminal (OSC), then clears the screen (CSI, C1 CSI).
+  CHECK(terminal_safe("bad \x1b]0;pwned\x07 batch\x1b[2J") == "bad \\x1b]0;pwned\\x07 batch\\x1b[2J");
+  CHECK(terminal_safe("c1 \xc2\x9b" "31m") == "c1 \\x9b31m");
+  CHECK(terminal_safe("del\x7f") == "del\\x7f");
+  CHECK(terminal_safe("ok: 1.5 \xc2\xb5s, \xe2\x86\x92\n\tnext") == "ok: 1.5 \xc2\xb5s, \xe2\x86\x92\n\tnext");
+}
+

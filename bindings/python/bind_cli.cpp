@@ -9,6 +9,7 @@
 #include "cli.hpp"
 #include "summary.hpp"
 #include "status.hpp"
+#include "terminal_text.hpp"
 #include "timeline.hpp"
 #include "triage.hpp"
 
@@ -49,21 +50,21 @@ void bind_cli(py::module_& m) {
       }
       auto t = r::triage(dir, opts);
       if (!t.ok()) return failed(t.status());
-      return {json ? r::format_triage_json(*t) : r::format_triage(*t), t->exit_code};
+      return {json ? r::format_triage_json(*t) : r::terminal_safe(r::format_triage(*t)), t->exit_code};
     });
   }, "run_dir"_a, "json"_a = false, "since"_a = "", "until"_a = "");
   m.def("_status", [failed](const std::string& dir, bool json) {
     return run([&]() -> Out {
       auto s = r::read_status(dir);
       if (!s.ok()) return failed(s.status());
-      return {json ? r::format_status_json(*s) : r::format_status(*s), s->exit_code};
+      return {json ? r::format_status_json(*s) : r::terminal_safe(r::format_status(*s)), s->exit_code};
     });
   }, "run_dir"_a, "json"_a = false);
   m.def("_summary", [failed](const std::string& dir, bool json) {
     return run([&]() -> Out {
       auto s = r::summarize_run(dir);
       if (!s.ok()) return failed(s.status());
-      return {json ? r::format_summary_json(*s) : r::format_summary(*s), r::summary_exit_code(*s)};
+      return {json ? r::format_summary_json(*s) : r::terminal_safe(r::format_summary(*s)), r::summary_exit_code(*s)};
     });
   }, "run_dir"_a, "json"_a = false);
   m.def("_timeline", [failed](const std::string& dir, const std::string& out) {

@@ -31,10 +31,13 @@
 #include "rankscope/config.hpp"
 #include "status.hpp"
 #include "summary.hpp"
+#include "terminal_text.hpp"
 #include "timeline.hpp"
 #include "triage.hpp"
 
 namespace rankscope::cli {
+
+using rankscope::reader::terminal_safe;
 
 int run(int argc, const char* const* argv) {
   CLI::App app{"rankscope: observability for distributed training runs"};
@@ -171,7 +174,7 @@ int run(int argc, const char* const* argv) {
       std::cerr << "rankscope triage: " << r.status().message() << "\n";
       return kExitUnreadable;
     }
-    std::cout << (triage_json ? rankscope::reader::format_triage_json(*r) : rankscope::reader::format_triage(*r));
+    std::cout << (triage_json ? rankscope::reader::format_triage_json(*r) : terminal_safe(rankscope::reader::format_triage(*r)));
     return r->exit_code;
   }
 
@@ -184,7 +187,7 @@ int run(int argc, const char* const* argv) {
         rc = kExitUnreadable;
       } else {
         if (watch && isatty(1)) std::cout << "\x1b[H\x1b[2J";  // clear the screen on a terminal
-        std::cout << (status_json ? rankscope::reader::format_status_json(*r) : rankscope::reader::format_status(*r))
+        std::cout << (status_json ? rankscope::reader::format_status_json(*r) : terminal_safe(rankscope::reader::format_status(*r)))
                   << std::flush;
         rc = r->exit_code;
       }
@@ -232,7 +235,7 @@ int run(int argc, const char* const* argv) {
       return kExitUnreadable;
     }
     const rr::RunDiff d = rr::diff_runs(*a, *b);
-    std::cout << (diff_json ? rr::format_diff_json(d, *a, *b) : rr::format_diff(d, *a, *b));
+    std::cout << (diff_json ? rr::format_diff_json(d, *a, *b) : terminal_safe(rr::format_diff(d, *a, *b)));
     return rr::diff_exit_code(d);
   }
 
@@ -242,7 +245,7 @@ int run(int argc, const char* const* argv) {
       std::cerr << "rankscope stacks: " << s.status().message() << "\n";
       return kExitUnreadable;
     }
-    std::cout << (stacks_json ? rankscope::reader::format_stacks_json(*s) : rankscope::reader::format_stacks(*s));
+    std::cout << (stacks_json ? rankscope::reader::format_stacks_json(*s) : terminal_safe(rankscope::reader::format_stacks(*s)));
     return kExitHealthy;
   }
 
@@ -252,7 +255,7 @@ int run(int argc, const char* const* argv) {
       std::cerr << "rankscope goodput: " << s.status().message() << "\n";
       return kExitUnreadable;
     }
-    std::cout << (goodput_json ? rankscope::reader::format_goodput_json(*s) : rankscope::reader::format_goodput(*s));
+    std::cout << (goodput_json ? rankscope::reader::format_goodput_json(*s) : terminal_safe(rankscope::reader::format_goodput(*s)));
     return kExitHealthy;
   }
 
@@ -262,7 +265,7 @@ int run(int argc, const char* const* argv) {
       std::cerr << "rankscope summary: " << s.status().message() << "\n";
       return kExitUnreadable;
     }
-    std::cout << (json ? rankscope::reader::format_summary_json(*s) : rankscope::reader::format_summary(*s));
+    std::cout << (json ? rankscope::reader::format_summary_json(*s) : terminal_safe(rankscope::reader::format_summary(*s)));
     return rankscope::reader::summary_exit_code(*s);
   }
   return kExitHealthy;

@@ -369,8 +369,10 @@ std::string report_data_json(const AnalyzedRun& run) {
 }
 
 std::string render_report(const AnalyzedRun& run) {
-  // Inside <script>, "</" would end the element early: JSON allows "<\/".
-  const std::string data = absl::StrReplaceAll(report_data_json(run), {{"</", "<\\/"}});
+  // Inside <script>, "</" would end the element early, and "<!--" with a later "<script"
+  // switches the parser into a state where "</script>" no longer ends it (the page went blank
+  // on a phase named "<!--<script>"). JSON strings may spell any '<' as \u003c, so none is left.
+  const std::string data = absl::StrReplaceAll(report_data_json(run), {{"<", "\\u003c"}});
   std::string page(assets::report_page());
   auto put = [&](std::string_view marker, std::string_view content) {
     const auto at = page.find(marker);
