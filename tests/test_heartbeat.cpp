@@ -60,6 +60,7 @@ int count(const std::string& hay, const std::string& needle) {
 constexpr std::uint64_t kMs = 1'000'000, kSec = 1'000'000'000;
 constexpr std::uint64_t kStart = 1000 * kSec;  // the made-up monotonic time of start()
 constexpr std::int32_t kTrainerTid = 101, kLoaderTid = 102;
+constexpr std::uint64_t kWallOffset = 1'700'000'000'000'000'000ull;  // made-up wall = mono + this
 
 // Sites as the macros make them: the watchdog reads their name and kind.
 constexpr Site kStartupSite{"startup", __FILE__, "", __LINE__, PhaseKind::kOther};
@@ -104,7 +105,7 @@ class WatchdogRig {
     }
     bd.by_kind_ns[static_cast<int>(PhaseKind::kOther)] += bd.total_ns - known;
     std::vector<Event> slow;
-    wd.on_step(bd, kTrainerTid, end, slow);
+    wd.on_step(bd, kTrainerTid, end, kWallOffset + end, slow);
     Event e;
     e.kind = EventKind::kStepEnd;
     e.tid = kTrainerTid;
@@ -334,6 +335,7 @@ TEST_CASE("watchdog - a much slower step is slow with the phase that grew / how 
   REQUIRE(slow.size() == 1);
   const Event& e = slow[0];
   CHECK(e.kind == EventKind::kSlowStep);
+  CHECK(e.wall_ns == kWallOffset + e.mono_ns);  // the step end's wall time (it was 0: "t":0 in the run log)
   CHECK(e.step == 11);
   CHECK(e.dur_ns == 41 * kMs);
   CHECK(uint_attribute(e, "usual_ns") == 3 * kMs);

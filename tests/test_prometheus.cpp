@@ -132,6 +132,10 @@ TEST_CASE("prometheus: environment configuration and its errors", "[prometheus]"
   REQUIRE(!bad.ok());
   CHECK_THAT(std::string(bad.status().message()), Catch::Contains("RANKSCOPE_PROMETHEUS_PORT='http'"));
   CHECK(!make_prometheus_sink({.base_port = 70000}).ok());
+  // The base plus the local rank past the last port: refused, not bound to a random one.
+  const auto past = make_prometheus_sink({.base_port = 65535, .local_rank = 3});
+  REQUIRE_FALSE(past.ok());
+  CHECK_THAT(std::string(past.status().message()), Catch::Contains("65535 + local rank 3 = 65538 is not a TCP port"));
 }
 
 TEST_CASE("samples and tokens per second come from the last 30 s of steps at 1/000 steps per second", "[prometheus]") {

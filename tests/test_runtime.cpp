@@ -148,6 +148,13 @@ TEST_CASE("bad environment values are clear init errors", "[runtime]") {
     REQUIRE_FALSE(st.ok());
     CHECK_THAT(std::string(st.message()), Catch::Contains("RANKSCOPE_METRICS_INTERVAL='-2' is not a positive number"));
   }
+  SECTION("RANKSCOPE_HEARTBEAT_INTERVAL") {  // 1 ns made the background thread spin rewriting the file
+    ScopedEnv e("RANKSCOPE_HEARTBEAT_INTERVAL", "0.000000001");
+    auto st = init({.write_run_log = false});
+    REQUIRE_FALSE(st.ok());
+    CHECK_THAT(std::string(st.message()), Catch::Contains("RANKSCOPE_HEARTBEAT_INTERVAL of") &&
+                                              Catch::Contains("below the 10 ms"));
+  }
   SECTION("RANK") {
     ScopedEnv r("RANK", "x1");
     ScopedEnv w("WORLD_SIZE", "2");

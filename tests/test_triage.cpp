@@ -2,6 +2,8 @@
 // arguments, rank lists, hostile heartbeat files, and schema/version warnings.
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
+
 #include <filesystem>
 
 #include <cmath>
@@ -496,5 +498,24 @@ TEST_CASE("text reports show control characters as escapes / UTF-8 and newlines 
   CHECK(terminal_safe("c1 \xc2\x9b" "31m") == "c1 \\x9b31m");
   CHECK(terminal_safe("del\x7f") == "del\\x7f");
   CHECK(terminal_safe("ok: 1.5 \xc2\xb5s, \xe2\x86\x92\n\tnext") == "ok: 1.5 \xc2\xb5s, \xe2\x86\x92\n\tnext");
+}
+
+TEST_CASE("FIFOs where a run's files should be are skipped with a warning / never block the reader", "[triage]") {
+  // Before, open() of a FIFO waited for a writer: triage, summary and timeline hung. (If this
+  // regresses, the test hangs and ctest's timeout fails it.)
+  TempDir tmp;
+  const std::uint64_t now = 1'800'000'000'000'000'000ull;
+  write(tmp.path + "/rank-0.jsonl", log_through(0, 5) + R"({"kind":"run_end","t":9000000,"mono":9,"rank":0})" "\n");
+  heartbeat(tmp.path, 0, "exited", 9000000);
+  for (const char* f : {"/rank-1.jsonl", "/rank-1.heartbeat.json", "/rank-1.position", "/run.json", "/rank-1.flight.json"}) {
+    REQUIRE(::mkfifo((tmp.path + f).c_str(), 0600) == 0);
+  }
+  auto r = reader::triage(tmp.path, {{}, now});
+  REQUIRE(r.ok());
+  CHECK(std::any_of(r->warnings.begin(), r->warnings.end(), [](const std::string& w) {
+    return w.find("rank-1.jsonl' is not a regular file") != std::string::npos;
+  }));
+  auto st = reader::read_status(tmp.path, now);
+  CHECK(st.ok());
 }
 

@@ -59,7 +59,7 @@ void Runtime::decode(ThreadState* st, const Record& r, const Record* next, std::
         for (int k = 0; k < kPhaseKindCount; ++k) {
           detail::observe_ungated(*phase_seconds_[k], static_cast<double>(b->by_kind_ns[k]) * 1e-9);
         }
-        watchdog_.on_step(*b, e.tid, e.mono_ns, extra_);
+        watchdog_.on_step(*b, e.tid, e.mono_ns, e.wall_ns, extra_);
         std::lock_guard<std::mutex> lk(bd_mu_);
         last_breakdown_ = *b;
       }

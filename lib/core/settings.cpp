@@ -188,6 +188,13 @@ absl::StatusOr<Settings> resolve_settings(const Config& cfg) {
   if ((cfg.stall_timeout && wd.stall_timeout_ns == 0) || wd.interval_ns == 0) {
     return absl::InvalidArgumentError("Config::stall_timeout and Config::heartbeat_interval must be positive");
   }
+  // Each beat rewrites a file: a 1 ns interval made the background thread spin on it.
+  if (wd.interval_ns < kMinHeartbeatIntervalNs) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        cfg.heartbeat_interval ? "Config::heartbeat_interval" : "RANKSCOPE_HEARTBEAT_INTERVAL", " of ",
+        static_cast<double>(wd.interval_ns) / 1e6, " ms is below the 10 ms a heartbeat file can be rewritten at; use 1 s "
+        "(the default) or at least 0.01"));
+  }
   if (cfg.metrics_interval.count() <= 0) {
     return absl::InvalidArgumentError("Config::metrics_interval must be positive");
   }

@@ -32,6 +32,9 @@ inline constexpr std::chrono::milliseconds kDefaultDrainInterval{500};
 // (benchmarks/sched_overhead.sh); at 16 hardly less, at 256 ~50 %.
 inline constexpr std::uint32_t kDefaultYieldEvery = 64;
 
+// The shortest heartbeat interval: each beat rewrites a file.
+inline constexpr std::uint64_t kMinHeartbeatIntervalNs = 10'000'000;
+
 struct Settings {
   RunContext context;
   bool enabled = true;

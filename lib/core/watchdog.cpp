@@ -87,7 +87,8 @@ void Watchdog::on_event(const Event& e) {
   progress_mono_ = std::max(progress_mono_, end);
 }
 
-void Watchdog::on_step(const StepBreakdown& b, std::int32_t, std::uint64_t mono_ns, std::vector<Event>& out) {
+void Watchdog::on_step(const StepBreakdown& b, std::int32_t, std::uint64_t mono_ns, std::uint64_t wall_ns,
+                       std::vector<Event>& out) {
   last_step_ns_ = b.total_ns;
   last_step_slow_ = false;
   // The usual step time: the median of the recent history, recomputed every
@@ -137,6 +138,7 @@ void Watchdog::on_step(const StepBreakdown& b, std::int32_t, std::uint64_t mono_
       e.kind = EventKind::kSlowStep;
       e.step = b.step;
       e.mono_ns = mono_ns;
+      e.wall_ns = wall_ns;  // was left 0: timelines of a run with a slow step spanned 1970 to now
       e.dur_ns = b.total_ns;
       const double factor = static_cast<double>(b.total_ns) / static_cast<double>(usual);
       e.attributes.add(schema::field_name(schema::Field::kUsualNs), std::uint64_t{usual})

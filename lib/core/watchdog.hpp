@@ -34,7 +34,9 @@ class Watchdog {
   void start(const WatchdogConfig& cfg, const RunContext& ctx, std::string heartbeat_path, std::uint64_t now_mono);
   // Progress and slow-step bookkeeping from every decoded event.
   void on_event(const Event& e);
-  void on_step(const StepBreakdown& b, std::int32_t tid, std::uint64_t mono_ns, std::vector<Event>& out);
+  // A step that ended at mono_ns / wall_ns (its end's times, the slow_step line's).
+  void on_step(const StepBreakdown& b, std::int32_t tid, std::uint64_t mono_ns, std::uint64_t wall_ns,
+               std::vector<Event>& out);
   // While recording is disabled nothing records progress: not a stall.
   void suspend(std::uint64_t now_mono) { progress_mono_ = now_mono; }
   // Checks for a stall, writes the heartbeat file when due. Returns true when a

@@ -54,6 +54,11 @@ class PrometheusSink final : public Sink {
 
   absl::Status bind(int local_rank) {
     if (o_.base_port <= 0) return absl::OkStatus();
+    if (o_.base_port + local_rank > 65535) {  // past the last port the kernel would pick one at random
+      return absl::InvalidArgumentError(fmt::format(
+          "Prometheus port {} + local rank {} = {} is not a TCP port: set RANKSCOPE_PROMETHEUS_PORT to at most {}",
+          o_.base_port, local_rank, o_.base_port + local_rank, 65535 - local_rank));
+    }
     const std::string addr = fmt::format("{}:{}", o_.bind, o_.base_port + local_rank);
     if (o_.bind != "127.0.0.1" && o_.bind != "localhost") {
       std::fprintf(stderr, "[rankscope] warning: Prometheus /metrics bound to %s, reachable from other hosts\n",

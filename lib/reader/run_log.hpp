@@ -109,7 +109,12 @@ struct ReadResult {
   std::uint64_t bytes = 0;
 };
 
-/// Streams `path` line by line into `fn`. Fails only when the file cannot be read.
+/// A regular file, checked before reading one whole (heartbeats, run.json, dumps): a FIFO
+/// someone put in a run directory would block the reader, a directory would fail it.
+bool is_regular_file(const std::string& path);
+
+/// Streams `path` line by line into `fn`. Fails only when the file cannot be read
+/// (or is not a regular file).
 absl::StatusOr<ReadResult> read_run_log(const std::string& path, const std::function<void(const LogEvent&)>& fn,
                                         std::size_t chunk_bytes = 8 << 20);
 

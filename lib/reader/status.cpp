@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "json_util.hpp"
 #include "rankscope/exchange.hpp"
+#include "run_log.hpp"
 #include "schema.hpp"
 
 namespace rankscope::reader {
@@ -37,7 +38,7 @@ T get(simdjson::dom::element e, Field key, T fallback) {
 bool parse(const std::string& path, std::uint64_t now, RankHeartbeat& hb) {
   simdjson::dom::parser p;
   simdjson::dom::element doc;
-  if (p.load(path).get(doc) != simdjson::SUCCESS) return false;
+  if (!is_regular_file(path) || p.load(path).get(doc) != simdjson::SUCCESS) return false;
   hb.present = true;
   hb.rank = static_cast<int>(get<std::int64_t>(doc, Field::kRank, -1));
   hb.state = std::string(get<std::string_view>(doc, Field::kState, "unknown"));
@@ -294,7 +295,7 @@ absl::StatusOr<StatusReport> read_status(const std::string& run_dir, std::uint64
   {
     simdjson::dom::parser p;
     simdjson::dom::element doc;
-    if (p.load(schema::run_json_path(run_dir)).get(doc) == simdjson::SUCCESS) {
+    if (is_regular_file(schema::run_json_path(run_dir)) && p.load(schema::run_json_path(run_dir)).get(doc) == simdjson::SUCCESS) {
       const std::int64_t w = get<std::int64_t>(doc, Field::kWorldSize, 0);
       r.world_size = w > 0 && w <= kMaxWorldSize ? static_cast<int>(w) : 0;  // else: not a world size
     }

@@ -247,7 +247,7 @@ void read_run_json(const std::string& run_dir, RunSummary& out) {
   simdjson::dom::parser p;
   simdjson::dom::element doc;
   std::int64_t w = 0;
-  if (p.load(schema::run_json_path(run_dir)).get(doc) == simdjson::SUCCESS) {
+  if (is_regular_file(schema::run_json_path(run_dir)) && p.load(schema::run_json_path(run_dir)).get(doc) == simdjson::SUCCESS) {
     if (doc[schema::field_name(schema::Field::kWorldSize)].get_int64().get(w) == simdjson::SUCCESS) {
       if (w > 0 && w <= (1 << 20)) out.world_size = static_cast<int>(w);
       else out.warnings.push_back(fmt::format("run.json: world_size {} is not a world size; ignored", w));
@@ -347,7 +347,7 @@ std::uint64_t run_start_time(const std::string& run_dir) {
   simdjson::dom::parser p;
   simdjson::dom::element doc;
   std::uint64_t t = 0;
-  if (p.load(schema::run_json_path(run_dir)).get(doc) == simdjson::SUCCESS &&
+  if (is_regular_file(schema::run_json_path(run_dir)) && p.load(schema::run_json_path(run_dir)).get(doc) == simdjson::SUCCESS &&
       doc[schema::field_name(schema::Field::kStartTimeNs)].get_uint64().get(t) != simdjson::SUCCESS) {
     t = 0;
   }

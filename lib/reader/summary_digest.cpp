@@ -18,6 +18,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "position.hpp"
+#include "run_log.hpp"
 #include "rankscope/collective.hpp"
 #include "step_breakdown.hpp"
 
@@ -45,7 +46,7 @@ std::uint64_t parse_fp(const std::string& hex) { return hex.empty() ? 0 : std::s
 void add_flight_dump(const std::string& path, const SummaryOptions& opts, int sessions, RankDigest& d) {
   simdjson::dom::parser p;
   simdjson::dom::element doc;
-  if (p.load(path).get(doc) != simdjson::SUCCESS) return;
+  if (!is_regular_file(path) || p.load(path).get(doc) != simdjson::SUCCESS) return;
   // The reason speaks for the process that dumped: not for a later session
   // of a restarted rank (the file stays until the next dump overwrites it).
   std::string_view reason;
@@ -401,7 +402,9 @@ namespace {
 std::optional<PositionRecord> read_position(const std::string& log_path, std::int64_t pid,
                                            const std::map<std::int64_t, std::string>& comm_names) {
   if (log_path.size() < 6 || !log_path.ends_with(".jsonl")) return std::nullopt;
-  std::ifstream in(log_path.substr(0, log_path.size() - 6) + ".position", std::ios::binary);
+  const std::string path = log_path.substr(0, log_path.size() - 6) + ".position";
+  if (!is_regular_file(path)) return std::nullopt;  // a FIFO would block the read
+  std::ifstream in(path, std::ios::binary);
   using rankscope::detail::PositionPage;
   char buf[sizeof(PositionPage)];
   if (!in.read(buf, sizeof(buf))) return std::nullopt;  // absent, or cut short
