@@ -49,7 +49,8 @@ load() {
   local mode=$1 url
   if [[ $mode == down ]]; then url="http://127.0.0.1:9"; else start_receiver "$mode"; url="http://127.0.0.1:$port"; fi
   rm -rf "$work/load-$mode"
-  out=$(OTEL_EXPORTER_OTLP_TIMEOUT=$2 OTEL_EXPORTER_OTLP_ENDPOINT=$url "$emitter" "$work/load-$mode" --load 4000 "$3" "$4" 2>/dev/null)
+  out=$(OTEL_EXPORTER_OTLP_TIMEOUT=$2 OTEL_EXPORTER_OTLP_ENDPOINT=$url "$emitter" "$work/load-$mode" --load 4000 "$3" "$4" \
+        2>"$work/load-$mode.err")
   [[ $mode == down ]] || stop_receiver
   echo "$mode (request timeout $2 ms, flush $3 ms, shutdown $4 ms): $out"
   val() { grep -oE "$1=-?[0-9.]+" <<<"$out" | cut -d= -f2; }
@@ -63,6 +64,9 @@ load() {
 for mode in down slow status500; do
   load $mode 1000 $ten_min 2000
   (($(val otlp_dropped) > 0)) || fail "$mode: no dropped batches counted"
+  # ... and the console says so, once: the counter alone is seen by nobody.
+  [[ $(grep -c "OTLP endpoint http://127.0.0.1:[0-9]*/v1/traces is not accepting data" "$work/load-$mode.err") == 1 ]] ||
+    fail "$mode: the console did not say once that the collector is not accepting data: $(cat "$work/load-$mode.err")"
 done
 # shutdown() keeps its deadline (2 s) while a request hangs: the collector never answers and
 # requests would time out only after 10 minutes.

@@ -5,6 +5,7 @@
 #include "rankscope/export/otlp.hpp"
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 
 #include <fmt/format.h>
@@ -93,6 +94,7 @@ class OtlpSink final : public Sink {
 
   void export_events(std::span<const Event> batch) noexcept override {
     try {
+      report_health();
       signals_.touch(now_wall_s());
       for (const Event& e : batch) {
         signals_.observe(e);
@@ -109,6 +111,7 @@ class OtlpSink final : public Sink {
 
   void export_metrics(const MetricsSnapshot& snap) noexcept override {
     try {
+      report_health();
       signals_.touch(now_wall_s());
       if (o_.metrics_url.empty()) return;
       std::vector<o::Metric> ms;
@@ -324,6 +327,32 @@ class OtlpSink final : public Sink {
     }
   }
 
+  // The collector's state on the console when it changes: a dead endpoint otherwise shows only
+  // as a counter nobody watches. "Not accepting" at most once a minute; "again" each time.
+  void report_health() {
+    const bool failing = sender_.failing();
+    if (failing == said_failing_) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (failing && last_said_failing_ != std::chrono::steady_clock::time_point{} &&
+        now - last_said_failing_ < std::chrono::minutes(1)) {
+      return;
+    }
+    said_failing_ = failing;
+    const std::string where = detail::strip_userinfo(!o_.traces_url.empty() ? o_.traces_url
+                                                     : !o_.metrics_url.empty() ? o_.metrics_url
+                                                                                : o_.logs_url);
+    if (failing) {
+      last_said_failing_ = now;
+      std::fprintf(stderr,
+                   "[rankscope] rank %d: OTLP endpoint %s is not accepting data (down, slow or refusing): batches are "
+                   "dropped and counted (rankscope_otlp_dropped_batches_total: %llu so far); training goes on\n",
+                   rank_, where.c_str(), static_cast<unsigned long long>(sender_.dropped()));
+    } else {
+      std::fprintf(stderr, "[rankscope] rank %d: OTLP endpoint %s accepts data again (%llu batches dropped so far)\n",
+                   rank_, where.c_str(), static_cast<unsigned long long>(sender_.dropped()));
+    }
+  }
+
   void send_pending() noexcept {
     try {
       last_send_ = std::chrono::steady_clock::now();
@@ -354,6 +383,8 @@ class OtlpSink final : public Sink {
   std::vector<o::Span> spans_;      // background thread only
   std::vector<o::LogRecord> logs_;  // background thread only
   std::chrono::steady_clock::time_point last_send_ = std::chrono::steady_clock::now();
+  bool said_failing_ = false;                                  // background thread only
+  std::chrono::steady_clock::time_point last_said_failing_{};  // background thread only
   std::atomic<std::uint64_t> errors_{0};  // written by the background thread
 };
 
