@@ -1,4 +1,6 @@
 #include <catch2/catch.hpp>
+#include <cstdio>
+#include <fcntl.h>
 #include <simdjson.h>
 
 #include <atomic>
@@ -799,3 +801,55 @@ TEST_CASE("a session started right after a shutdown in the same process beats at
   CHECK_THAT(beat, Catch::Contains(R"("state":"running")"));
   shutdown();
 }
+
+namespace {
+// Stderr into a file for the scope; text() reads what was written so far.
+struct StderrToFile {
+  explicit StderrToFile(std::string p) : path(std::move(p)) {
+    std::fflush(stderr);
+    saved = ::dup(2);
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ::dup2(fd, 2);
+    ::close(fd);
+  }
+  ~StderrToFile() { restore(); }
+  void restore() {
+    if (saved < 0) return;
+    std::fflush(stderr);
+    ::dup2(saved, 2);
+    ::close(saved);
+    saved = -1;
+  }
+  std::string path;
+  int saved = -1;
+};
+}  // namespace
+
+TEST_CASE("a heartbeat that cannot be written is said once / and when it is written again", "[heartbeat]") {
+  TempDir tmp;
+  const std::string dir = tmp.path + "/run";
+  StderrToFile err(tmp.path + "/stderr.txt");
+  {
+    Config cfg = watchdog_config(dir, 600s);
+    cfg.heartbeat_interval = 20ms;
+    test::ScopedRuntime rt(cfg);
+    REQUIRE(flush());
+    std::filesystem::remove_all(dir);  // the run directory deleted under a running rank
+    // Sleeps as lower bounds only: past one interval, flush()'s tick writes a heartbeat if no
+    // beat since the removal has (each beat after it fails either way).
+    std::this_thread::sleep_for(60ms);
+    REQUIRE(flush());
+    std::this_thread::sleep_for(60ms);
+    REQUIRE(flush());
+    std::filesystem::create_directories(dir);
+    std::this_thread::sleep_for(60ms);
+    REQUIRE(flush());
+  }
+  err.restore();
+  const std::string text = slurp(tmp.path + "/stderr.txt");
+  INFO(text);
+  CHECK(count(text, "cannot write its heartbeat") == 1);
+  CHECK(count(text, "take this rank for dead while it trains on") == 1);
+  CHECK(count(text, "heartbeat written again") == 1);
+}
+

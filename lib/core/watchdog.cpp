@@ -36,6 +36,7 @@ void Watchdog::start(const WatchdogConfig& cfg, const RunContext& ctx, std::stri
   last_beat_mono_ = 0;
   quiet_until_mono_ = 0;  // the previous session's shutdown silenced it for 2 s (before_exit): not this one
   fatal_signal_ = 0;
+  heartbeat_ok_ = true;
   stalled_ = false;
   step_tid_ = 0;
   history_n_ = history_next_ = 0;
@@ -377,7 +378,21 @@ void Watchdog::write_heartbeat(std::uint64_t now_mono, const TickClock& clock,
   }
   w.end_object();
   const std::string doc = w.take();
-  if (!path_.empty()) (void)write_file_atomic(path_, doc, /*durable=*/false);
+  if (!path_.empty()) {
+    // A heartbeat that cannot be written (the run directory deleted, made unwritable, its disk
+    // gone) makes every reader take this live rank for dead: say so once, and when it is back.
+    const absl::Status st = write_file_atomic(path_, doc, /*durable=*/false);
+    if (st.ok() != heartbeat_ok_) {
+      heartbeat_ok_ = st.ok();
+      if (!st.ok()) {
+        std::fprintf(stderr, "[rankscope] rank %d: cannot write its heartbeat (%s): `rankscope status` and triage will "
+                             "take this rank for dead while it trains on\n",
+                     ctx_.rank, std::string(st.message()).c_str());
+      } else {
+        std::fprintf(stderr, "[rankscope] rank %d: heartbeat written again (%s)\n", ctx_.rank, path_.c_str());
+      }
+    }
+  }
   std::function<void(std::string_view)> publish;
   {
     std::lock_guard<std::mutex> lk(publisher_mu_);

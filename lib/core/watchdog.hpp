@@ -105,6 +105,7 @@ class Watchdog {
   std::uint64_t publish_errors_ = 0;
   std::uint64_t quiet_until_mono_ = 0;  // no heartbeat writes before this (a terminating signal)
   int fatal_signal_ = 0;                // the signal ending the process (ending_by_signal), for the heartbeat
+  bool heartbeat_ok_ = true;            // the last heartbeat write succeeded (a failure is said once)
   std::mutex status_mu_;
   HeartbeatStatus status_;  // Requires status_mu_ held.
 };
