@@ -8,12 +8,14 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -411,3 +413,62 @@ TEST_CASE("spare rings grown by the background thread serve new threads without 
   rankscope::shutdown();
   CHECK(rankscope::test::slurp(tmp.path + "/rank-0.jsonl").find(R"("name":"loader_produce")") != std::string::npos);
 }
+
+TEST_CASE("rings take at most a quarter of a small tmpfs / the run records on in private memory", "[ring_file]") {
+  if (::geteuid() != 0) {
+    WARN("skipped: needs root to mount a small tmpfs");
+    return;
+  }
+  TempDir tmp;
+  const std::string mnt = tmp.path + "/shm";
+  REQUIRE(::mkdir(mnt.c_str(), 0700) == 0);
+  // Docker's default /dev/shm: 64 MiB, shared with the trainer's DataLoader workers.
+  if (std::system(("mount -t tmpfs -o size=64m tmpfs " + mnt).c_str()) != 0) {
+    WARN("skipped: cannot mount a tmpfs here");
+    return;
+  }
+  struct Unmount {
+    std::string at;
+    ~Unmount() { (void)std::system(("umount -l " + at).c_str()); }  // lazily: this process still maps its ring file
+  } unmount{mnt};
+  const std::string ours = mnt + "/rankscope-" + std::to_string(::getuid());
+  REQUIRE(::mkdir(ours.c_str(), 0700) == 0);
+  {
+    std::ofstream filler(ours + "/others.rings", std::ios::binary);  // 8 MiB the other ranks' rings took
+    const std::string mib(1 << 20, 'x');
+    for (int i = 0; i < 8; ++i) filler << mib;
+  }
+  ::setenv("RANKSCOPE_SHM_DIR", mnt.c_str(), 1);
+  rankscope::Config cfg;
+  cfg.run_dir = tmp.path + "/run";
+  cfg.context.rank = 0;
+  cfg.context.world_size = 1;
+  REQUIRE(rankscope::init(cfg).ok());
+  // Three recording threads, as a trainer with a loader and a pin-memory thread has: 4 MiB each.
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 3; ++t) {
+    threads.emplace_back([] {
+      for (int i = 0; i < 100; ++i) {
+        RANKSCOPE_PHASE("work");
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  REQUIRE(rankscope::flush());
+  struct statvfs v {};
+  REQUIRE(::statvfs(mnt.c_str(), &v) == 0);
+  const std::uint64_t total = static_cast<std::uint64_t>(v.f_blocks) * v.f_frsize;
+  const std::uint64_t avail = static_cast<std::uint64_t>(v.f_bavail) * v.f_frsize;
+  CHECK(total - avail <= total / 4);      // the three quarters the trainer keeps
+  CHECK(blocks_made() >= 1);              // rings did go there while there was room (8 + 0.3 + 4 < 16 MiB)
+  CHECK(blocks_made() < 4);               // ... not all of them
+  const auto st = rankscope::stats();
+  rankscope::shutdown();
+  ::unsetenv("RANKSCOPE_SHM_DIR");
+  CHECK(st.events_dropped == 0);
+  const std::string log = rankscope::test::slurp(cfg.run_dir.value() + "/rank-0.jsonl");
+  std::size_t works = 0;
+  for (std::size_t at = log.find(R"("name":"work")"); at != std::string::npos; at = log.find(R"("name":"work")", at + 1)) ++works;
+  CHECK(works == 300);  // every thread recorded, in the tmpfs or in private memory
+}
+

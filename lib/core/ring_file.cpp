@@ -2,10 +2,12 @@
 // and the clock anchor (ring_file.hpp). Recovery is in ring_recovery.cpp.
 #include "ring_file.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <climits>
@@ -68,6 +70,32 @@ void say_once(FileState& s, const char* what, int err) {
                s.path.empty() ? ring_file_dir().c_str() : s.path.c_str(), what, std::strerror(err));
 }
 
+// Rings never take the tmpfs the trainer also needs: a reservation that would bring the ring files
+// of this user's ranks (every file in the directory, stale ones included) past a quarter of the
+// file system is refused, and those rings stay in private memory (said once). Docker's default
+// /dev/shm is 64 MiB, and 8 ranks x 3 recording threads reserved 62 MiB of it: the DataLoader's
+// workers then failed to allocate their shared memory (8 ranks with 2 workers each passing 1 MiB
+// batches need ~40 MiB). With /dev/shm at half the RAM, as hosts have it, the bar is never near.
+// A directory scan of a few files, once per new ring: never on the recording path after that.
+bool room_for(int fd, std::uint64_t bytes) {
+  struct statvfs v {};
+  if (::fstatvfs(fd, &v) != 0) return true;  // unknown: fallocate still says when it is full
+  const std::uint64_t total = static_cast<std::uint64_t>(v.f_blocks) * v.f_frsize;
+  std::uint64_t ours = 0;
+  if (DIR* d = ::opendir(ring_file_dir().c_str())) {
+    while (const dirent* e = ::readdir(d)) {
+      struct stat st {};
+      if (::fstatat(::dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) {
+        ours += static_cast<std::uint64_t>(st.st_blocks) * 512;
+      }
+    }
+    ::closedir(d);
+  }
+  if (ours + bytes <= total / 4) return true;
+  errno = ENOSPC;
+  return false;
+}
+
 // A directory of this user's: made 0700 if missing, refused if it is a link or another user's.
 bool own_dir(const std::string& dir) {
   if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return false;
@@ -97,6 +125,7 @@ void create_locked(FileState& s) {
   };
   // Held for the process's life: a recoverer that gets it knows the owner is gone.
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) return fail("cannot lock");
+  if (!room_for(fd, kRingHeaderBytes)) return fail("no room: rankscope takes at most a quarter of the tmpfs");
   // Reserved, not just sized: a full tmpfs fails here, not as a SIGBUS on a later write.
   if (::ftruncate(fd, static_cast<off_t>(kRingHeaderBytes)) != 0 ||
       ::fallocate(fd, 0, 0, static_cast<off_t>(kRingHeaderBytes)) != 0) {
@@ -229,6 +258,10 @@ void* ring_file_alloc(std::size_t bytes) noexcept {
   }
   if (given_back < made) {
     RingBlockEntry& b = h.blocks[given_back];
+    if (!s.kept[given_back] && !room_for(s.fd, bytes)) {
+      say_once(s, "no room for a ring: rankscope takes at most a quarter of the tmpfs", errno);
+      return nullptr;
+    }
     if (!s.kept[given_back] &&
         ::fallocate(s.fd, 0, static_cast<off_t>(b.offset), static_cast<off_t>(bytes)) != 0) {
       say_once(s, "no room for a ring", errno);
@@ -239,6 +272,10 @@ void* ring_file_alloc(std::size_t bytes) noexcept {
     return s.maps[given_back];
   }
   if (made >= kMaxRingBlocks) return nullptr;
+  if (!room_for(s.fd, bytes)) {
+    say_once(s, "no room for a ring: rankscope takes at most a quarter of the tmpfs", errno);
+    return nullptr;
+  }
   const std::uint64_t off = s.file_bytes;
   if (::ftruncate(s.fd, static_cast<off_t>(off + bytes)) != 0 ||
       ::fallocate(s.fd, 0, static_cast<off_t>(off), static_cast<off_t>(bytes)) != 0) {
