@@ -8,9 +8,11 @@
 // uncaught std::runtime_error), or `steps` (steps of ~0.3 ms, each with an all-reduce
 // waited for as DDP's is, until killed,
 // each step's number written to stdout as it begins: the truth for SIGKILL), or
-// `blocked_in_collective` (ten steps, then an all-gather that never completes; "blocked" on stdout).
+// `blocked_in_collective` (ten steps, then an all-gather that never completes; "blocked" on stdout), or
+// `term_logging` (four threads logging long lines, errors among them, until a SIGTERM; "logging" on stdout).
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -41,7 +43,7 @@ int main(int argc, char** argv) {
   // wake-up, up to half a second away when idle. Wake-ups 50 ms apart make the
   // wait far longer than what it waits for on a loaded host. (Only where a
   // handler runs: the SIGKILL modes' tests need records still in the rings.)
-  for (const char* m : {"abort", "term", "term_late", "usr1", "usr1_chained", "pipe", "pipe_ignored", "throw"}) {
+  for (const char* m : {"abort", "term", "term_logging", "term_late", "usr1", "usr1_chained", "pipe", "pipe_ignored", "throw"}) {
     if (mode == m) cfg.drain_interval = std::chrono::milliseconds(50);
   }
   if (!rankscope::init(cfg).ok()) return 3;
@@ -53,6 +55,25 @@ int main(int argc, char** argv) {
     rankscope::flush();
     std::raise(SIGTERM);
     return 5;
+  }
+  if (mode == "term_logging") {  // four threads log long lines (every eighth an error, written inline) until killed
+    static std::atomic<int> lines{0};
+    for (int t = 0; t < 4; ++t) {
+      std::thread([] {
+        const std::string pad(400, 'x');
+        for (std::int64_t i = 0;; ++i) {
+          if (i % 8 == 0) {
+            RANKSCOPE_LOG_KV(rankscope::Level::kError, {{"i", i}, {"pad", pad}}, "inline {} {}", i, pad);
+          } else {
+            RANKSCOPE_LOG_KV(rankscope::Level::kInfo, {{"i", i}, {"pad", pad}}, "queued {} {}", i, pad);
+          }
+          lines.fetch_add(1, std::memory_order_relaxed);
+        }
+      }).detach();
+    }
+    while (lines.load(std::memory_order_relaxed) < 20000) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (::write(1, "logging\n", 8) < 0) return 8;
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
   }
   if (mode == "blocked_in_collective") {  // steps 0-9 with an all-reduce each, then one that never completes
     auto& comm = rankscope::communicator("world", 8, 5);

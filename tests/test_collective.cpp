@@ -549,6 +549,40 @@ TEST_CASE("SIGTERM leaves no spare files and no disk reserved ahead of the run l
   CHECK(static_cast<std::uint64_t>(st.st_blocks) * 512 <= static_cast<std::uint64_t>(st.st_size) + 64 * 1024);
 }
 
+// What a scheduler does at a time limit, while four threads log long lines (errors written inline
+// by the threads themselves): ten kills, and each run log holds only whole lines. The issue saw a
+// torn last line in 4 of 30: the kill cut a write between two pages.
+TEST_CASE("SIGTERM during heavy logging leaves only whole lines in the run log", "[flight][signals]") {
+  for (int run = 0; run < 10; ++run) {
+    TempDir tmp;
+    int out = -1;
+    const pid_t pid = start_helper(tmp.path, "term_logging", out);
+    REQUIRE(pid > 0);
+    char buf[16] = {};
+    const ssize_t got = ::read(out, buf, sizeof(buf));  // "logging": 20,000 lines on their way
+    ::close(out);
+    REQUIRE(got > 0);
+    ::kill(pid, SIGTERM);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    REQUIRE(WIFSIGNALED(status));
+    CHECK(WTERMSIG(status) == SIGTERM);
+    const std::string log = slurp(tmp.path + "/rank-5.jsonl");
+    REQUIRE_FALSE(log.empty());
+    CHECK(log.back() == '\n');
+    std::size_t torn = 0, lines = 0;
+    for (std::size_t at = 0; at < log.size();) {
+      std::size_t end = log.find('\n', at);
+      if (end == std::string::npos) end = log.size();
+      ++lines;
+      if (end == at || log[at] != '{' || log[end - 1] != '}') ++torn;
+      at = end + 1;
+    }
+    INFO("run " << run << ": " << torn << " torn of " << lines << " lines");
+    CHECK(torn == 0);
+  }
+}
+
 TEST_CASE("SIGPIPE at its default action flushes and dumps / an ignored one changes nothing", "[flight][signals]") {
   {
     TempDir tmp;

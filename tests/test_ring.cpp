@@ -1,10 +1,17 @@
 #include <catch2/catch.hpp>
 #include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
 #include <thread>
 
 #include "capture_sink.hpp"
+#include "rankscope/detail/gate.hpp"
 #include "rankscope/detail/thread_state.hpp"
 #include "rankscope/rankscope.hpp"
+#include "ring_file.hpp"
+#include "temp_dir.hpp"
 
 using namespace rankscope;
 
@@ -76,4 +83,96 @@ TEST_CASE("a full ring drops and counts instead of blocking", "[ring]") {
   CHECK(st.published.load() == 10);
   CHECK(st.try_reserve(1));
   CHECK_FALSE(st.try_reserve(2));
+}
+
+namespace {
+// Holds the background thread inside its first delivery until released: the rings fill
+// behind it, paced by events, not by sleeps.
+class HoldingSink final : public Sink {
+ public:
+  void start(const RunInfo&) noexcept override {}
+  void export_events(std::span<const Event>) noexcept override {
+    std::unique_lock<std::mutex> lk(mu_);
+    held_ = true;
+    cv_.notify_all();
+    cv_.wait(lk, [&] { return released_; });
+  }
+  bool wait_until_held() {  // up to 60 s for the background thread's next wake-up: a hang guard
+    std::unique_lock<std::mutex> lk(mu_);
+    return cv_.wait_for(lk, std::chrono::seconds(60), [&] { return held_; });
+  }
+  void release() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      released_ = true;
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool held_ = false, released_ = false;
+};
+
+std::uint64_t count_of(const std::string& text, const std::string& needle) {
+  std::uint64_t n = 0;
+  for (auto at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
+std::uint64_t field_of(const std::string& line, const std::string& name) {
+  const auto at = line.find("\"" + name + "\":");
+  return at == std::string::npos ? UINT64_MAX : std::stoull(line.substr(at + name.size() + 3));
+}
+}  // namespace
+
+// shutdown(0 ms) while 256 threads' records wait in the rings behind a held sink: every record
+// is either a line in the run log or counted in run_end's events_dropped, run_end is written,
+// and the ring file is gone, so no reader recovers a line twice. (The measurement: 32 %
+// of the records neither written nor counted, no run_end, then 768,962 lines appended again.)
+TEST_CASE("shutdown at its deadline - every record written or counted as dropped - run_end always", "[ring][shutdown]") {
+  test::TempDir tmp;
+  auto hold = std::make_shared<HoldingSink>();
+  Config cfg;
+  cfg.run_dir = tmp.path;
+  cfg.context.rank = 0;
+  cfg.context.world_size = 1;
+  cfg.ring_capacity = 4096;  // each thread's records fit: none dropped for a full ring
+  cfg.sinks.push_back(hold);
+  REQUIRE(init(cfg).ok());
+  { RANKSCOPE_PHASE("first"); }
+  REQUIRE(hold->wait_until_held());
+  constexpr int kThreads = 256;
+  constexpr std::uint64_t kPerThread = 2000;
+  std::vector<std::thread> ts;
+  for (int t = 0; t < kThreads; ++t) {
+    ts.emplace_back([] {
+      for (std::uint64_t i = 0; i < kPerThread; ++i) {
+        RANKSCOPE_PHASE("queued");
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  // Released once shutdown has closed the gate (and so set the drain's end, before it).
+  std::thread releaser([&] {
+    while (detail::g_gate.load(std::memory_order_acquire) == detail::kActive) std::this_thread::yield();
+    hold->release();
+  });
+  shutdown(std::chrono::milliseconds(0));
+  releaser.join();
+
+  const std::string log = test::slurp(tmp.path + "/rank-0.jsonl");
+  const auto kind_at = log.rfind("\"kind\":\"run_end\"");
+  REQUIRE(kind_at != std::string::npos);
+  const std::string run_end = log.substr(log.rfind('\n', kind_at) + 1);
+  const std::uint64_t written = count_of(log, "\"name\":\"queued\"");
+  const std::uint64_t dropped = field_of(run_end, "events_dropped");
+  INFO("written " << written << " dropped " << dropped << "\n" << run_end);
+  CHECK(written + dropped == kThreads * kPerThread);
+  CHECK(dropped > 0);  // the drain was cut: what was left is counted, not lost
+  CHECK(field_of(run_end, "events_recorded") + dropped >= kThreads * kPerThread);
+  // Nothing is left for a reader to recover and append again.
+  CHECK(detail::recover_orphaned_rings(tmp.path).empty());
+  CHECK(count_of(test::slurp(tmp.path + "/rank-0.jsonl"), "\"name\":\"queued\"") == written);
 }

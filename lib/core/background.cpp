@@ -184,6 +184,30 @@ void Runtime::mark_written() {
   for (ThreadState* st : threads_) st->written.store(st->tail.load(std::memory_order_relaxed), std::memory_order_release);
 }
 
+bool Runtime::drain_time_up() {
+  const std::int64_t until = drain_until_ns_.load(std::memory_order_relaxed);
+  return until != INT64_MAX && std::chrono::steady_clock::now().time_since_epoch().count() >= until;
+}
+
+// Frees the records of `st` from `tail` to `head` without decoding them, counted as dropped the way
+// drain_all counts what it decodes (a log line: one record over several slots). Returns the count.
+std::uint64_t Runtime::drop_left(ThreadState* st, std::uint64_t tail, std::uint64_t head) {
+  std::uint64_t n = 0;
+  while (tail != head) {
+    const Record& r = st->slots[tail & st->mask];
+    if (is_log_like(r.kind)) {
+      const auto bytes = static_cast<std::uint64_t>(r.v[1].i) + static_cast<std::uint64_t>(r.v[2].i);
+      tail += 1 + (bytes + sizeof(Record) - 1) / sizeof(Record);
+    } else {
+      ++tail;
+    }
+    ++n;
+  }
+  st->tail.store(head, std::memory_order_release);
+  lost_.fetch_add(n, std::memory_order_relaxed);
+  return n;
+}
+
 std::size_t Runtime::drain_all(std::vector<Event>& batch) {
   std::size_t n = 0;
   max_drained_ = 0;
@@ -194,12 +218,15 @@ std::size_t Runtime::drain_all(std::vector<Event>& batch) {
     pressure |= backlog >= (st->mask + 1) / 4;
   }
   detail::g_yield_paused.store(pressure, std::memory_order_relaxed);
+  bool time_up = drain_time_up();
   for (ThreadState* st : threads_) {
     const std::uint64_t head = st->published.load(std::memory_order_acquire);
     std::uint64_t tail = st->tail.load(std::memory_order_relaxed);
     max_drained_ = std::max(max_drained_, head - tail);
     std::size_t seg = batch.size();  // this thread's events start here
     while (tail != head) {
+      // shutdown()'s deadline: every record is written or counted as dropped, none left unaccounted.
+      if ((n & 255) == 0 && (time_up || (time_up = drain_time_up()))) break;
       const Record& r = st->slots[tail & st->mask];
       if (is_log_like(r.kind)) {
         tail += decode_log(st, tail, batch);
@@ -229,6 +256,7 @@ std::size_t Runtime::drain_all(std::vector<Event>& batch) {
     }
     st->tail.store(tail, std::memory_order_release);
     remember_tail(batch, seg, st->tid);
+    if (time_up) drop_left(st, tail, head);
   }
   for (Event& x : extra_) {
     remember(x);
@@ -309,6 +337,7 @@ void Runtime::handle_signal(int sig) {
     std::fprintf(stderr, "[rankscope] rank %d: %s: flight recorder written to %s\n", context_.rank,
                  detail::signal_name(sig), res->c_str());
   }
+  const bool fatal = detail::g_signal_fatal.load();
   if (sig != SIGUSR1) {
     for (auto& s : sinks_) s->flush(deadline);
     // Nothing left behind by a terminated rank: no spare files, no reserved blocks.
@@ -320,6 +349,13 @@ void Runtime::handle_signal(int sig) {
     }
   }
   detail::g_signal_acks.fetch_add(1, std::memory_order_release);
+  // The signal ends the process once the handler passes it on: write nothing more, or the kill
+  // cuts that write between two pages and leaves a torn last line (4 of 30 SIGTERMs during heavy
+  // logging did). What the threads record meanwhile stays in the rings, for the reader to
+  // recover. Five seconds on, the process is still here (a handler kept it): carry on.
+  if (sig != SIGUSR1 && fatal) {
+    for (int i = 0; i < 500; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
 }
 
 absl::StatusOr<std::string> Runtime::dump(std::string_view reason, std::chrono::milliseconds deadline) noexcept {

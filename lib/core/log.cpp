@@ -3,6 +3,7 @@
 // errors durable before the call returns.
 #include "rankscope/log.hpp"
 
+#include <time.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -24,6 +25,7 @@
 #include "attribute_codec.hpp"
 #include "payload.hpp"
 #include "ring_file.hpp"
+#include "signals.hpp"
 #include <chrono>
 #include <thread>
 
@@ -48,6 +50,12 @@ bool wait_inline_writers(std::chrono::steady_clock::time_point deadline) {
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
   return true;
+}
+
+void end_inline_writes(int max_ms) noexcept {
+  g_runlog_fd.store(-1);  // sequentially consistent, as in wait_inline_writers
+  timespec step{0, 1'000'000};
+  for (int i = 0; i < max_ms && g_inline_writers.load() != 0; ++i) nanosleep(&step, nullptr);
 }
 }  // namespace detail
 

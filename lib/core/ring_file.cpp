@@ -43,6 +43,7 @@ constexpr std::size_t kKeptBlocks = 2;  // blocks given back that keep their pag
 struct FileState {
   std::mutex mu;
   int fd = -1;
+  int dir_fd = -1;  // the directory, to add up this user's ring files (room_for)
   RingFileHeader* hdr = nullptr;  // Requires mu held (after open).
   std::string path;
   std::uint64_t file_bytes = 0;
@@ -77,12 +78,18 @@ void say_once(FileState& s, const char* what, int err) {
 // workers then failed to allocate their shared memory (8 ranks with 2 workers each passing 1 MiB
 // batches need ~40 MiB). With /dev/shm at half the RAM, as hosts have it, the bar is never near.
 // A directory scan of a few files, once per new ring: never on the recording path after that.
-bool room_for(int fd, std::uint64_t bytes) {
+// Allocates nothing a failure could throw (ring_file_alloc is noexcept): the directory is read
+// through a duplicate of its descriptor.
+bool room_for(int fd, int dir_fd, std::uint64_t bytes) {
   struct statvfs v {};
   if (::fstatvfs(fd, &v) != 0) return true;  // unknown: fallocate still says when it is full
   const std::uint64_t total = static_cast<std::uint64_t>(v.f_blocks) * v.f_frsize;
   std::uint64_t ours = 0;
-  if (DIR* d = ::opendir(ring_file_dir().c_str())) {
+  const int dup_fd = dir_fd < 0 ? -1 : ::fcntl(dir_fd, F_DUPFD_CLOEXEC, 0);
+  DIR* d = dup_fd < 0 ? nullptr : ::fdopendir(dup_fd);
+  if (d == nullptr && dup_fd >= 0) ::close(dup_fd);
+  if (d != nullptr) {
+    ::rewinddir(d);  // the duplicate shares the original's offset
     while (const dirent* e = ::readdir(d)) {
       struct stat st {};
       if (::fstatat(::dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) {
@@ -113,6 +120,7 @@ void create_locked(FileState& s) {
   const std::string dir = ring_file_dir();
   if (dir.empty()) return;
   if (!own_dir(dir)) return say_once(s, "cannot use the directory", errno);
+  if (s.dir_fd < 0) s.dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);  // kept for the process's life
   std::random_device rd;
   s.path = dir + "/" + std::to_string(::getpid()) + "-" + std::to_string(rd()) + kRingFileSuffix;
   const int fd = ::open(s.path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
@@ -125,7 +133,7 @@ void create_locked(FileState& s) {
   };
   // Held for the process's life: a recoverer that gets it knows the owner is gone.
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) return fail("cannot lock");
-  if (!room_for(fd, kRingHeaderBytes)) return fail("no room: rankscope takes at most a quarter of the tmpfs");
+  if (!room_for(fd, s.dir_fd, kRingHeaderBytes)) return fail("no room: rankscope takes at most a quarter of the tmpfs");
   // Reserved, not just sized: a full tmpfs fails here, not as a SIGBUS on a later write.
   if (::ftruncate(fd, static_cast<off_t>(kRingHeaderBytes)) != 0 ||
       ::fallocate(fd, 0, 0, static_cast<off_t>(kRingHeaderBytes)) != 0) {
@@ -258,7 +266,7 @@ void* ring_file_alloc(std::size_t bytes) noexcept {
   }
   if (given_back < made) {
     RingBlockEntry& b = h.blocks[given_back];
-    if (!s.kept[given_back] && !room_for(s.fd, bytes)) {
+    if (!s.kept[given_back] && !room_for(s.fd, s.dir_fd, bytes)) {
       say_once(s, "no room for a ring: rankscope takes at most a quarter of the tmpfs", errno);
       return nullptr;
     }
@@ -272,7 +280,7 @@ void* ring_file_alloc(std::size_t bytes) noexcept {
     return s.maps[given_back];
   }
   if (made >= kMaxRingBlocks) return nullptr;
-  if (!room_for(s.fd, bytes)) {
+  if (!room_for(s.fd, s.dir_fd, bytes)) {
     say_once(s, "no room for a ring: rankscope takes at most a quarter of the tmpfs", errno);
     return nullptr;
   }

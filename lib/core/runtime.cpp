@@ -222,6 +222,7 @@ absl::Status Runtime::init(const Config& cfg) {
   last_ring_scan_mono_ = mono0;  // init scanned just now (with a run dir): the background thread scans 5 s on
 
   stop_requested_ = false;
+  drain_until_ns_.store(INT64_MAX, std::memory_order_relaxed);
   bg_done_ = false;
   bg_failed_stop_ = false;
   bg_stop_failures_ = 0;
@@ -262,17 +263,23 @@ void Runtime::wake_for_retired() noexcept {
 void Runtime::shutdown(std::chrono::milliseconds deadline) noexcept {
   std::unique_lock<std::mutex> lk(mu_);
   if (phase_ != Phase::kRunning || owner_pid_ != ::getpid()) return;
+  stop_deadline_ = std::chrono::steady_clock::now() + deadline;
+  // The drain stops a quarter of the deadline early (at most 250 ms): the time kept is for
+  // run_end and the sinks' last writes. What is still in the rings then is dropped and counted,
+  // so run_end's counts add up to what was recorded and a reader recovers nothing twice.
+  // Set before the gate closes: whoever sees the gate closed sees the drain's end too.
+  const auto kept = std::min<std::chrono::steady_clock::duration>(deadline / 4, std::chrono::milliseconds(250));
+  drain_until_ns_.store((stop_deadline_ - kept).time_since_epoch().count(), std::memory_order_relaxed);
   detail::g_gate.store(detail::kInactive, std::memory_order_release);
   detail::position_close();
   detail::resources_stop();
   detail::uninstall_signal_handlers();
   detail::g_runlog_fd.store(-1);  // sequentially consistent: see wait_inline_writers
   stop_requested_ = true;
-  stop_deadline_ = std::chrono::steady_clock::now() + deadline;
   cv_.notify_all();
-  // The background thread is detached: if a sink hangs past the deadline we
-  // return anyway rather than hold up the process exit.
-  cv_.wait_until(lk, stop_deadline_ + std::chrono::milliseconds(100), [&] { return bg_done_; });
+  // The background thread is detached: if a sink hangs past the deadline we return anyway
+  // rather than hold up the process exit. The grace is for run_end after a drain cut short.
+  cv_.wait_until(lk, stop_deadline_ + std::chrono::seconds(1), [&] { return bg_done_; });
   if (bg_done_) detail::ring_file_session_end();  // every record is in the run log
   phase_ = Phase::kStopped;
 }

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -214,7 +215,12 @@ class Runtime {
   detail::WatchdogConfig watchdog_cfg_;
   std::vector<Event> extra_;  // events derived while decoding (slow steps), delivered with the batch
   std::atomic<std::uint64_t> recorded_{0};
-  std::atomic<std::uint64_t> lost_{0};  // events lost to an exception in the background thread
+  std::atomic<std::uint64_t> lost_{0};  // events lost to an exception in the background thread, or left at the deadline
+  // Past this steady-clock time (shutdown's deadline less the time kept for run_end and the sinks'
+  // last writes), a drain stops decoding: what is left in the rings is dropped and counted.
+  std::atomic<std::int64_t> drain_until_ns_{INT64_MAX};
+  bool drain_time_up();
+  std::uint64_t drop_left(ThreadState* st, std::uint64_t tail, std::uint64_t head);
   std::chrono::steady_clock::time_point last_failure_report_{};  // background thread only
   bool signal_handlers_ = false;  // ours installed: stacks can be captured
   bool bg_failed_stop_ = false;  // background thread only: it failed while stopping
