@@ -713,6 +713,70 @@ TEST_CASE("status classifies like the runbook", "[heartbeat][status]") {
   }
 }
 
+namespace {
+// Sets a file's modification time: the time of its last write as the reader's clock sees it.
+void set_mtime(const std::string& path, std::uint64_t wall_ns) {
+  const timespec t{static_cast<time_t>(wall_ns / 1'000'000'000ull), static_cast<long>(wall_ns % 1'000'000'000ull)};
+  const timespec both[2] = {t, t};
+  REQUIRE(::utimensat(AT_FDCWD, path.c_str(), both, 0) == 0);
+}
+}  // namespace
+
+// A rank on a host whose clock runs an hour ahead wrote its heartbeat "in the future": read by
+// its own time it would stay fresh for an hour after the rank died. Garbage is neither alive
+// nor dead. (`now` is given, and the file times are set: nothing here waits.)
+TEST_CASE("status: a heartbeat dated in the future is aged by its file's time / garbage is unknown", "[heartbeat][status]") {
+  TempDir tmp;
+  const std::uint64_t now = 1'800'000'000'000'000'000ull;
+  const std::uint64_t hour = 3'600'000'000'000ull, ms = 1'000'000;
+  std::ofstream(tmp.path + "/run.json") << R"({"schema":1,"world_size":3})";
+  write_beat(tmp.path, 0, now, 200, 300, "running", "", "");
+  write_beat(tmp.path, 2, now, 200, 300, "running", "", "");
+  set_mtime(tmp.path + "/rank-0.heartbeat.json", now - 200 * ms);
+  set_mtime(tmp.path + "/rank-2.heartbeat.json", now - 200 * ms);
+  const std::string beat1 = tmp.path + "/rank-1.heartbeat.json";
+  SECTION("dated an hour ahead, last written 45 s ago: not alive") {
+    write_beat(tmp.path, 1, now + hour, 0, 0, "running", "", "");  // its own clock: written "now"
+    set_mtime(beat1, now - 45'000 * ms);
+    auto s = reader::read_status(tmp.path, now);
+    REQUIRE(s.ok());
+    CHECK_FALSE(s->ranks[1].alive);
+    CHECK(s->ranks[1].liveness_age_ns == 45'000 * ms);
+    CHECK_THAT(s->verdict, Catch::Contains("rank 1 not alive"));
+    CHECK_THAT(reader::format_status(*s), Catch::Contains("rank 1: its heartbeat is dated 3600.0 s in the future"));
+  }
+  SECTION("dated an hour ahead, written 200 ms ago: alive, its progress age as the rank wrote it") {
+    write_beat(tmp.path, 1, now + hour, 0, 90'000, "stalled", kInCkpt, "");
+    set_mtime(beat1, now - 200 * ms);
+    auto s = reader::read_status(tmp.path, now);
+    REQUIRE(s.ok());
+    CHECK(s->ranks[1].alive);
+    CHECK(s->ranks[1].progress_age_ns == 90'200 * ms);
+    CHECK_THAT(s->verdict, Catch::Contains("rank 1 is blocked in checkpoint_save"));
+  }
+  SECTION("not JSON / no liveness time: unknown, never healthy") {
+    std::ofstream(beat1) << "\x01garbage{\"rank\":1";
+    auto s = reader::read_status(tmp.path, now);
+    REQUIRE(s.ok());
+    CHECK(s->exit_code == 1);
+    CHECK_FALSE(s->ranks[1].alive);
+    CHECK_THAT(s->verdict, Catch::Contains("rank 1 unknown (heartbeat unreadable)"));
+    CHECK_THAT(reader::format_status(*s), Catch::Contains("rank 1: its heartbeat file is unreadable (not a JSON object)"));
+    std::ofstream(beat1) << R"({"schema":1,"kind":"heartbeat","rank":1,"state":"running","liveness_wall_ns":"soon"})";
+    s = reader::read_status(tmp.path, now);
+    REQUIRE(s.ok());
+    CHECK_THAT(reader::format_status(*s), Catch::Contains("unreadable (no liveness time)"));
+  }
+  SECTION("an interval of 2^64-1 ns does not overflow into 'alive for ever'") {
+    std::ofstream(beat1) << R"({"schema":1,"kind":"heartbeat","rank":1,"state":"running","interval_ns":18446744073709551615,)"
+                         << R"("liveness_wall_ns":)" << now - 60'000 * ms << R"(,"progress_wall_ns":)" << now - 60'000 * ms << "}";
+    auto s = reader::read_status(tmp.path, now);
+    REQUIRE(s.ok());
+    CHECK_FALSE(s->ranks[1].alive);  // read with the 1 s default: 60 s without a beat
+    CHECK_THAT(s->verdict, Catch::Contains("rank 1 not alive"));
+  }
+}
+
 TEST_CASE("heartbeat / run.json / flight dump / run_start stay valid JSON with quotes and newlines in names",
           "[heartbeat]") {
   TempDir tmp;

@@ -1,5 +1,7 @@
 #include "status.hpp"
 
+#include <sys/stat.h>
+
 #include <time.h>
 
 #include <algorithm>
@@ -35,19 +37,53 @@ T get(simdjson::dom::element e, Field key, T fallback) {
   return fallback;
 }
 
+// The file's modification time (the writer's kernel clock, or the file server's): the
+// liveness of a heartbeat whose own time cannot be trusted.
+std::uint64_t mtime_ns(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return 0;
+  return static_cast<std::uint64_t>(st.st_mtim.tv_sec) * 1'000'000'000ull + static_cast<std::uint64_t>(st.st_mtim.tv_nsec);
+}
+
+// A heartbeat's time further ahead than this is a clock that runs ahead (or garbage), not skew.
+constexpr std::uint64_t kClockAheadNs = 2'000'000'000ull;
+
+// False only when there is no file. A file that says nothing usable (not JSON, no liveness
+// time) is present and `unreadable`: never taken for alive, nor for dead.
 bool parse(const std::string& path, std::uint64_t now, RankHeartbeat& hb) {
+  if (!is_regular_file(path)) return false;
+  hb.present = true;
   simdjson::dom::parser p;
   simdjson::dom::element doc;
-  if (!is_regular_file(path) || p.load(path).get(doc) != simdjson::SUCCESS) return false;
-  hb.present = true;
+  if (p.load(path).get(doc) != simdjson::SUCCESS || !doc.is_object()) {
+    hb.unreadable = "not a JSON object";
+    hb.state = "unknown";
+    return true;
+  }
   hb.rank = static_cast<int>(get<std::int64_t>(doc, Field::kRank, -1));
   hb.state = std::string(get<std::string_view>(doc, Field::kState, "unknown"));
+  // Bounds a writer keeps (settings.hpp: intervals of 10 ms and more); garbage is read as the defaults.
   hb.interval_ns = get<std::uint64_t>(doc, Field::kIntervalNs, 1'000'000'000);
+  if (hb.interval_ns < 10'000'000ull || hb.interval_ns > 3'600'000'000'000ull) hb.interval_ns = 1'000'000'000;
   hb.stall_timeout_ns = get<std::uint64_t>(doc, Field::kStallTimeoutNs, 300'000'000'000ull);
+  if (hb.stall_timeout_ns < hb.interval_ns || hb.stall_timeout_ns > 30 * 86'400'000'000'000ull) hb.stall_timeout_ns = 300'000'000'000ull;
   const std::uint64_t live = get<std::uint64_t>(doc, Field::kLivenessWallNs, 0);
   const std::uint64_t prog = get<std::uint64_t>(doc, Field::kProgressWallNs, 0);
-  hb.liveness_age_ns = now > live ? now - live : 0;
-  hb.progress_age_ns = now > prog ? now - prog : 0;
+  if (live == 0) {
+    hb.unreadable = "no liveness time";
+    return true;
+  }
+  if (live > now + kClockAheadNs) {
+    // Dated in the future: its clock runs ahead. Fresh is what the file's own time says; progress
+    // keeps its distance from liveness as the rank wrote them.
+    hb.clock_ahead_ns = live - now;
+    const std::uint64_t written = mtime_ns(path);
+    hb.liveness_age_ns = now > written ? now - written : 0;
+    hb.progress_age_ns = hb.liveness_age_ns + (live > prog ? live - prog : 0);
+  } else {
+    hb.liveness_age_ns = now > live ? now - live : 0;
+    hb.progress_age_ns = now > prog ? now - prog : 0;
+  }
   hb.step = get<std::int64_t>(doc, Field::kStep, 0);
   hb.pid = get<std::int64_t>(doc, Field::kPid, 0);
   hb.last_step_ns = get<std::uint64_t>(doc, Field::kLastStepNs, 0);
@@ -122,13 +158,14 @@ std::string failed_verdict(const StatusReport& r, const std::vector<int>& failed
 
 // The ranks by what their heartbeats say, the worst state first.
 struct RankStates {
-  std::vector<int> dead, stalled, slow, exited, failed, missing;
+  std::vector<int> dead, stalled, slow, exited, failed, missing, unreadable;
 };
 
 RankStates states_of(const StatusReport& r) {
   RankStates s;
   for (const auto& h : r.ranks) {
     if (!h.present) s.missing.push_back(h.rank);
+    else if (!h.unreadable.empty()) s.unreadable.push_back(h.rank);
     else if (h.state == "exited") s.exited.push_back(h.rank);
     else if (h.state == "failed") s.failed.push_back(h.rank);
     else if (!h.alive) s.dead.push_back(h.rank);
@@ -140,6 +177,17 @@ RankStates states_of(const StatusReport& r) {
 
 void dead_findings(StatusReport& r, const RankStates& s) {
   for (int m : s.missing) r.findings.push_back(fmt::format("rank {}: no heartbeat file: never started, or no run log", m));
+  for (int u : s.unreadable) {
+    r.findings.push_back(fmt::format("rank {}: its heartbeat file is unreadable ({}): alive or not is unknown; its run "
+                                     "log says what it did (rankscope triage)",
+                                     u, at(r, u).unreadable));
+  }
+  for (const auto& h : r.ranks) {
+    if (h.clock_ahead_ns == 0) continue;
+    r.findings.push_back(fmt::format("rank {}: its heartbeat is dated {:.1f} s in the future (the clock of {} runs "
+                                     "ahead): its ages are read from the file's modification time",
+                                     h.rank, secs(h.clock_ahead_ns), h.host.empty() ? "its host" : h.host));
+  }
   for (int f : s.failed) {
     const auto& h = at(r, f);
     if (h.exit_cause == "signal") {
@@ -271,14 +319,19 @@ void classify(StatusReport& r) {
     r.verdict = fmt::format("finished: all {} ranks exited cleanly", n);
   } else {
     r.verdict = fmt::format("healthy: {} of {} ranks alive and making progress",
-                            n - static_cast<int>(s.exited.size() + s.missing.size()), n);
+                            n - static_cast<int>(s.exited.size() + s.missing.size() + s.unreadable.size()), n);
+    if (!s.unreadable.empty()) {
+      r.verdict += fmt::format("; rank{} {} unknown (heartbeat unreadable)", s.unreadable.size() > 1 ? "s" : "",
+                               join_ranks(s.unreadable));
+    }
   }
   if (!s.dead.empty() && !s.stalled.empty()) {
     r.verdict += fmt::format(" (and rank{} {} not alive)", s.dead.size() > 1 ? "s" : "", join_ranks(s.dead));
   }
   const std::vector<int> log_stopped = log_stop_findings(r);
   r.exit_code =
-      (s.dead.empty() && s.stalled.empty() && s.slow.empty() && s.missing.empty() && s.failed.empty() && log_stopped.empty())
+      (s.dead.empty() && s.stalled.empty() && s.slow.empty() && s.missing.empty() && s.failed.empty() &&
+       s.unreadable.empty() && log_stopped.empty())
           ? 0
           : 1;
 }
@@ -333,6 +386,11 @@ std::string format_status(const StatusReport& r) {
       o += fmt::format("{:>4}  {:<5}  {:>12}  {:>6}  {:<8}  {}\n", h.rank, "?", "-", "-", "missing", "no heartbeat file");
       continue;
     }
+    if (!h.unreadable.empty()) {
+      o += fmt::format("{:>4}  {:<5}  {:>12}  {:>6}  {:<8}  {}\n", h.rank, "?", "-", "-", "unknown",
+                       "heartbeat unreadable: " + h.unreadable);
+      continue;
+    }
     o += fmt::format("{:>4}  {:<5}  {:>12}  {:>6}  {:<8}  {}\n", h.rank,
                      h.state == "exited" || h.state == "failed" ? "-" : (h.alive ? "yes" : "NO"),
                      fmt::format("{:.1f} s", secs(h.progress_age_ns)), h.step,
@@ -352,6 +410,8 @@ std::string format_status_json(const StatusReport& r) {
     w.field("stalled", h.stalled()).field("state", h.state).field("step", h.step);
     w.field("liveness_age_ns", h.liveness_age_ns).field("progress_age_ns", h.progress_age_ns).field("pid", h.pid);
     w.field("host", h.host).field("inside", h.inside);
+    if (!h.unreadable.empty()) w.field("unreadable", h.unreadable);
+    if (h.clock_ahead_ns != 0) w.field("clock_ahead_ns", h.clock_ahead_ns);
     if (!h.run_log_error.empty()) {
       w.key("run_log").begin_object().field("error", h.run_log_error).field("since_step", h.run_log_since_step);
       w.field("lines_dropped", h.run_log_lines_dropped).end_object();

@@ -36,6 +36,8 @@ struct RankHeartbeat {
   std::string run_log_error;  // the run log stopped (a full disk): why, since which step
   std::int64_t run_log_since_step = -1;
   std::uint64_t run_log_lines_dropped = 0;
+  std::string unreadable;        // the file is there but says nothing usable: why ("not JSON", ...)
+  std::uint64_t clock_ahead_ns = 0;  // its time is this far in the reader's future: ages are the file's
   bool stalled() const { return alive && (state == "stalled" || progress_age_ns > stall_timeout_ns); }
 };
 
