@@ -131,6 +131,53 @@ TEST_CASE("planted symbolic links are not followed / the victim's files stay as 
   }
 }
 
+// A hard link is a second name of the same file: another local user who can write the run
+// directory (a shared one) links one of your files there under a name rankscope writes. And a FIFO
+// under such a name would block an open for writing until someone read it.
+TEST_CASE("planted hard links are not written through / a planted FIFO blocks nothing", "[run_dir]") {
+  TempDir tmp;
+  const std::string dir = tmp.path + "/run", victim = tmp.path + "/victim";
+  REQUIRE(::mkdir(dir.c_str(), 0750) == 0);
+  {
+    std::ofstream(victim) << "precious\n";
+  }
+  SECTION("the run log: init fails and says why") {
+    REQUIRE(::link(victim.c_str(), (dir + "/rank-0.jsonl").c_str()) == 0);
+    const absl::Status st = init(rank0_in(dir));
+    shutdown();
+    REQUIRE_FALSE(st.ok());
+    CHECK_THAT(std::string(st.message()), Catch::Contains("rank-0.jsonl") && Catch::Contains("no hard link"));
+    CHECK(slurp(victim) == "precious\n");
+  }
+  SECTION("the position file: not truncated, not mapped") {
+    REQUIRE(::link(victim.c_str(), (dir + "/rank-0.position").c_str()) == 0);
+    test::ScopedRuntime rt(rank0_in(dir));
+    { RANKSCOPE_PHASE("x"); }
+    REQUIRE(flush());
+    CHECK(slurp(victim) == "precious\n");
+  }
+  SECTION("a durable file's temporary: a new file of our own, the link left alone") {
+    const std::string json = dir + "/run.json";
+    REQUIRE(::link(victim.c_str(), (json + ".tmp." + std::to_string(::getpid())).c_str()) == 0);
+    REQUIRE(write_file_atomic(json, "{\"a\":1}\n", /*durable=*/true).ok());
+    CHECK(slurp(json) == "{\"a\":1}\n");
+    CHECK(slurp(victim) == "precious\n");
+  }
+  SECTION("a spare (rewritten in place every second): replaced, never truncated") {
+    const std::string hb = dir + "/rank-0.heartbeat.json";
+    REQUIRE(::link(victim.c_str(), (hb + ".tmp." + std::to_string(::getpid())).c_str()) == 0);
+    REQUIRE(write_file_atomic(hb, "{}\n", /*durable=*/false).ok());
+    CHECK(slurp(hb) == "{}\n");
+    CHECK(slurp(victim) == "precious\n");
+  }
+  SECTION("a FIFO under a temporary's name: replaced, the write does not block") {
+    const std::string hb = dir + "/rank-0.heartbeat.json";
+    REQUIRE(::mkfifo((hb + ".tmp." + std::to_string(::getpid())).c_str(), 0600) == 0);
+    REQUIRE(write_file_atomic(hb, "{}\n", /*durable=*/false).ok());  // before: blocked in open(2) for ever
+    CHECK(slurp(hb) == "{}\n");
+  }
+}
+
 TEST_CASE("another user's file under a run-directory name is not written to", "[run_dir]") {
   if (::geteuid() != 0) {
     WARN("skipped: needs root to give a file to another user");

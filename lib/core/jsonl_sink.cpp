@@ -389,7 +389,7 @@ absl::StatusOr<std::shared_ptr<JsonlSink>> open_jsonl(const std::string& path, b
   const int fd = held_by_runtime ? detail::run_file_open(path, flags) : ::open(path.c_str(), flags | O_CLOEXEC, 0644);
   if (fd < 0) {
     const char* why = errno == ELOOP ? "it is a symbolic link"
-                      : errno == EPERM ? "it is not a regular file of this user's"
+                      : errno == EPERM ? "it is not a regular file of this user's with one name (no hard link)"
                                        : std::strerror(errno);
     return absl::PermissionDeniedError(absl::StrCat("cannot open run log '", path, "' for writing: ", why,
                                                     " (set RANKSCOPE_DIR or Config::run_dir to a writable directory)"));
@@ -470,10 +470,12 @@ absl::Status write_file_atomic(const std::string& path, const std::string& conte
   // half a second ago is overwritten; a younger one (back-to-back writes: a
   // stall report, the exit heartbeat, a forced textfile) is replaced by a
   // fresh file.
-  if (!durable && SpareAges::get().young(path)) ::unlink(tmp.c_str());
-  const int flags = O_WRONLY | O_CREAT | (durable ? O_TRUNC : 0);
+  // A durable file's temporary is always a new file of ours (O_EXCL): nothing planted under its
+  // name is ever opened. A spare is reopened only as run_file_open checks it (ours, one name).
+  if (durable || SpareAges::get().young(path)) ::unlink(tmp.c_str());
+  const int flags = O_WRONLY | O_CREAT | (durable ? O_EXCL : 0);
   int fd = detail::run_file_open(tmp, flags, static_cast<mode_t>(mode));
-  if (fd < 0 && (errno == ELOOP || errno == EPERM)) {
+  if (fd < 0 && (errno == ELOOP || errno == EPERM || errno == EEXIST)) {
     // The name is this process's own: whatever sits there (a symbolic link exchanged in
     // from a planted file, someone else's file) goes, and a fresh file takes its place.
     ::unlink(tmp.c_str());

@@ -22,7 +22,7 @@ void position_open(const std::string& path, int pid) noexcept {
   if (fd < 0 || ::ftruncate(fd, 4096) != 0) {
     std::fprintf(stderr, "[rankscope] %s: %s; a killed rank's last step will come from its run log only\n",
                  path.c_str(), errno == ELOOP ? "a symbolic link, not followed"
-                               : errno == EPERM ? "not a regular file of this user's, not used"
+                               : errno == EPERM ? "not a regular file of this user's with one name, not used"
                                                 : std::strerror(errno));
     if (fd >= 0) ::close(fd);
     return;

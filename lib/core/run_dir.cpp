@@ -63,12 +63,30 @@ absl::Status prepare_run_dir(const std::string& dir, const RunDirPolicy& policy)
 mode_t run_file_mode() noexcept { return g_file_mode.load(std::memory_order_relaxed); }
 
 int run_file_open(const std::string& path, int flags, mode_t mode) noexcept {
-  const int fd = ::open(path.c_str(), flags | O_NOFOLLOW | O_CLOEXEC, mode != 0 ? mode : run_file_mode());
-  if (fd < 0) return -1;
+  // Checked before anything is changed: O_TRUNC waits for the checks (a planted hard link to one
+  // of the user's files would be emptied by the open itself), and O_NONBLOCK keeps a planted FIFO
+  // from blocking the open until someone reads it.
+  const bool truncate = (flags & O_TRUNC) != 0;
+  const int fd = ::open(path.c_str(), (flags & ~O_TRUNC) | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK,
+                        mode != 0 ? mode : run_file_mode());
+  if (fd < 0) {
+    if (errno == ENXIO) errno = EPERM;  // a FIFO nobody reads (opened for writing): not a regular file
+    return -1;
+  }
   struct stat st {};
   const bool seen = ::fstat(fd, &st) == 0;
-  if (!seen || !S_ISREG(st.st_mode) || (st.st_uid != ::geteuid() && !g_shared.load(std::memory_order_relaxed))) {
-    const int err = seen ? EPERM : errno;  // a FIFO, a device, or another user's file planted under our name
+  // A FIFO, a device, another user's file, or a second name of a file (a hard link planted to
+  // one of the user's own files elsewhere): never written through.
+  if (!seen || !S_ISREG(st.st_mode) || st.st_nlink > 1 ||
+      (st.st_uid != ::geteuid() && !g_shared.load(std::memory_order_relaxed))) {
+    const int err = seen ? EPERM : errno;
+    ::close(fd);
+    errno = err;
+    return -1;
+  }
+  const int fl = ::fcntl(fd, F_GETFL);
+  if ((fl >= 0 && ::fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) || (truncate && ::ftruncate(fd, 0) != 0)) {
+    const int err = errno;
     ::close(fd);
     errno = err;
     return -1;

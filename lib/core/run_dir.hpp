@@ -29,8 +29,9 @@ absl::Status prepare_run_dir(const std::string& dir, const RunDirPolicy& policy)
 mode_t run_file_mode() noexcept;
 
 /// open(2) for a file of the run directory: never through a symbolic link
-/// (O_NOFOLLOW: ELOOP), and an existing file must be a regular file this
-/// user owns unless the directory is shared (else -1 with errno EPERM).
+/// (O_NOFOLLOW: ELOOP), and an existing file must be a regular file with no
+/// other name (no hard link) that this user owns unless the directory is
+/// shared (else -1 with errno EPERM); O_TRUNC applies after those checks.
 /// `mode` 0 means run_file_mode(). Returns the fd or -1 with errno set.
 int run_file_open(const std::string& path, int flags, mode_t mode = 0) noexcept;
 
