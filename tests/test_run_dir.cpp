@@ -178,6 +178,22 @@ TEST_CASE("planted hard links are not written through / a planted FIFO blocks no
   }
 }
 
+// The run directory renamed away and its path made a symbolic link to somewhere else while the
+// rank runs: its files keep going to the directory that was checked, through its descriptor.
+TEST_CASE("files go to the run directory that was checked / not to a link put at its path later", "[run_dir]") {
+  TempDir tmp;
+  const std::string dir = tmp.path + "/run", moved = tmp.path + "/run.moved", elsewhere = tmp.path + "/elsewhere";
+  REQUIRE(::mkdir(elsewhere.c_str(), 0700) == 0);
+  test::ScopedRuntime rt(rank0_in(dir));
+  REQUIRE(::rename(dir.c_str(), moved.c_str()) == 0);
+  REQUIRE(::symlink(elsewhere.c_str(), dir.c_str()) == 0);
+  REQUIRE(write_file_atomic(dir + "/probe.json", "{}\n", /*durable=*/false).ok());  // as heartbeats are written
+  REQUIRE(write_file_atomic(dir + "/run.json", "{\"a\":1}\n", /*durable=*/true).ok());
+  CHECK(slurp(moved + "/probe.json") == "{}\n");
+  CHECK(slurp(moved + "/run.json") == "{\"a\":1}\n");
+  CHECK(std::filesystem::is_empty(elsewhere));
+}
+
 TEST_CASE("another user's file under a run-directory name is not written to", "[run_dir]") {
   if (::geteuid() != 0) {
     WARN("skipped: needs root to give a file to another user");

@@ -472,13 +472,13 @@ absl::Status write_file_atomic(const std::string& path, const std::string& conte
   // fresh file.
   // A durable file's temporary is always a new file of ours (O_EXCL): nothing planted under its
   // name is ever opened. A spare is reopened only as run_file_open checks it (ours, one name).
-  if (durable || SpareAges::get().young(path)) ::unlink(tmp.c_str());
+  if (durable || SpareAges::get().young(path)) detail::run_file_unlink(tmp);
   const int flags = O_WRONLY | O_CREAT | (durable ? O_EXCL : 0);
   int fd = detail::run_file_open(tmp, flags, static_cast<mode_t>(mode));
   if (fd < 0 && (errno == ELOOP || errno == EPERM || errno == EEXIST)) {
     // The name is this process's own: whatever sits there (a symbolic link exchanged in
     // from a planted file, someone else's file) goes, and a fresh file takes its place.
-    ::unlink(tmp.c_str());
+    detail::run_file_unlink(tmp);
     fd = detail::run_file_open(tmp, flags, static_cast<mode_t>(mode));
   }
   if (fd < 0) {
@@ -489,22 +489,22 @@ absl::Status write_file_atomic(const std::string& path, const std::string& conte
   if (ok && durable) ok = ::fsync(fd) == 0;
   const int saved = errno;
   ::close(fd);
-  if (ok && !durable && ::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, path.c_str(), RENAME_EXCHANGE) == 0) {
+  if (ok && !durable && detail::run_file_rename(tmp, path, RENAME_EXCHANGE) == 0) {
     SpareAges::get().displaced(path);
     return absl::OkStatus();  // the previous version is now the spare
   }
   // First write (nothing to exchange with), or a filesystem without
   // RENAME_EXCHANGE: an ordinary atomic rename.
-  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
+  if (!ok || detail::run_file_rename(tmp, path) != 0) {
     const int err = ok ? errno : saved;
-    ::unlink(tmp.c_str());
+    detail::run_file_unlink(tmp);
     return absl::InternalError(absl::StrCat("cannot write '", path, "': ", std::strerror(err)));
   }
   return absl::OkStatus();
 }
 
 void remove_spare_file(const std::string& path) {
-  ::unlink(absl::StrCat(path, ".tmp.", ::getpid()).c_str());
+  detail::run_file_unlink(absl::StrCat(path, ".tmp.", ::getpid()));
   SpareAges::get().forget(path);
 }
 

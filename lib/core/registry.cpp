@@ -43,6 +43,12 @@ ThreadState* state_in(void* block, std::uint32_t capacity) {
 }
 }  // namespace
 
+namespace {
+thread_local bool t_ring_was_spare = false;
+}  // namespace
+
+bool ThreadRegistry::own_ring_was_spare() noexcept { return t_ring_was_spare; }
+
 ThreadState* ThreadRegistry::add(std::uint32_t capacity) {
   void* block = nullptr;
   {
@@ -57,6 +63,7 @@ ThreadState* ThreadRegistry::add(std::uint32_t capacity) {
       spare_count_.store(spare_rings_.size(), std::memory_order_relaxed);
     }
   }
+  t_ring_was_spare = block != nullptr;
   if (block == nullptr) block = alloc_block(capacity);
   if (block == nullptr) return nullptr;
   ThreadState* st = state_in(block, capacity);

@@ -38,6 +38,9 @@ class ThreadRegistry {
   // The ~1 ms reservation happens here, not in the next new thread.
   void grow_spares(std::uint32_t capacity);
   std::uint64_t dropped_total();
+  // Whether the calling thread's ring was a spare (add() on this thread took one) rather than a
+  // new allocation: what the tests of the spare rings observe without racing other threads.
+  static bool own_ring_was_spare() noexcept;
   std::uint64_t threads_ever() { std::lock_guard<std::mutex> lk(mu); return threads_ever_; }
   // Sum of a metric slot over all threads, live and gone. Requires mu not held.
   double slot_sum(std::uint32_t slot);

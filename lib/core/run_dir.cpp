@@ -3,10 +3,12 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <pwd.h>
+#include <stdio.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <mutex>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -28,6 +30,48 @@ std::string user_name(uid_t uid) {
 
 constexpr const char* kFix = " (set RANKSCOPE_DIR or Config::run_dir to a writable directory)";
 
+// The run directory as it was checked, held open: its files are opened, renamed and removed
+// relative to this descriptor, so a component of the path renamed or replaced by a symbolic link
+// after the check cannot send a write anywhere else. Cold path: a mutex.
+struct HeldDir {
+  std::mutex mu;
+  std::string path;  // Requires mu held. Without a trailing '/'.
+  int fd = -1;       // Requires mu held.
+};
+HeldDir& held() {
+  static auto* h = new HeldDir;  // leaked: used by the background thread until the process ends
+  return *h;
+}
+
+// The directory descriptor and the name within it for `path`: the held run directory's when
+// `path` is one of its files, else the current directory's (AT_FDCWD) and the whole path.
+// Requires held().mu held.
+std::pair<int, const char*> at_of(const HeldDir& h, const std::string& path) {
+  const std::size_t n = h.path.size();
+  if (h.fd >= 0 && path.size() > n + 1 && path.compare(0, n, h.path) == 0 && path[n] == '/' &&
+      path.find('/', n + 1) == std::string::npos) {
+    return {h.fd, path.c_str() + n + 1};
+  }
+  return {AT_FDCWD, path.c_str()};
+}
+
+// The held directory was removed (a run directory deleted under a running rank, then made
+// again): the directory now at its path is held instead, if it passes the same checks.
+// True if it changed. Requires h.mu held.
+bool reopen_if_removed(HeldDir& h) {
+  struct stat st {};
+  if (h.fd < 0 || ::fstat(h.fd, &st) != 0 || st.st_nlink != 0) return false;
+  const int fd = ::open(h.path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return false;
+  if (::fstat(fd, &st) != 0 || (st.st_uid != ::geteuid() && !g_shared.load(std::memory_order_relaxed))) {
+    ::close(fd);
+    return false;
+  }
+  ::close(h.fd);
+  h.fd = fd;
+  return true;
+}
+
 }  // namespace
 
 absl::Status prepare_run_dir(const std::string& dir, const RunDirPolicy& policy) {
@@ -41,10 +85,18 @@ absl::Status prepare_run_dir(const std::string& dir, const RunDirPolicy& policy)
           absl::StrCat("run directory '", dir, "' cannot be created: ", built.string(), ": ", std::strerror(errno), kFix));
     }
   }
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   struct stat st {};
-  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+  if (fd < 0 || ::fstat(fd, &st) != 0 || !S_ISDIR(st.st_mode)) {
+    if (fd >= 0) ::close(fd);
     return absl::PermissionDeniedError(absl::StrCat("run directory '", dir, "' is not a directory", kFix));
   }
+  struct Closer {
+    int fd;
+    ~Closer() {
+      if (fd >= 0) ::close(fd);
+    }
+  } closer{fd};
   if (st.st_uid != ::geteuid() && !policy.shared) {
     return absl::PermissionDeniedError(absl::StrCat(
         "run directory '", dir, "' belongs to ", user_name(st.st_uid), " (uid ", st.st_uid, "), not to this process's user ",
@@ -57,7 +109,29 @@ absl::Status prepare_run_dir(const std::string& dir, const RunDirPolicy& policy)
   }
   g_file_mode.store(policy.dir_mode & 0666, std::memory_order_relaxed);
   g_shared.store(policy.shared, std::memory_order_relaxed);
+  HeldDir& h = held();
+  std::lock_guard<std::mutex> lk(h.mu);
+  if (h.fd >= 0) ::close(h.fd);
+  h.fd = closer.fd;
+  closer.fd = -1;
+  h.path = dir;
+  while (h.path.size() > 1 && h.path.back() == '/') h.path.pop_back();
   return absl::OkStatus();
+}
+
+int run_file_rename(const std::string& from, const std::string& to, unsigned flags) noexcept {
+  HeldDir& h = held();
+  std::lock_guard<std::mutex> lk(h.mu);
+  const auto [from_dir, from_name] = at_of(h, from);
+  const auto [to_dir, to_name] = at_of(h, to);
+  return ::renameat2(from_dir, from_name, to_dir, to_name, flags);
+}
+
+int run_file_unlink(const std::string& path) noexcept {
+  HeldDir& h = held();
+  std::lock_guard<std::mutex> lk(h.mu);
+  const auto [dir, name] = at_of(h, path);
+  return ::unlinkat(dir, name, 0);
 }
 
 mode_t run_file_mode() noexcept { return g_file_mode.load(std::memory_order_relaxed); }
@@ -67,8 +141,16 @@ int run_file_open(const std::string& path, int flags, mode_t mode) noexcept {
   // of the user's files would be emptied by the open itself), and O_NONBLOCK keeps a planted FIFO
   // from blocking the open until someone reads it.
   const bool truncate = (flags & O_TRUNC) != 0;
-  const int fd = ::open(path.c_str(), (flags & ~O_TRUNC) | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK,
-                        mode != 0 ? mode : run_file_mode());
+  int fd = -1;
+  {
+    HeldDir& h = held();
+    std::lock_guard<std::mutex> lk(h.mu);
+    for (int attempt = 0; attempt < 2; ++attempt) {  // the second after the directory was made again
+      const auto [dir, name] = at_of(h, path);
+      fd = ::openat(dir, name, (flags & ~O_TRUNC) | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, mode != 0 ? mode : run_file_mode());
+      if (fd >= 0 || errno != ENOENT || dir == AT_FDCWD || !reopen_if_removed(h)) break;
+    }
+  }
   if (fd < 0) {
     if (errno == ENXIO) errno = EPERM;  // a FIFO nobody reads (opened for writing): not a regular file
     return -1;

@@ -35,6 +35,12 @@ mode_t run_file_mode() noexcept;
 /// `mode` 0 means run_file_mode(). Returns the fd or -1 with errno set.
 int run_file_open(const std::string& path, int flags, mode_t mode = 0) noexcept;
 
+/// renameat2(2) and unlink(2) for files of the run directory. Files of the run directory
+/// (prepare_run_dir's, one level down) are opened, renamed and removed relative to the
+/// directory's descriptor held since it was checked; other paths as given. -1 with errno.
+int run_file_rename(const std::string& from, const std::string& to, unsigned flags = 0) noexcept;
+int run_file_unlink(const std::string& path) noexcept;
+
 /// Removes `rank-<rank>.*.tmp.<pid>` (and rank 0's `run.json.tmp.<pid>`) left
 /// in `dir` by earlier processes of this rank (killed before they could
 /// clean up); this process's own are kept. Returns how many were removed.
