@@ -33,13 +33,14 @@ start_load() {
   stress_pid=$!
 }
 
-commit=$(git -C "$here" rev-parse --short HEAD)
 for ((i = 1; i <= runs; i++)); do
+  commit=$(git -C "$here" rev-parse --short HEAD)  # per run: the checkout may move on between runs
   start_load
   started=$(date -u +%Y-%m-%dT%H:%M:%SZ) t0=$SECONDS rc=0
   if ((fresh)); then
     clone=$(mktemp -d "${TMPDIR:-/tmp}/rankscope-stress-XXXXXX")
     git clone -q "$here" "$clone/rankscope"
+    commit=$(git -C "$clone/rankscope" rev-parse --short HEAD)  # what this run tests
     (cd "$clone/rankscope" && bash .ci/run) >"$clone/ci.log" 2>&1 || rc=$?
     log="$clone/ci.log"
   else
@@ -55,6 +56,7 @@ for ((i = 1; i <= runs; i++)); do
     exit 1
   fi
   echo "stress_ci: run $i/$runs passed (commit $commit, started $started, ${took} s under load, load $load)"
+  if ((fresh)); then grep "^== \[" "$log" | sed 's/^/  /' || true; fi  # .ci/run's stage times
   if ((fresh)); then rm -rf "$clone"; else rm -f "$log"; fi
 done
 echo "stress_ci: $runs/$runs runs passed under load"
