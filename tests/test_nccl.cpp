@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "capture_sink.hpp"
+#include "holding_sink.hpp"
 #include "rankscope/integrations/nccl.hpp"
 #include "temp_dir.hpp"
 
@@ -291,42 +292,8 @@ TEST_CASE("event pools of exited threads are reused on the same device / never a
   rankscope::nccl::hooks::ncclCommDestroy(comm);
 }
 
-namespace {
-// Holds the background thread inside its first delivery of events until
-// released: nothing is drained meanwhile, so a thread's ring fills for certain.
-class HoldingSink final : public Sink {
- public:
-  void start(const RunInfo&) noexcept override {}
-  void export_events(std::span<const Event>) noexcept override {
-    std::unique_lock<std::mutex> lk(mu_);
-    held_ = true;
-    cv_.notify_all();
-    cv_.wait(lk, [&] { return released_; });
-  }
-  // Up to 60 s for the background thread's next wake-up: a hang guard.
-  bool wait_until_held() {
-    std::unique_lock<std::mutex> lk(mu_);
-    return cv_.wait_for(lk, std::chrono::seconds(60), [&] { return held_; });
-  }
-  void release() {
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      released_ = true;
-    }
-    cv_.notify_all();
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool held_ = false, released_ = false;
-};
-// Releases at scope exit, so that a failed REQUIRE cannot leave shutdown() waiting.
-struct ReleaseAtExit {
-  HoldingSink& sink;
-  ~ReleaseAtExit() { sink.release(); }
-};
-}  // namespace
+using rankscope::test::HoldingSink;
+using rankscope::test::ReleaseAtExit;
 
 TEST_CASE("a device-timed collective dropped by a full ring completes at return and frees its pair", "[nccl]") {
   fake::Scope f;

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "capture_sink.hpp"
+#include "holding_sink.hpp"
 #include "rankscope/detail/gate.hpp"
 #include "rankscope/detail/thread_state.hpp"
 #include "rankscope/rankscope.hpp"
@@ -86,34 +87,8 @@ TEST_CASE("a full ring drops and counts instead of blocking", "[ring]") {
 }
 
 namespace {
-// Holds the background thread inside its first delivery until released: the rings fill
-// behind it, paced by events, not by sleeps.
-class HoldingSink final : public Sink {
- public:
-  void start(const RunInfo&) noexcept override {}
-  void export_events(std::span<const Event>) noexcept override {
-    std::unique_lock<std::mutex> lk(mu_);
-    held_ = true;
-    cv_.notify_all();
-    cv_.wait(lk, [&] { return released_; });
-  }
-  bool wait_until_held() {  // up to 60 s for the background thread's next wake-up: a hang guard
-    std::unique_lock<std::mutex> lk(mu_);
-    return cv_.wait_for(lk, std::chrono::seconds(60), [&] { return held_; });
-  }
-  void release() {
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      released_ = true;
-    }
-    cv_.notify_all();
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool held_ = false, released_ = false;
-};
+using test::HoldingSink;
+using test::ReleaseAtExit;
 
 std::uint64_t count_of(const std::string& text, const std::string& needle) {
   std::uint64_t n = 0;
@@ -155,6 +130,7 @@ TEST_CASE("shutdown at its deadline - every record written or counted as dropped
   }
   for (auto& t : ts) t.join();
   // Released once shutdown has closed the gate (and so set the drain's end, before it).
+  ReleaseAtExit release_at_exit{*hold};
   std::thread releaser([&] {
     while (detail::g_gate.load(std::memory_order_acquire) == detail::kActive) std::this_thread::yield();
     hold->release();
