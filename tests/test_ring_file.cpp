@@ -480,3 +480,41 @@ TEST_CASE("rings take at most a quarter of a small tmpfs / the run records on in
   CHECK(works == 300);  // every thread recorded, in the tmpfs or in private memory
 }
 
+TEST_CASE("a tmpfs the trainer has nearly filled gets no ring / the run records in private memory", "[ring_file]") {
+  if (::geteuid() != 0) {
+    WARN("skipped: needs root to mount a small tmpfs");
+    return;
+  }
+  TempDir tmp;
+  const std::string mnt = tmp.path + "/shm";
+  REQUIRE(::mkdir(mnt.c_str(), 0700) == 0);
+  if (std::system(("mount -t tmpfs -o size=64m tmpfs " + mnt).c_str()) != 0) {
+    WARN("skipped: cannot mount a tmpfs here");
+    return;
+  }
+  struct Unmount {
+    std::string at;
+    ~Unmount() { (void)std::system(("umount -l " + at).c_str()); }
+  } unmount{mnt};
+  {
+    std::ofstream batches(mnt + "/torch_shm_batches", std::ios::binary);  // 50 MiB of the DataLoader's
+    const std::string mib(1 << 20, 'x');
+    for (int i = 0; i < 50; ++i) batches << mib;
+  }
+  ::setenv("RANKSCOPE_SHM_DIR", mnt.c_str(), 1);
+  rankscope::Config cfg;
+  cfg.run_dir = tmp.path + "/run";
+  cfg.context.rank = 0;
+  cfg.context.world_size = 1;
+  REQUIRE(rankscope::init(cfg).ok());
+  { RANKSCOPE_PHASE("work"); }
+  REQUIRE(rankscope::flush());
+  struct statvfs v {};
+  REQUIRE(::statvfs(mnt.c_str(), &v) == 0);
+  const std::uint64_t free_bytes = static_cast<std::uint64_t>(v.f_bavail) * v.f_frsize;
+  rankscope::shutdown();
+  ::unsetenv("RANKSCOPE_SHM_DIR");
+  CHECK(free_bytes >= (14u << 20) - (64u << 10));  // what the trainer left free stays free
+  CHECK(rankscope::test::slurp(cfg.run_dir.value() + "/rank-0.jsonl").find(R"("name":"work")") != std::string::npos);
+}
+

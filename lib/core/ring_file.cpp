@@ -4,9 +4,11 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -98,7 +100,13 @@ bool room_for(int fd, int dir_fd, std::uint64_t bytes) {
     }
     ::closedir(d);
   }
-  if (ours + bytes <= total / 4) return true;
+  // And on a tmpfs, the reservation leaves a quarter of it free: what the trainer already holds
+  // there (its DataLoader's batches) is not ours to squeeze. (A directory on a disk, as a test's
+  // may be, has no such bar: its free space is no one's shared memory.)
+  struct statfs f {};
+  const bool tmpfs = ::fstatfs(fd, &f) == 0 && f.f_type == TMPFS_MAGIC;
+  const std::uint64_t avail = static_cast<std::uint64_t>(v.f_bavail) * v.f_frsize;
+  if (ours + bytes <= total / 4 && (!tmpfs || (avail >= bytes && avail - bytes >= total / 4))) return true;
   errno = ENOSPC;
   return false;
 }
@@ -133,7 +141,7 @@ void create_locked(FileState& s) {
   };
   // Held for the process's life: a recoverer that gets it knows the owner is gone.
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) return fail("cannot lock");
-  if (!room_for(fd, s.dir_fd, kRingHeaderBytes)) return fail("no room: rankscope takes at most a quarter of the tmpfs");
+  if (!room_for(fd, s.dir_fd, kRingHeaderBytes)) return fail("no room: rankscope takes at most a quarter of the tmpfs and leaves a quarter of it free");
   // Reserved, not just sized: a full tmpfs fails here, not as a SIGBUS on a later write.
   if (::ftruncate(fd, static_cast<off_t>(kRingHeaderBytes)) != 0 ||
       ::fallocate(fd, 0, 0, static_cast<off_t>(kRingHeaderBytes)) != 0) {
@@ -267,7 +275,7 @@ void* ring_file_alloc(std::size_t bytes) noexcept {
   if (given_back < made) {
     RingBlockEntry& b = h.blocks[given_back];
     if (!s.kept[given_back] && !room_for(s.fd, s.dir_fd, bytes)) {
-      say_once(s, "no room for a ring: rankscope takes at most a quarter of the tmpfs", errno);
+      say_once(s, "no room for a ring: rankscope takes at most a quarter of the tmpfs and leaves a quarter of it free", errno);
       return nullptr;
     }
     if (!s.kept[given_back] &&
@@ -281,7 +289,7 @@ void* ring_file_alloc(std::size_t bytes) noexcept {
   }
   if (made >= kMaxRingBlocks) return nullptr;
   if (!room_for(s.fd, s.dir_fd, bytes)) {
-    say_once(s, "no room for a ring: rankscope takes at most a quarter of the tmpfs", errno);
+    say_once(s, "no room for a ring: rankscope takes at most a quarter of the tmpfs and leaves a quarter of it free", errno);
     return nullptr;
   }
   const std::uint64_t off = s.file_bytes;
