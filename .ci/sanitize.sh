@@ -5,7 +5,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 san=${1:?usage: .ci/sanitize.sh address|thread}
+# A unity build (batches of 8 files compiled as one): the heavy headers (Abseil, fmt, Catch2)
+# are compiled once a batch, not once a file, which roughly halves this stage's compile time.
 cmake -S . -B "build-$san" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DRANKSCOPE_SANITIZE="$san" \
+  -DCMAKE_UNITY_BUILD=ON -DCMAKE_UNITY_BUILD_BATCH_SIZE=8 \
   -DRANKSCOPE_WITH_NCCL=ON -DRANKSCOPE_WITH_OTLP=ON -DRANKSCOPE_WITH_PROMETHEUS=ON \
   -DRANKSCOPE_BUILD_BENCHMARKS=OFF >/dev/null
 cmake --build "build-$san" -j2 --target rankscope_tests rankscope_tests_compiled_out rankscope_tests_nccl \
