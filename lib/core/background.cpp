@@ -193,7 +193,7 @@ bool Runtime::drain_time_up() {
 // drain_all counts what it decodes (a log line: one record over several slots). Returns the count.
 std::uint64_t Runtime::drop_left(ThreadState* st, std::uint64_t tail, std::uint64_t head) {
   std::uint64_t n = 0;
-  while (tail != head) {
+  while (tail < head) {  // `<`: a log record's length is data; a garbled one must not run past head
     const Record& r = st->slots[tail & st->mask];
     if (is_log_like(r.kind)) {
       const auto bytes = static_cast<std::uint64_t>(r.v[1].i) + static_cast<std::uint64_t>(r.v[2].i);
