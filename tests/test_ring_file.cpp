@@ -422,23 +422,31 @@ TEST_CASE("spare rings grown by the background thread serve new threads without 
   CHECK(rankscope::test::slurp(tmp.path + "/rank-0.jsonl").find(R"("name":"loader_produce")") != std::string::npos);
 }
 
+// Docker's default /dev/shm, 64 MiB and shared with the trainer's DataLoader workers, mounted in
+// `tmp` for one test (root only: as another user the test says it was skipped; the Python
+// tests/python/test_shm.py covers the same ground without root, in a user namespace).
+struct SmallTmpfs {
+  explicit SmallTmpfs(const TempDir& tmp) : path(tmp.path + "/shm") {
+    if (::geteuid() != 0) {
+      WARN("skipped: needs root to mount a small tmpfs");
+      return;
+    }
+    REQUIRE(::mkdir(path.c_str(), 0700) == 0);
+    REQUIRE(std::system(("mount -t tmpfs -o size=64m tmpfs " + path).c_str()) == 0);
+    mounted = true;
+  }
+  ~SmallTmpfs() {
+    if (mounted) (void)std::system(("umount -l " + path).c_str());  // lazily: this process still maps its ring file
+  }
+  std::string path;
+  bool mounted = false;
+};
+
 TEST_CASE("rings take at most a quarter of a small tmpfs / the run records on in private memory", "[ring_file]") {
-  if (::geteuid() != 0) {
-    WARN("skipped: needs root to mount a small tmpfs");
-    return;
-  }
   TempDir tmp;
-  const std::string mnt = tmp.path + "/shm";
-  REQUIRE(::mkdir(mnt.c_str(), 0700) == 0);
-  // Docker's default /dev/shm: 64 MiB, shared with the trainer's DataLoader workers.
-  if (std::system(("mount -t tmpfs -o size=64m tmpfs " + mnt).c_str()) != 0) {
-    WARN("skipped: cannot mount a tmpfs here");
-    return;
-  }
-  struct Unmount {
-    std::string at;
-    ~Unmount() { (void)std::system(("umount -l " + at).c_str()); }  // lazily: this process still maps its ring file
-  } unmount{mnt};
+  SmallTmpfs shm(tmp);
+  if (!shm.mounted) return;
+  const std::string& mnt = shm.path;
   const std::string ours = mnt + "/rankscope-" + std::to_string(::getuid());
   REQUIRE(::mkdir(ours.c_str(), 0700) == 0);
   {
@@ -481,21 +489,10 @@ TEST_CASE("rings take at most a quarter of a small tmpfs / the run records on in
 }
 
 TEST_CASE("a tmpfs the trainer has nearly filled gets no ring / the run records in private memory", "[ring_file]") {
-  if (::geteuid() != 0) {
-    WARN("skipped: needs root to mount a small tmpfs");
-    return;
-  }
   TempDir tmp;
-  const std::string mnt = tmp.path + "/shm";
-  REQUIRE(::mkdir(mnt.c_str(), 0700) == 0);
-  if (std::system(("mount -t tmpfs -o size=64m tmpfs " + mnt).c_str()) != 0) {
-    WARN("skipped: cannot mount a tmpfs here");
-    return;
-  }
-  struct Unmount {
-    std::string at;
-    ~Unmount() { (void)std::system(("umount -l " + at).c_str()); }
-  } unmount{mnt};
+  SmallTmpfs shm(tmp);
+  if (!shm.mounted) return;
+  const std::string& mnt = shm.path;
   {
     std::ofstream batches(mnt + "/torch_shm_batches", std::ios::binary);  // 50 MiB of the DataLoader's
     const std::string mib(1 << 20, 'x');
