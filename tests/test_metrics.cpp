@@ -48,24 +48,42 @@ TEST_CASE("invalid names and type clashes give a no-op metric / not a crash", "[
   CHECK(h.bounds().empty());
 }
 
+// Both caps are tested without counting what else is registered: the
+// background thread registers its own metrics whenever it gets to them.
 TEST_CASE("a label that changes every step cannot grow the registry without bound", "[metrics]") {
   ScopedRuntime rt;
-  std::vector<MetricSample> before;
-  detail::snapshot_metrics(before);
-  detail::set_metric_series_limit(before.size() + 3);  // the real limit is detail::kMaxMetricSeries
+  detail::set_metric_series_per_name_limit(3);  // the real cap is detail::kMaxSeriesPerName
   std::vector<Gauge*> g;
   for (int epoch = 0; epoch < 10; ++epoch) g.push_back(&gauge("test_epoch_acc", "", {{"epoch", std::to_string(epoch)}}));
   Gauge* other = &gauge("test_other_gauge");
   Gauge* again = &gauge("test_epoch_acc", "", {{"epoch", "0"}});
-  detail::set_metric_series_limit(detail::kMaxMetricSeries);
+  detail::set_metric_series_per_name_limit(detail::kMaxSeriesPerName);
   CHECK(g[0] != g[1]);
   CHECK(g[1] != g[2]);
-  CHECK(g[3] == g[9]);   // past the limit: the shared no-op
-  CHECK(other == g[9]);
+  CHECK(g[2] != g[3]);
+  CHECK(g[3] == g[9]);   // past the cap: the shared no-op
+  CHECK(other != g[9]);  // one runaway name leaves room for the others
   CHECK(again == g[0]);  // registered series stay usable
   std::vector<MetricSample> after;
   detail::snapshot_metrics(after);
-  CHECK(after.size() == before.size() + 3);
+  int epoch_series = 0;
+  for (const auto& s : after) epoch_series += s.name == "test_epoch_acc";
+  CHECK(epoch_series == 3);
+}
+
+TEST_CASE("the registry as a whole is capped too", "[metrics]") {
+  ScopedRuntime rt;
+  Gauge* before = &gauge("test_registered_before_cap");
+  detail::set_metric_series_limit(0);  // full, however many the runtime registered
+  Gauge* refused = &gauge("test_one_too_many");
+  Gauge* again = &gauge("test_registered_before_cap");
+  detail::set_metric_series_limit(detail::kMaxMetricSeries);
+  CHECK(refused != before);
+  CHECK(again == before);
+  refused->set(7);  // the no-op records nothing and never crashes
+  std::vector<MetricSample> after;
+  detail::snapshot_metrics(after);
+  for (const auto& s : after) CHECK(s.name != "test_one_too_many");
 }
 
 TEST_CASE("gauges keep the last value and support add", "[metrics]") {

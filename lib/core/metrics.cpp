@@ -37,7 +37,9 @@ class MetricRegistry {
     }
     // A label that changes every step or epoch would add a series per value
     // for ever, each repeated by every export: capped, like the slots.
-    if (by_key_.size() >= series_limit) {
+    auto per_name = series_per_name_.find(absl::string_view(name.data(), name.size()));
+    if (by_key_.size() >= series_limit ||
+        (per_name != series_per_name_.end() && per_name->second >= series_per_name_limit)) {
       return warn_noop(noop, name, "would be one series too many (a label that changes every step?)");
     }
     if (next_slot_ + nslots > static_cast<std::uint32_t>(detail::kMaxMetricSlots)) {
@@ -49,6 +51,7 @@ class MetricRegistry {
     Entry e{type, m, std::string(help), labels, nslots == 0 ? 0 : next_slot_ - nslots};
     order_.push_back(key);
     by_key_.emplace(std::move(key), std::move(e));
+    ++series_per_name_[std::string(name)];
     return *m;
   }
 
@@ -86,6 +89,7 @@ class MetricRegistry {
 
   std::mutex mu;
   std::size_t series_limit = detail::kMaxMetricSeries;  // lowered by tests
+  std::size_t series_per_name_limit = detail::kMaxSeriesPerName;
   // Slots 0..15 are scratch for no-op metrics (a no-op histogram has no bounds).
   Counter noop_counter{"noop", 0};
   Gauge noop_gauge{"noop"};
@@ -124,6 +128,7 @@ class MetricRegistry {
   std::deque<std::string> order_;
   std::uint32_t next_slot_ = 16;
   absl::flat_hash_set<std::string> warned_;  // names already warned about (at most 256)
+  absl::flat_hash_map<std::string, std::size_t> series_per_name_;
 };
 
 double Counter::value() const noexcept { return detail::registry().slot_sum(slot_); }
@@ -187,6 +192,11 @@ void set_metric_series_limit(std::size_t n) {
   auto& r = MetricRegistry::get();
   std::lock_guard<std::mutex> lk(r.mu);
   r.series_limit = n;
+}
+void set_metric_series_per_name_limit(std::size_t n) {
+  auto& r = MetricRegistry::get();
+  std::lock_guard<std::mutex> lk(r.mu);
+  r.series_per_name_limit = n;
 }
 void lock_metric_registry() { MetricRegistry::get().mu.lock(); }
 void unlock_metric_registry() { MetricRegistry::get().mu.unlock(); }
