@@ -9,6 +9,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "fnv1a.hpp"
 #include "ring_file.hpp"
 
 namespace rankscope {
@@ -101,16 +102,10 @@ Bandwidth collective_bandwidth(CollectiveOp op, std::uint64_t count, DType dtype
 }
 
 std::uint64_t collective_fingerprint(CollectiveOp op, std::uint64_t count, DType dtype, int root_or_peer) noexcept {
-  // FNV-1a over the fields: stable across builds, hosts and languages.
-  std::uint64_t h = 1469598103934665603ull;
-  auto mix = [&h](std::uint64_t v) {
-    for (int i = 0; i < 8; ++i) h = (h ^ ((v >> (8 * i)) & 0xff)) * 1099511628211ull;
-  };
-  mix(static_cast<std::uint64_t>(op));
-  mix(count);
-  mix(static_cast<std::uint64_t>(dtype));
-  mix(static_cast<std::uint64_t>(static_cast<std::int64_t>(root_or_peer)));
-  return h;
+  std::uint64_t h = detail::fnv1a_u64(static_cast<std::uint64_t>(op), detail::kStableIdSeed);
+  h = detail::fnv1a_u64(count, h);
+  h = detail::fnv1a_u64(static_cast<std::uint64_t>(dtype), h);
+  return detail::fnv1a_u64(static_cast<std::uint64_t>(static_cast<std::int64_t>(root_or_peer)), h);
 }
 
 class CommunicatorRegistry {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "median.hpp"
+
 namespace rankscope::detail {
 
 namespace {
@@ -156,9 +158,8 @@ void GoodputBuilder::end_session() {
     add(TimeCategory::kStartup, startup - (ckpt - from_between));
     // Warm-up: the first step's excess over the session's median step.
     if (session_step_ns_.size() >= 4) {
-      auto mid = session_step_ns_.begin() + static_cast<std::ptrdiff_t>(session_step_ns_.size() / 2);
-      std::nth_element(session_step_ns_.begin(), mid, session_step_ns_.end());
-      const double excess = std::min(std::max(0.0, first_step_ns_ - *mid), first_step_compute_ns_);
+      const double excess =
+          std::min(std::max(0.0, first_step_ns_ - median_in_place(session_step_ns_)), first_step_compute_ns_);
       at(first_repeated_ ? TimeCategory::kRecompute : TimeCategory::kCompute) -= excess;
       add(TimeCategory::kWarmup, excess);
     }

@@ -14,6 +14,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "fnv1a.hpp"
 #include "invariant_rules.hpp"
 #include "schema.hpp"
 #include "json_util.hpp"
@@ -180,13 +181,7 @@ std::int64_t div_round(std::int64_t a, std::int64_t b, bool down) {
 std::uint64_t violation_count() noexcept { return g_violations.load(std::memory_order_relaxed); }
 
 std::uint64_t fingerprint_bytes(const void* data, std::size_t n) noexcept {
-  std::uint64_t h = 14695981039346656037ull;
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (std::size_t i = 0; i < n; ++i) {
-    h ^= p[i];
-    h *= 1099511628211ull;
-  }
-  return h;
+  return detail::fnv1a_bytes(data, n);
 }
 
 std::uint64_t fingerprint_indices(std::span<const std::int64_t> indices, std::size_t first_k) noexcept {

@@ -17,6 +17,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "environment.hpp"
+#include "fnv1a.hpp"
 #include "json_util.hpp"
 #include "rankscope/config.hpp"
 #include "rankscope/export/jsonl.hpp"
@@ -247,10 +248,8 @@ absl::Status write_run_json(const std::string& run_dir, const RunContext& c, con
                             std::uint64_t wall, const std::string& environment) {
   // The config hash lets triage and tools see at a glance whether two runs (or
   // a run and its resume) used the same configuration.
-  std::uint64_t h = 1469598103934665603ull;  // FNV-1a: stable across builds and hosts
-  for (const auto& [k, v] : cfg.run_config) {
-    for (char ch : k + "=" + v + "\n") h = (h ^ static_cast<unsigned char>(ch)) * 1099511628211ull;
-  }
+  std::uint64_t h = detail::kStableIdSeed;
+  for (const auto& [k, v] : cfg.run_config) h = detail::fnv1a(absl::StrCat(k, "=", v, "\n"), h);
   JsonWriter w;
   w.indented(2).begin_object().field(schema::Field::kSchema, RANKSCOPE_SCHEMA_VERSION).field(schema::Field::kLibrary, "rankscope");
   w.field(schema::Field::kVersion, RANKSCOPE_VERSION_STRING).field(schema::Field::kRunId, c.run_id).field(schema::Field::kWorldSize, c.world_size);

@@ -10,6 +10,7 @@
 #include "exit_cause.hpp"
 #include "flight.hpp"
 #include "json_util.hpp"
+#include "median.hpp"
 #include "runtime_impl.hpp"
 #include "schema.hpp"
 #include "signals.hpp"
@@ -19,11 +20,6 @@
 namespace rankscope::detail {
 
 namespace {
-std::uint64_t median_of(std::vector<std::uint64_t> v) {
-  if (v.empty()) return 0;
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-  return v[v.size() / 2];
-}
 double secs(std::uint64_t ns) { return static_cast<double>(ns) / 1e9; }
 }  // namespace
 

@@ -13,6 +13,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "fnv1a.hpp"
 #include "otlp_encode.hpp"
 #include "otlp_sender.hpp"
 #include "secrets.hpp"
@@ -28,17 +29,14 @@ namespace {
 namespace o = detail::otlp;
 using o::Attr;
 
-std::uint64_t fnv(std::string_view s, std::uint64_t h = 14695981039346656037ull) {
-  for (char c : s) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
-  return h;
-}
+using detail::fnv1a;
 template <std::size_t N>
 void put(std::array<std::uint8_t, N>& out, std::size_t at, std::uint64_t v) {
   for (std::size_t i = 0; i < 8 && at + i < N; ++i) out[at + i] = static_cast<std::uint8_t>(v >> (56 - 8 * i));
 }
 std::array<std::uint8_t, 8> span_id(std::string_view key) {
   std::array<std::uint8_t, 8> id{};
-  put(id, 0, fnv(key) | 1);  // never the invalid all-zero id
+  put(id, 0, fnv1a(key) | 1);  // never the invalid all-zero id
   return id;
 }
 
@@ -185,8 +183,8 @@ class OtlpSink final : public Sink {
   std::array<std::uint8_t, 16> trace_id(std::int64_t step) const {
     std::array<std::uint8_t, 16> id{};
     const std::string key = step >= 0 ? fmt::format("{}/step/{}", run_id_, step) : fmt::format("{}/rank/{}", run_id_, rank_);
-    put(id, 0, fnv(key));
-    put(id, 8, fnv(key, 1099511628211ull) | 1);
+    put(id, 0, fnv1a(key));
+    put(id, 8, fnv1a(key, detail::kFnv1aPrime) | 1);  // a second, independent hash
     return id;
   }
   std::array<std::uint8_t, 8> step_span(std::int64_t step) const {

@@ -9,6 +9,7 @@
 
 #include "goodput_format.hpp"
 #include "json_util.hpp"
+#include "median.hpp"
 #include "rankscope/exchange.hpp"
 
 namespace rankscope::reader {
@@ -29,10 +30,7 @@ double median_over_ranks(const RunSummary& s, double (*get)(const RankSummary&, 
   for (const auto& r : s.ranks) {
     if (r.steps > 0) v.push_back(get(r, k));
   }
-  if (v.empty()) return 0;
-  auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
-  std::nth_element(v.begin(), mid, v.end());
-  return *mid;
+  return detail::median_in_place(v);
 }
 
 // Each phase name's mean ms per step, median over the ranks that stepped (0 where a rank lacks it).
@@ -46,10 +44,7 @@ double named_median(const RunSummary& s, const std::string& name) {
     }
     v.push_back(ms);
   }
-  if (v.empty()) return 0;
-  auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
-  std::nth_element(v.begin(), mid, v.end());
-  return *mid;
+  return detail::median_in_place(v);
 }
 
 std::vector<RunDiff::NamedPhase> named_phase_diff(const RunSummary& a, const RunSummary& b) {

@@ -12,6 +12,7 @@
 #include "absl/strings/str_replace.h"
 #include "goodput_format.hpp"
 #include "json_util.hpp"
+#include "median.hpp"
 
 namespace rankscope::reader {
 
@@ -31,12 +32,6 @@ constexpr std::size_t kPhaseGroups = 64;    // phase bars: one per rank, or per 
 constexpr std::size_t kEvidenceShown = 8;
 constexpr std::size_t kHeatRows = 256;      // heat-map rows: beyond, groups of ranks
 
-double median_of(std::vector<double> v) {
-  if (v.empty()) return NAN;
-  auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
-  std::nth_element(v.begin(), mid, v.end());
-  return *mid;
-}
 double quantile_of(std::vector<double> v, double q) {
   if (v.empty()) return NAN;
   std::sort(v.begin(), v.end());
@@ -98,7 +93,7 @@ void write_heat(detail::JsonWriter& w, const RunSummary& s, const Grid& g) {
     const double med = present[(present.size() - 1) / 2];
     // Relative to the median rank, with a floor (2 % of a step) so ranks that
     // are all nearly idle outside collectives do not turn noise into colour.
-    const double eps = 0.02 * std::max(1e-9, median_of(totals));
+    const double eps = 0.02 * std::max(1e-9, detail::median_of(totals, double(NAN)));
     for (std::size_t i = 0; i < n; ++i) {
       if (std::isnan(busy[i])) continue;
       const double ratio = (std::max(0.0, busy[i]) + eps) / (std::max(0.0, med) + eps);

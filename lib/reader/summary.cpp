@@ -24,7 +24,7 @@ namespace rankscope::reader {
 namespace {
 
 using digest::CollRec;
-using digest::median;
+using digest::median_in_place;
 using digest::RankDigest;
 
 // The cross-rank collective table, merged one rank at a time: per sequence
@@ -69,7 +69,7 @@ class CollectiveMerger {
       c.last.emplace_back(rank, last);
     }
     if (diffs.empty()) return std::nullopt;
-    return static_cast<double>(median(diffs)) / 1e6;
+    return static_cast<double>(median_in_place(diffs)) / 1e6;
   }
 
   std::vector<CommunicatorCheck> checks() {
@@ -336,7 +336,7 @@ void add_clock_skew(RunSummary& out) {
   }
   for (auto& [host, offs] : by_host) {
     const int n = static_cast<int>(offs.size());
-    const double m = median(offs);
+    const double m = median_in_place(offs);
     if (std::fabs(m) > RunSummary::kSkewReportMs) out.skew.push_back({host, m, n});
   }
 }

@@ -377,8 +377,8 @@ RankDigest RankDigester::finish(const absl::StatusOr<ReadResult>& res, const std
     c.size_log2 = key.second;
     r.collective_stats.push_back(std::move(c));
   }
-  r.median_step_ms = median(step_ms_);
-  for (int k = 0; k < kPhaseKindCount; ++k) r.median_kind_ms[k] = median(kind_ms_[k]);
+  r.median_step_ms = median_in_place(step_ms_);
+  for (int k = 0; k < kPhaseKindCount; ++k) r.median_kind_ms[k] = median_in_place(kind_ms_[k]);
   r.median_collective_ms = r.median_kind_ms[static_cast<int>(PhaseKind::kCollective)];
   for (const auto& [name, ns] : name_ns_) {
     r.phase_ms_per_step.emplace_back(name, r.steps > 0 ? ns / 1e6 / static_cast<double>(r.steps) : 0.0);

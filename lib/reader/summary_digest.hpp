@@ -11,16 +11,12 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "median.hpp"
 #include "summary.hpp"
 
 namespace rankscope::reader::digest {
 
-template <typename T>
-T median(std::vector<T>& v) {
-  if (v.empty()) return T{};
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-  return v[v.size() / 2];
-}
+using detail::median_in_place;
 
 // One collective as one rank saw it. fp == 0: known only from a stall's
 // in-flight list (no fingerprint), used for progress, not for comparison.

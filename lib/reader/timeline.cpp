@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "fnv1a.hpp"
 #include "json_util.hpp"
 #include "run_log.hpp"
 
@@ -17,10 +18,8 @@ namespace {
 // A flow links rank a's and rank b's slices of one collective: one id per
 // (communicator, sequence number, link), so each id has exactly one start and one end.
 std::uint64_t flow_id(std::string_view comm, std::uint64_t seq, int link) {
-  std::uint64_t h = 14695981039346656037ull;
-  for (char c : comm) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
-  h = (h ^ seq) * 1099511628211ull;
-  return ((h ^ static_cast<std::uint64_t>(link)) * 1099511628211ull) >> 11;  // fits a double exactly
+  const std::uint64_t h = detail::fnv1a_u64(seq, detail::fnv1a(comm));
+  return detail::fnv1a_u64(static_cast<std::uint64_t>(link), h) >> 11;  // fits a double exactly
 }
 
 // The trace's events, streamed: one rank's log at a time.

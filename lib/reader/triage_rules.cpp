@@ -127,12 +127,6 @@ std::uint64_t aligned(const RankSummary& r, std::uint64_t t) {
   return t - static_cast<std::uint64_t>(static_cast<std::int64_t>(std::llround(*r.clock_offset_ms * 1e6)));
 }
 
-double median_of(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 void add_slow_step_evidence(const RunSummary& sum, Finding& cause) {
   std::vector<std::string> slow;
   for (const auto& rk : sum.ranks) {

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "median.hpp"
 #include "status.hpp"
 #include "summary.hpp"
 #include "triage.hpp"
@@ -166,7 +167,7 @@ inline constexpr std::array<Rule, kFindingKindCount> kTriageRules{{
 // Helpers the rules share.
 /// A time on the reference rank's clock, so ranks on skewed hosts order correctly.
 std::uint64_t aligned(const RankSummary& r, std::uint64_t t);
-double median_of(std::vector<double> v);
+using detail::median_of;  // 0 when there are no values
 /// "slow_step events: rank 1 (3, forward grew)" added to the finding that names their cause.
 void add_slow_step_evidence(const RunSummary& sum, Finding& cause);
 std::vector<int> ranks_of(const std::vector<const RankSummary*>& rs);

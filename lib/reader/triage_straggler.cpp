@@ -24,12 +24,7 @@ constexpr double kConsistent = 0.8;        // the share of a window's steps slow
 constexpr std::int64_t kShortSteps = 8;    // a log shorter than a window: one window of all of it, from this many steps
 constexpr double kShortRatio = 1.5;        // ... with less evidence, a higher bar
 
-double median_in_place(std::vector<double>& v) {
-  if (v.empty()) return 0;
-  const auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
-  std::nth_element(v.begin(), mid, v.end());
-  return *mid;
-}
+using detail::median_in_place;
 
 // One rank's samples for one kind: per block, its mean and the peers'.
 struct Sample {
