@@ -18,10 +18,12 @@
 #include "rankscope/rankscope.hpp"
 #include "run_log.hpp"
 #include "summary.hpp"
+#include "rank_config.hpp"
 #include "temp_dir.hpp"
 
 using namespace rankscope;
 using rankscope::test::ScopedRuntime;
+using rankscope::test::rank_config;
 using rankscope::test::TempDir;
 using rankscope::test::slurp;
 
@@ -36,13 +38,6 @@ simdjson::dom::element dump_shutdown_parse(simdjson::dom::parser& parser, std::s
   return doc;
 }
 
-Config file_config(const std::string& dir) {
-  Config cfg;
-  cfg.run_dir = dir;
-  cfg.context.rank = 0;
-  cfg.context.world_size = 1;
-  return cfg;
-}
 }  // namespace
 
 TEST_CASE("bytes and bus-bandwidth factors follow nccl-tests for every op", "[collective]") {
@@ -163,7 +158,7 @@ TEST_CASE("communicators registered by handle: leaks show up as a growing count"
 
 TEST_CASE("collective lines in the run log carry bytes / bandwidth and fingerprint", "[collective][jsonl]") {
   TempDir tmp;
-  REQUIRE(init(file_config(tmp.path)).ok());
+  REQUIRE(init(rank_config(tmp.path)).ok());
   auto& c = communicator("test_log_comm", 4, 0);
   { CollectiveSpan s(c, CollectiveOp::kAllGather, 256, DType::kFloat16); }
   shutdown();
@@ -223,7 +218,7 @@ TEST_CASE("waiting in a collective inside another phase counts as collective tim
 
 TEST_CASE("the flight recorder dump shows in-flight collectives and open phases", "[flight]") {
   TempDir tmp;
-  REQUIRE(init(file_config(tmp.path)).ok());
+  REQUIRE(init(rank_config(tmp.path)).ok());
   auto& c = communicator("test_flight_comm", 4, 3);
   begin_step(42);
   { CollectiveSpan done(c, CollectiveOp::kAllReduce, 100, DType::kFloat32); }
@@ -278,7 +273,7 @@ TEST_CASE("the flight recorder dump shows in-flight collectives and open phases"
 
 TEST_CASE("the flight recorder ring keeps the newest entries when it wraps", "[flight]") {
   TempDir tmp;
-  auto cfg = file_config(tmp.path);
+  auto cfg = rank_config(tmp.path);
   REQUIRE(init(cfg).ok());
   auto& c = communicator("test_wrap_comm", 2, 0);
   for (int i = 0; i < 5000; ++i) {
@@ -301,7 +296,7 @@ TEST_CASE("the flight recorder ring keeps the newest entries when it wraps", "[f
 
 TEST_CASE("threads that come and go every epoch leave a bounded history and lose no records", "[flight]") {
   TempDir tmp;
-  REQUIRE(init(file_config(tmp.path)).ok());
+  REQUIRE(init(rank_config(tmp.path)).ok());
   constexpr int kThreads = 40;
   std::int32_t last_tid = 0;
   for (int i = 0; i < kThreads; ++i) {
@@ -335,7 +330,7 @@ TEST_CASE("threads that come and go every epoch leave a bounded history and lose
 TEST_CASE("re-created communicators get distinct names and dumps list only the recent destroyed ones",
           "[flight]") {
   TempDir tmp;
-  REQUIRE(init(file_config(tmp.path)).ok());
+  REQUIRE(init(rank_config(tmp.path)).ok());
   int handles[40];
   std::set<std::string> names;
   for (int& h : handles) {  // an abort-and-recreate loop

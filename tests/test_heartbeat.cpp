@@ -23,21 +23,20 @@
 #include "rankscope/export/jsonl.hpp"
 #include "rankscope/rankscope.hpp"
 #include "status.hpp"
+#include "rank_config.hpp"
 #include "temp_dir.hpp"
 #include "watchdog.hpp"
 
 using namespace rankscope;
 using namespace std::chrono_literals;
 using rankscope::test::ScopedEnv;
+using rankscope::test::rank_config;
 using rankscope::test::TempDir;
 using rankscope::test::slurp;
 
 namespace {
 Config watchdog_config(const std::string& dir, std::chrono::milliseconds timeout) {
-  Config cfg;
-  cfg.run_dir = dir;
-  cfg.context.rank = 0;
-  cfg.context.world_size = 1;
+  Config cfg = rank_config(dir);
   cfg.stall_timeout = timeout;
   cfg.heartbeat_interval = 50ms;
   return cfg;

@@ -5,21 +5,17 @@
 #include "attribute_codec.hpp"
 #include "invariant_rules.hpp"
 #include "rankscope/rankscope.hpp"
+#include "rank_config.hpp"
 #include "temp_dir.hpp"
 
 using namespace rankscope;
 using namespace std::chrono_literals;
 using rankscope::test::slurp;
+using rankscope::test::rank_config;
 using rankscope::test::TempDir;
 
 namespace {
-Config inv_config(const std::string& dir) {
-  Config cfg;
-  cfg.run_dir = dir;
-  cfg.context.rank = 0;
-  cfg.context.world_size = 4;
-  return cfg;
-}
+Config inv_config(const std::string& dir) { return rank_config(dir, 0, 4); }
 
 detail::RankFact fact(int rank, std::vector<std::pair<std::string, std::string>> values, int group = -1) {
   detail::RankFact f;

@@ -11,22 +11,17 @@
 #include "capture_sink.hpp"
 #include "console.hpp"
 #include "rankscope/rankscope.hpp"
+#include "rank_config.hpp"
 #include "temp_dir.hpp"
 
 using namespace rankscope;
 using namespace std::chrono_literals;
 using rankscope::test::ScopedEnv;
 using rankscope::test::slurp;
+using rankscope::test::rank_config;
 using rankscope::test::TempDir;
 
 namespace {
-Config log_config(const std::string& dir, int rank = 0, int world = 1) {
-  Config cfg;
-  cfg.run_dir = dir;
-  cfg.context.rank = rank;
-  cfg.context.world_size = world;
-  return cfg;
-}
 int count(const std::string& hay, const std::string& needle) {
   int n = 0;
   for (std::size_t p = hay.find(needle); p != std::string::npos; p = hay.find(needle, p + 1)) ++n;
@@ -50,7 +45,7 @@ struct StderrCapture {
 
 TEST_CASE("log records land in the run log with level / message / fields / site and step", "[log]") {
   TempDir tmp;
-  REQUIRE(init(log_config(tmp.path)).ok());
+  REQUIRE(init(rank_config(tmp.path)).ok());
   begin_step(12);
   RANKSCOPE_LOG_INFO("epoch {} loss {:.3f}", 3, 0.125);
   RANKSCOPE_LOG_KV(Level::kWarn, {{"path", "/ckpt/\"x\""}, {"bytes", 4096}, {"ratio", 0.5}, {"ok", false}},
@@ -67,7 +62,7 @@ TEST_CASE("records below the level are not recorded - RANKSCOPE_LOG_LEVEL sets i
   TempDir tmp;
   {
     ScopedEnv e("RANKSCOPE_LOG_LEVEL", "warn");
-    REQUIRE(init(log_config(tmp.path)).ok());
+    REQUIRE(init(rank_config(tmp.path)).ok());
   }
   CHECK(log_level() == Level::kWarn);
   RANKSCOPE_LOG_DEBUG("debug {}", 1);
@@ -85,7 +80,7 @@ TEST_CASE("named loggers take their own level from RANKSCOPE_LOG_LEVEL", "[log]"
   TempDir tmp;
   {
     ScopedEnv e("RANKSCOPE_LOG_LEVEL", "warn,test_sub=debug");
-    REQUIRE(init(log_config(tmp.path)).ok());
+    REQUIRE(init(rank_config(tmp.path)).ok());
   }
   CHECK(sub.level() == Level::kDebug);
   CHECK(other.level() == Level::kWarn);
@@ -107,7 +102,7 @@ TEST_CASE("a logger made per connection keeps one id per name and its records ou
   TempDir tmp;
   {
     ScopedEnv e("RANKSCOPE_LOG_LEVEL", "info,test_conn=debug");
-    REQUIRE(init(log_config(tmp.path)).ok());
+    REQUIRE(init(rank_config(tmp.path)).ok());
   }
   std::uint16_t first_id = 0;
   for (int i = 0; i < 100; ++i) {
@@ -120,7 +115,7 @@ TEST_CASE("a logger made per connection keeps one id per name and its records ou
   {
     ScopedEnv e("RANKSCOPE_LOG_LEVEL", "warn");  // levels reach live loggers only (no dangling ones)
     shutdown();
-    REQUIRE(init(log_config(tmp.path)).ok());
+    REQUIRE(init(rank_config(tmp.path)).ok());
   }
   shutdown();
   const std::string log = slurp(tmp.path + "/rank-0.jsonl");
@@ -169,7 +164,7 @@ TEST_CASE("the console line carries the rank and readable fields - the run log g
   const std::string err = tmp.path + "/stderr.txt";
   {
     StderrCapture cap(err);
-    REQUIRE(init(log_config(tmp.path, 3, 4)).ok());
+    REQUIRE(init(rank_config(tmp.path, 3, 4)).ok());
     RANKSCOPE_LOG_INFO("progress from rank 3 stays in its log");
     RANKSCOPE_LOG_KV(Level::kWarn, {{"peer", 7}}, "warning from rank {}", 3);
     shutdown();
@@ -183,7 +178,7 @@ TEST_CASE("the console line carries the rank and readable fields - the run log g
 
 TEST_CASE("throttling counts exactly and reports what it suppressed", "[log][throttle]") {
   TempDir tmp;
-  REQUIRE(init(log_config(tmp.path)).ok());
+  REQUIRE(init(rank_config(tmp.path)).ok());
   // The window is read at each call: an hour holds all ten calls whatever the
   // machine's speed, and a window of 0 ms ends it at the next call - no waiting.
   auto noisy = [](int i, std::uint64_t window_ms) { RANKSCOPE_LOG_THROTTLED(Level::kWarn, 3, window_ms, "retry {}", i); };
@@ -205,7 +200,7 @@ TEST_CASE("secrets never leave the process", "[log][environment]") {
     ScopedEnv c("NCCL_IB_HCA", "mlx5_0");
     ScopedEnv d("RANKSCOPE_CONSOLE", "all");
     StderrCapture cap(err);
-    REQUIRE(init(log_config(tmp.path)).ok());
+    REQUIRE(init(rank_config(tmp.path)).ok());
     RANKSCOPE_LOG_INFO("hello");
     shutdown();
   }
@@ -241,7 +236,7 @@ TEST_CASE("the environment summary records the CPUs the rank may run on", "[log]
   {
     Pinned pinned;
     expected = "\"cpu_affinity\":\"" + std::to_string(pinned.cpu) + "\"";
-    REQUIRE(init(log_config(tmp.path)).ok());
+    REQUIRE(init(rank_config(tmp.path)).ok());
     shutdown();
   }
   CHECK_THAT(slurp(tmp.path + "/rank-0.jsonl"), Catch::Contains(expected));
@@ -250,7 +245,7 @@ TEST_CASE("the environment summary records the CPUs the rank may run on", "[log]
 
 TEST_CASE("many threads logging at once lose nothing", "[log]") {
   TempDir tmp;
-  REQUIRE(init(log_config(tmp.path)).ok());
+  REQUIRE(init(rank_config(tmp.path)).ok());
   std::vector<std::thread> ts;
   for (int t = 0; t < 4; ++t) {
     ts.emplace_back([t] {
@@ -283,7 +278,7 @@ TEST_CASE("the environment summary lists GPUs through NVML / or says there is no
   TempDir tmp;
   {
     ScopedEnv e("RANKSCOPE_NVML_LIBRARY", RANKSCOPE_FAKE_NVML);
-    Config cfg = log_config(tmp.path);
+    Config cfg = rank_config(tmp.path);
     cfg.metrics_interval = std::chrono::milliseconds(20);  // snapshots (and GPU polls) while running
     REQUIRE(init(cfg).ok());
     // The start snapshot polls the GPUs' memory on the sampler's own thread: wait
@@ -306,7 +301,7 @@ TEST_CASE("the environment summary lists GPUs through NVML / or says there is no
   TempDir none;
   {
     ScopedEnv e("RANKSCOPE_NVML_LIBRARY", "/nonexistent/libnvidia-ml.so.1");
-    REQUIRE(init(log_config(none.path)).ok());
+    REQUIRE(init(rank_config(none.path)).ok());
     shutdown();
   }
   CHECK_THAT(slurp(none.path + "/run.json"), Catch::Contains(R"("gpus":[],"gpu_info":"NVML not available")"));
@@ -317,7 +312,7 @@ TEST_CASE("the environment summary lists GPUs through NVML / or says there is no
 TEST_CASE("large fields and long messages are cut at a member and a UTF-8 boundary - every line stays valid JSON",
           "[log]") {
   TempDir tmp;
-  REQUIRE(init(log_config(tmp.path)).ok());
+  REQUIRE(init(rank_config(tmp.path)).ok());
   std::string big(3000, 'x');
   std::string accents;
   while (accents.size() < 5000) accents += "\xc3\xa9";  // é: two bytes each

@@ -15,11 +15,13 @@
 #include "rankscope/export/jsonl.hpp"
 #include "rankscope/rankscope.hpp"
 #include "run_dir.hpp"
+#include "rank_config.hpp"
 #include "temp_dir.hpp"
 
 using namespace rankscope;
 using rankscope::test::ScopedEnv;
 using rankscope::test::slurp;
+using rankscope::test::rank_config;
 using rankscope::test::TempDir;
 
 namespace {
@@ -37,10 +39,7 @@ struct ScopedUmask {
 };
 
 Config rank0_in(const std::string& dir) {
-  Config c;
-  c.run_dir = dir;
-  c.context.rank = 0;
-  c.context.world_size = 1;
+  Config c = rank_config(dir);
   c.context.run_id = "run-dir-test";
   return c;
 }
