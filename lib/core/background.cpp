@@ -12,6 +12,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "diagnostics.hpp"
 #include "flight.hpp"
 #include "record_decode.hpp"
 #include "ring_file.hpp"
@@ -331,11 +332,11 @@ void Runtime::handle_signal(int sig) {
   for (auto& s : sinks_) s->flush(deadline);
   auto res = dump_now(absl::StrCat("signal ", detail::signal_name(sig)));
   if (!res.ok()) {
-    std::fprintf(stderr, "[rankscope] rank %d: %s: flight recorder dump failed: %s\n", context_.rank,
-                 detail::signal_name(sig), std::string(res.status().message()).c_str());
+    detail::diagnose(detail::Topic::kSignals, "rank {}: {}: flight recorder dump failed: {}", context_.rank,
+                     detail::signal_name(sig), std::string(res.status().message()));
   } else {
-    std::fprintf(stderr, "[rankscope] rank %d: %s: flight recorder written to %s\n", context_.rank,
-                 detail::signal_name(sig), res->c_str());
+    detail::diagnose(detail::Topic::kSignals, "rank {}: {}: flight recorder written to {}", context_.rank,
+                     detail::signal_name(sig), *res);
   }
   const bool fatal = detail::g_signal_fatal.load();
   if (sig != SIGUSR1) {
@@ -418,13 +419,10 @@ void Runtime::run_background() {
 void Runtime::background_failed(std::vector<Event>& batch, const char* what) noexcept {
   lost_.fetch_add(batch.size(), std::memory_order_relaxed);
   batch.clear();
-  const auto now = std::chrono::steady_clock::now();
-  if (now - last_failure_report_ >= std::chrono::seconds(1)) {
-    last_failure_report_ = now;
-    std::fprintf(stderr, "[rankscope] rank %d: background thread: %s; the events being written are dropped and "
-                         "counted (events_dropped), recording continues\n",
-                 context_.rank, what);
-  }
+  detail::diagnose(detail::Topic::kBackground,
+                   "rank {}: background thread: {}; the events being written are dropped and "
+                   "counted (events_dropped), recording continues",
+                   context_.rank, what);
   std::unique_lock<std::mutex> lk(mu_, std::defer_lock);
   try {
     lk.lock();

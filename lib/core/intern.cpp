@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
+#include "diagnostics.hpp"
 #include "rankscope/site.hpp"
 
 namespace rankscope {
@@ -30,10 +31,10 @@ const Site* intern(std::string_view name, PhaseKind kind) noexcept {
       // past the limit every new name shares one site per kind.
       Site*& o = overflow[static_cast<int>(kind)];
       if (o == nullptr) {
-        std::fprintf(stderr,
-                     "[rankscope] more than %zu distinct run-time names (e.g. '%.*s'): new names are recorded as "
-                     "'(too many names)'; use a fixed set of names and put varying values in fields\n",
-                     limit, static_cast<int>(name.size()), name.data());
+        detail::diagnose(detail::Topic::kNames,
+                 "more than {} distinct run-time names (e.g. '{}'): new names are recorded as "
+                 "'(too many names)'; use a fixed set of names and put varying values in fields",
+                 limit, name);
         o = new Site{"(too many names)", "", "", 0, kind};
       }
       return o;

@@ -14,6 +14,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "diagnostics.hpp"
 #include "fnv1a.hpp"
 #include "invariant_rules.hpp"
 #include "schema.hpp"
@@ -322,9 +323,8 @@ void record_checkpoint_failure(CheckpointOp op, std::string_view id, std::string
     counter("rankscope_checkpoint_failures_total", "Checkpoint saves and loads that failed", {{"op", std::string(op_name)}})
         .add();
     if (enabled()) {
-      std::fprintf(stderr, "[rankscope] rank %d: checkpoint %.*s '%.*s' failed: %.*s\n", context().rank,
-                   static_cast<int>(op_name.size()), op_name.data(), static_cast<int>(id.size()), id.data(),
-                   static_cast<int>(std::min<std::size_t>(error.size(), 300)), error.data());
+      detail::diagnose(detail::Topic::kCheckpoints, "rank {}: checkpoint {} '{}' failed: {}", context().rank, op_name, id,
+               error.substr(0, 300));
     }
   } catch (...) {
   }

@@ -18,6 +18,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "diagnostics.hpp"
 #include "environment.hpp"
 #include "event_format.hpp"
 #include "rankscope/collective.hpp"
@@ -301,10 +302,10 @@ class JsonlSink final : public detail::RunLogSink {
     auto& h = detail::run_log_health();
     h.since_step.store(step, std::memory_order_relaxed);
     h.error.store(err, std::memory_order_release);
-    std::fprintf(stderr,
-                 "[rankscope] rank %d: run log %s stopped at step %lld: %s. Training goes on; rankscope drops and "
-                 "counts its events until the file can be written again (retried every 5 s).\n",
-                 rank_, path_.c_str(), static_cast<long long>(step), std::strerror(err));
+    detail::diagnose(detail::Topic::kRunLog,
+                     "rank {}: run log {} stopped at step {}: {}. Training goes on; rankscope drops and "
+                     "counts its events until the file can be written again (retried every 5 s).",
+                     rank_, path_, step, std::strerror(err));
   }
   bool try_resume() {
     const auto now = std::chrono::steady_clock::now();
@@ -320,8 +321,8 @@ class JsonlSink final : public detail::RunLogSink {
     end_line(w);
     buf_.append(pending);
     detail::run_log_health().error.store(0, std::memory_order_release);
-    std::fprintf(stderr, "[rankscope] rank %d: run log %s resumed at step %lld (%llu lines were dropped)\n", rank_,
-                 path_.c_str(), static_cast<long long>(last_step_), static_cast<unsigned long long>(dropped_lines_));
+    detail::diagnose(detail::Topic::kRunLog, "rank {}: run log {} resumed at step {} ({} lines were dropped)", rank_,
+                     path_, last_step_, dropped_lines_);
     return true;
   }
 

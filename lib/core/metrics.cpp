@@ -7,6 +7,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "diagnostics.hpp"
 #include "metrics_registry.hpp"
 #include "rankscope/metrics.hpp"
 #include "registry.hpp"
@@ -109,8 +110,7 @@ class MetricRegistry {
   template <typename T>
   T& warn_noop(T& noop, std::string_view name, const char* why) {
     if (warned_.size() < 256 && warned_.insert(std::string(name)).second) {
-      std::fprintf(stderr, "[rankscope] metric '%.*s' %s; it will record nothing\n", static_cast<int>(name.size()),
-                   name.data(), why);
+      detail::diagnose(detail::Topic::kMetrics, "metric '{}' {}; it will record nothing", name, why);
     }
     return noop;
   }
@@ -175,8 +175,8 @@ Histogram& histogram(std::string_view name, std::vector<double> bounds, std::str
   bool increasing = true;
   for (std::size_t i = 1; i < bounds.size() && increasing; ++i) increasing = bounds[i] > bounds[i - 1];
   if (!increasing || bounds.size() > 1000) {
-    std::fprintf(stderr, "[rankscope] histogram '%.*s': bounds must be strictly increasing; it will record nothing\n",
-                 static_cast<int>(name.size()), name.data());
+    detail::diagnose(detail::Topic::kMetrics, "histogram '{}': bounds must be strictly increasing; it will record nothing",
+                     name);
     return r.noop_histogram;
   }
   const auto nslots = static_cast<std::uint32_t>(bounds.size() + 2);

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <new>
 
+#include "diagnostics.hpp"
 #include "run_dir.hpp"
 
 namespace rankscope::detail {
@@ -20,8 +21,8 @@ void position_open(const std::string& path, int pid) noexcept {
   // Never through a symbolic link or into another user's file: it is truncated and mapped.
   const int fd = run_file_open(path, O_RDWR | O_CREAT);
   if (fd < 0 || ::ftruncate(fd, 4096) != 0) {
-    std::fprintf(stderr, "[rankscope] %s: %s; a killed rank's last step will come from its run log only\n",
-                 path.c_str(), errno == ELOOP ? "a symbolic link, not followed"
+    diagnose(Topic::kRings, "{}: {}; a killed rank's last step will come from its run log only", path,
+                 errno == ELOOP ? "a symbolic link, not followed"
                                : errno == EPERM ? "not a regular file of this user's with one name, not used"
                                                 : std::strerror(errno));
     if (fd >= 0) ::close(fd);

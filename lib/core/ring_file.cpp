@@ -23,6 +23,7 @@
 #include <random>
 
 #include "absl/container/flat_hash_set.h"
+#include "diagnostics.hpp"
 #include "flight.hpp"
 #include "rankscope/collective.hpp"
 #include "rankscope/log.hpp"
@@ -66,11 +67,11 @@ FileState& fs() {
 void say_once(FileState& s, const char* what, int err) {
   if (s.said) return;
   s.said = true;
-  std::fprintf(stderr,
-               "[rankscope] %s: %s (%s): rings stay in private memory, so a SIGKILLed rank's last records "
-               "(up to one drain interval) will not be recovered; set RANKSCOPE_SHM_DIR to a tmpfs with room, or "
-               "to 'off' to silence this\n",
-               s.path.empty() ? ring_file_dir().c_str() : s.path.c_str(), what, std::strerror(err));
+  diagnose(Topic::kRings,
+           "{}: {} ({}): rings stay in private memory, so a SIGKILLed rank's last records "
+           "(up to one drain interval) will not be recovered; set RANKSCOPE_SHM_DIR to a tmpfs with room, or "
+           "to 'off' to silence this",
+           s.path.empty() ? ring_file_dir().c_str() : s.path.c_str(), what, std::strerror(err));
 }
 
 // Rings never take the tmpfs the trainer also needs: a reservation that would bring the ring files

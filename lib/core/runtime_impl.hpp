@@ -221,7 +221,6 @@ class Runtime {
   std::atomic<std::int64_t> drain_until_ns_{INT64_MAX};
   bool drain_time_up();
   std::uint64_t drop_left(ThreadState* st, std::uint64_t tail, std::uint64_t head);
-  std::chrono::steady_clock::time_point last_failure_report_{};  // background thread only
   bool signal_handlers_ = false;  // ours installed: stacks can be captured
   bool bg_failed_stop_ = false;  // background thread only: it failed while stopping
   int bg_stop_failures_ = 0;     // background thread only: failures since the stop was asked

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "diagnostics.hpp"
 #include "exit_cause.hpp"
 #include "flight.hpp"
 #include "json_util.hpp"
@@ -146,11 +147,9 @@ void Watchdog::on_step(const StepBreakdown& b, std::int32_t, std::uint64_t mono_
       if (slow_printed_mono_ == 0 || mono_ns - slow_printed_mono_ >= 10'000'000'000ull) {
         const std::string more =
             slow_unprinted_ > 0 ? fmt::format(" (+{} more slow steps in the run log)", slow_unprinted_) : "";
-        std::fprintf(stderr,
-                     "[rankscope] rank %d: step %lld was slow: %.1f ms, %.1fx the usual %.1f ms (%s grew by %.1f ms)%s\n",
-                     ctx_.rank, static_cast<long long>(b.step), secs(b.total_ns) * 1e3, factor, secs(usual) * 1e3,
-                     std::string(phase_kind_name(static_cast<PhaseKind>(grown))).c_str(), grown_by / 1e6,
-                     more.c_str());
+        diagnose(Topic::kProgress, "rank {}: step {} was slow: {:.1f} ms, {:.1f}x the usual {:.1f} ms ({} grew by {:.1f} ms){}",
+                 ctx_.rank, b.step, secs(b.total_ns) * 1e3, factor, secs(usual) * 1e3,
+                 phase_kind_name(static_cast<PhaseKind>(grown)), grown_by / 1e6, more);
         slow_printed_mono_ = mono_ns;
         slow_unprinted_ = 0;
       } else {
@@ -276,16 +275,16 @@ bool Watchdog::tick(std::uint64_t now_mono, const TickClock& clock, const std::v
         .add_json(schema::field_name(schema::Field::kOpenPhases), json.open_phases)
         .add_json(schema::field_name(schema::Field::kInFlight), json.in_flight);
     e.text = inside;  // owned: interning it would add a name per stall (ages make each unique)
-    std::fprintf(stderr, "[rankscope] rank %d: STALLED: no progress for %.1f s (step %lld); inside: %s\n", ctx_.rank,
-                 secs(age), static_cast<long long>(step_), inside.c_str());
+    diagnose(Topic::kProgress, "rank {}: STALLED: no progress for {:.1f} s (step {}); inside: {}", ctx_.rank, secs(age),
+             step_, inside);
     out.push_back(e);
   } else if (stalled_ && age <= timeout_in_effect_ns_) {
     stalled_ = false;
     const std::uint64_t lasted = now_mono - stall_began_mono_ + timeout_in_effect_ns_;
     Event e = make_event(EventKind::kStallEnd, now_mono, clock);
     e.dur_ns = lasted;
-    std::fprintf(stderr, "[rankscope] rank %d: progress resumed after %.1f s without progress (step %lld)\n",
-                 ctx_.rank, secs(lasted), static_cast<long long>(step_));
+    diagnose(Topic::kProgress, "rank {}: progress resumed after {:.1f} s without progress (step {})", ctx_.rank,
+             secs(lasted), step_);
     out.push_back(e);
   }
   // Exported metrics: what stall alerts are built on.
@@ -381,11 +380,12 @@ void Watchdog::write_heartbeat(std::uint64_t now_mono, const TickClock& clock,
     if (st.ok() != heartbeat_ok_) {
       heartbeat_ok_ = st.ok();
       if (!st.ok()) {
-        std::fprintf(stderr, "[rankscope] rank %d: cannot write its heartbeat (%s): `rankscope status` and triage will "
-                             "take this rank for dead while it trains on\n",
-                     ctx_.rank, std::string(st.message()).c_str());
+        diagnose(Topic::kHeartbeat,
+                 "rank {}: cannot write its heartbeat ({}): `rankscope status` and triage will "
+                 "take this rank for dead while it trains on",
+                 ctx_.rank, std::string(st.message()));
       } else {
-        std::fprintf(stderr, "[rankscope] rank %d: heartbeat written again (%s)\n", ctx_.rank, path_.c_str());
+        diagnose(Topic::kHeartbeat, "rank {}: heartbeat written again ({})", ctx_.rank, path_);
       }
     }
   }
@@ -399,7 +399,7 @@ void Watchdog::write_heartbeat(std::uint64_t now_mono, const TickClock& clock,
       publish(doc);
     } catch (const std::exception& e) {
       if (publish_errors_++ % 60 == 0) {
-        std::fprintf(stderr, "[rankscope] rank %d: heartbeat publisher failed: %s\n", ctx_.rank, e.what());
+        diagnose(Topic::kHeartbeat, "rank {}: heartbeat publisher failed: {}", ctx_.rank, e.what());
       }
     } catch (...) {
       ++publish_errors_;

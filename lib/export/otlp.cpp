@@ -13,6 +13,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "diagnostics.hpp"
 #include "fnv1a.hpp"
 #include "otlp_encode.hpp"
 #include "otlp_sender.hpp"
@@ -341,13 +342,13 @@ class OtlpSink final : public Sink {
                                                                                 : o_.logs_url);
     if (failing) {
       last_said_failing_ = now;
-      std::fprintf(stderr,
-                   "[rankscope] rank %d: OTLP endpoint %s is not accepting data (down, slow or refusing): batches are "
-                   "dropped and counted (rankscope_otlp_dropped_batches_total: %llu so far); training goes on\n",
-                   rank_, where.c_str(), static_cast<unsigned long long>(sender_.dropped()));
+      detail::diagnose(detail::Topic::kExport,
+                       "rank {}: OTLP endpoint {} is not accepting data (down, slow or refusing): batches are "
+                       "dropped and counted (rankscope_otlp_dropped_batches_total: {} so far); training goes on",
+                       rank_, where, sender_.dropped());
     } else {
-      std::fprintf(stderr, "[rankscope] rank %d: OTLP endpoint %s accepts data again (%llu batches dropped so far)\n",
-                   rank_, where.c_str(), static_cast<unsigned long long>(sender_.dropped()));
+      detail::diagnose(detail::Topic::kExport, "rank {}: OTLP endpoint {} accepts data again ({} batches dropped so far)",
+                       rank_, where, sender_.dropped());
     }
   }
 

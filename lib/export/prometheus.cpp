@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 #include <prometheus/text_serializer.h>
 
+#include "diagnostics.hpp"
 #include "environment.hpp"
 #include "training_signals.hpp"
 #include "http_server.hpp"
@@ -61,8 +62,8 @@ class PrometheusSink final : public Sink {
     }
     const std::string addr = fmt::format("{}:{}", o_.bind, o_.base_port + local_rank);
     if (o_.bind != "127.0.0.1" && o_.bind != "localhost") {
-      std::fprintf(stderr, "[rankscope] warning: Prometheus /metrics bound to %s, reachable from other hosts\n",
-                   addr.c_str());
+      detail::diagnose(detail::Topic::kExport, "warning: Prometheus /metrics bound to {}, reachable from other hosts",
+                       addr);
     }
     auto server = detail::HttpServer::start(o_.bind, o_.base_port + local_rank);
     if (!server.ok()) {
@@ -233,7 +234,7 @@ class PrometheusSink final : public Sink {
       const std::string path = textfile_path();
       // Readable by all (0644): node_exporter's textfile collector runs as a user of its own.
       if (!write_file_atomic(path, text(), /*durable=*/false, 0644).ok() && errors_++ == 0) {
-        std::fprintf(stderr, "[rankscope] cannot write the Prometheus textfile %s\n", path.c_str());
+        detail::diagnose(detail::Topic::kExport, "cannot write the Prometheus textfile {}", path);
       }
     } catch (...) {
       ++errors_;

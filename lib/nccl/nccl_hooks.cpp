@@ -10,6 +10,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "diagnostics.hpp"
 #include "environment.hpp"
 #include "rankscope/detail/clock.hpp"
 #include "rankscope/detail/extension.hpp"
@@ -142,10 +143,10 @@ bool device_timing() {
   const int decided = (err == cudaSuccess && n > 0) ? 1 : 2;
   int expected = 0;
   if (g_device_timing.compare_exchange_strong(expected, decided) && decided == 2) {
-    std::fprintf(stderr,
-                 "[rankscope] NCCL hooks: no usable CUDA device (cudaGetDeviceCount returned %d, %d devices); "
-                 "collective spans use host timing\n",
-                 static_cast<int>(err), n);
+    detail::diagnose(detail::Topic::kCollectives,
+                     "NCCL hooks: no usable CUDA device (cudaGetDeviceCount returned {}, {} devices); "
+                     "collective spans use host timing",
+                     static_cast<int>(err), n);
   }
   return decided == 1;
 }
@@ -189,8 +190,8 @@ const Site* note_failure(ncclResult_t res, ncclComm_t comm, CollectiveOp op, std
   const std::uint64_t now = detail::monotonic_ns();
   std::uint64_t prev = last_log_ns.load(std::memory_order_relaxed);
   if (now - prev >= 1'000'000'000ull && last_log_ns.compare_exchange_strong(prev, now)) {
-    std::fprintf(stderr, "[rankscope] %s seq %llu failed: %s (result %d)\n", std::string(collective_op_name(op)).c_str(),
-                 static_cast<unsigned long long>(seq), msg.c_str(), static_cast<int>(res));
+    detail::diagnose(detail::Topic::kCollectives, "{} seq {} failed: {} (result {})", collective_op_name(op), seq, msg,
+                     static_cast<int>(res));
   }
   return intern(msg, PhaseKind::kCollective);
 }
@@ -307,8 +308,8 @@ void poll(std::vector<Event>& out) {
     e.mono_ns = t.mono_ns;
     e.wall_ns = t.wall_ns;
     e.step = detail::g_step.load(std::memory_order_relaxed);
-    std::fprintf(stderr, "[rankscope] communicator '%s' reported an asynchronous error: %s\n",
-                 entry.comm->name().c_str(), msg.c_str());
+    detail::diagnose(detail::Topic::kCollectives, "communicator '{}' reported an asynchronous error: {}",
+                     entry.comm->name(), msg);
     out.push_back(e);
   }
 }
