@@ -1,12 +1,11 @@
 // The `rankscope` command line, as a function: one implementation behind the
-// installed binary, the pip-installed script and `python -m rankscope`.
+// installed binary, the pip-installed script and `python -m rankscope`. The
+// subcommands themselves are the table in commands.hpp.
 #pragma once
 
-namespace rankscope::cli {
+#include "commands.hpp"
 
-inline constexpr int kExitHealthy = 0;    // nothing wrong found
-inline constexpr int kExitFindings = 1;   // findings (triage, status, summary)
-inline constexpr int kExitUnreadable = 2;  // the run could not be read, or bad arguments
+namespace rankscope::cli {
 
 /// Parses argv (argv[0] = the program name) and runs the subcommand, writing
 /// to stdout and stderr; returns the exit code.

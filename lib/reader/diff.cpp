@@ -221,7 +221,7 @@ std::string format_diff_json(const RunDiff& d, const AnalyzedRun& a, const Analy
   auto value = [&](std::string_view k, const RunDiff::Value& v) {
     w.key(k).begin_object().field("a", v.a).field("b", v.b).field("change", v.change()).end_object();
   };
-  w.begin_object().field("a", a.summary.run_dir).field("b", b.summary.run_dir);
+  w.begin_object().field("schema", "rankscope.diff/1").field("a", a.summary.run_dir).field("b", b.summary.run_dir);
   value("ranks", d.ranks);
   value("step_ms", d.step_ms);
   w.key("phase_ms").begin_object();

@@ -69,7 +69,7 @@ void categories(detail::JsonWriter& w, const Goodput& g) {
 
 std::string format_goodput_json(const RunSummary& s) {
   detail::JsonWriter w;
-  w.begin_object().field("run_dir", s.run_dir);
+  w.begin_object().field("schema", "rankscope.goodput/1").field("run_dir", s.run_dir);
   categories(w, mean_goodput(s));
   w.key("ranks").begin_array();
   for (const auto& r : s.ranks) {

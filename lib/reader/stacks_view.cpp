@@ -201,7 +201,7 @@ std::string format_stacks(const RunSummary& s) {
 
 std::string format_stacks_json(const RunSummary& s) {
   detail::JsonWriter w;
-  w.begin_object().field("run_dir", s.run_dir).key("groups").begin_array();
+  w.begin_object().field("schema", "rankscope.stacks/1").field("run_dir", s.run_dir).key("groups").begin_array();
   for (const auto& g : group_stacks(s)) {
     w.begin_object().field("main", g.main).field("python", g.python).field("threads", g.threads);
     w.key("ranks").begin_array();

@@ -403,7 +403,8 @@ std::string format_status(const StatusReport& r) {
 
 std::string format_status_json(const StatusReport& r) {
   detail::JsonWriter w;
-  w.begin_object().field("run_dir", r.run_dir).field("verdict", r.verdict).field("exit_code", r.exit_code);
+  w.begin_object().field("schema", "rankscope.status/1").field("run_dir", r.run_dir);
+  w.field("verdict", r.verdict).field("exit_code", r.exit_code);
   w.array("findings", r.findings).key("ranks").begin_array();
   for (const auto& h : r.ranks) {
     w.begin_object().field("rank", h.rank).field("present", h.present).field("alive", h.alive);

@@ -65,7 +65,8 @@ int summary_exit_code(const RunSummary& s) {
 
 std::string format_summary_json(const RunSummary& s) {
   detail::JsonWriter w;
-  w.begin_object().field("world_size", s.world_size).array("missing_ranks", s.missing_ranks).key("ranks").begin_array();
+  w.begin_object().field("schema", "rankscope.summary/1").field("run_dir", s.run_dir).field("world_size", s.world_size);
+  w.array("missing_ranks", s.missing_ranks).key("ranks").begin_array();
   for (const auto& r : s.ranks) {
     w.begin_object().field("rank", r.rank).field("steps", r.steps).field("first_step", r.first_step);
     w.field("last_step", r.last_step).key("median_step_ms").fixed(r.median_step_ms, 3);

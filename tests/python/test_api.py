@@ -364,3 +364,70 @@ def test_a_nan_loss_is_not_healthy(run_py, tmp_path):
     report = json.loads(text)
     assert code == 1 and report["findings"][0]["kind"] == "numerics", text
     assert "rank 0: loss is NaN from step 10" in report["findings"][0]["summary"]
+
+
+KILLED_MID_RUN = """
+    import os, signal, rankscope
+    rankscope.init(rank=0, world_size=1, run_dir=os.environ["RUN_DIR"])
+    for n in range(50):
+        with rankscope.phase("forward"):
+            pass
+        rankscope.step(n)
+    os.kill(os.getpid(), signal.SIGKILL)  # no drain, no exit handler: the steps are only in the rings
+"""
+
+
+def test_the_python_functions_and_the_command_recover_a_killed_ranks_records(run_py, tmp_path):
+    import subprocess, sys
+    import rankscope
+    # Drains a second apart: the last steps before the kill are in the rings only
+    # (all 50 take a few milliseconds), so without recovery the count falls short.
+    slow = {"RANKSCOPE_HEARTBEAT_INTERVAL": "120", "RANKSCOPE_DRAIN_INTERVAL_MS": "1000"}
+    runs = [str(tmp_path / "by-python"), str(tmp_path / "by-command")]
+    for run in runs:
+        p = run_py(KILLED_MID_RUN, env=dict(slow, RUN_DIR=run), check=False)
+        assert p.returncode == -9, p.stderr
+    text, code = rankscope.summary(runs[0], json=True)
+    assert json.loads(text)["ranks"][0]["steps"] == 50, text
+    script = os.path.join(os.path.dirname(sys.executable), "rankscope")
+    p = subprocess.run([script, "summary", runs[1], "--json"], capture_output=True, text=True)
+    assert json.loads(p.stdout)["ranks"][0]["steps"] == 50, p.stdout + p.stderr
+    assert code == p.returncode
+
+
+def test_every_command_is_a_python_function_with_the_commands_exit_codes(run_py, tmp_path):
+    import subprocess, sys
+    import rankscope
+    run_py("""
+        import os, rankscope
+        rankscope.init(rank=0, world_size=1, run_dir=os.environ["RUN_DIR"])
+        for n in range(20):
+            with rankscope.phase("forward"):
+                pass
+            rankscope.step(n, loss=1.0)
+        rankscope.shutdown()
+    """)
+    run = str(tmp_path / "run")
+    script = os.path.join(os.path.dirname(sys.executable), "rankscope")
+    help_text = subprocess.run([script, "--help"], capture_output=True, text=True).stdout
+    calls = {
+        "summary": (rankscope.summary, [run]), "status": (rankscope.status, [run]),
+        "triage": (rankscope.triage, [run]), "goodput": (rankscope.goodput, [run]),
+        "diff": (rankscope.diff, [run, run]), "stacks": (rankscope.stacks, [run]),
+        "timeline": (rankscope.timeline, [run, str(tmp_path / "t.json")]),
+        "report": (rankscope.report, [run, str(tmp_path / "r.html")]),
+    }
+    for name, (fn, args) in calls.items():
+        assert name in help_text
+        text, code = fn(*args)
+        argv = [script, name, *args[:2 if name == "diff" else 1]]
+        if name in ("timeline", "report"):
+            argv += ["-o", args[1] + ".cli"]
+        p = subprocess.run(argv, capture_output=True, text=True)
+        assert code == p.returncode, (name, text, p.stdout, p.stderr)
+    with open(tmp_path / "t.json") as f:
+        assert json.load(f)["traceEvents"]
+    assert (tmp_path / "r.html").stat().st_size > 1000
+    assert not list(tmp_path.glob("*.tmp"))
+    text, code = rankscope.summary(str(tmp_path / "no-such-run"))
+    assert code == 2 and "rankscope summary:" in text

@@ -129,9 +129,13 @@ def _check_command(words, where):
     elif cmd == "torchrun":
         p = subprocess.run([os.path.join(BIN, "torchrun"), "--help"], capture_output=True, text=True)
         assert p.returncode == 0
-        for a in args:
+        # torchrun's options, then the script and its own options.
+        script_at = next((i for i, a in enumerate(args) if a.endswith(".py")), len(args))
+        for a in args[:script_at]:
             if a.startswith("--"):
                 assert a.split("=")[0] in p.stdout.replace("_", "-"), f"{where}: torchrun has no option {a}"
+        if script_at < len(args) and "/" in args[script_at]:  # a bare train.py is the user's own
+            _check_command(["python", *args[script_at:]], where)
     else:
         pytest.fail(f"{where}: a command the doc test does not know: {' '.join(words)}")
 

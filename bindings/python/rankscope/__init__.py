@@ -268,26 +268,53 @@ def _decorate(handle, fn):
 _rankscope._set_decorator(_decorate)
 
 
-def triage(run_dir, json=False, since="", until=""):
+def _command(name, run_dir, **options):
+    # The `rankscope` command's own table (lib/cli/commands.hpp): the same
+    # recovery of a killed rank's rings, the same files, the same exit codes.
+    out, note, code = _rankscope._command(name, str(run_dir), **options)
+    return (out if out else note), code
+
+
+def triage(run_dir, json=False, since="", until="", threads=0):
     """What went wrong in RUN_DIR, on which rank, with the evidence: (text, exit code 0/1/2).
 
     json: the versioned JSON report (docs/triage-schema.md) instead of text.
     since/until: keep events in a window: epoch seconds or ns, ISO-8601 UTC
     ("2026-11-22T05:30:00Z"), or "+15m" after the run's start.
     """
-    return _rankscope._triage(str(run_dir), json, since, until)
+    return _command("triage", run_dir, json=json, since=since, until=until, threads=threads)
 
 
 def status(run_dir, json=False):
     """Is every rank alive and progressing? (text, exit code)."""
-    return _rankscope._status(str(run_dir), json)
+    return _command("status", run_dir, json=json)
 
 
 def summary(run_dir, json=False):
     """Per-rank summary of a run directory: (text, exit code)."""
-    return _rankscope._summary(str(run_dir), json)
+    return _command("summary", run_dir, json=json)
+
+
+def goodput(run_dir, json=False):
+    """Where the wall time went (compute, loader wait, communication, checkpoints, stalls, restarts): (text, exit code)."""
+    return _command("goodput", run_dir, json=json)
+
+
+def diff(run_a, run_b, json=False):
+    """What changed from run A to run B: (text, exit code; 1 when B has findings A has not)."""
+    return _command("diff", run_a, other_dir=str(run_b), json=json)
+
+
+def stacks(run_dir, json=False):
+    """Where every rank's threads were at their last stack capture: (text, exit code)."""
+    return _command("stacks", run_dir, json=json)
 
 
 def timeline(run_dir, output="trace.json"):
-    """Writes the run as Chrome/Perfetto trace JSON: (message, exit code)."""
-    return _rankscope._timeline(str(run_dir), str(output))
+    """Writes the run as Chrome/Perfetto trace JSON (output "-": returns it): (message or trace, exit code)."""
+    return _command("timeline", run_dir, output=str(output))
+
+
+def report(run_dir, output="report.html"):
+    """Writes one self-contained HTML page of the run: (message, exit code)."""
+    return _command("report", run_dir, output=str(output))
