@@ -13,11 +13,12 @@
 #include "attribute_codec.hpp"
 #include "fd_io.hpp"
 #include "rankscope/log.hpp"
+#include "settings_table.hpp"
 
 namespace rankscope::detail {
 
 absl::StatusOr<ConsolePolicy> console_policy_from_env() {
-  const char* v = std::getenv("RANKSCOPE_CONSOLE");
+  const char* v = env_raw(Env::kConsole);
   if (v == nullptr || *v == '\0') return ConsolePolicy::kRank0;
   const std::string s = absl::AsciiStrToLower(v);
   if (s == "rank0") return ConsolePolicy::kRank0;

@@ -21,6 +21,7 @@
 #include "schema.hpp"
 #include "json_util.hpp"
 #include "rankscope/config.hpp"
+#include "settings_table.hpp"
 
 extern char** environ;
 
@@ -155,7 +156,7 @@ GpuList gpu_list(std::chrono::milliseconds deadline) {
   };
   static auto* mu = new std::mutex;
   static auto* stuck = new std::shared_ptr<Query>;
-  const char* env = std::getenv("RANKSCOPE_NVML_LIBRARY");
+  const char* env = env_raw(Env::kNvmlLibrary);
   const std::string path = env != nullptr ? env : "";
   std::shared_ptr<Query> q;
   {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "rankscope/metrics.hpp"
+#include "settings_table.hpp"
 
 namespace rankscope::detail {
 
@@ -70,7 +71,7 @@ class GpuMemory {
  private:
   enum class State { kUnloaded, kLoaded, kUnavailable };
   bool load() {
-    const char* path = std::getenv("RANKSCOPE_NVML_LIBRARY");
+    const char* path = env_raw(Env::kNvmlLibrary);
     void* lib = ::dlopen(path != nullptr && *path != '\0' ? path : "libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
     if (lib == nullptr) return false;
     auto init = reinterpret_cast<int (*)()>(::dlsym(lib, "nvmlInit_v2"));

@@ -22,6 +22,7 @@
 #include "clock.hpp"
 #include "rankscope/detail/clock.hpp"
 #include "rankscope/metrics.hpp"
+#include "settings_table.hpp"
 
 namespace rankscope::detail {
 
@@ -279,7 +280,7 @@ class Nvml {
   // The rank's GPU: its entry of CUDA_VISIBLE_DEVICES when that lists indices,
   // else local rank modulo the devices (NVML's indices ignore the variable).
   bool load(int local_rank, std::atomic<const char*>& current) {
-    const char* path = std::getenv("RANKSCOPE_NVML_LIBRARY");
+    const char* path = env_raw(Env::kNvmlLibrary);
     void* lib = ::dlopen(path != nullptr && *path != '\0' ? path : "libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
     if (lib == nullptr) return false;
     auto init = sym<int (*)()>(lib, "nvmlInit_v2");

@@ -29,11 +29,12 @@
 #include "rankscope/log.hpp"
 #include "rankscope/site.hpp"
 #include "ring_file_layout.hpp"
+#include "settings_table.hpp"
 
 namespace rankscope::detail {
 
 std::string ring_file_dir() {
-  const char* env = std::getenv("RANKSCOPE_SHM_DIR");
+  const char* env = env_raw(Env::kShmDir);
   const std::string base = env == nullptr ? "/dev/shm" : env;
   if (base.empty() || base == "off") return {};
   return base + "/rankscope-" + std::to_string(::getuid());

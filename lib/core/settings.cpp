@@ -22,6 +22,7 @@
 #include "rankscope/config.hpp"
 #include "rankscope/export/jsonl.hpp"
 #include "run_dir.hpp"
+#include "settings_table.hpp"
 
 namespace rankscope::detail {
 
@@ -29,8 +30,9 @@ absl::Status apply_log_levels(std::string_view spec);
 
 namespace {
 
-absl::StatusOr<bool> parse_bool_env(const char* name, bool fallback = true) {
-  const char* v = std::getenv(name);
+absl::StatusOr<bool> parse_bool_env(Env e, bool fallback = true) {
+  const char* v = env_raw(e);
+  const char* name = env_spec(e).name.data();  // a literal: NUL-terminated
   if (v == nullptr || *v == '\0') return fallback;
   std::string s = absl::AsciiStrToLower(v);
   if (s == "1" || s == "true" || s == "on" || s == "yes") return true;
@@ -39,13 +41,14 @@ absl::StatusOr<bool> parse_bool_env(const char* name, bool fallback = true) {
 }
 
 // A power-of-two size from Config (wins) or the environment, validated.
-absl::StatusOr<std::uint32_t> sized_setting(const std::optional<std::uint32_t>& explicit_value, const char* env,
+absl::StatusOr<std::uint32_t> sized_setting(const std::optional<std::uint32_t>& explicit_value, Env var,
                                             const char* field, const char* what, std::uint32_t fallback,
                                             std::uint32_t min, std::uint32_t max) {
+  const char* env = env_spec(var).name.data();
   std::uint32_t v = fallback;
   if (explicit_value) {
     v = *explicit_value;
-  } else if (const char* e = std::getenv(env); e && *e) {
+  } else if (const char* e = env_raw(var); e && *e) {
     if (!absl::SimpleAtoi(e, &v)) return absl::InvalidArgumentError(absl::StrCat(env, "='", e, "' is not an integer"));
   }
   if (v < min || v > max || (v & (v - 1)) != 0) {
@@ -56,8 +59,9 @@ absl::StatusOr<std::uint32_t> sized_setting(const std::optional<std::uint32_t>& 
 }
 
 // Seconds from the environment ("300", "0.5"); `fallback` when unset.
-absl::StatusOr<double> env_seconds(const char* name, double fallback) {
-  const char* v = std::getenv(name);
+absl::StatusOr<double> env_seconds(Env e, double fallback) {
+  const char* v = env_raw(e);
+  const char* name = env_spec(e).name.data();  // a literal: NUL-terminated
   if (v == nullptr || *v == '\0') return fallback;
   double d = 0;
   if (!absl::SimpleAtod(v, &d) || !(d > 0) || d > 1e7) {
@@ -69,7 +73,7 @@ absl::StatusOr<double> env_seconds(const char* name, double fallback) {
 // RANKSCOPE_DIR_MODE (octal, "750" or "0700") and RANKSCOPE_SHARED_DIR (run_dir.hpp).
 absl::StatusOr<RunDirPolicy> run_dir_policy() {
   RunDirPolicy p;
-  if (const char* m = std::getenv("RANKSCOPE_DIR_MODE"); m != nullptr && *m != '\0') {
+  if (const char* m = env_raw(Env::kDirMode); m != nullptr && *m != '\0') {
     char* end = nullptr;
     const long mode = std::strtol(m, &end, 8);
     // The owner must be able to use it: at least rwx for the user, nothing beyond 0777.
@@ -79,7 +83,7 @@ absl::StatusOr<RunDirPolicy> run_dir_policy() {
     }
     p.dir_mode = static_cast<mode_t>(mode);
   }
-  auto shared = parse_bool_env("RANKSCOPE_SHARED_DIR", false);
+  auto shared = parse_bool_env(Env::kSharedDir, false);
   if (!shared.ok()) return shared.status();
   p.shared = *shared;
   return p;
@@ -93,17 +97,17 @@ absl::StatusOr<Settings> resolve_settings(const Config& cfg) {
   Settings out;
   out.context = *ctx;
 
-  auto env_enabled = parse_bool_env("RANKSCOPE_ENABLED");
+  auto env_enabled = parse_bool_env(Env::kEnabled);
   if (!env_enabled.ok()) return env_enabled.status();
   const bool enabled = cfg.enabled.value_or(*env_enabled);
 
-  auto cap = sized_setting(cfg.ring_capacity, "RANKSCOPE_RING_SIZE", "Config::ring_capacity", "ring capacity",
+  auto cap = sized_setting(cfg.ring_capacity, Env::kRingSize, "Config::ring_capacity", "ring capacity",
                            kDefaultRingCapacity, 64, 1u << 24);
   if (!cap.ok()) return cap.status();
   std::chrono::milliseconds drain = kDefaultDrainInterval;
   if (cfg.drain_interval) {
     drain = *cfg.drain_interval;
-  } else if (const char* v = std::getenv("RANKSCOPE_DRAIN_INTERVAL_MS"); v && *v) {
+  } else if (const char* v = env_raw(Env::kDrainIntervalMs); v && *v) {
     int ms = 0;
     if (!absl::SimpleAtoi(v, &ms)) {
       return absl::InvalidArgumentError(absl::StrCat("RANKSCOPE_DRAIN_INTERVAL_MS='", v, "' is not an integer"));
@@ -118,7 +122,7 @@ absl::StatusOr<Settings> resolve_settings(const Config& cfg) {
   std::uint32_t yield_every = kDefaultYieldEvery;
   if (cfg.yield_every) {
     yield_every = *cfg.yield_every;
-  } else if (const char* v = std::getenv("RANKSCOPE_YIELD_EVERY"); v && *v) {
+  } else if (const char* v = env_raw(Env::kYieldEvery); v && *v) {
     if (!absl::SimpleAtoi(v, &yield_every)) {
       return absl::InvalidArgumentError(absl::StrCat("RANKSCOPE_YIELD_EVERY='", v,
                                                      "' is not a record count (0 = never yield)"));
@@ -129,49 +133,49 @@ absl::StatusOr<Settings> resolve_settings(const Config& cfg) {
                                                    " records must be at most 16777216, or 0 for never "
                                                    "(RANKSCOPE_YIELD_EVERY or Config::yield_every)"));
   }
-  auto flight = sized_setting(cfg.flight_recorder_entries, "RANKSCOPE_FLIGHT_ENTRIES",
+  auto flight = sized_setting(cfg.flight_recorder_entries, Env::kFlightEntries,
                               "Config::flight_recorder_entries", "flight recorder size", 2048, 16, 1u << 20);
   if (!flight.ok()) return flight.status();
   bool dump_on_shutdown = false;
   if (cfg.dump_on_shutdown) {
     dump_on_shutdown = *cfg.dump_on_shutdown;
-  } else if (std::getenv("RANKSCOPE_DUMP_ON_SHUTDOWN") != nullptr) {
-    auto v = parse_bool_env("RANKSCOPE_DUMP_ON_SHUTDOWN");
+  } else if (env_raw(Env::kDumpOnShutdown) != nullptr) {
+    auto v = parse_bool_env(Env::kDumpOnShutdown);
     if (!v.ok()) return v.status();
     dump_on_shutdown = *v;
   }
   bool signals = cfg.install_signal_handlers;
-  if (std::getenv("RANKSCOPE_SIGNALS") != nullptr) {
-    auto v = parse_bool_env("RANKSCOPE_SIGNALS");
+  if (env_raw(Env::kSignals) != nullptr) {
+    auto v = parse_bool_env(Env::kSignals);
     if (!v.ok()) return v.status();
     signals = signals && *v;
   }
   {
-    const char* v = std::getenv("RANKSCOPE_LOG_LEVEL");
+    const char* v = env_raw(Env::kLogLevel);
     if (auto st = apply_log_levels(v != nullptr && *v != '\0' ? v : "info"); !st.ok()) return st;
   }
   auto console = console_policy_from_env();
   if (!console.ok()) return console.status();
   // RANKSCOPE_STALL_TIMEOUT: "auto" (or unset) learns it; seconds fix it.
   double stall_fixed_s = 0;
-  if (const char* v = std::getenv("RANKSCOPE_STALL_TIMEOUT"); v != nullptr && *v != '\0' && std::string_view(v) != "auto") {
-    auto s = env_seconds("RANKSCOPE_STALL_TIMEOUT", 0);
+  if (const char* v = env_raw(Env::kStallTimeout); v != nullptr && *v != '\0' && std::string_view(v) != "auto") {
+    auto s = env_seconds(Env::kStallTimeout, 0);
     if (!s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("RANKSCOPE_STALL_TIMEOUT='", v,
                                                      "' must be 'auto' (the default: learned from the run) or seconds"));
     }
     stall_fixed_s = *s;
   }
-  auto floor_s = env_seconds("RANKSCOPE_STALL_FLOOR", 15.0);
+  auto floor_s = env_seconds(Env::kStallFloor, 15.0);
   if (!floor_s.ok()) return floor_s.status();
-  auto warmup_s = env_seconds("RANKSCOPE_STALL_WARMUP", 300.0);
+  auto warmup_s = env_seconds(Env::kStallWarmup, 300.0);
   if (!warmup_s.ok()) return warmup_s.status();
-  auto beat_s = env_seconds("RANKSCOPE_HEARTBEAT_INTERVAL", 1.0);
+  auto beat_s = env_seconds(Env::kHeartbeatInterval, 1.0);
   if (!beat_s.ok()) return beat_s.status();
   double slow_factor = 10.0;
   if (cfg.slow_factor) {
     slow_factor = *cfg.slow_factor;
-  } else if (const char* v = std::getenv("RANKSCOPE_SLOW_FACTOR"); v && *v) {
+  } else if (const char* v = env_raw(Env::kSlowFactor); v && *v) {
     if (!absl::SimpleAtod(v, &slow_factor)) slow_factor = -1;
     if (!(slow_factor > 1)) {
       return absl::InvalidArgumentError(absl::StrCat("RANKSCOPE_SLOW_FACTOR='", v, "' must be a number above 1"));
@@ -200,19 +204,19 @@ absl::StatusOr<Settings> resolve_settings(const Config& cfg) {
     return absl::InvalidArgumentError("Config::metrics_interval must be positive");
   }
   // The environment sets it when the code left the default.
-  auto metrics_s = env_seconds("RANKSCOPE_METRICS_INTERVAL", static_cast<double>(cfg.metrics_interval.count()) / 1e3);
+  auto metrics_s = env_seconds(Env::kMetricsInterval, static_cast<double>(cfg.metrics_interval.count()) / 1e3);
   if (!metrics_s.ok()) return metrics_s.status();
   const auto metrics_interval = cfg.metrics_interval != Config{}.metrics_interval
                                     ? cfg.metrics_interval
                                     : std::chrono::milliseconds(std::max<std::int64_t>(1, std::llround(*metrics_s * 1e3)));
 
   // Resource snapshots: the environment sets the interval when the code left the default.
-  const char* res_env = std::getenv("RANKSCOPE_RESOURCE_INTERVAL");
+  const char* res_env = env_raw(Env::kResourceInterval);
   auto resource_s = res_env != nullptr && std::string_view(res_env) == "0"
                         ? absl::StatusOr<double>(0.0)  // off
-                        : env_seconds("RANKSCOPE_RESOURCE_INTERVAL", static_cast<double>(cfg.resource_interval.count()) / 1e3);
+                        : env_seconds(Env::kResourceInterval, static_cast<double>(cfg.resource_interval.count()) / 1e3);
   if (!resource_s.ok()) return resource_s.status();
-  auto resource_deadline_s = env_seconds("RANKSCOPE_RESOURCE_DEADLINE", 5.0);
+  auto resource_deadline_s = env_seconds(Env::kResourceDeadline, 5.0);
   if (!resource_deadline_s.ok()) return resource_deadline_s.status();
   if (cfg.resource_interval.count() < 0) return absl::InvalidArgumentError("Config::resource_interval must not be negative");
   out.resource_interval = cfg.resource_interval != Config{}.resource_interval
@@ -225,7 +229,7 @@ absl::StatusOr<Settings> resolve_settings(const Config& cfg) {
   }
   if (cfg.write_run_log) {
     if (cfg.run_dir) out.run_dir = *cfg.run_dir;
-    else if (const char* d = std::getenv("RANKSCOPE_DIR"); d && *d) out.run_dir = d;
+    else if (const char* d = env_raw(Env::kDir); d && *d) out.run_dir = d;
     else out.run_dir = absl::StrCat("rankscope-runs/", ctx->run_id);
     auto policy = run_dir_policy();
     if (!policy.ok()) return policy.status();

@@ -28,6 +28,7 @@
 #include "rankscope/detail/extension.hpp"
 #include "rankscope/export/jsonl.hpp"
 #include "rankscope/runtime.hpp"
+#include "settings_table.hpp"
 
 namespace rankscope {
 namespace {
@@ -273,8 +274,8 @@ absl::StatusOr<std::shared_ptr<Sink>> make_prometheus_sink(const PrometheusOptio
 
 absl::StatusOr<std::shared_ptr<Sink>> prometheus_sink_from_env() {
   PrometheusOptions o;
-  const char* port = std::getenv("RANKSCOPE_PROMETHEUS_PORT");
-  const char* dir = std::getenv("RANKSCOPE_PROMETHEUS_TEXTFILE_DIR");
+  const char* port = detail::env_raw(detail::Env::kPrometheusPort);
+  const char* dir = detail::env_raw(detail::Env::kPrometheusTextfileDir);
   if ((port == nullptr || *port == '\0') && (dir == nullptr || *dir == '\0')) return std::shared_ptr<Sink>();
   if (port != nullptr && *port != '\0') {
     char* end = nullptr;
@@ -286,7 +287,7 @@ absl::StatusOr<std::shared_ptr<Sink>> prometheus_sink_from_env() {
     }
     o.base_port = static_cast<int>(p);
   }
-  if (const char* b = std::getenv("RANKSCOPE_PROMETHEUS_BIND"); b != nullptr && *b != '\0') o.bind = b;
+  if (const char* b = detail::env_raw(detail::Env::kPrometheusBind); b != nullptr && *b != '\0') o.bind = b;
   if (dir != nullptr) o.textfile_dir = dir;
   return make_prometheus_sink(o);
 }
