@@ -107,44 +107,11 @@ absl::Status Runtime::init(const Config& cfg) {
 
   auto set = detail::resolve_settings(cfg);
   if (!set.ok()) return set.status();
-  std::vector<std::shared_ptr<Sink>> sinks = cfg.sinks;
-  if (cfg.exporters_from_env) {
-    if (auto st = detail::add_env_sinks(sinks); !st.ok()) return st;
-  }
   std::shared_ptr<detail::RunLogSink> run_log;
-  // A rank of this host killed before (this job's last incarnation, a peer): its
-  // last records go into its run log now, before this session's first line.
-  if (!set->run_dir.empty()) (void)detail::recover_orphaned_rings();
-  if (!set->run_dir.empty()) {
-    auto sink = detail::make_run_log(schema::run_log_path(set->run_dir, set->context.rank));
-    if (!sink.ok()) return sink.status();
-    run_log = *sink;
-    sinks.insert(sinks.begin(), run_log);
-  }
-  if (set->console != detail::ConsolePolicy::kNone) sinks.push_back(detail::make_console_sink(set->console));
-
-  context_ = set->context;
-  run_dir_ = set->run_dir;
-  ring_capacity_.store(set->ring_capacity, std::memory_order_relaxed);
-  metrics_interval_ = set->metrics_interval;
-  // The watchdog ticks on this thread's wake-ups: wake at least twice per heartbeat.
-  max_sleep_s_ = std::min(std::chrono::duration<double>(set->drain_interval).count(),
-                          static_cast<double>(set->watchdog.interval_ns) * 0.5e-9);
-  detail::g_yield_every.store(set->yield_every, std::memory_order_relaxed);
-  dump_on_shutdown_ = set->dump_on_shutdown;
-  console_policy_ = set->console;
-  watchdog_cfg_ = set->watchdog;
-  recent_per_thread_ = cfg.recent_events_per_thread;
-  recent_.clear();
-  dump_fmt_.set_rank(context_.rank);
-  detail::install_flight_ring(set->flight_entries);
-  signal_handlers_ = set->signals;
-  if (set->signals) {
-    detail::install_signal_handlers();
-    detail::stacks_install();
-    detail::install_terminate_handler();  // an uncaught C++ exception is an `exit` line, then the usual abort
-  }
-  sinks_ = std::move(sinks);
+  auto sinks = assemble_sinks(cfg, *set, run_log);
+  if (!sinks.ok()) return sinks.status();
+  adopt_settings(cfg, *set);
+  sinks_ = std::move(*sinks);
   run_log_ = std::move(run_log);
   detail::g_runlog_fd.store(cfg.write_run_log && run_log_ != nullptr ? run_log_->fd() : -1, std::memory_order_release);
   detail::retry_gpu_memory();
@@ -170,16 +137,66 @@ absl::Status Runtime::init(const Config& cfg) {
   if (cfg.write_run_log && context_.rank == 0) {
     if (auto st = detail::write_run_json(run_dir_, context_, cfg, wall0, environment); !st.ok()) return st;
   }
+  register_derived_metrics();
+  start_sinks(wall0, mono0, std::move(environment));
+  if (!run_dir_.empty() && cfg.write_run_log) open_run_files();
+  last_ring_scan_mono_ = mono0;  // init scanned just now (with a run dir): the background thread scans 5 s on
+  return start_background(*set);
+}
 
-  // Derived step metrics (the step-time-by-phase breakdown), fed by the drain.
+// The sinks of this session: the Config's, the environment's exporters, the
+// run log first and the console last.
+absl::StatusOr<std::vector<std::shared_ptr<Sink>>> Runtime::assemble_sinks(
+    const Config& cfg, const detail::Settings& set, std::shared_ptr<detail::RunLogSink>& run_log) {
+  std::vector<std::shared_ptr<Sink>> sinks = cfg.sinks;
+  if (cfg.exporters_from_env) {
+    if (auto st = detail::add_env_sinks(sinks); !st.ok()) return st;
+  }
+  if (!set.run_dir.empty()) {
+    // A rank of this host killed before (this job's last incarnation, a peer): its
+    // last records go into its run log now, before this session's first line.
+    (void)detail::recover_orphaned_rings();
+    auto sink = detail::make_run_log(schema::run_log_path(set.run_dir, set.context.rank));
+    if (!sink.ok()) return sink.status();
+    run_log = *sink;
+    sinks.insert(sinks.begin(), run_log);
+  }
+  if (set.console != detail::ConsolePolicy::kNone) sinks.push_back(detail::make_console_sink(set.console));
+  return sinks;
+}
+
+void Runtime::adopt_settings(const Config& cfg, const detail::Settings& set) {
+  context_ = set.context;
+  run_dir_ = set.run_dir;
+  ring_capacity_.store(set.ring_capacity, std::memory_order_relaxed);
+  metrics_interval_ = set.metrics_interval;
+  // The watchdog ticks on this thread's wake-ups: wake at least twice per heartbeat.
+  max_sleep_s_ = std::min(std::chrono::duration<double>(set.drain_interval).count(),
+                          static_cast<double>(set.watchdog.interval_ns) * 0.5e-9);
+  detail::g_yield_every.store(set.yield_every, std::memory_order_relaxed);
+  dump_on_shutdown_ = set.dump_on_shutdown;
+  console_policy_ = set.console;
+  watchdog_cfg_ = set.watchdog;
+  recent_per_thread_ = cfg.recent_events_per_thread;
+  recent_.clear();
+  dump_fmt_.set_rank(context_.rank);
+  detail::install_flight_ring(set.flight_entries);
+  signal_handlers_ = set.signals;
+  if (set.signals) {
+    detail::install_signal_handlers();
+    detail::stacks_install();
+    detail::install_terminate_handler();  // an uncaught C++ exception is an `exit` line, then the usual abort
+  }
+}
+
+// Metrics the drain derives: the step-time breakdown, numerics, goodput.
+void Runtime::register_derived_metrics() {
   const std::vector<double> bounds = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300};
   step_seconds_ = &histogram("rankscope_step_seconds", bounds, "Wall time per training step");
   for (int k = 0; k < kPhaseKindCount; ++k) {
     phase_seconds_[k] = &histogram("rankscope_step_phase_seconds", bounds, "Step time by phase kind",
                                    {{"phase", std::string(phase_kind_name(static_cast<PhaseKind>(k)))}});
   }
-
-  // Training numerics (numerics.hpp), counted per step by the drain.
   const std::string nonfinite_help = "Steps whose reported value was NaN or infinite";
   nonfinite_total_[0] = &counter("rankscope_nonfinite_steps_total", nonfinite_help, {{"signal", "loss"}});
   nonfinite_total_[1] = &counter("rankscope_nonfinite_steps_total", nonfinite_help, {{"signal", "grad_norm"}});
@@ -194,7 +211,10 @@ absl::Status Runtime::init(const Config& cfg) {
                                  {{"category", std::string(time_category_name(static_cast<TimeCategory>(c)))}});
   }
   goodput_ratio_ = &gauge("rankscope_goodput_ratio", "Productive compute over this process's wall time");
+}
 
+// The watchdog, the console banner, every sink's run_start, goodput and dump requests.
+void Runtime::start_sinks(std::uint64_t wall0, std::uint64_t mono0, std::string environment) {
   watchdog_.start(watchdog_cfg_, context_,
                   run_dir_.empty() ? std::string() : schema::heartbeat_path(run_dir_, context_.rank),
                   mono0);
@@ -209,18 +229,20 @@ absl::Status Runtime::init(const Config& cfg) {
   goodput_ = GoodputBuilder{};
   goodput_.on_run_start(wall0);
   dump_requests_.start(run_dir_, context_.rank, wall0);
-  if (!run_dir_.empty() && cfg.write_run_log) {
-    detail::remove_stale_temporaries(run_dir_, context_.rank);  // a killed predecessor's spares
-    detail::position_open(schema::position_path(run_dir_, context_.rank), ::getpid());
-    // Rings in shared memory from here on (before any thread's first record):
-    // a SIGKILL loses none of what they hold.
-    detail::ring_file_open(schema::run_log_path(run_dir_, context_.rank), context_.rank);
-    anchor_position();  // now, not at the background thread's first wake-up: a rank killed in its first ms
-  }
   last_dump_mono_ = 0;
   last_position_anchor_mono_ = 0;
-  last_ring_scan_mono_ = mono0;  // init scanned just now (with a run dir): the background thread scans 5 s on
+}
 
+// The position page and the rings' shared-memory file, before any thread's first record.
+void Runtime::open_run_files() {
+  detail::remove_stale_temporaries(run_dir_, context_.rank);  // a killed predecessor's spares
+  detail::position_open(schema::position_path(run_dir_, context_.rank), ::getpid());
+  // Rings in shared memory from here on: a SIGKILL loses none of what they hold.
+  detail::ring_file_open(schema::run_log_path(run_dir_, context_.rank), context_.rank);
+  anchor_position();  // now, not at the background thread's first wake-up: a rank killed in its first ms
+}
+
+absl::Status Runtime::start_background(const detail::Settings& set) {
   stop_requested_ = false;
   drain_until_ns_.store(INT64_MAX, std::memory_order_relaxed);
   bg_done_ = false;
@@ -233,9 +255,9 @@ absl::Status Runtime::init(const Config& cfg) {
     phase_ = Phase::kStopped;
     return absl::ResourceExhaustedError(absl::StrCat("cannot start rankscope's background thread: ", e.what()));
   }
-  detail::g_gate.store(set->enabled ? detail::kActive : detail::kDisabled, std::memory_order_release);
-  detail::resources_start({set->resource_interval, set->resource_deadline, context_.local_rank});
-  resource_deadline_ns_ = static_cast<std::uint64_t>(set->resource_deadline.count()) * 1000000ull;
+  detail::g_gate.store(set.enabled ? detail::kActive : detail::kDisabled, std::memory_order_release);
+  detail::resources_start({set.resource_interval, set.resource_deadline, context_.local_rank});
+  resource_deadline_ns_ = static_cast<std::uint64_t>(set.resource_deadline.count()) * 1000000ull;
   return absl::OkStatus();
 }
 

@@ -78,6 +78,8 @@ inline std::uint64_t mono_now() { return monotonic_ns(); }
 
 enum class Phase { kStopped, kRunning, kForkedChild };
 
+struct Settings;  // settings.hpp
+
 class Runtime {
  public:
   static Runtime& get() {
@@ -146,6 +148,14 @@ class Runtime {
   std::size_t drain_all(std::vector<Event>& batch);
   void deliver(std::vector<Event>& batch);
   void anchor_position();  // the position file's tick -> wall anchor (init, then every second)
+  // init()'s steps, in order (runtime.cpp).
+  absl::StatusOr<std::vector<std::shared_ptr<Sink>>> assemble_sinks(const Config& cfg, const Settings& set,
+                                                                   std::shared_ptr<RunLogSink>& run_log);
+  void adopt_settings(const Config& cfg, const Settings& set);
+  void register_derived_metrics();
+  void start_sinks(std::uint64_t wall0, std::uint64_t mono0, std::string environment);
+  void open_run_files();
+  absl::Status start_background(const Settings& set);
   void write_pending();  // the end of a drain: sinks that hold lines back write them
   void mark_written();   // every ring's decoded records are in the run log (background.cpp)
   void count_export_errors();

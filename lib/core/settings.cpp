@@ -89,21 +89,12 @@ absl::StatusOr<RunDirPolicy> run_dir_policy() {
   return p;
 }
 
-}  // namespace
-
-absl::StatusOr<Settings> resolve_settings(const Config& cfg) {
-  auto ctx = resolve_context(cfg.context);
-  if (!ctx.ok()) return ctx.status();
-  Settings out;
-  out.context = *ctx;
-
-  auto env_enabled = parse_bool_env(Env::kEnabled);
-  if (!env_enabled.ok()) return env_enabled.status();
-  const bool enabled = cfg.enabled.value_or(*env_enabled);
-
+// How this process records: rings, drains, yields, the flight recorder, signals.
+absl::Status resolve_recording(const Config& cfg, Settings& out) {
   auto cap = sized_setting(cfg.ring_capacity, Env::kRingSize, "Config::ring_capacity", "ring capacity",
                            kDefaultRingCapacity, 64, 1u << 24);
   if (!cap.ok()) return cap.status();
+  out.ring_capacity = *cap;
   std::chrono::milliseconds drain = kDefaultDrainInterval;
   if (cfg.drain_interval) {
     drain = *cfg.drain_interval;
@@ -119,6 +110,7 @@ absl::StatusOr<Settings> resolve_settings(const Config& cfg) {
                                                    " ms must be in 1..1000 (RANKSCOPE_DRAIN_INTERVAL_MS or "
                                                    "Config::drain_interval)"));
   }
+  out.drain_interval = drain;
   std::uint32_t yield_every = kDefaultYieldEvery;
   if (cfg.yield_every) {
     yield_every = *cfg.yield_every;
@@ -133,29 +125,40 @@ absl::StatusOr<Settings> resolve_settings(const Config& cfg) {
                                                    " records must be at most 16777216, or 0 for never "
                                                    "(RANKSCOPE_YIELD_EVERY or Config::yield_every)"));
   }
+  out.yield_every = yield_every;
   auto flight = sized_setting(cfg.flight_recorder_entries, Env::kFlightEntries,
                               "Config::flight_recorder_entries", "flight recorder size", 2048, 16, 1u << 20);
   if (!flight.ok()) return flight.status();
-  bool dump_on_shutdown = false;
+  out.flight_entries = *flight;
+  out.dump_on_shutdown = false;
   if (cfg.dump_on_shutdown) {
-    dump_on_shutdown = *cfg.dump_on_shutdown;
+    out.dump_on_shutdown = *cfg.dump_on_shutdown;
   } else if (env_raw(Env::kDumpOnShutdown) != nullptr) {
     auto v = parse_bool_env(Env::kDumpOnShutdown);
     if (!v.ok()) return v.status();
-    dump_on_shutdown = *v;
+    out.dump_on_shutdown = *v;
   }
-  bool signals = cfg.install_signal_handlers;
+  out.signals = cfg.install_signal_handlers;
   if (env_raw(Env::kSignals) != nullptr) {
     auto v = parse_bool_env(Env::kSignals);
     if (!v.ok()) return v.status();
-    signals = signals && *v;
+    out.signals = out.signals && *v;
   }
-  {
-    const char* v = env_raw(Env::kLogLevel);
-    if (auto st = apply_log_levels(v != nullptr && *v != '\0' ? v : "info"); !st.ok()) return st;
-  }
+  return absl::OkStatus();
+}
+
+// RANKSCOPE_LOG_LEVEL (applied now: levels are global) and who prints to the console.
+absl::Status resolve_console(Settings& out) {
+  const char* level = env_raw(Env::kLogLevel);
+  if (auto st = apply_log_levels(level != nullptr && *level != '\0' ? level : "info"); !st.ok()) return st;
   auto console = console_policy_from_env();
   if (!console.ok()) return console.status();
+  out.console = *console;
+  return absl::OkStatus();
+}
+
+// Stall detection, heartbeats and slow steps.
+absl::Status resolve_watchdog(const Config& cfg, Settings& out) {
   // RANKSCOPE_STALL_TIMEOUT: "auto" (or unset) learns it; seconds fix it.
   double stall_fixed_s = 0;
   if (const char* v = env_raw(Env::kStallTimeout); v != nullptr && *v != '\0' && std::string_view(v) != "auto") {
@@ -200,15 +203,21 @@ absl::StatusOr<Settings> resolve_settings(const Config& cfg) {
         static_cast<double>(wd.interval_ns) / 1e6, " ms is below the 10 ms a heartbeat file can be rewritten at; use 1 s "
         "(the default) or at least 0.01"));
   }
+  out.watchdog = wd;
+  return absl::OkStatus();
+}
+
+// How often metrics and resources are snapshotted.
+absl::Status resolve_snapshots(const Config& cfg, Settings& out) {
   if (cfg.metrics_interval.count() <= 0) {
     return absl::InvalidArgumentError("Config::metrics_interval must be positive");
   }
   // The environment sets it when the code left the default.
   auto metrics_s = env_seconds(Env::kMetricsInterval, static_cast<double>(cfg.metrics_interval.count()) / 1e3);
   if (!metrics_s.ok()) return metrics_s.status();
-  const auto metrics_interval = cfg.metrics_interval != Config{}.metrics_interval
-                                    ? cfg.metrics_interval
-                                    : std::chrono::milliseconds(std::max<std::int64_t>(1, std::llround(*metrics_s * 1e3)));
+  out.metrics_interval = cfg.metrics_interval != Config{}.metrics_interval
+                             ? cfg.metrics_interval
+                             : std::chrono::milliseconds(std::max<std::int64_t>(1, std::llround(*metrics_s * 1e3)));
 
   // Resource snapshots: the environment sets the interval when the code left the default.
   const char* res_env = env_raw(Env::kResourceInterval);
@@ -223,28 +232,43 @@ absl::StatusOr<Settings> resolve_settings(const Config& cfg) {
                               ? cfg.resource_interval
                               : std::chrono::milliseconds(std::llround(*resource_s * 1e3));
   out.resource_deadline = std::chrono::milliseconds(std::max<std::int64_t>(1, std::llround(*resource_deadline_s * 1e3)));
+  return absl::OkStatus();
+}
 
-  for (const auto& s : cfg.sinks) {
-    if (!s) return absl::InvalidArgumentError("Config::sinks contains a null sink");
-  }
+// The run directory, made and checked last: nothing is created for a run whose
+// settings are refused.
+absl::Status resolve_run_dir(const Config& cfg, Settings& out) {
   if (cfg.write_run_log) {
     if (cfg.run_dir) out.run_dir = *cfg.run_dir;
     else if (const char* d = env_raw(Env::kDir); d && *d) out.run_dir = d;
-    else out.run_dir = absl::StrCat("rankscope-runs/", ctx->run_id);
+    else out.run_dir = absl::StrCat("rankscope-runs/", out.context.run_id);
     auto policy = run_dir_policy();
     if (!policy.ok()) return policy.status();
     if (auto st = prepare_run_dir(out.run_dir, *policy); !st.ok()) return st;
   }
-  out.enabled = enabled;
-  out.ring_capacity = *cap;
-  out.drain_interval = drain;
-  out.yield_every = yield_every;
-  out.flight_entries = *flight;
-  out.dump_on_shutdown = dump_on_shutdown;
-  out.signals = signals;
-  out.console = *console;
-  out.watchdog = wd;
-  out.metrics_interval = metrics_interval;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<Settings> resolve_settings(const Config& cfg) {
+  auto ctx = resolve_context(cfg.context);
+  if (!ctx.ok()) return ctx.status();
+  Settings out;
+  out.context = *ctx;
+  auto env_enabled = parse_bool_env(Env::kEnabled);
+  if (!env_enabled.ok()) return env_enabled.status();
+  out.enabled = cfg.enabled.value_or(*env_enabled);
+  absl::Status st = resolve_recording(cfg, out);
+  if (st.ok()) st = resolve_console(out);
+  if (st.ok()) st = resolve_watchdog(cfg, out);
+  if (st.ok()) st = resolve_snapshots(cfg, out);
+  if (!st.ok()) return st;
+  for (const auto& s : cfg.sinks) {
+    if (!s) return absl::InvalidArgumentError("Config::sinks contains a null sink");
+  }
+  st = resolve_run_dir(cfg, out);
+  if (!st.ok()) return st;
   return out;
 }
 
