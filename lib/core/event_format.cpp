@@ -205,40 +205,110 @@ const std::string& EventFormatter::quoted_slow(const Site* s) {
   return it->second;
 }
 
+void EventFormatter::format_phase(const Event& e, fmt::memory_buffer& out) {
+  const std::string& name = quoted(e.site);
+  const std::string* parent = e.parent != nullptr ? &quoted(e.parent) : nullptr;
+  RawLine o(out, kBeginMost + 96 + name.size() + (parent ? parent->size() : 0));
+  begin_raw<Kind::kPhase>(o, repeats_, e.wall_ns, e.mono_ns, rank_, e.step, e.tid);
+  o << next_key<Field::kName>() << name << next_key<Field::kPhaseKind>() << '"' << phase_kind_name(e.site->kind) << '"'
+    << next_key<Field::kDur>();
+  o.num(e.dur_ns) << next_key<Field::kDepth>();
+  o.num(static_cast<int>(e.depth));
+  if (parent != nullptr) o << next_key<Field::kParent>() << *parent;
+}
+
+void EventFormatter::format_step_end(const Event& e, fmt::memory_buffer& out) {
+  const StepScalars& sc = e.scalars;
+  RawLine o(out, kBeginMost + 48 + 3 * (16 + kJsonNumberMost) + 3 * (16 + 20) + 16);
+  begin_raw<Kind::kStepEnd>(o, repeats_, e.wall_ns, e.mono_ns, rank_, e.step, e.tid);
+  if (e.dur_ns) (o << next_key<Field::kDur>()).num(e.dur_ns);
+  if (sc.loss) (o << next_key<Field::kLoss>()).number(repeats_.loss, *sc.loss);
+  if (sc.lr) (o << next_key<Field::kLr>()).number(repeats_.lr, *sc.lr);
+  if (sc.grad_norm) (o << next_key<Field::kGradNorm>()).number(repeats_.grad_norm, *sc.grad_norm);
+  if (sc.samples) (o << next_key<Field::kSamples>()).num(*sc.samples);
+  if (sc.tokens) (o << next_key<Field::kTokens>()).num(*sc.tokens);
+  if (sc.skipped) o << next_key<Field::kSkipped>() << "true";
+  if (e.begins_next) (o << next_key<Field::kNextStep>()).num(e.step + 1);  // in place of a step_begin line
+}
+
+void EventFormatter::format_collective(const Event& e, fmt::memory_buffer& out) {
+  const int n = e.comm != nullptr ? e.comm->size() : 1;
+  const std::string_view op = collective_op_name(e.op), dtype = dtype_name(e.dtype);
+  const std::string_view comm = e.comm != nullptr ? std::string_view(e.comm->name()) : std::string_view();
+  const std::string* phase = e.parent != nullptr ? &quoted(e.parent) : nullptr;
+  const std::string* wait = e.wait_phase != nullptr ? &quoted(e.wait_phase) : nullptr;
+  {
+    RawLine o(out, kBeginMost + 640 + op.size() + dtype.size() + json_escaped_most(comm) +
+                       (phase != nullptr ? phase->size() : 0) + (wait != nullptr ? 48 + wait->size() : 0));
+    begin_raw<Kind::kCollective>(o, repeats_, e.wall_ns, e.mono_ns, rank_, e.step, e.tid);
+    o << next_key<Field::kOp>() << '"' << op << '"' << next_key<Field::kComm>();
+    o.escaped(comm);
+    (o << next_key<Field::kCommId>()).num(e.comm != nullptr ? e.comm->id() : 0);
+    (o << next_key<Field::kSeq>()).num(e.seq);
+    (o << next_key<Field::kCount>()).num(e.count);
+    o << next_key<Field::kDtype>() << '"' << dtype << '"';
+    (o << next_key<Field::kBytes>()).num(collective_bytes(e.op, e.count, e.dtype, n));
+    (o << next_key<Field::kPeer>()).num(e.peer);
+    (o << next_key<Field::kGroupSize>()).num(n);
+    (o << next_key<Field::kDur>()).num(e.dur_ns);
+    o << next_key<Field::kResult>() << '"' << result_name(e.result) << '"' << next_key<Field::kFingerprint>() << '"';
+    o.hex16(collective_fingerprint(e.op, e.count, e.dtype, e.peer)) << '"';
+    const Bandwidth bw = collective_bandwidth(e.op, e.count, e.dtype, n, static_cast<double>(e.dur_ns) * 1e-9);
+    (o << next_key<Field::kAlgbwGbps>()).rate(bw.algbw_gbps);
+    (o << next_key<Field::kBusbwGbps>()).rate(bw.busbw_gbps);
+    if (phase != nullptr) o << next_key<Field::kPhase>() << *phase;
+    if (e.device_timed) (o << next_key<Field::kTiming>() << "\"device\"" << next_key<Field::kEnqueueNs>()).num(e.enqueue_ns);
+    if (e.in_group) o << next_key<Field::kInGroup>() << "true";
+    if (wait != nullptr) (o << next_key<Field::kWait>()).num(e.wait_ns) << next_key<Field::kWaitPhase>() << *wait;
+  }
+  if (e.error != nullptr) {  // rare, any length: through the buffer
+    out.append(next_key<Field::kError>());
+    json_escape_to(out, e.error);
+  }
+}
+
+void EventFormatter::format_log(const Event& e, fmt::memory_buffer& out) {
+  auto it = fmt::appender(out);
+  begin(out, kind_name(Kind::kLog), e.wall_ns, e.mono_ns, e.step, e.tid);
+  level_and_message(e, out);
+  if (e.logger != nullptr) {
+    out.append(next_key<Field::kLogger>());
+    json_escape_to(out, e.logger);
+  }
+  if (!e.attributes.empty()) {
+    out.append(next_key<Field::kFields>());
+    out.push_back('{');
+    attributes_json_to(e.attributes, out);
+    out.push_back('}');
+  }
+  if (const SourceLocation* site = e.source) {
+    if (note_names_ && site != last_noted_source_) {
+      ring_file_note_source(site);
+      last_noted_source_ = site;
+    }
+    out.append(next_key<Field::kFile>());
+    json_escape_to(out, site->file);
+    out.append(next_key<Field::kLine>());
+    fmt::format_to(it, FMT_COMPILE("{}"), site->line);
+    out.append(next_key<Field::kFunction>());
+    json_escape_to(out, site->function);
+  }
+}
+
 void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
   auto it = fmt::appender(out);
   switch (e.kind) {
-    case EventKind::kPhase: {  // the most frequent line by far
-      const std::string& name = quoted(e.site);
-      const std::string* parent = e.parent != nullptr ? &quoted(e.parent) : nullptr;
-      RawLine o(out, kBeginMost + 96 + name.size() + (parent ? parent->size() : 0));
-      begin_raw<Kind::kPhase>(o, repeats_, e.wall_ns, e.mono_ns, rank_, e.step, e.tid);
-      o << next_key<Field::kName>() << name << next_key<Field::kPhaseKind>() << '"' << phase_kind_name(e.site->kind) << '"'
-        << next_key<Field::kDur>();
-      o.num(e.dur_ns) << next_key<Field::kDepth>();
-      o.num(static_cast<int>(e.depth));
-      if (parent != nullptr) o << next_key<Field::kParent>() << *parent;
+    case EventKind::kPhase:  // the most frequent line by far
+      format_phase(e, out);
       break;
-    }
     case EventKind::kStepBegin: {
       RawLine o(out, kBeginMost);
       begin_raw<Kind::kStepBegin>(o, repeats_, e.wall_ns, e.mono_ns, rank_, e.step, e.tid);
       break;
     }
-    case EventKind::kStepEnd: {
-      const StepScalars& sc = e.scalars;
-      RawLine o(out, kBeginMost + 48 + 3 * (16 + kJsonNumberMost) + 3 * (16 + 20) + 16);
-      begin_raw<Kind::kStepEnd>(o, repeats_, e.wall_ns, e.mono_ns, rank_, e.step, e.tid);
-      if (e.dur_ns) (o << next_key<Field::kDur>()).num(e.dur_ns);
-      if (sc.loss) (o << next_key<Field::kLoss>()).number(repeats_.loss, *sc.loss);
-      if (sc.lr) (o << next_key<Field::kLr>()).number(repeats_.lr, *sc.lr);
-      if (sc.grad_norm) (o << next_key<Field::kGradNorm>()).number(repeats_.grad_norm, *sc.grad_norm);
-      if (sc.samples) (o << next_key<Field::kSamples>()).num(*sc.samples);
-      if (sc.tokens) (o << next_key<Field::kTokens>()).num(*sc.tokens);
-      if (sc.skipped) o << next_key<Field::kSkipped>() << "true";
-      if (e.begins_next) (o << next_key<Field::kNextStep>()).num(e.step + 1);  // in place of a step_begin line
+    case EventKind::kStepEnd:
+      format_step_end(e, out);
       break;
-    }
     case EventKind::kStepScalars: {  // rare next to step_end: not through the repeats (they hold step_end's last values)
       const StepScalars& sc = e.scalars;
       begin(out, kind_name(Kind::kStepScalars), e.wall_ns, e.mono_ns, e.step, e.tid);
@@ -254,42 +324,9 @@ void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
       out.append(next_key<Field::kValue>());
       json_number_to(out, e.value);
       break;
-    case EventKind::kCollective: {  // once per collective: the whole line through one RawLine, like phases
-      const int n = e.comm != nullptr ? e.comm->size() : 1;
-      const std::string_view op = collective_op_name(e.op), dtype = dtype_name(e.dtype);
-      const std::string_view comm = e.comm != nullptr ? std::string_view(e.comm->name()) : std::string_view();
-      const std::string* phase = e.parent != nullptr ? &quoted(e.parent) : nullptr;
-      const std::string* wait = e.wait_phase != nullptr ? &quoted(e.wait_phase) : nullptr;
-      {
-        RawLine o(out, kBeginMost + 640 + op.size() + dtype.size() + json_escaped_most(comm) +
-                           (phase != nullptr ? phase->size() : 0) + (wait != nullptr ? 48 + wait->size() : 0));
-        begin_raw<Kind::kCollective>(o, repeats_, e.wall_ns, e.mono_ns, rank_, e.step, e.tid);
-        o << next_key<Field::kOp>() << '"' << op << '"' << next_key<Field::kComm>();
-        o.escaped(comm);
-        (o << next_key<Field::kCommId>()).num(e.comm != nullptr ? e.comm->id() : 0);
-        (o << next_key<Field::kSeq>()).num(e.seq);
-        (o << next_key<Field::kCount>()).num(e.count);
-        o << next_key<Field::kDtype>() << '"' << dtype << '"';
-        (o << next_key<Field::kBytes>()).num(collective_bytes(e.op, e.count, e.dtype, n));
-        (o << next_key<Field::kPeer>()).num(e.peer);
-        (o << next_key<Field::kGroupSize>()).num(n);
-        (o << next_key<Field::kDur>()).num(e.dur_ns);
-        o << next_key<Field::kResult>() << '"' << result_name(e.result) << '"' << next_key<Field::kFingerprint>() << '"';
-        o.hex16(collective_fingerprint(e.op, e.count, e.dtype, e.peer)) << '"';
-        const Bandwidth bw = collective_bandwidth(e.op, e.count, e.dtype, n, static_cast<double>(e.dur_ns) * 1e-9);
-        (o << next_key<Field::kAlgbwGbps>()).rate(bw.algbw_gbps);
-        (o << next_key<Field::kBusbwGbps>()).rate(bw.busbw_gbps);
-        if (phase != nullptr) o << next_key<Field::kPhase>() << *phase;
-        if (e.device_timed) (o << next_key<Field::kTiming>() << "\"device\"" << next_key<Field::kEnqueueNs>()).num(e.enqueue_ns);
-        if (e.in_group) o << next_key<Field::kInGroup>() << "true";
-        if (wait != nullptr) (o << next_key<Field::kWait>()).num(e.wait_ns) << next_key<Field::kWaitPhase>() << *wait;
-      }
-      if (e.error != nullptr) {  // rare, any length: through the buffer
-        out.append(next_key<Field::kError>());
-        json_escape_to(out, e.error);
-      }
+    case EventKind::kCollective:  // once per collective: the whole line through one RawLine, like phases
+      format_collective(e, out);
       break;
-    }
     case EventKind::kProgress:
       begin(out, kind_name(Kind::kProgress), e.wall_ns, e.mono_ns, e.step, e.tid);
       break;
@@ -308,33 +345,9 @@ void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
       }
       attribute_members(e.attributes, out);
       break;
-    case EventKind::kLog: {
-      begin(out, kind_name(Kind::kLog), e.wall_ns, e.mono_ns, e.step, e.tid);
-      level_and_message(e, out);
-      if (e.logger != nullptr) {
-        out.append(next_key<Field::kLogger>());
-        json_escape_to(out, e.logger);
-      }
-      if (!e.attributes.empty()) {
-        out.append(next_key<Field::kFields>());
-        out.push_back('{');
-        attributes_json_to(e.attributes, out);
-        out.push_back('}');
-      }
-      if (const SourceLocation* site = e.source) {
-        if (note_names_ && site != last_noted_source_) {
-          ring_file_note_source(site);
-          last_noted_source_ = site;
-        }
-        out.append(next_key<Field::kFile>());
-        json_escape_to(out, site->file);
-        out.append(next_key<Field::kLine>());
-        fmt::format_to(it, FMT_COMPILE("{}"), site->line);
-        out.append(next_key<Field::kFunction>());
-        json_escape_to(out, site->function);
-      }
+    case EventKind::kLog:
+      format_log(e, out);
       break;
-    }
     case EventKind::kFact:
       begin(out, kind_name(Kind::kFact), e.wall_ns, e.mono_ns, e.step, e.tid);
       out.append(next_key<Field::kName>());

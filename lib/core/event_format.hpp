@@ -61,6 +61,11 @@ class EventFormatter {
   void note_names_in_ring_file() { note_names_ = true; }
 
  private:
+  // format()'s longer kinds.
+  void format_phase(const Event& e, fmt::memory_buffer& out);
+  void format_step_end(const Event& e, fmt::memory_buffer& out);
+  void format_collective(const Event& e, fmt::memory_buffer& out);
+  void format_log(const Event& e, fmt::memory_buffer& out);
   const std::string& quoted_slow(const Site* s);
 
   int rank_;
