@@ -212,118 +212,129 @@ class OtlpSink final : public Sink {
 
   void add(const Event& e) {
     switch (e.kind) {
-      case EventKind::kStepEnd: {
-        if (o_.traces_url.empty()) return;
-        o::Span s;
-        s.trace_id = trace_id(e.step);
-        s.span_id = step_span(e.step);
-        s.name = fmt::format("step {}", e.step);
-        s.end_ns = e.wall_ns;
-        s.start_ns = e.wall_ns - std::min(e.dur_ns, e.wall_ns);
-        s.attrs = {Attr::integer("rankscope.step", e.step), Attr::integer("rankscope.rank", rank_)};
-        if (e.scalars.loss) s.attrs.push_back(Attr::real("rankscope.loss", *e.scalars.loss));
-        if (e.scalars.samples) s.attrs.push_back(Attr::integer("rankscope.samples", *e.scalars.samples));
-        spans_.push_back(std::move(s));
+      case EventKind::kStepEnd:
+        if (!o_.traces_url.empty()) add_step_span(e);
         break;
-      }
       case EventKind::kPhase:
-      case EventKind::kCollective: {
-        if (o_.traces_url.empty()) return;
-        o::Span s;
-        s.trace_id = trace_id(e.step);
-        if (e.step >= 0) s.parent_id = step_span(e.step);
-        s.span_id = span_id(fmt::format("{}/{}/{}/{}/{}", run_id_, rank_, e.tid, e.mono_ns, static_cast<int>(e.kind)));
-        s.start_ns = e.wall_ns;
-        s.end_ns = e.wall_ns + e.dur_ns;
-        s.attrs = {Attr::integer("rankscope.step", e.step)};
-        if (e.kind == EventKind::kPhase) {
-          s.name = e.site != nullptr && e.site->name != nullptr ? e.site->name : "phase";
-          s.attrs.push_back(Attr::str("rankscope.phase_kind", std::string(phase_kind_name(e.site->kind))));
-          if (e.parent != nullptr) s.attrs.push_back(Attr::str("rankscope.parent_phase", e.parent->name));
-        } else {
-          const int n = e.comm != nullptr ? e.comm->size() : 1;
-          s.name = std::string(collective_op_name(e.op));
-          s.attrs.push_back(Attr::str("rankscope.collective.op", s.name));
-          s.attrs.push_back(Attr::str("rankscope.collective.comm", e.comm != nullptr ? e.comm->name() : ""));
-          s.attrs.push_back(Attr::integer("rankscope.collective.seq", static_cast<std::int64_t>(e.seq)));
-          s.attrs.push_back(Attr::integer("rankscope.collective.count", static_cast<std::int64_t>(e.count)));
-          s.attrs.push_back(Attr::str("rankscope.collective.dtype", std::string(dtype_name(e.dtype))));
-          s.attrs.push_back(Attr::integer("rankscope.collective.bytes",
-                                          static_cast<std::int64_t>(collective_bytes(e.op, e.count, e.dtype, n))));
-          s.attrs.push_back(Attr::real("rankscope.collective.busbw_gbps",
-                                       collective_bandwidth(e.op, e.count, e.dtype, n,
-                                                            static_cast<double>(e.dur_ns) * 1e-9)
-                                           .busbw_gbps));
-          if (e.result != CollectiveResult::kOk) {
-            s.error = true;
-            s.status_message = e.error != nullptr ? e.error : "collective failed";
-          }
-        }
-        if (e.kind == EventKind::kCollective && e.wait_phase != nullptr) wait_span(e, s.parent_id);
-        spans_.push_back(std::move(s));
+      case EventKind::kCollective:
+        if (!o_.traces_url.empty()) add_span(e);
         break;
-      }
       case EventKind::kLog:
       case EventKind::kViolation:
       case EventKind::kNumerics:
-      case EventKind::kExit: {
-        if (o_.logs_url.empty()) return;
-        static constexpr int kSeverity[] = {5, 9, 13, 17, 21};
-        static constexpr const char* kText[] = {"DEBUG", "INFO", "WARN", "ERROR", "FATAL"};
-        const int lv = std::min<int>(static_cast<int>(e.level), 4);
-        o::LogRecord l;
-        l.time_ns = e.wall_ns;
-        l.observed_ns = e.wall_ns;
-        l.severity = kSeverity[lv];
-        l.severity_text = kText[lv];
-        l.body = e.text;
-        if (e.kind == EventKind::kLog) {
-          append_attrs(e.attributes, "", l.attrs);
-          if (const SourceLocation* site = e.source) {
-            l.attrs.push_back(Attr::str("code.filepath", site->file));
-            l.attrs.push_back(Attr::integer("code.lineno", site->line));
-            l.attrs.push_back(Attr::str("code.function", site->function));
-          }
-          if (e.logger != nullptr) l.attrs.push_back(Attr::str("rankscope.logger", e.logger));
-        } else {
-          l.attrs = {Attr::str("event.name", e.kind == EventKind::kExit       ? "rankscope.exit"
-                                             : e.kind == EventKind::kNumerics ? "rankscope.numerics"
-                                                                              : "rankscope.violation")};
-          // check, what, ranks, values; cause, exception; what, signal, value, median, score
-          append_attrs(e.attributes, "rankscope.", l.attrs);
-        }
-        l.attrs.push_back(Attr::integer("rankscope.step", e.step));
-        logs_.push_back(std::move(l));
+      case EventKind::kExit:
+        if (!o_.logs_url.empty()) add_log_record(e);
         break;
-      }
       case EventKind::kStall:
       case EventKind::kStallEnd:
       case EventKind::kSlowStep:
-      case EventKind::kCommError: {
-        // The watchdog's and communicators' verdicts, as log records people can alert on.
-        if (o_.logs_url.empty()) return;
-        o::LogRecord l;
-        l.time_ns = l.observed_ns = e.wall_ns;
-        const bool bad = e.kind == EventKind::kStall || e.kind == EventKind::kCommError;
-        l.severity = bad ? 17 : 13;
-        l.severity_text = bad ? "ERROR" : "WARN";
-        const char* what = e.kind == EventKind::kStall      ? "rankscope.stall"
-                           : e.kind == EventKind::kStallEnd ? "rankscope.stall_end"
-                           : e.kind == EventKind::kSlowStep ? "rankscope.slow_step"
-                                                            : "rankscope.comm_error";
-        const std::string_view detail = !e.text.empty() ? std::string_view(e.text)  // a stall: where the rank is
-                                        : e.error != nullptr ? std::string_view(e.error)
-                                                             : std::string_view();
-        l.body = fmt::format("{}: {} ms{}{}", what, e.dur_ns / 1000000, detail.empty() ? "" : ": ", detail);
-        l.attrs = {Attr::str("event.name", what), Attr::integer("rankscope.step", e.step),
-                   Attr::integer("rankscope.duration_ns", static_cast<std::int64_t>(e.dur_ns))};
-        append_attrs(e.attributes, "rankscope.", l.attrs);  // the watchdog's measurements
-        logs_.push_back(std::move(l));
+      case EventKind::kCommError:
+        if (!o_.logs_url.empty()) add_verdict(e);
         break;
-      }
       default:
         break;
     }
+  }
+
+  // A step: the root span of its trace.
+  void add_step_span(const Event& e) {
+    o::Span s;
+    s.trace_id = trace_id(e.step);
+    s.span_id = step_span(e.step);
+    s.name = fmt::format("step {}", e.step);
+    s.end_ns = e.wall_ns;
+    s.start_ns = e.wall_ns - std::min(e.dur_ns, e.wall_ns);
+    s.attrs = {Attr::integer("rankscope.step", e.step), Attr::integer("rankscope.rank", rank_)};
+    if (e.scalars.loss) s.attrs.push_back(Attr::real("rankscope.loss", *e.scalars.loss));
+    if (e.scalars.samples) s.attrs.push_back(Attr::integer("rankscope.samples", *e.scalars.samples));
+    spans_.push_back(std::move(s));
+  }
+
+  // A phase or a collective: a child of its step's span.
+  void add_span(const Event& e) {
+    o::Span s;
+    s.trace_id = trace_id(e.step);
+    if (e.step >= 0) s.parent_id = step_span(e.step);
+    s.span_id = span_id(fmt::format("{}/{}/{}/{}/{}", run_id_, rank_, e.tid, e.mono_ns, static_cast<int>(e.kind)));
+    s.start_ns = e.wall_ns;
+    s.end_ns = e.wall_ns + e.dur_ns;
+    s.attrs = {Attr::integer("rankscope.step", e.step)};
+    if (e.kind == EventKind::kPhase) {
+      s.name = e.site != nullptr && e.site->name != nullptr ? e.site->name : "phase";
+      s.attrs.push_back(Attr::str("rankscope.phase_kind", std::string(phase_kind_name(e.site->kind))));
+      if (e.parent != nullptr) s.attrs.push_back(Attr::str("rankscope.parent_phase", e.parent->name));
+    } else {
+      const int n = e.comm != nullptr ? e.comm->size() : 1;
+      s.name = std::string(collective_op_name(e.op));
+      s.attrs.push_back(Attr::str("rankscope.collective.op", s.name));
+      s.attrs.push_back(Attr::str("rankscope.collective.comm", e.comm != nullptr ? e.comm->name() : ""));
+      s.attrs.push_back(Attr::integer("rankscope.collective.seq", static_cast<std::int64_t>(e.seq)));
+      s.attrs.push_back(Attr::integer("rankscope.collective.count", static_cast<std::int64_t>(e.count)));
+      s.attrs.push_back(Attr::str("rankscope.collective.dtype", std::string(dtype_name(e.dtype))));
+      s.attrs.push_back(Attr::integer("rankscope.collective.bytes",
+                                      static_cast<std::int64_t>(collective_bytes(e.op, e.count, e.dtype, n))));
+      s.attrs.push_back(Attr::real("rankscope.collective.busbw_gbps",
+                                   collective_bandwidth(e.op, e.count, e.dtype, n,
+                                                        static_cast<double>(e.dur_ns) * 1e-9)
+                                       .busbw_gbps));
+      if (e.result != CollectiveResult::kOk) {
+        s.error = true;
+        s.status_message = e.error != nullptr ? e.error : "collective failed";
+      }
+    }
+    if (e.kind == EventKind::kCollective && e.wait_phase != nullptr) wait_span(e, s.parent_id);
+    spans_.push_back(std::move(s));
+  }
+
+  // A log line, a violation, a numerics finding or an exit, as an OTLP log record.
+  void add_log_record(const Event& e) {
+    static constexpr int kSeverity[] = {5, 9, 13, 17, 21};
+    static constexpr const char* kText[] = {"DEBUG", "INFO", "WARN", "ERROR", "FATAL"};
+    const int lv = std::min<int>(static_cast<int>(e.level), 4);
+    o::LogRecord l;
+    l.time_ns = e.wall_ns;
+    l.observed_ns = e.wall_ns;
+    l.severity = kSeverity[lv];
+    l.severity_text = kText[lv];
+    l.body = e.text;
+    if (e.kind == EventKind::kLog) {
+      append_attrs(e.attributes, "", l.attrs);
+      if (const SourceLocation* site = e.source) {
+        l.attrs.push_back(Attr::str("code.filepath", site->file));
+        l.attrs.push_back(Attr::integer("code.lineno", site->line));
+        l.attrs.push_back(Attr::str("code.function", site->function));
+      }
+      if (e.logger != nullptr) l.attrs.push_back(Attr::str("rankscope.logger", e.logger));
+    } else {
+      l.attrs = {Attr::str("event.name", e.kind == EventKind::kExit       ? "rankscope.exit"
+                                         : e.kind == EventKind::kNumerics ? "rankscope.numerics"
+                                                                          : "rankscope.violation")};
+      // check, what, ranks, values; cause, exception; what, signal, value, median, score
+      append_attrs(e.attributes, "rankscope.", l.attrs);
+    }
+    l.attrs.push_back(Attr::integer("rankscope.step", e.step));
+    logs_.push_back(std::move(l));
+  }
+
+  // The watchdog's and communicators' verdicts, as log records people can alert on.
+  void add_verdict(const Event& e) {
+    o::LogRecord l;
+    l.time_ns = l.observed_ns = e.wall_ns;
+    const bool bad = e.kind == EventKind::kStall || e.kind == EventKind::kCommError;
+    l.severity = bad ? 17 : 13;
+    l.severity_text = bad ? "ERROR" : "WARN";
+    const char* what = e.kind == EventKind::kStall      ? "rankscope.stall"
+                       : e.kind == EventKind::kStallEnd ? "rankscope.stall_end"
+                       : e.kind == EventKind::kSlowStep ? "rankscope.slow_step"
+                                                        : "rankscope.comm_error";
+    const std::string_view detail = !e.text.empty() ? std::string_view(e.text)  // a stall: where the rank is
+                                    : e.error != nullptr ? std::string_view(e.error)
+                                                         : std::string_view();
+    l.body = fmt::format("{}: {} ms{}{}", what, e.dur_ns / 1000000, detail.empty() ? "" : ": ", detail);
+    l.attrs = {Attr::str("event.name", what), Attr::integer("rankscope.step", e.step),
+               Attr::integer("rankscope.duration_ns", static_cast<std::int64_t>(e.dur_ns))};
+    append_attrs(e.attributes, "rankscope.", l.attrs);  // the watchdog's measurements
+    logs_.push_back(std::move(l));
   }
 
   // The collector's state on the console when it changes: a dead endpoint otherwise shows only
