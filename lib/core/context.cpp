@@ -58,6 +58,50 @@ const char* launcher_name(Launcher l) noexcept {
   return "manual";
 }
 
+namespace {
+// The job id, the rendezvous address and the run id derived from them.
+absl::Status resolve_run_id(const ContextOverrides& ov, const Getenv& g, RunContext& ctx) {
+  // A Slurm job step is one run: two `srun`s of one allocation share the job id
+  // but not the step id. torchrun's "none" (no --rdzv-id) names no job at all:
+  // every job has it (the Python package agrees on an id through torchrun's store).
+  if (const char* v = env_or_null(g, "SLURM_JOB_ID")) {
+    ctx.job_id = v;
+    if (const char* step = env_or_null(g, "SLURM_STEP_ID")) absl::StrAppend(&ctx.job_id, ".", step);
+  } else if (const char* t = env_or_null(g, "TORCHELASTIC_RUN_ID"); t && std::string_view(t) != "none") {
+    ctx.job_id = t;
+  }
+  // Some launch scripts put credentials there ("user:pw@host"); the address, and the
+  // run id made from it, must not carry them into names, labels and files.
+  if (const char* m = env_or_null(g, "MASTER_ADDR")) ctx.master_addr = detail::strip_userinfo(m);
+
+  // The run id must be the same on every rank without any communication, so it
+  // comes only from what every rank shares: explicit config, RANKSCOPE_RUN_ID,
+  // the launcher's job id, or the rendezvous address (torchrun --standalone
+  // picks a free port per job).
+  if (ov.run_id) {
+    ctx.run_id = *ov.run_id;
+  } else if (const char* r = env_or_null(g, "RANKSCOPE_RUN_ID")) {
+    ctx.run_id = r;
+  } else if (!ctx.job_id.empty()) {
+    ctx.run_id = ctx.job_id;
+  } else if (ctx.world_size > 1 && !ctx.master_addr.empty()) {
+    const char* port = env_or_null(g, "MASTER_PORT");
+    ctx.run_id = absl::StrCat("run-", ctx.master_addr, "-", port ? port : "0");
+  } else {
+    ctx.run_id = absl::StrCat("run-", ctx.host, "-", ctx.pid);
+  }
+  for (char c : ctx.run_id) {
+    if (c == '/' || c == '\0' || c == '\n' || ctx.run_id == "." || ctx.run_id == "..") {
+      return absl::InvalidArgumentError(absl::StrCat("run id '", ctx.run_id,
+                                                     "' cannot be a directory name (no '/', not '.' or '..'); set "
+                                                     "RANKSCOPE_RUN_ID or Config::context.run_id"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<RunContext> resolve_context(const ContextOverrides& ov, const Getenv& getenv_in) {
   const Getenv g = getenv_in ? getenv_in : Getenv([](const char* n) { return std::getenv(n); });
   RunContext ctx;
@@ -126,42 +170,7 @@ absl::StatusOr<RunContext> resolve_context(const ContextOverrides& ov, const Get
   ctx.node_rank = node_rank.value_or(ctx.rank / ctx.local_world_size);
   ctx.restart_count = restarts.value_or(0);
 
-  // A Slurm job step is one run: two `srun`s of one allocation share the job id
-  // but not the step id. torchrun's "none" (no --rdzv-id) names no job at all:
-  // every job has it (the Python package agrees on an id through torchrun's store).
-  if (const char* v = env_or_null(g, "SLURM_JOB_ID")) {
-    ctx.job_id = v;
-    if (const char* step = env_or_null(g, "SLURM_STEP_ID")) absl::StrAppend(&ctx.job_id, ".", step);
-  } else if (const char* t = env_or_null(g, "TORCHELASTIC_RUN_ID"); t && std::string_view(t) != "none") {
-    ctx.job_id = t;
-  }
-  // Some launch scripts put credentials there ("user:pw@host"); the address, and the
-  // run id made from it, must not carry them into names, labels and files.
-  if (const char* m = env_or_null(g, "MASTER_ADDR")) ctx.master_addr = detail::strip_userinfo(m);
-
-  // The run id must be the same on every rank without any communication, so it
-  // comes only from what every rank shares: explicit config, RANKSCOPE_RUN_ID,
-  // the launcher's job id, or the rendezvous address (torchrun --standalone
-  // picks a free port per job).
-  if (ov.run_id) {
-    ctx.run_id = *ov.run_id;
-  } else if (const char* r = env_or_null(g, "RANKSCOPE_RUN_ID")) {
-    ctx.run_id = r;
-  } else if (!ctx.job_id.empty()) {
-    ctx.run_id = ctx.job_id;
-  } else if (ctx.world_size > 1 && !ctx.master_addr.empty()) {
-    const char* port = env_or_null(g, "MASTER_PORT");
-    ctx.run_id = absl::StrCat("run-", ctx.master_addr, "-", port ? port : "0");
-  } else {
-    ctx.run_id = absl::StrCat("run-", ctx.host, "-", ctx.pid);
-  }
-  for (char c : ctx.run_id) {
-    if (c == '/' || c == '\0' || c == '\n' || ctx.run_id == "." || ctx.run_id == "..") {
-      return absl::InvalidArgumentError(absl::StrCat("run id '", ctx.run_id,
-                                                     "' cannot be a directory name (no '/', not '.' or '..'); set "
-                                                     "RANKSCOPE_RUN_ID or Config::context.run_id"));
-    }
-  }
+  if (auto id = resolve_run_id(ov, g, ctx); !id.ok()) return id;
   return ctx;
 }
 
