@@ -33,7 +33,10 @@ TEST_CASE("time arguments (--since / --until) accept epoch / ISO-8601 and offset
   CHECK(*reader::parse_time_arg("+15m", start) == start + 900'000'000'000ull);
   CHECK(*reader::parse_time_arg("+2h", start) == start + 7'200'000'000'000ull);
   CHECK(*reader::parse_time_arg("+500ms", start) == start + 500'000'000ull);
-  for (const char* bad : {"", "yesterday", "+5 parsecs", "2026-13-45Tnope", "-3", "+"}) {
+  CHECK(*reader::parse_time_arg("+1h30m", start) == start + 5'400'000'000'000ull);
+  CHECK(*reader::parse_time_arg("+90", start) == start + 90'000'000'000ull);  // a bare number is seconds
+  CHECK(*reader::parse_time_arg("2026-09-21T16:13:20+02:00", start) == 1'790'000'000'000'000'000ull);
+  for (const char* bad : {"", "yesterday", "+5 parsecs", "2026-13-45Tnope", "-3", "+", "+-5m", "1969-12-31T23:59:59Z"}) {
     INFO(bad);
     CHECK_FALSE(reader::parse_time_arg(bad, start).ok());
   }

@@ -1,8 +1,7 @@
 // `rankscope triage`'s report as text and as JSON (docs/triage-schema.md),
 // and the --since/--until time arguments. The verdicts are in triage.cpp.
-#include <time.h>
-
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <set>
 #include <vector>
@@ -11,7 +10,9 @@
 #include <fmt/format.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/time.h"
 #include "json_util.hpp"
 #include "triage.hpp"
 
@@ -102,41 +103,31 @@ absl::StatusOr<std::uint64_t> parse_time_arg(const std::string& v, std::uint64_t
   auto bad = [&] {
     return absl::InvalidArgumentError(
         absl::StrCat("bad time '", v, "': use ns or s since the epoch, 2026-11-22T05:30:00Z, or +DURATION after the "
-                                      "run's start (+90s, +15m, +2h, +500ms)"));
+                                      "run's start (+90s, +15m, +2h, +1h30m, +500ms)"));
   };
   if (v.empty()) return bad();
-  if (v[0] == '+') {
+  if (v[0] == '+') {  // abseil's durations ("90s", "1h30m"); a bare number is seconds
     if (run_start_ns == 0) return absl::FailedPreconditionError("relative time needs run.json's start_time_ns");
-    char* end = nullptr;
-    const double n = std::strtod(v.c_str() + 1, &end);
-    const std::string unit(end);
-    double scale = 0;
-    if (unit == "ms") scale = 1e6;
-    else if (unit == "s" || unit.empty()) scale = 1e9;
-    else if (unit == "m") scale = 60e9;
-    else if (unit == "h") scale = 3600e9;
-    if (scale == 0 || end == v.c_str() + 1 || !std::isfinite(n) || n < 0 || n * scale > 1e19) return bad();
-    return run_start_ns + static_cast<std::uint64_t>(n * scale);
-  }
-  if (v.find('T') != std::string::npos) {
-    tm t{};
-    const char* rest = strptime(v.c_str(), "%Y-%m-%dT%H:%M:%S", &t);
-    if (rest == nullptr) return bad();
-    std::uint64_t frac_ns = 0;
-    if (*rest == '.') {
-      char* end = nullptr;
-      const double frac = std::strtod(rest, &end);
-      if (!std::isfinite(frac) || frac < 0 || frac >= 1) return bad();
-      frac_ns = static_cast<std::uint64_t>(frac * 1e9);
-      rest = end;
+    std::string d = v.substr(1);
+    if (!d.empty() && d.find_first_not_of("0123456789.") == std::string::npos) d += "s";
+    absl::Duration after;
+    if (!absl::ParseDuration(d, &after) || after < absl::ZeroDuration() || after > absl::Hours(24 * 365 * 100)) {
+      return bad();
     }
-    if (*rest == 'Z') ++rest;
-    if (*rest != '\0') return bad();
-    return static_cast<std::uint64_t>(timegm(&t)) * 1000000000ull + frac_ns;
+    return run_start_ns + static_cast<std::uint64_t>(absl::ToInt64Nanoseconds(after));
   }
-  char* end = nullptr;
-  const double n = std::strtod(v.c_str(), &end);
-  if (end == v.c_str() || *end != '\0' || !std::isfinite(n) || n < 0 || n > 1.8e19) return bad();
+  if (v.find('T') != std::string::npos) {  // RFC 3339; without an offset, UTC
+    absl::Time t;
+    std::string err;
+    if (!absl::ParseTime(absl::RFC3339_full, v, &t, &err) &&
+        !absl::ParseTime("%Y-%m-%d%ET%H:%M:%E*S", v, absl::UTCTimeZone(), &t, &err)) {
+      return bad();
+    }
+    if (t < absl::UnixEpoch()) return bad();
+    return static_cast<std::uint64_t>(absl::ToUnixNanos(t));
+  }
+  double n = 0;
+  if (!absl::SimpleAtod(v, &n) || !std::isfinite(n) || n < 0 || n > 1.8e19) return bad();
   return n < 1e10 ? static_cast<std::uint64_t>(n * 1e9) : static_cast<std::uint64_t>(n);
 }
 
