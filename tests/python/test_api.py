@@ -238,16 +238,19 @@ def test_batch_accounting_by_default_never_ends_training(run_py, tmp_path):
     assert len(warned) == 1 and warned[0]["level"] == "warn"
 
 
+CLEAN_RUN = """
+    import os, rankscope
+    rankscope.init(rank=0, world_size=1, run_dir=os.environ["RUN_DIR"])
+    for n in range(3):
+        with rankscope.phase("forward"):
+            pass
+        rankscope.step(n, loss=1.0)
+    rankscope.shutdown()
+"""
+
+
 def test_cli_from_python(run_py, tmp_path):
-    run_py("""
-        import os, rankscope
-        rankscope.init(rank=0, world_size=1, run_dir=os.environ["RUN_DIR"])
-        for n in range(3):
-            with rankscope.phase("forward"):
-                pass
-            rankscope.step(n)
-        rankscope.shutdown()
-    """)
+    run_py(CLEAN_RUN)
     import subprocess, sys
     env = dict(os.environ)
     run = str(tmp_path / "run")
@@ -398,15 +401,7 @@ def test_the_python_functions_and_the_command_recover_a_killed_ranks_records(run
 def test_every_command_is_a_python_function_with_the_commands_exit_codes(run_py, tmp_path):
     import subprocess, sys
     import rankscope
-    run_py("""
-        import os, rankscope
-        rankscope.init(rank=0, world_size=1, run_dir=os.environ["RUN_DIR"])
-        for n in range(20):
-            with rankscope.phase("forward"):
-                pass
-            rankscope.step(n, loss=1.0)
-        rankscope.shutdown()
-    """)
+    run_py(CLEAN_RUN)
     run = str(tmp_path / "run")
     script = os.path.join(os.path.dirname(sys.executable), "rankscope")
     help_text = subprocess.run([script, "--help"], capture_output=True, text=True).stdout
