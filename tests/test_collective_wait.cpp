@@ -26,7 +26,7 @@ using rankscope::test::TempDir;
 using rankscope::test::slurp;
 
 namespace {
-Config rank_config(const std::string& dir, int rank) {
+Config two_rank_config(const std::string& dir, int rank) {
   Config cfg;
   cfg.run_dir = dir;
   cfg.context.rank = rank;
@@ -83,7 +83,7 @@ TEST_CASE("a collective's wait: one run-log line with the collective / read back
           "[collective][step][reader]") {
   TempDir tmp;
   for (int rank = 0; rank < 2; ++rank) {  // rank 0 folds the wait, rank 1 writes it as a phase line
-    Config cfg = rank_config(tmp.path, rank);
+    Config cfg = two_rank_config(tmp.path, rank);
     auto sink = std::make_shared<test::CaptureSink>();
     cfg.sinks.push_back(sink);
     REQUIRE(init(cfg).ok());
@@ -163,7 +163,7 @@ TEST_CASE("a collective's wait: one run-log line with the collective / read back
 
 TEST_CASE("a collective's wait in the flight recorder: on the collective's line, as in the run log", "[collective][flight]") {
   TempDir tmp;
-  REQUIRE(init(rank_config(tmp.path, 0)).ok());
+  REQUIRE(init(two_rank_config(tmp.path, 0)).ok());
   auto& c = communicator("test_wait_flight_comm", 2, 0);
   ddp_like_step(c, 7, true);
   auto p = dump_flight_recorder("test");
