@@ -6,10 +6,12 @@
 // pipe nobody reads: SIGPIPE) or `pipe_ignored` (the same with SIGPIPE
 // ignored before init: EPIPE, keep recording, exit 0), `throw` (an
 // uncaught std::runtime_error), or `steps` (steps of ~0.3 ms, each with an all-reduce
-// waited for as DDP's is, until killed,
-// each step's number written to stdout as it begins: the truth for SIGKILL), or
+// waited for as DDP's is, each step's number written to stdout as it begins; once a
+// 'p' arrives on stdin, "parked" after the next number and no further step: the
+// test kills it there, so the last number is the truth whatever the machine's speed), or
 // `blocked_in_collective` (ten steps, then an all-gather that never completes; "blocked" on stdout), or
 // `term_logging` (four threads logging long lines, errors among them, until a SIGTERM; "logging" on stdout).
+#include <poll.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -26,6 +28,13 @@
 
 namespace {
 volatile std::sig_atomic_t g_own_usr1 = 0;  // the program's own SIGUSR1 handler ran (usr1_chained)
+
+// True once the test wrote 'p' to stdin. A closed or /dev/null stdin never parks.
+bool park_requested() {
+  pollfd in{.fd = 0, .events = POLLIN, .revents = 0};
+  char c = 0;
+  return ::poll(&in, 1, 0) == 1 && (in.revents & POLLIN) != 0 && ::read(0, &c, 1) == 1 && c == 'p';
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -90,6 +99,10 @@ int main(int argc, char** argv) {
     for (std::int64_t s = 0;; ++s) {
       const std::string line = std::to_string(s) + "\n";
       if (::write(1, line.data(), line.size()) < 0) return 8;
+      if (park_requested()) {  // step s began (the last step() began it) and nothing after it
+        if (::write(1, "parked\n", 7) < 0) return 8;
+        for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+      }
       {
         RANKSCOPE_PHASE("forward");
         std::this_thread::sleep_for(std::chrono::microseconds(200));

@@ -17,6 +17,7 @@
 #include "capture_sink.hpp"
 #include "rankscope/rankscope.hpp"
 #include "run_log.hpp"
+#include "signal_helper_process.hpp"
 #include "summary.hpp"
 #include "rank_config.hpp"
 #include "temp_dir.hpp"
@@ -398,49 +399,20 @@ int run_helper(const std::string& dir, const char* mode) {
   ::waitpid(pid, &status, 0);
   return status;
 }
-// Starts the signal helper with its stdout on a pipe; returns its pid, `out` the read end.
-pid_t start_helper(const std::string& dir, const char* mode, int& out) {
-  int fds[2];
-  if (::pipe(fds) != 0) return -1;
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::dup2(fds[1], 1);
-    ::execl(RANKSCOPE_SIGNAL_HELPER, RANKSCOPE_SIGNAL_HELPER, dir.c_str(), mode, static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  ::close(fds[1]);
-  out = fds[0];
-  return pid;
-}
 }  // namespace
 
 TEST_CASE("a SIGKILLed rank's last step is exact: the position file survives the process", "[flight][signals]") {
   TempDir tmp;
-  int out = -1;
-  const pid_t pid = start_helper(tmp.path, "steps", out);
-  REQUIRE(pid > 0);
-  std::string seen;
-  char buf[4096];
-  while (std::count(seen.begin(), seen.end(), '\n') < 2000) {  // some hundred milliseconds of steps
-    const ssize_t n = ::read(out, buf, sizeof(buf));
-    if (n <= 0) break;
-    seen.append(buf, static_cast<std::size_t>(n));
-  }
-  ::kill(pid, SIGKILL);  // no handler runs: what the ring held but the log did not is gone
-  for (ssize_t n; (n = ::read(out, buf, sizeof(buf))) > 0;) seen.append(buf, static_cast<std::size_t>(n));
-  ::close(out);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  REQUIRE(WIFSIGNALED(status));
-  seen.erase(seen.find_last_of('\n'));
-  const std::int64_t truth = std::stoll(seen.substr(seen.find_last_of('\n') + 1));  // the last step it began
+  auto h = rankscope::test::spawn_signal_helper(tmp.path, "steps", nullptr, false);
+  REQUIRE(h.pid > 0);
+  const std::int64_t truth = rankscope::test::park_steps_then_sigkill(h);  // the last step it began
   auto sum = rankscope::reader::summarize_run(tmp.path);
   REQUIRE(sum.ok());
   REQUIRE(sum->ranks.size() == 1);
   const auto& r = sum->ranks[0];
   REQUIRE(r.position.has_value());
   INFO("truth " << truth << ", position " << r.position->step_begun << ", run log " << r.last_step);
-  CHECK(r.position->step_begun == truth);  // printed right after it began: nothing in between
+  CHECK(r.position->step_begun == truth);  // parked right after it began: nothing in between
   CHECK(r.position->begun_t > 0);
   CHECK(r.last_step <= truth);
 }
@@ -448,8 +420,9 @@ TEST_CASE("a SIGKILLed rank's last step is exact: the position file survives the
 TEST_CASE("a SIGKILLed rank inside a collective - the position file names it - op / seq / communicator",
           "[flight][signals]") {
   TempDir tmp;
-  int out = -1;
-  const pid_t pid = start_helper(tmp.path, "blocked_in_collective", out);
+  auto h = rankscope::test::spawn_signal_helper(tmp.path, "blocked_in_collective", nullptr, false);
+  const pid_t pid = h.pid;
+  const int out = h.out;
   REQUIRE(pid > 0);
   char buf[64];
   const ssize_t n = ::read(out, buf, sizeof(buf));  // "blocked": inside the all-gather
@@ -550,8 +523,9 @@ TEST_CASE("SIGTERM leaves no spare files and no disk reserved ahead of the run l
 TEST_CASE("SIGTERM during heavy logging leaves only whole lines in the run log", "[flight][signals]") {
   for (int run = 0; run < 10; ++run) {
     TempDir tmp;
-    int out = -1;
-    const pid_t pid = start_helper(tmp.path, "term_logging", out);
+    auto h = rankscope::test::spawn_signal_helper(tmp.path, "term_logging", nullptr, false);
+    const pid_t pid = h.pid;
+    const int out = h.out;
     REQUIRE(pid > 0);
     char buf[16] = {};
     const ssize_t got = ::read(out, buf, sizeof(buf));  // "logging": 20,000 lines on their way

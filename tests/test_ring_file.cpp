@@ -29,60 +29,18 @@
 #include "run_log.hpp"
 #include "runtime_impl.hpp"
 #include "summary.hpp"
+#include "signal_helper_process.hpp"
 #include "temp_dir.hpp"
 
 namespace {
 using rankscope::test::TempDir;
 namespace detail = rankscope::detail;
 
-// The signal helper (signal_helper.cpp) in MODE writing into `dir`, its stdout
-// and stderr on pipes; `shm_dir` (if set) as its RANKSCOPE_SHM_DIR.
-struct Helper {
-  pid_t pid = -1;
-  int out = -1, err = -1;
-};
-Helper spawn(const std::string& dir, const char* mode, const char* shm_dir = nullptr) {
-  int o[2], e[2];
-  if (::pipe(o) != 0 || ::pipe(e) != 0) return {};
-  Helper h;
-  h.pid = ::fork();
-  if (h.pid == 0) {
-    ::dup2(o[1], 1);
-    ::dup2(e[1], 2);
-    if (shm_dir != nullptr) ::setenv("RANKSCOPE_SHM_DIR", shm_dir, 1);
-    ::execl(RANKSCOPE_SIGNAL_HELPER, RANKSCOPE_SIGNAL_HELPER, dir.c_str(), mode, static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  ::close(o[1]);
-  ::close(e[1]);
-  h.out = o[0];
-  h.err = e[0];
-  return h;
-}
-std::string read_all(int fd) {
-  std::string s;
-  char buf[4096];
-  for (ssize_t n; (n = ::read(fd, buf, sizeof(buf))) > 0;) s.append(buf, static_cast<std::size_t>(n));
-  ::close(fd);
-  return s;
-}
-// Runs `steps` until 2000 steps have begun, kills it with SIGKILL; the last step it began.
-std::int64_t steps_then_sigkill(Helper& h) {
-  std::string seen;
-  char buf[4096];
-  while (std::count(seen.begin(), seen.end(), '\n') < 2000) {
-    const ssize_t n = ::read(h.out, buf, sizeof(buf));
-    if (n <= 0) break;
-    seen.append(buf, static_cast<std::size_t>(n));
-  }
-  ::kill(h.pid, SIGKILL);
-  seen += read_all(h.out);
-  int status = 0;
-  ::waitpid(h.pid, &status, 0);
-  REQUIRE(WIFSIGNALED(status));
-  seen.erase(seen.find_last_of('\n'));
-  return std::stoll(seen.substr(seen.find_last_of('\n') + 1));
-}
+using rankscope::test::park_steps_then_sigkill;
+using rankscope::test::read_to_end;
+using rankscope::test::SignalHelper;
+using rankscope::test::spawn_signal_helper;
+
 // This test's own RANKSCOPE_SHM_DIR, for its helper and itself: no other
 // process of the host (tests running beside it) recovers its helper's rings first.
 struct OwnShmDir {
@@ -118,10 +76,10 @@ std::uint32_t blocks_made() {
 TEST_CASE("a SIGKILLed rank's last records are recovered from its rings into its run log", "[ring_file][signals]") {
   TempDir tmp;
   OwnShmDir shm(tmp);
-  Helper h = spawn(tmp.path, "steps", shm.path.c_str());
+  SignalHelper h = spawn_signal_helper(tmp.path, "steps", shm.path.c_str());
   REQUIRE(h.pid > 0);
-  const std::int64_t truth = steps_then_sigkill(h);
-  (void)read_all(h.err);
+  const std::int64_t truth = park_steps_then_sigkill(h);
+  (void)read_to_end(h.err);
   REQUIRE(ring_file_of(h.pid));  // what its rings held is still there
   auto before = rankscope::reader::summarize_run(tmp.path);
   REQUIRE(before.ok());
@@ -191,10 +149,10 @@ TEST_CASE("a reader waits for another process recovering a dead rank's rings ins
           "[ring_file][signals]") {
   TempDir tmp;
   OwnShmDir shm(tmp);
-  Helper h = spawn(tmp.path, "steps", shm.path.c_str());
+  SignalHelper h = spawn_signal_helper(tmp.path, "steps", shm.path.c_str());
   REQUIRE(h.pid > 0);
-  (void)steps_then_sigkill(h);
-  (void)read_all(h.err);
+  (void)park_steps_then_sigkill(h);
+  (void)read_to_end(h.err);
   // Another recoverer (a peer's background thread) holds the dead file's lock
   // until the reader waits for it.
   std::string file;
@@ -232,14 +190,14 @@ TEST_CASE("a reader waits for another process recovering a dead rank's rings ins
 TEST_CASE("a SIGKILLed rank inside a collective - the recovered lines name its communicator", "[ring_file][signals]") {
   TempDir tmp;
   OwnShmDir shm(tmp);
-  Helper h = spawn(tmp.path, "blocked_in_collective", shm.path.c_str());
+  SignalHelper h = spawn_signal_helper(tmp.path, "blocked_in_collective", shm.path.c_str());
   REQUIRE(h.pid > 0);
   char buf[64];
   REQUIRE(::read(h.out, buf, sizeof(buf)) > 0);  // "blocked": ten all-reduces done, inside the all-gather
   ::kill(h.pid, SIGKILL);
   ::waitpid(h.pid, nullptr, 0);
   ::close(h.out);
-  (void)read_all(h.err);
+  (void)read_to_end(h.err);
   REQUIRE(detail::recover_orphaned_rings(tmp.path).size() == 1);
   int all_reduces = 0;
   std::int64_t last_begun = -1;
@@ -283,10 +241,10 @@ TEST_CASE("a ring file another build wrote is left alone - never taken for empty
 TEST_CASE("a clean exit leaves no ring file", "[ring_file][signals]") {
   TempDir tmp;
   OwnShmDir shm(tmp);
-  Helper h = spawn(tmp.path, "usr1", shm.path.c_str());  // records, dumps, shuts down, exits 0
+  SignalHelper h = spawn_signal_helper(tmp.path, "usr1", shm.path.c_str());  // records, dumps, shuts down, exits 0
   REQUIRE(h.pid > 0);
-  (void)read_all(h.out);
-  (void)read_all(h.err);
+  (void)read_to_end(h.out);
+  (void)read_to_end(h.err);
   int status = 0;
   ::waitpid(h.pid, &status, 0);
   REQUIRE(WIFEXITED(status));
@@ -299,10 +257,10 @@ TEST_CASE("an unusable RANKSCOPE_SHM_DIR is said once and the run log is written
   TempDir tmp;
   const std::string not_a_dir = tmp.path + "/a-file";
   { std::FILE* f = std::fopen(not_a_dir.c_str(), "w"); REQUIRE(f != nullptr); std::fclose(f); }
-  Helper h = spawn(tmp.path, "steps", not_a_dir.c_str());
+  SignalHelper h = spawn_signal_helper(tmp.path, "steps", not_a_dir.c_str());
   REQUIRE(h.pid > 0);
-  const std::int64_t truth = steps_then_sigkill(h);
-  const std::string err = read_all(h.err);
+  const std::int64_t truth = park_steps_then_sigkill(h);
+  const std::string err = read_to_end(h.err);
   CHECK_THAT(err, Catch::Contains("cannot use the directory") && Catch::Contains("RANKSCOPE_SHM_DIR"));
   auto sum = rankscope::reader::summarize_run(tmp.path);
   REQUIRE(sum.ok());
