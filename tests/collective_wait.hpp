@@ -1,7 +1,7 @@
 // Test helper: one all-reduce as rankscope.torch records DDP's gradient
 // all-reduce - issued inside the caller's phase (backward), `compute` more of
 // that phase, then a `wait` for it at its end, which goes on the collective's
-// record (lib/core/collective.cpp) or, when not `folded`, into a phase record
+// record (lib/core/record/collective.cpp) or, when not `folded`, into a phase record
 // of its own (as schema 2 wrote it, and as a wait ended on another thread is).
 #pragma once
 

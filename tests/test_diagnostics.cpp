@@ -1,4 +1,4 @@
-// rankscope's own console messages (lib/core/diagnostics.hpp): rate-limited
+// rankscope's own console messages (lib/core/runtime/diagnostics.hpp): rate-limited
 // per topic on an injected clock, one whole line per write.
 #include <catch2/catch.hpp>
 

@@ -1,4 +1,4 @@
-// The numerics monitor (lib/core/numerics.hpp) on synthetic loss and gradient
+// The numerics monitor (lib/core/record/numerics.hpp) on synthetic loss and gradient
 // series, and the triage rules that read its events and the ranks'
 // environments (numerics, checkpoint_failed, config_drift).
 #include <catch2/catch.hpp>

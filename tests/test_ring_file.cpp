@@ -1,4 +1,4 @@
-// The rings in shared memory (lib/core/ring_file.hpp): what a SIGKILLed
+// The rings in shared memory (lib/core/persist/ring_file.hpp): what a SIGKILLed
 // process recorded but had not yet written reaches its run log, a forked
 // child cannot write into its parent's rings, a clean exit leaves no file,
 // and an unusable RANKSCOPE_SHM_DIR says so and loses nothing else.
@@ -27,6 +27,7 @@
 #include "registry.hpp"
 #include "ring_file_layout.hpp"
 #include "run_log.hpp"
+#include "rank_config.hpp"
 #include "runtime_impl.hpp"
 #include "summary.hpp"
 #include "signal_helper_process.hpp"
@@ -395,6 +396,20 @@ struct SmallTmpfs {
   }
   ~SmallTmpfs() {
     if (mounted) (void)std::system(("umount -l " + path).c_str());  // lazily: this process still maps its ring file
+    ::unsetenv("RANKSCOPE_SHM_DIR");
+  }
+  // `mib` MiB in `file` below the mount: what others took of it.
+  void fill(const std::string& file, int mib) const {
+    std::ofstream f(path + "/" + file, std::ios::binary);
+    const std::string one(1 << 20, 'x');
+    for (int i = 0; i < mib; ++i) f << one;
+  }
+  // One rank recording into `run_dir`, its rings in this tmpfs.
+  rankscope::Config start_rank(const std::string& run_dir) const {
+    ::setenv("RANKSCOPE_SHM_DIR", path.c_str(), 1);
+    const rankscope::Config cfg = rankscope::test::rank_config(run_dir);
+    REQUIRE(rankscope::init(cfg).ok());
+    return cfg;
   }
   std::string path;
   bool mounted = false;
@@ -407,17 +422,8 @@ TEST_CASE("rings take at most a quarter of a small tmpfs / the run records on in
   const std::string& mnt = shm.path;
   const std::string ours = mnt + "/rankscope-" + std::to_string(::getuid());
   REQUIRE(::mkdir(ours.c_str(), 0700) == 0);
-  {
-    std::ofstream filler(ours + "/others.rings", std::ios::binary);  // 8 MiB the other ranks' rings took
-    const std::string mib(1 << 20, 'x');
-    for (int i = 0; i < 8; ++i) filler << mib;
-  }
-  ::setenv("RANKSCOPE_SHM_DIR", mnt.c_str(), 1);
-  rankscope::Config cfg;
-  cfg.run_dir = tmp.path + "/run";
-  cfg.context.rank = 0;
-  cfg.context.world_size = 1;
-  REQUIRE(rankscope::init(cfg).ok());
+  shm.fill("rankscope-" + std::to_string(::getuid()) + "/others.rings", 8);  // what the other ranks' rings took
+  const rankscope::Config cfg = shm.start_rank(tmp.path + "/run");
   // Three recording threads, as a trainer with a loader and a pin-memory thread has: 4 MiB each.
   std::vector<std::thread> threads;
   for (int t = 0; t < 3; ++t) {
@@ -451,17 +457,8 @@ TEST_CASE("a tmpfs the trainer has nearly filled gets no ring / the run records 
   SmallTmpfs shm(tmp);
   if (!shm.mounted) return;
   const std::string& mnt = shm.path;
-  {
-    std::ofstream batches(mnt + "/torch_shm_batches", std::ios::binary);  // 50 MiB of the DataLoader's
-    const std::string mib(1 << 20, 'x');
-    for (int i = 0; i < 50; ++i) batches << mib;
-  }
-  ::setenv("RANKSCOPE_SHM_DIR", mnt.c_str(), 1);
-  rankscope::Config cfg;
-  cfg.run_dir = tmp.path + "/run";
-  cfg.context.rank = 0;
-  cfg.context.world_size = 1;
-  REQUIRE(rankscope::init(cfg).ok());
+  shm.fill("torch_shm_batches", 50);  // the DataLoader's
+  const rankscope::Config cfg = shm.start_rank(tmp.path + "/run");
   { RANKSCOPE_PHASE("work"); }
   REQUIRE(rankscope::flush());
   struct statvfs v {};

@@ -1,4 +1,4 @@
-// The run directory is the user's (lib/core/run_dir.hpp): its modes, another
+// The run directory is the user's (lib/core/persist/run_dir.hpp): its modes, another
 // user's directory refused, no file written through a planted symbolic link,
 // a killed predecessor's temporaries removed.
 #include <catch2/catch.hpp>

@@ -1,4 +1,4 @@
-// Credentials cut out of the values rankscope reads (lib/core/secrets.hpp).
+// Credentials cut out of the values rankscope reads (lib/core/config/secrets.hpp).
 #include <catch2/catch.hpp>
 
 #include <string>

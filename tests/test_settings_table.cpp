@@ -1,4 +1,4 @@
-// The RANKSCOPE_* variables (lib/core/settings_table.hpp) against the docs and
+// The RANKSCOPE_* variables (lib/core/config/settings_table.hpp) against the docs and
 // the sources: each is documented with its default, each refused value is an
 // init() error naming the variable, and nothing reads a variable the table
 // does not list.
@@ -88,7 +88,7 @@ TEST_CASE("settings: the sources read no RANKSCOPE_ variable the table lacks, an
       INFO(path << " reads " << name);
       CHECK(known.count(name) == 1);
     }
-    if (path.rfind("lib/", 0) == 0 && path != "lib/core/settings_table.cpp") {
+    if (path.rfind("lib/", 0) == 0 && path != "lib/core/config/settings_table.cpp") {
       INFO(path);
       CHECK(text.find("getenv(\"RANKSCOPE_") == std::string::npos);  // through env_raw(), so the table stays whole
     }

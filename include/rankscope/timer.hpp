@@ -37,13 +37,8 @@ inline void write_phase_record(ThreadState* st, const Site* site, const Site* pa
                                std::uint64_t t1, int depth) noexcept {
   if (!st->try_reserve(1)) return;
   Record& r = st->slot(0);
-  r.t0 = t0;
-  r.t1 = t1;
-  r.site = site;
-  r.step = g_step.load(std::memory_order_relaxed);
-  r.kind = RecordKind::kPhase;
-  r.depth = static_cast<std::uint8_t>(depth);
-  r.aux = 0;
+  set_header(r, RecordKind::kPhase, t0, t1, site, g_step.load(std::memory_order_relaxed),
+             static_cast<std::uint8_t>(depth), 0);
   r.v[0].site = parent;
   st->commit(1);
 }

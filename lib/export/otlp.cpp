@@ -14,6 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "diagnostics.hpp"
+#include "event_format.hpp"
 #include "fnv1a.hpp"
 #include "otlp_encode.hpp"
 #include "otlp_sender.hpp"
@@ -31,6 +32,11 @@ namespace o = detail::otlp;
 using o::Attr;
 
 using detail::fnv1a;
+
+// "rankscope.<the run log's kind>": a verdict's or record's OTLP event name.
+std::string event_name(EventKind k) {
+  return std::string("rankscope.").append(schema::kind_name(detail::line_kind(k)));
+}
 template <std::size_t N>
 void put(std::array<std::uint8_t, N>& out, std::size_t at, std::uint64_t v) {
   for (std::size_t i = 0; i < 8 && at + i < N; ++i) out[at + i] = static_cast<std::uint8_t>(v >> (56 - 8 * i));
@@ -306,9 +312,7 @@ class OtlpSink final : public Sink {
       }
       if (e.logger != nullptr) l.attrs.push_back(Attr::str("rankscope.logger", e.logger));
     } else {
-      l.attrs = {Attr::str("event.name", e.kind == EventKind::kExit       ? "rankscope.exit"
-                                         : e.kind == EventKind::kNumerics ? "rankscope.numerics"
-                                                                          : "rankscope.violation")};
+      l.attrs = {Attr::str("event.name", event_name(e.kind))};  // exit, numerics, violation
       // check, what, ranks, values; cause, exception; what, signal, value, median, score
       append_attrs(e.attributes, "rankscope.", l.attrs);
     }
@@ -323,10 +327,7 @@ class OtlpSink final : public Sink {
     const bool bad = e.kind == EventKind::kStall || e.kind == EventKind::kCommError;
     l.severity = bad ? 17 : 13;
     l.severity_text = bad ? "ERROR" : "WARN";
-    const char* what = e.kind == EventKind::kStall      ? "rankscope.stall"
-                       : e.kind == EventKind::kStallEnd ? "rankscope.stall_end"
-                       : e.kind == EventKind::kSlowStep ? "rankscope.slow_step"
-                                                        : "rankscope.comm_error";
+    const std::string what = event_name(e.kind);  // stall, stall_end, slow_step, comm_error
     const std::string_view detail = !e.text.empty() ? std::string_view(e.text)  // a stall: where the rank is
                                     : e.error != nullptr ? std::string_view(e.error)
                                                          : std::string_view();

@@ -1,5 +1,5 @@
 // `rankscope goodput`'s report: the run's mean per rank and the ranks that lost the most
-// (the accounting itself: core/goodput.hpp).
+// (the accounting itself: lib/format/goodput.hpp).
 #pragma once
 
 #include <string>

@@ -210,7 +210,7 @@ struct RankSummary {
   std::uint64_t lines = 0, bad_lines = 0, unknown_kinds = 0, bytes = 0;
   bool torn_tail = false;  // the log ended inside a line, or did before its rings were recovered
   // Records recovered from its rings after its process died without a trace
-  // (`recovered` lines: lib/core/ring_file.hpp), and those naming what could not be recovered.
+  // (`recovered` lines: lib/core/persist/ring_file.hpp), and those naming what could not be recovered.
   std::uint64_t recovered = 0, unrecovered = 0;
   bool rings_recovered = false;  // a `recovered` line: its log holds all its rings held
   int schema = 1;  // the run_start's schema (newest seen)

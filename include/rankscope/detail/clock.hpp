@@ -3,7 +3,7 @@
 // Records carry raw ticks; the background thread converts them to monotonic and
 // wall-clock nanoseconds. Ticks are the invariant TSC when the kernel itself
 // trusts it as its clocksource (constant, synchronised across cores), otherwise
-// CLOCK_MONOTONIC nanoseconds. See lib/core/clock.cpp for the calibration.
+// CLOCK_MONOTONIC nanoseconds. See lib/core/record/clock.cpp for the calibration.
 // Thread-safety: any thread. Cost: lfence + rdtsc (~10-15 ns in a VM) or one vDSO call.
 #pragma once
 

@@ -56,4 +56,16 @@ struct alignas(64) Record {
 };
 static_assert(sizeof(Record) == 64, "Record must stay one cache line");
 
+// The header every kind fills the same way; `pad` and `v` are the kind's own.
+inline void set_header(Record& r, RecordKind kind, std::uint64_t t0, std::uint64_t t1, const Site* site,
+                       std::int64_t step, std::uint8_t depth, std::uint16_t aux) noexcept {
+  r.t0 = t0;
+  r.t1 = t1;
+  r.site = site;
+  r.step = step;
+  r.kind = kind;
+  r.depth = depth;
+  r.aux = aux;
+}
+
 }  // namespace rankscope::detail

@@ -29,13 +29,7 @@ void begin_step(std::int64_t step) noexcept {
   detail::position_step_begun(step, t);  // survives a SIGKILL, even when the ring is full
   detail::ThreadState* st = detail::thread_state();
   if (st == nullptr || !st->try_reserve(1)) return;
-  Record& r = st->slot(0);
-  r.t0 = r.t1 = t;
-  r.site = nullptr;
-  r.step = step;
-  r.kind = RecordKind::kStepBegin;
-  r.depth = static_cast<std::uint8_t>(st->depth);
-  r.aux = 0;
+  detail::set_header(st->slot(0), RecordKind::kStepBegin, t, t, nullptr, step, static_cast<std::uint8_t>(st->depth), 0);
   st->commit(1);
 }
 
@@ -53,23 +47,16 @@ void record_step_end(std::int64_t step, const StepScalars& s, std::uint64_t t, b
   const bool counts = !tokens_inline(s);
   if (st == nullptr || !st->try_reserve(counts ? 2 : 1)) return;
   Record& r = st->slot(0);
-  r.t0 = t;
-  r.t1 = static_cast<std::uint64_t>(s.samples.value_or(0));  // a step end spans nothing: t1 holds the samples
-  r.site = nullptr;
-  r.step = step;
-  r.kind = RecordKind::kStepEnd;
-  r.depth = static_cast<std::uint8_t>(st->depth);
+  const auto depth = static_cast<std::uint8_t>(st->depth);
+  // A step end spans nothing: t1 holds the samples.
+  detail::set_header(r, RecordKind::kStepEnd, t, static_cast<std::uint64_t>(s.samples.value_or(0)), nullptr, step,
+                     depth, 0);
   r.pad = counts ? 0 : static_cast<std::uint32_t>(s.tokens.value_or(0));
   r.aux = static_cast<std::uint16_t>(put_scalars(r, s) | (s.samples ? 8 : 0) | (s.tokens ? 16 : 0) |
                                      (s.skipped ? 32 : 0) | (begins_next ? 64 : 0) | (counts ? 128 : 0));
   if (counts) {
     Record& c = st->slot(1);
-    c.t0 = c.t1 = t;
-    c.site = nullptr;
-    c.step = step;
-    c.kind = RecordKind::kStepCounts;
-    c.depth = r.depth;
-    c.aux = 0;
+    detail::set_header(c, RecordKind::kStepCounts, t, t, nullptr, step, depth, 0);
     c.v[0].i = s.samples.value_or(0);
     c.v[1].i = *s.tokens;
   }
@@ -100,11 +87,8 @@ void report_step_scalars(std::int64_t step, const StepScalars& s) noexcept {
   detail::ThreadState* st = detail::thread_state();
   if (st == nullptr || !st->try_reserve(1)) return;
   Record& r = st->slot(0);
-  r.t0 = r.t1 = detail::now_ticks();
-  r.site = nullptr;
-  r.step = step;
-  r.kind = RecordKind::kStepScalars;
-  r.depth = static_cast<std::uint8_t>(st->depth);
+  const std::uint64_t t = detail::now_ticks();
+  detail::set_header(r, RecordKind::kStepScalars, t, t, nullptr, step, static_cast<std::uint8_t>(st->depth), 0);
   r.aux = put_scalars(r, s);
   st->commit(1);
 }

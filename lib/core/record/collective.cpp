@@ -234,26 +234,19 @@ bool record_collective(ThreadState* st, const Communicator& c, CollectiveOp op, 
   const bool extra = device != nullptr || error != nullptr || in_group || wait != nullptr;
   if (!st->try_reserve(extra ? 2 : 1)) return false;
   Record& rec = st->slot(0);
-  rec.t0 = t0;
-  rec.t1 = t1;
-  rec.site = phase;
-  rec.step = g_step.load(std::memory_order_relaxed);
-  rec.kind = RecordKind::kCollective;
-  rec.depth = static_cast<std::uint8_t>(r);
-  rec.aux = static_cast<std::uint16_t>(static_cast<unsigned>(op) | (static_cast<unsigned>(dtype) << 8));
+  set_header(rec, RecordKind::kCollective, t0, t1, phase, g_step.load(std::memory_order_relaxed),
+             static_cast<std::uint8_t>(r),
+             static_cast<std::uint16_t>(static_cast<unsigned>(op) | (static_cast<unsigned>(dtype) << 8)));
   rec.pad = static_cast<std::uint32_t>(peer);
   rec.v[0].i = static_cast<std::int64_t>(seq);
   rec.v[1].i = static_cast<std::int64_t>(count);
   rec.v[2].ptr = &c;
   if (extra) {
     Record& x = st->slot(1);
-    x.t0 = wait != nullptr ? wait->t0 : t0;
-    x.t1 = t1;
-    x.site = wait != nullptr ? wait->phase : nullptr;
-    x.step = rec.step;
-    x.kind = RecordKind::kCollectiveExtra;
-    x.depth = static_cast<std::uint8_t>(wait != nullptr ? wait->depth : 0);
-    x.aux = static_cast<std::uint16_t>((in_group ? 1 : 0) | (wait != nullptr ? 2 : 0));
+    set_header(x, RecordKind::kCollectiveExtra, wait != nullptr ? wait->t0 : t0, t1,
+               wait != nullptr ? wait->phase : nullptr, rec.step,
+               static_cast<std::uint8_t>(wait != nullptr ? wait->depth : 0),
+               static_cast<std::uint16_t>((in_group ? 1 : 0) | (wait != nullptr ? 2 : 0)));
     x.pad = 0;
     x.v[0].ptr = device;
     x.v[1].i = static_cast<std::int64_t>(flight_id);

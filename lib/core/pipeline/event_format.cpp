@@ -188,6 +188,22 @@ void EventFormatter::begin(fmt::memory_buffer& out, std::string_view kind, std::
   begin_raw(o, repeats_, kind, wall, mono, rank_, step, tid);
 }
 
+namespace {
+// In EventKind's order.
+constexpr Kind kLineKinds[] = {Kind::kPhase,    Kind::kStepBegin, Kind::kStepEnd,   Kind::kMark,      Kind::kCollective,
+                               Kind::kCommError, Kind::kProgress, Kind::kStall,     Kind::kStallEnd,  Kind::kSlowStep,
+                               Kind::kLog,      Kind::kFact,      Kind::kViolation, Kind::kExit,      Kind::kNumerics,
+                               Kind::kResources, Kind::kStacks,   Kind::kStepScalars};
+static_assert(std::size(kLineKinds) == static_cast<std::size_t>(EventKind::kStepScalars) + 1,
+              "one line kind per EventKind");
+}  // namespace
+
+Kind line_kind(EventKind k) { return kLineKinds[static_cast<std::size_t>(k)]; }
+
+void EventFormatter::begin_line(const Event& e, fmt::memory_buffer& out) const {
+  begin(out, kind_name(line_kind(e.kind)), e.wall_ns, e.mono_ns, e.step, e.tid);
+}
+
 const std::string& EventFormatter::quoted(const Site* s) {
   Recent& r = recent_[(reinterpret_cast<std::uintptr_t>(s) * 0x9E3779B97F4A7C15ull) >> 60];
   if (r.site != s || r.quoted == nullptr) r = {s, &quoted_slow(s)};
@@ -269,7 +285,7 @@ void EventFormatter::format_collective(const Event& e, fmt::memory_buffer& out) 
 
 void EventFormatter::format_log(const Event& e, fmt::memory_buffer& out) {
   auto it = fmt::appender(out);
-  begin(out, kind_name(Kind::kLog), e.wall_ns, e.mono_ns, e.step, e.tid);
+  begin_line(e, out);
   level_and_message(e, out);
   if (e.logger != nullptr) {
     out.append(next_key<Field::kLogger>());
@@ -311,14 +327,14 @@ void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
       break;
     case EventKind::kStepScalars: {  // rare next to step_end: not through the repeats (they hold step_end's last values)
       const StepScalars& sc = e.scalars;
-      begin(out, kind_name(Kind::kStepScalars), e.wall_ns, e.mono_ns, e.step, e.tid);
+      begin_line(e, out);
       if (sc.loss) out.append(next_key<Field::kLoss>()), json_number_to(out, *sc.loss);
       if (sc.lr) out.append(next_key<Field::kLr>()), json_number_to(out, *sc.lr);
       if (sc.grad_norm) out.append(next_key<Field::kGradNorm>()), json_number_to(out, *sc.grad_norm);
       break;
     }
     case EventKind::kMark:
-      begin(out, kind_name(Kind::kMark), e.wall_ns, e.mono_ns, e.step, e.tid);
+      begin_line(e, out);
       out.append(next_key<Field::kName>());
       out.append(quoted(e.site));
       out.append(next_key<Field::kValue>());
@@ -328,15 +344,12 @@ void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
       format_collective(e, out);
       break;
     case EventKind::kProgress:
-      begin(out, kind_name(Kind::kProgress), e.wall_ns, e.mono_ns, e.step, e.tid);
+      begin_line(e, out);
       break;
     case EventKind::kStall:
     case EventKind::kStallEnd:
     case EventKind::kSlowStep:
-      begin(out, kind_name(e.kind == EventKind::kStall      ? Kind::kStall
-                           : e.kind == EventKind::kStallEnd ? Kind::kStallEnd
-                                                             : Kind::kSlowStep),
-            e.wall_ns, e.mono_ns, e.step, e.tid);
+      begin_line(e, out);
       out.append(next_key<Field::kDur>());
       fmt::format_to(it, FMT_COMPILE("{}"), e.dur_ns);
       if (!e.text.empty()) {  // a stall: where the rank is
@@ -349,7 +362,7 @@ void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
       format_log(e, out);
       break;
     case EventKind::kFact:
-      begin(out, kind_name(Kind::kFact), e.wall_ns, e.mono_ns, e.step, e.tid);
+      begin_line(e, out);
       out.append(next_key<Field::kName>());
       json_escape_to(out, e.text);
       out.append(next_key<Field::kFields>());
@@ -358,27 +371,25 @@ void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
       out.push_back('}');
       break;
     case EventKind::kExit:
-      begin(out, kind_name(Kind::kExit), e.wall_ns, e.mono_ns, e.step, e.tid);
+      begin_line(e, out);
       message(e, out);
       attribute_members(e.attributes, out);
       break;
     case EventKind::kViolation:
     case EventKind::kNumerics:
-      begin(out, kind_name(e.kind == EventKind::kViolation ? Kind::kViolation : Kind::kNumerics), e.wall_ns, e.mono_ns,
-            e.step, e.tid);
+      begin_line(e, out);
       level_and_message(e, out);
       attribute_members(e.attributes, out);
       break;
     case EventKind::kResources:
     case EventKind::kStacks:
-      begin(out, kind_name(e.kind == EventKind::kResources ? Kind::kResources : Kind::kStacks), e.wall_ns, e.mono_ns,
-            e.step, e.tid);
+      begin_line(e, out);
       out.append(next_key<Field::kReason>());
       json_escape_to(out, e.text);
       attribute_members(e.attributes, out);
       break;
     case EventKind::kCommError:
-      begin(out, kind_name(Kind::kCommError), e.wall_ns, e.mono_ns, e.step, e.tid);
+      begin_line(e, out);
       out.append(next_key<Field::kComm>());
       json_escape_to(out, e.comm != nullptr ? std::string_view(e.comm->name()) : std::string_view());
       out.append(next_key<Field::kCommId>());

@@ -13,6 +13,7 @@
 
 #include "decimal.hpp"
 #include "rankscope/export/sink.hpp"
+#include "schema.hpp"
 
 namespace rankscope::detail {
 
@@ -45,6 +46,9 @@ struct LineRepeats {
   RepeatingNumber loss, lr, grad_norm;
 };
 
+// The run log's kind each sink-facing kind is written as.
+schema::Kind line_kind(EventKind k);
+
 class EventFormatter {
  public:
   explicit EventFormatter(int rank = 0) : rank_(rank) {}
@@ -61,6 +65,8 @@ class EventFormatter {
   void note_names_in_ring_file() { note_names_ = true; }
 
  private:
+  // begin() for `e`: its line kind, times, step and thread.
+  void begin_line(const Event& e, fmt::memory_buffer& out) const;
   // format()'s longer kinds.
   void format_phase(const Event& e, fmt::memory_buffer& out);
   void format_step_end(const Event& e, fmt::memory_buffer& out);
