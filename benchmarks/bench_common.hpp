@@ -21,6 +21,18 @@ inline void ensure_running() {
   if (!init(cfg).ok()) std::abort();
 }
 
+// The histogram cases' loop, ours and the peers' alike: values that walk across
+// every bucket of {0.001, 0.01, 0.1, 1, 10} and the overflow.
+template <class Observe>
+void observe_across_buckets(benchmark::State& state, Observe observe) {
+  double v = 0.0;
+  for (auto _ : state) {
+    observe(v);
+    v = v > 20 ? 0.0 : v + 0.37;
+    benchmark::ClobberMemory();
+  }
+}
+
 // Every `every` iterations, pause the timer and let the background thread
 // drain, so the measured path is "recorded", never "dropped".
 class DrainEvery {

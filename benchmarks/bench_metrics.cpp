@@ -18,12 +18,7 @@ static void BM_Metrics_HistogramObserve(benchmark::State& state) {
   bench::ensure_running();
   set_enabled(true);
   static auto& h = histogram("bench_hist_seconds", {0.001, 0.01, 0.1, 1, 10});
-  double v = 0.0;
-  for (auto _ : state) {
-    h.observe(v);
-    v = v > 20 ? 0.0 : v + 0.37;
-    benchmark::ClobberMemory();
-  }
+  bench::observe_across_buckets(state, [](double v) { h.observe(v); });
 }
 BENCHMARK(BM_Metrics_HistogramObserve);
 BENCHMARK(BM_Metrics_HistogramObserve)->Threads(2);

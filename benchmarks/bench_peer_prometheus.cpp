@@ -25,12 +25,7 @@ BENCHMARK(BM_Peer_PrometheusCpp_CounterIncrement)->Threads(2);
 static void BM_Peer_PrometheusCpp_HistogramObserve(benchmark::State& state) {
   static auto& h = prometheus::BuildHistogram().Name("peer_hist_seconds").Register(reg()).Add(
       {}, prometheus::Histogram::BucketBoundaries{0.001, 0.01, 0.1, 1, 10});
-  double v = 0.0;
-  for (auto _ : state) {
-    h.Observe(v);
-    v = v > 20 ? 0.0 : v + 0.37;
-    benchmark::ClobberMemory();
-  }
+  rankscope::bench::observe_across_buckets(state, [](double v) { h.Observe(v); });
 }
 BENCHMARK(BM_Peer_PrometheusCpp_HistogramObserve);
 BENCHMARK(BM_Peer_PrometheusCpp_HistogramObserve)->Threads(2);

@@ -122,22 +122,6 @@ TEST_CASE("a logger made per connection keeps one id per name and its records ou
   CHECK_THAT(log, Catch::Contains(R"("msg":"connection 99","logger":"test_conn")"));
 }
 
-TEST_CASE("an invalid log level or console policy is an init error", "[log]") {
-  shutdown();
-  {
-    ScopedEnv e("RANKSCOPE_LOG_LEVEL", "loud");
-    auto st = init({.write_run_log = false});
-    REQUIRE_FALSE(st.ok());
-    CHECK_THAT(std::string(st.message()), Catch::Contains("RANKSCOPE_LOG_LEVEL='loud'"));
-  }
-  {
-    ScopedEnv e("RANKSCOPE_CONSOLE", "everyone");
-    auto st = init({.write_run_log = false});
-    REQUIRE_FALSE(st.ok());
-    CHECK_THAT(std::string(st.message()), Catch::Contains("RANKSCOPE_CONSOLE='everyone'"));
-  }
-}
-
 TEST_CASE("console policy: progress from rank 0 / warnings and errors from every rank", "[log][console]") {
   using detail::ConsolePolicy;
   RunContext r0, r5;

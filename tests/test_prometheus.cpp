@@ -59,6 +59,28 @@ int free_port() {
   ::close(fd);
   return ntohs(a.sin_port);
 }
+// A sink serving on a free port, started for run "r": its events come straight from the test.
+std::shared_ptr<Sink> started_sink() {
+  auto sink = make_prometheus_sink({.base_port = free_port(), .local_rank = 0});
+  REQUIRE(sink.ok());
+  RunInfo info;
+  info.context.run_id = "r";
+  (*sink)->start(info);
+  return *sink;
+}
+// The value of the first sample of `series` (a name with its opening brace) on the page.
+std::optional<std::string> sample(const std::string& text, const std::string& series) {
+  const auto at = text.find("\n" + series);
+  if (at == std::string::npos) return std::nullopt;
+  const auto v = text.find("} ", at) + 2;
+  return text.substr(v, text.find('\n', v) - v);
+}
+// The same as a number; the series must be there.
+double series_value(const std::string& text, std::string_view name) {
+  const auto v = sample(text, std::string(name) + "{");
+  REQUIRE(v.has_value());
+  return std::stod(*v);
+}
 }  // namespace
 
 TEST_CASE("prometheus: training signals / user metrics and labels on /metrics and in the textfile", "[prometheus]") {
@@ -139,11 +161,7 @@ TEST_CASE("prometheus: environment configuration and its errors", "[prometheus]"
 }
 
 TEST_CASE("samples and tokens per second come from the last 30 s of steps at 1/000 steps per second", "[prometheus]") {
-  auto sink = make_prometheus_sink({.base_port = free_port(), .local_rank = 0});
-  REQUIRE(sink.ok());
-  RunInfo info;
-  info.context.run_id = "r";
-  (*sink)->start(info);
+  const auto sink = started_sink();
   // 100,000 steps of 8 samples, one every 1 ms of wall time: 8,000 samples/s.
   const std::uint64_t t0 = 1'700'000'000'000'000'000ull;
   std::vector<Event> batch(1);
@@ -154,24 +172,15 @@ TEST_CASE("samples and tokens per second come from the last 30 s of steps at 1/0
   for (int s = 0; s < 100'000; ++s) {
     e.step = s;
     e.wall_ns = t0 + static_cast<std::uint64_t>(s) * 1'000'000;
-    (*sink)->export_events(batch);
+    sink->export_events(batch);
   }
-  const std::string text = prometheus_text(**sink);
-  const auto at = text.find("\nrankscope_samples_per_second{");
-  REQUIRE(at != std::string::npos);
-  const double rate = std::stod(text.substr(text.find("} ", at) + 2));
-  CHECK(rate == Approx(8000.0).epsilon(0.01));
-  const auto tokens_at = text.find("\nrankscope_tokens_per_second{");
-  REQUIRE(tokens_at != std::string::npos);
-  CHECK(std::stod(text.substr(text.find("} ", tokens_at) + 2)) == Approx(4'096'000.0).epsilon(0.01));
+  const std::string text = prometheus_text(*sink);
+  CHECK(series_value(text, "rankscope_samples_per_second") == Approx(8000.0).epsilon(0.01));
+  CHECK(series_value(text, "rankscope_tokens_per_second") == Approx(4'096'000.0).epsilon(0.01));
 }
 
 TEST_CASE("a step end's time is when it ended whatever its duration / the rate after a long first step", "[prometheus]") {
-  auto sink = make_prometheus_sink({.base_port = free_port(), .local_rank = 0});
-  REQUIRE(sink.ok());
-  RunInfo info;
-  info.context.run_id = "r";
-  (*sink)->start(info);
+  const auto sink = started_sink();
   // A step end's wall_ns is its end and dur_ns the time since its begin: a first step of 20 ms
   // (warm-up), then two of 3 ms, ending 3 ms apart. Counting a step's end as wall_ns + dur_ns put
   // the first one after the later ones: no rate at all, and the last step's time one step late.
@@ -185,14 +194,10 @@ TEST_CASE("a step end's time is when it ended whatever its duration / the rate a
     e.step = s;
     e.wall_ns = ends[s];
     e.dur_ns = durs[s];
-    (*sink)->export_events(batch);
+    sink->export_events(batch);
   }
-  const std::string text = prometheus_text(**sink);
-  const auto value = [&](std::string_view name) {
-    const auto at = text.find("\n" + std::string(name) + "{");
-    REQUIRE(at != std::string::npos);
-    return std::stod(text.substr(text.find("} ", at) + 2));
-  };
+  const std::string text = prometheus_text(*sink);
+  const auto value = [&](std::string_view name) { return series_value(text, name); };
   CHECK(value("rankscope_samples_per_second") == Approx(60 / 0.006).epsilon(0.001));  // 60 samples after the first, in 6 ms
   CHECK(value("rankscope_last_step_timestamp_seconds") == Approx(static_cast<double>(ends[2]) * 1e-9).margin(1e-4));
 }
@@ -262,16 +267,6 @@ TEST_CASE("prometheus: init() adds the exporter the environment asks for - a con
   ::unsetenv("RANKSCOPE_PROMETHEUS_PORT");
   shutdown();
 }
-
-namespace {
-// The value of the first sample of `series` (a name with its opening brace) on the page.
-std::optional<std::string> sample(const std::string& text, const std::string& series) {
-  const auto at = text.find("\n" + series);
-  if (at == std::string::npos) return std::nullopt;
-  const auto v = text.find("} ", at) + 2;
-  return text.substr(v, text.find('\n', v) - v);
-}
-}  // namespace
 
 TEST_CASE("prometheus: a NaN loss stays on the page / numerics counters / the checkpoint age skips failed saves",
           "[prometheus]") {

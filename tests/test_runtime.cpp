@@ -118,42 +118,29 @@ TEST_CASE("a drain that yields its core between records loses and reorders nothi
 
 TEST_CASE("bad environment values are clear init errors", "[runtime]") {
   shutdown();
-  SECTION("RANKSCOPE_ENABLED") {
-    ScopedEnv e("RANKSCOPE_ENABLED", "maybe");
-    auto st = init({.write_run_log = false});
-    REQUIRE_FALSE(st.ok());
-    CHECK_THAT(std::string(st.message()), Catch::Contains("RANKSCOPE_ENABLED='maybe'"));
-  }
-  SECTION("RANKSCOPE_RING_SIZE") {
-    ScopedEnv e("RANKSCOPE_RING_SIZE", "1000");
-    auto st = init({.write_run_log = false});
-    REQUIRE_FALSE(st.ok());
-    CHECK_THAT(std::string(st.message()), Catch::Contains("power of two"));
-  }
-  SECTION("RANKSCOPE_DRAIN_INTERVAL_MS") {
-    ScopedEnv e("RANKSCOPE_DRAIN_INTERVAL_MS", "0");
-    auto st = init({.write_run_log = false});
-    REQUIRE_FALSE(st.ok());
-    CHECK_THAT(std::string(st.message()), Catch::Contains("1..1000"));
-  }
-  SECTION("RANKSCOPE_YIELD_EVERY") {
-    ScopedEnv e("RANKSCOPE_YIELD_EVERY", "often");
-    auto st = init({.write_run_log = false});
-    REQUIRE_FALSE(st.ok());
-    CHECK_THAT(std::string(st.message()), Catch::Contains("RANKSCOPE_YIELD_EVERY='often' is not a record count"));
-  }
-  SECTION("RANKSCOPE_METRICS_INTERVAL") {
-    ScopedEnv e("RANKSCOPE_METRICS_INTERVAL", "-2");
-    auto st = init({.write_run_log = false});
-    REQUIRE_FALSE(st.ok());
-    CHECK_THAT(std::string(st.message()), Catch::Contains("RANKSCOPE_METRICS_INTERVAL='-2' is not a positive number"));
-  }
-  SECTION("RANKSCOPE_HEARTBEAT_INTERVAL") {  // 1 ns made the background thread spin rewriting the file
-    ScopedEnv e("RANKSCOPE_HEARTBEAT_INTERVAL", "0.000000001");
-    auto st = init({.write_run_log = false});
-    REQUIRE_FALSE(st.ok());
-    CHECK_THAT(std::string(st.message()), Catch::Contains("RANKSCOPE_HEARTBEAT_INTERVAL of") &&
-                                              Catch::Contains("below the 10 ms"));
+  // The variable, a bad value, and what the error must say about it.
+  struct Bad {
+    const char* name;
+    const char* value;
+    const char* says;
+  };
+  for (const Bad& bad : {Bad{"RANKSCOPE_ENABLED", "maybe", "RANKSCOPE_ENABLED='maybe'"},
+                         Bad{"RANKSCOPE_RING_SIZE", "1000", "power of two"},
+                         Bad{"RANKSCOPE_DRAIN_INTERVAL_MS", "0", "1..1000"},
+                         Bad{"RANKSCOPE_YIELD_EVERY", "often", "RANKSCOPE_YIELD_EVERY='often' is not a record count"},
+                         Bad{"RANKSCOPE_METRICS_INTERVAL", "-2", "RANKSCOPE_METRICS_INTERVAL='-2' is not a positive number"},
+                         // 1 ns made the background thread spin rewriting the file
+                         Bad{"RANKSCOPE_HEARTBEAT_INTERVAL", "0.000000001", "below the 10 ms"},
+                         Bad{"RANKSCOPE_STALL_TIMEOUT", "soon", "RANKSCOPE_STALL_TIMEOUT='soon'"},
+                         Bad{"RANKSCOPE_SLOW_FACTOR", "0.5", "RANKSCOPE_SLOW_FACTOR"},
+                         Bad{"RANKSCOPE_LOG_LEVEL", "loud", "RANKSCOPE_LOG_LEVEL='loud'"},
+                         Bad{"RANKSCOPE_CONSOLE", "everyone", "RANKSCOPE_CONSOLE='everyone'"}}) {
+    DYNAMIC_SECTION(bad.name) {
+      ScopedEnv e(bad.name, bad.value);
+      auto st = init({.write_run_log = false});
+      REQUIRE_FALSE(st.ok());
+      CHECK_THAT(std::string(st.message()), Catch::Contains(bad.says));
+    }
   }
   SECTION("RANK") {
     ScopedEnv r("RANK", "x1");

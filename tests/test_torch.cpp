@@ -14,18 +14,25 @@
 
 using namespace std::chrono_literals;
 
+namespace {
+// Rank 0 of `world`, no run log, a heartbeat every `interval`.
+rankscope::Config beating_rank(int world, std::chrono::milliseconds interval) {
+  rankscope::Config cfg;
+  cfg.write_run_log = false;
+  cfg.context.rank = 0;
+  cfg.context.world_size = world;
+  cfg.heartbeat_interval = interval;
+  return cfg;
+}
+}  // namespace
+
 TEST_CASE("heartbeats are published to a c10d store and read back without blocking", "[torch][heartbeat]") {
   rankscope::test::TempDir tmp;
   auto store = c10::make_intrusive<c10d::FileStore>(tmp.path + "/store", 1);
   // torch 1.13's FileStore creates its file on the first set(); check() on a
   // missing file waits (holding the store's lock) until its timeout.
   store->set("created", std::vector<uint8_t>{1});
-  rankscope::Config cfg;
-  cfg.write_run_log = false;
-  cfg.context.rank = 0;
-  cfg.context.world_size = 2;
-  cfg.heartbeat_interval = 50ms;
-  REQUIRE(rankscope::init(cfg).ok());
+  REQUIRE(rankscope::init(beating_rank(2, 50ms)).ok());
   rankscope::torch::publish_heartbeat_to(store);
   // Published at the next heartbeat (50 ms); 60 s is a hang guard.
   std::vector<std::string> beats;
@@ -43,12 +50,7 @@ TEST_CASE("heartbeats are published to a c10d store and read back without blocki
 }
 
 TEST_CASE("a failing store never reaches the trainer", "[torch][heartbeat]") {
-  rankscope::Config cfg;
-  cfg.write_run_log = false;
-  cfg.context.rank = 0;
-  cfg.context.world_size = 1;
-  cfg.heartbeat_interval = 20ms;
-  REQUIRE(rankscope::init(cfg).ok());
+  REQUIRE(rankscope::init(beating_rank(1, 20ms)).ok());
   std::atomic<int> calls{0};  // the publisher runs on the background thread
   rankscope::set_heartbeat_publisher([&calls](std::string_view) {
     ++calls;

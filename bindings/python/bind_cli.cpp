@@ -23,14 +23,8 @@ void bind_cli(py::module_& m) {
     namespace c = rankscope::cli;
     const c::Command* command = c::find_command(name);
     if (command == nullptr) throw py::value_error("no rankscope command '" + name + "'");
-    c::Request r;
-    r.run_dir = run_dir;
-    r.other_dir = other_dir;
-    r.json = json;
-    r.since = since;
-    r.until = until;
-    r.output = output;
-    r.threads = threads;
+    c::Request r{.run_dir = run_dir, .other_dir = other_dir, .json = json, .since = since, .until = until,
+                 .threads = threads, .output = output};
     c::Outcome o;
     {
       py::gil_scoped_release release;  // reading a large run takes a while

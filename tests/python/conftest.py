@@ -10,6 +10,8 @@ stall, goodput's categories) is tested on run logs the test writes itself
 guards, orders of magnitude above a normal run; nothing sleeps to let something happen: a
 test waits for the condition itself. Statistics on real runs: benchmarks/python/."""
 import contextlib
+import glob
+import json
 import os
 import shutil
 import socket
@@ -79,6 +81,15 @@ def port():
     """A reserved_port() for the whole test."""
     with reserved_port() as p:
         yield p
+
+
+def run_log_events(run_dir, kind):
+    """Every line of `kind` in the run directory's rank logs, rank by rank."""
+    out = []
+    for path in sorted(glob.glob(os.path.join(run_dir, "rank-*.jsonl"))):
+        with open(path) as f:
+            out += [e for e in map(json.loads, f) if e["kind"] == kind]
+    return out
 
 
 def wait_for(condition, what, proc=None, guard_s=300):

@@ -4,11 +4,10 @@ tensor and coalesced collectives, functional collectives and a DTensor op, FSDP2
 model). Every collective is a span whose per-communicator sequence numbers and
 fingerprints agree across the ranks."""
 import collections
-import glob
-import json
 import os
 
 import torch
+from conftest import run_log_events
 
 TORCH = tuple(int(v) for v in torch.__version__.split(".")[:2])
 
@@ -108,16 +107,8 @@ rankscope.shutdown()
 """
 
 
-def _events(run_dir, kind):
-    out = []
-    for path in sorted(glob.glob(os.path.join(run_dir, "rank-*.jsonl"))):
-        with open(path) as f:
-            out += [e for e in map(json.loads, f) if e["kind"] == kind]
-    return out
-
-
 def _collectives(run_dir):
-    return _events(run_dir, "collective")
+    return run_log_events(run_dir, "collective")
 
 
 def test_modern_collectives_are_spans_that_agree_across_ranks(tmp_path, torchrun):
@@ -136,7 +127,7 @@ def test_modern_collectives_are_spans_that_agree_across_ranks(tmp_path, torchrun
     assert tensor_ops["all_reduce"] == 3 and tensor_ops["other"] == 1, tensor_ops  # coalesced x1, manager x2; p2p batch
     assert by_phase["functional"]["all_reduce"] == 1 and by_phase["functional"]["all_gather"] >= 1, by_phase
     fsdp = by_phase["fsdp2"] + by_phase["forward"] - collections.Counter(all_gather=1)  # less the late one
-    waits = [e for e in _events(str(run_dir), "phase") if e["rank"] == 0 and e["name"].endswith("_wait")]
+    waits = [e for e in run_log_events(str(run_dir), "phase") if e["rank"] == 0 and e["name"].endswith("_wait")]
     late = [e for e in waits if e["name"] == "all_gather_wait" and e.get("parent") == "forward"]
     # A wait phase is written only for a wait() that found the work unfinished: rank 0 blocked.
     assert late and late[0]["phase_kind"] == "collective" and late[0]["dur"] > 0, waits

@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+from conftest import run_log_events
+
 RANKSCOPE = os.path.join(os.path.dirname(sys.executable), "rankscope")
 
 JOB = r"""
@@ -37,11 +39,7 @@ rankscope.shutdown()
 
 def _sessions(run_dir):
     """(rank, restart_count) of every run_start in the run directory."""
-    out = []
-    for path in glob.glob(os.path.join(run_dir, "rank-*.jsonl")):
-        with open(path) as f:
-            out += [(e["rank"], e["restart"]) for e in map(json.loads, f) if e["kind"] == "run_start"]
-    return sorted(out)
+    return sorted((e["rank"], e["restart"]) for e in run_log_events(run_dir, "run_start"))
 
 
 def _triage(run_dir):

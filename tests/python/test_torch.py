@@ -1,6 +1,5 @@
 """rankscope.torch on real multi-process gloo runs."""
 import collections
-import glob
 import json
 import os
 import textwrap
@@ -9,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import FAKE_CUDA_EVENT, RANKSCOPE, ROOT, TIME_ONLY
+from conftest import FAKE_CUDA_EVENT, RANKSCOPE, ROOT, TIME_ONLY, run_log_events
 # The C++ DDP hooks share C++ types with the runtime: built only against a torch
 # with the C++11 std::string ABI (PyPI wheels from 2.7); older ones use Python hooks.
 CXX_HOOKS = bool(__import__("torch")._C._GLIBCXX_USE_CXX11_ABI)
@@ -17,14 +16,6 @@ CXX_HOOKS = bool(__import__("torch")._C._GLIBCXX_USE_CXX11_ABI)
 
 def _env():
     return dict(os.environ)
-
-
-def _events(run_dir, kind):
-    out = []
-    for path in sorted(glob.glob(os.path.join(run_dir, "rank-*.jsonl"))):
-        with open(path) as f:
-            out += [e for e in map(json.loads, f) if e["kind"] == kind]
-    return out
 
 
 def _run_script(tmp_path, code, *args):
@@ -68,7 +59,7 @@ def test_ddp_example_spans_every_collective_with_bytes_and_matching_sequence_num
     findings = json.loads(t.stdout)["findings"]
     assert {f["kind"] for f in findings} <= TIME_ONLY, findings
     assert (t.returncode == 0) == (not findings), t.stdout[-3000:]
-    colls = _events(run_dir, "collective")
+    colls = run_log_events(run_dir, "collective")
     kinds = collections.Counter((e["rank"], e["op"], e["count"], e["dtype"], e["bytes"]) for e in colls)
     # 2048 samples / 2 ranks / batch 64 = 16 steps per epoch, one DDP bucket (101386 float32 parameters) each.
     assert kinds[(0, "all_reduce", 101386, "float32", 405544)] == 32
@@ -81,7 +72,7 @@ def test_ddp_example_spans_every_collective_with_bytes_and_matching_sequence_num
     assert len(by_seq) == 37
     assert all(len(v) == 2 and len(set(v.values())) == 1 for v in by_seq.values())
     assert sorted(s for c, s in by_seq) == list(range(1, 38))
-    phases = collections.Counter(e["name"] for e in _events(run_dir, "phase") if e["rank"] == 0)
+    phases = collections.Counter(e["name"] for e in run_log_events(run_dir, "phase") if e["rank"] == 0)
     assert phases["loader_wait"] >= 32 and phases["forward"] == 32 and phases["eval_sync"] == 2
     # The rank's wait for DDP's all-reduce at the end of backward: on the all-reduce's line, not
     # a phase line of its own (schema 3); the summary counts it as collective time, not backward.
@@ -99,9 +90,9 @@ def test_ddp_example_spans_every_collective_with_bytes_and_matching_sequence_num
     assert s.returncode == 0, s.stderr
     for r in json.loads(s.stdout)["ranks"]:  # the fallback's all-reduce is inside backward: not counted apart
         assert r["median_phase_ms"]["collective"] > 0 or rst._torch_hooks is None, r
-    facts = collections.Counter(e["name"] for e in _events(run_dir, "fact") if e["rank"] == 1)
+    facts = collections.Counter(e["name"] for e in run_log_events(run_dir, "fact") if e["rank"] == 1)
     assert facts["sampler"] == 2 and facts["epoch_batches"] == 2 and facts["batch_math"] == 1
-    assert not _events(run_dir, "violation")
+    assert not run_log_events(run_dir, "violation")
 
 
 CHECK = r"""
@@ -165,7 +156,7 @@ def _run_check(tmp_path, torchrun, mode, endpoint=None):
 
 def test_torch_exchange_names_the_rank_with_another_seed(tmp_path, torchrun):
     _, run_dir = _run_check(tmp_path, torchrun, "seed")
-    v = _events(run_dir, "violation")
+    v = run_log_events(run_dir, "violation")
     assert v and all(x["check"] == "sampler" and x["ranks"] == [1] for x in v)
     assert v[0]["values"]["seed"] == {"7": [0, 2], "99": [1]}
     assert {x["rank"] for x in v} == {0, 1, 2}  # every rank saw it
@@ -175,14 +166,14 @@ def test_torch_exchange_reports_a_rank_that_never_arrives_instead_of_hanging(tmp
     p, run_dir = _run_check(tmp_path, torchrun, "absent", endpoint=True)  # an explicit rendezvous endpoint
     assert "rank 0 raised: exchange 'sampler/0' timed out after 5000 ms: rank 2 did not arrive" in p.stdout
     assert "rank 1 raised:" in p.stdout
-    v = _events(run_dir, "violation")
+    v = run_log_events(run_dir, "violation")
     assert {x["what"] for x in v} == {"exchange_timeout"} and all(x["ranks"] == [2] for x in v)
 
 
 def test_a_group_has_the_same_communicator_name_on_every_rank_whatever_order_ranks_first_use_it(tmp_path, torchrun):
     _, run_dir = _run_check(tmp_path, torchrun, "groups")
     names = {}
-    for c in _events(run_dir, "collective"):
+    for c in run_log_events(run_dir, "collective"):
         names.setdefault(c["count"], set()).add((c["comm"], c["seq"]))
     assert names[3] == {("pg1", 1)} and names[5] == {("pg2", 1)}  # torch's group names, on all 3 ranks
     t = subprocess.run([RANKSCOPE, "triage", run_dir], env=_env(), capture_output=True,
@@ -195,7 +186,7 @@ def test_torch_exchange_keeps_only_the_last_two_rounds_in_the_store(tmp_path, to
     # 6 rounds x 3 ranks x (payload + arrival counter) = 36 keys without cleanup;
     # each rank deletes its keys of round n-2 when it posts round n.
     assert "keys added 12" in p.stdout, p.stdout
-    assert not _events(run_dir, "violation")
+    assert not run_log_events(run_dir, "violation")
 
 
 DDP_MODES = r"""
@@ -266,7 +257,7 @@ def test_ddp_sync_span_covers_every_bucket_and_only_backwards_that_all_reduce(tm
     run_dir = tmp_path / "run"
     total, how = out.split()[0], out.split(maxsplit=1)[1].strip()
     assert how == (f"{hooks} hooks" if CXX_HOOKS else "python hooks")  # the C++ part is built where it can be
-    colls = _events(str(run_dir), "collective")
+    colls = run_log_events(str(run_dir), "collective")
     assert all(e["op"] == "all_reduce" and e["dtype"] == "float32" and e["comm"] == "world" for e in colls)
     assert sorted(e["seq"] for e in colls) == list(range(1, len(colls) + 1))
     by_step = _whole_and_bucket_spans(colls)
@@ -302,7 +293,7 @@ rankscope.shutdown()
 @pytest.mark.parametrize("mode", ["default", "find_unused"])
 def test_ddp_hooks_narrow_to_one_per_bucket_and_the_span_still_covers_every_bucket(tmp_path, mode, port):
     hooked = [int(n) for n in _run_script(tmp_path, DDP_NARROWED, port, mode).split()]
-    by_step = _whole_and_bucket_spans(_events(str(tmp_path / "run"), "collective"))  # each still covers every bucket
+    by_step = _whole_and_bucket_spans(run_log_events(str(tmp_path / "run"), "collective"))  # each still covers every bucket
     assert sorted(by_step) == list(range(6))
     # Every accumulator until DDP has rebuilt its buckets (in the second forward), then
     # each bucket's first; with find_unused_parameters a bucket can launch from another
@@ -393,12 +384,12 @@ def test_aborted_backward_ends_its_span_as_failed_and_the_next_one_opens(tmp_pat
         assert "pre-C++11 std::string ABI" in p.stderr, p.stderr
         return
     assert _run_script(tmp_path, ABORTED_BACKWARD, port).split() == ["4", "4", "4", "4"]
-    colls = _events(str(tmp_path / "run"), "collective")
+    colls = run_log_events(str(tmp_path / "run"), "collective")
     assert [(e["seq"], e["result"], e["count"]) for e in colls if e["comm"] == "world"] == [
         (1, "ok", 40), (2, "failed", 40), (3, "ok", 40), (4, "ok", 40)]
     assert [(e["seq"], e["op"], e["result"]) for e in colls if e["comm"] == "fallback"] == [
         (1, "all_reduce", "ok"), (2, "all_reduce", "failed"), (3, "all_reduce", "ok"), (4, "broadcast", "failed")]
-    warned = [e for e in _events(str(tmp_path / "run"), "log") if "C++ DDP hooks unavailable" in e["msg"]]
+    warned = [e for e in run_log_events(str(tmp_path / "run"), "log") if "C++ DDP hooks unavailable" in e["msg"]]
     assert len(warned) == 1 and warned[0]["level"] == "warn", warned
 
 
@@ -421,7 +412,7 @@ rankscope.shutdown()
 
 def test_an_async_handle_dropped_without_wait_ends_its_span_ok(tmp_path, port):
     _run_script(tmp_path, DROPPED_HANDLE, port)
-    colls = _events(str(tmp_path / "run"), "collective")
+    colls = run_log_events(str(tmp_path / "run"), "collective")
     assert sorted((e["seq"], e["op"], e["result"]) for e in colls) == [
         (1, "all_reduce", "ok"), (2, "all_reduce", "ok"), (3, "barrier", "ok")]
 
@@ -500,11 +491,11 @@ def test_amp_skips_counts_the_steps_gradscaler_skipped_without_asking_for_the_sc
     """))
     assert p.stdout.split() == ["11", "0"], p.stdout + p.stderr
     run = str(tmp_path / "run")
-    counted = [e["value"] for e in _events(run, "metric") if e["name"] == "rankscope_amp_skipped_steps_total"]
+    counted = [e["value"] for e in run_log_events(run, "metric") if e["name"] == "rankscope_amp_skipped_steps_total"]
     assert counted and counted[-1] == 11 + 8, counted  # the exported counter: both AmpSkips'
-    skipped = [e["step"] for e in _events(run, "step_end") if e.get("skipped")]
+    skipped = [e["step"] for e in run_log_events(run, "step_end") if e.get("skipped")]
     assert skipped == [2, 5] + list(range(8, 17)), skipped
-    storms = [e for e in _events(run, "numerics") if e["what"] == "skip_storm"]
+    storms = [e for e in run_log_events(run, "numerics") if e["what"] == "skip_storm"]
     assert len(storms) == 1 and 8 <= storms[0]["step"] <= 16, storms
 
 
@@ -572,7 +563,7 @@ def test_timed_loader_times_each_next_counts_each_batch_and_passes_the_loaders_e
     assert out.count("TypeError") == 2 and "[1, 2]" in out
     assert "violation: epoch_batches: rank 0 repeated batch 0 of epoch 2 (expected batch 3)" in out, out
     assert "after the violation []" in out and "duck [10, 20] [0, 1]" in out and "closed []" in out, out
-    waits = [e for e in _events(str(tmp_path / "run"), "phase") if e["name"] == "loader_wait"]
+    waits = [e for e in run_log_events(str(tmp_path / "run"), "phase") if e["name"] == "loader_wait"]
     # 4 + 1 (the end) in epoch 0, 3 (the third raised) in epoch 1, 3 for [1, 2], 1 in epoch 2, 2 duck-counted
     assert len(waits) == 5 + 3 + 3 + 1 + 2, waits
     assert all(w["phase_kind"] == "loader_wait" for w in waits)
