@@ -129,7 +129,8 @@ bool decode_block(const char* block, std::uint64_t bytes, const AnchorClock& clo
     Event e;
     if (is_log_like(r.kind)) {
       const std::int64_t msg = r.v[1].i, fld = r.v[2].i;
-      if (msg < 0 || fld < 0 || msg + fld > (1 << 20)) break;  // not a record this build wrote
+      // Not a record this build wrote (checked without adding: garbage may be near INT64_MAX).
+      if (msg < 0 || fld < 0 || msg > (1 << 20) || fld > (1 << 20) - msg) break;
       const std::uint64_t n = 1 + (static_cast<std::uint64_t>(msg + fld) + sizeof(Record) - 1) / sizeof(Record);
       if (n > end - at) break;
       event_from_log(slots, mask, at, clock, names, st->tid, e);
