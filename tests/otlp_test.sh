@@ -21,7 +21,13 @@ start_receiver() {  # MODE -> sets port, recv_pid, rec (a fresh file per receive
   rec="$work/rec-$n.jsonl"
   "$python" "$here/otlp/receiver.py" --port 0 --out "$rec" --mode "$1" >"$work/recv.out" 2>&1 &
   recv_pid=$!
-  for _ in $(seq 1 200); do grep -q '^listening' "$work/recv.out" 2>/dev/null && break; sleep 0.05; done
+  # Until it listens or dies: importing protobuf on a busy machine takes as long as it takes
+  # (300 s is a hang guard, not a measurement).
+  for _ in $(seq 1 6000); do
+    grep -q '^listening' "$work/recv.out" 2>/dev/null && break
+    kill -0 "$recv_pid" 2>/dev/null || break
+    sleep 0.05
+  done
   port=$(awk '/^listening/{print $2}' "$work/recv.out")
   [[ -n "$port" ]] || fail "receiver did not start: $(cat "$work/recv.out")"
 }

@@ -9,8 +9,7 @@ import subprocess
 import sys
 import textwrap
 
-from conftest import FAKE_CUDA_EVENT
-from test_torch import _events
+from conftest import FAKE_CUDA_EVENT, run_log_events
 
 RANKSCOPE = os.path.join(os.path.dirname(sys.executable), "rankscope")
 
@@ -51,16 +50,16 @@ def test_a_gpu_loss_is_written_when_it_lands_and_a_late_nan_is_still_named_at_it
     """))
     assert p.stdout.split() == ["2"], p.stdout + p.stderr
     run = str(tmp_path / "run")
-    ends = _events(run, "step_end")
+    ends = run_log_events(run, "step_end")
     assert len(ends) == 41 and not any("loss" in e or "grad_norm" in e for e in ends[:40]), ends[:2]
     assert all(e["lr"] == 0.01 and e["samples"] == 8 for e in ends[:40])  # plain numbers: at once, as before
-    late = _events(run, "step_scalars")
+    late = run_log_events(run, "step_scalars")
     assert [e["step"] for e in late] == list(range(38)), late  # in order; 38 and 39 never landed
     assert all(set(e) >= {"loss", "grad_norm"} for e in late)
     assert late[30]["loss"] == "NaN" and late[29]["loss"] > 0, late[29:31]
-    nan = [e for e in _events(run, "numerics") if e["what"] == "nonfinite"]
+    nan = [e for e in run_log_events(run, "numerics") if e["what"] == "nonfinite"]
     assert len(nan) == 1 and nan[0]["step"] == 30 and nan[0]["msg"] == "loss is NaN at step 30", nan
-    lost = [e for e in _events(run, "log") if "did not hand back" in e["msg"]]
+    lost = [e for e in run_log_events(run, "log") if "did not hand back" in e["msg"]]
     assert len(lost) == 1 and lost[0]["fields"]["steps"] == 2, lost
 
     t = subprocess.run([RANKSCOPE, "triage", "--json", run], capture_output=True, text=True, timeout=60)
@@ -100,11 +99,11 @@ def test_cpu_tensors_and_numbers_are_read_at_once_and_a_failed_readback_never_re
     """)
     assert p.stdout.split() == ["TypeError", "ValueError"], p.stdout + p.stderr
     run = str(tmp_path / "run")
-    ends = {e["step"]: e for e in _events(run, "step_end")}
+    ends = {e["step"]: e for e in run_log_events(run, "step_end")}
     assert ends[0]["loss"] == 2.5 and ends[0]["grad_norm"] == 0.5 and ends[0]["lr"] == 0.1, ends[0]
     assert ends[1]["loss"] == 1.5 and "loss" not in ends[2], ends
-    assert not _events(run, "step_scalars")
-    said = [e for e in _events(run, "log") if "cannot read the scalars back" in e["msg"]]
+    assert not run_log_events(run, "step_scalars")
+    said = [e for e in run_log_events(run, "log") if "cannot read the scalars back" in e["msg"]]
     assert len(said) == 1 and "pinned memory exhausted" in said[0]["fields"]["error"], said
 
 
@@ -148,7 +147,7 @@ def test_with_rankscope_torch_a_cpu_tensor_scalar_is_read_in_place_not_through_i
     else:       # torch without the C++ part (2.6 here): every tensor through .item(), as before
         assert items == ["torch.float32", "torch.float32", "torch.float16", "torch.bfloat16", "torch.float64",
                          "torch.float32", "torch.int64", "torch.float32", "torch.float32", "torch.float32"], p.stdout
-    ends = [e for e in _events(str(tmp_path / "run"), "step_end")]
+    ends = [e for e in run_log_events(str(tmp_path / "run"), "step_end")]
     got = [(e.get("loss"), e.get("lr"), e.get("grad_norm")) for e in ends]
     assert got == [(6.0, None, None), (7.0, None, None), (0.25, None, None), (1.5, 0.125, None),
                    (-2.0, None, None), (3, None, None), (None, None, 4.5), (0, None, None)], got
