@@ -63,12 +63,13 @@ struct StepSplit {
 std::vector<StepSplit> splits(const std::vector<reader::LogEvent>& evs) {
   std::vector<StepSplit> out;
   for (const auto& e : evs) {
-    if (e.k != schema::Kind::kPhase) continue;
-    if (e.name == "ddp_all_reduce_wait") {
-      out.emplace_back().wait = e.dur;  // it ends first: the nested line comes before its phase's
-    } else if (e.name == "backward") {
+    const auto* p = e.get<schema::Kind::kPhase>();
+    if (p == nullptr) continue;
+    if (p->name == "ddp_all_reduce_wait") {
+      out.emplace_back().wait = p->dur;  // it ends first: the nested line comes before its phase's
+    } else if (p->name == "backward") {
       REQUIRE_FALSE(out.empty());
-      out.back().backward = e.dur - out.back().wait;
+      out.back().backward = p->dur - out.back().wait;
     }
   }
   return out;
@@ -120,21 +121,23 @@ TEST_CASE("a collective's wait: one run-log line with the collective / read back
   int waits = 0;
   for (std::size_t i = 0; i < evs.size(); ++i) {
     const auto& e = evs[i];
-    if (e.k != schema::Kind::kCollective || e.op != "all_reduce") continue;
+    const auto* c = e.get<schema::Kind::kCollective>();
+    if (c == nullptr || c->op != "all_reduce") continue;
     REQUIRE(i > 0);
     const auto& w = evs[i - 1];
+    const auto* p = w.get<schema::Kind::kPhase>();
+    REQUIRE(p != nullptr);
     ++waits;
-    CHECK(e.wait >= 5'000'000);
-    CHECK(e.wait < e.dur);
-    CHECK(w.k == schema::Kind::kPhase);
-    CHECK(w.name == "ddp_all_reduce_wait");
-    CHECK(w.phase_kind == "collective");
-    CHECK(w.depth == 1);
+    CHECK(c->wait >= 5'000'000);
+    CHECK(c->wait < c->dur);
+    CHECK(p->name == "ddp_all_reduce_wait");
+    CHECK(p->phase_kind == PhaseKind::kCollective);
+    CHECK(p->depth == 1);
     CHECK(w.step == e.step);
     CHECK(w.tid == e.tid);
-    CHECK(w.dur == e.wait);
-    CHECK(w.mono + w.dur == e.mono + e.dur);  // it ended as the collective completed
-    CHECK(w.t + w.dur == e.t + e.dur);
+    CHECK(p->dur == c->wait);
+    CHECK(w.mono + p->dur == e.mono + c->dur);  // it ended as the collective completed
+    CHECK(w.t + p->dur == e.t + c->dur);
     CHECK(w.line_no == e.line_no);  // evidence quotes the collective's line
   }
   CHECK(waits == 3);

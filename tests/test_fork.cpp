@@ -47,11 +47,12 @@ TEST_CASE("a forked child records nothing and never writes the parent's log", "[
 
   int before = 0, after = 0, child = 0, starts = 0, ends = 0;
   auto r = reader::read_run_log(tmp.path + "/rank-0.jsonl", [&](const reader::LogEvent& e) {
-    before += e.name == "parent_before";
-    after += e.name == "parent_after";
-    child += e.name == "child" || e.step == 99;
-    starts += e.kind == "run_start";
-    ends += e.kind == "run_end";
+    const auto* p = e.get<schema::Kind::kPhase>();
+    before += p != nullptr && p->name == "parent_before";
+    after += p != nullptr && p->name == "parent_after";
+    child += (p != nullptr && p->name == "child") || e.step == 99;
+    starts += e.k == schema::Kind::kRunStart;
+    ends += e.k == schema::Kind::kRunEnd;
   });
   REQUIRE(r.ok());
   CHECK(r->bad_lines == 0);

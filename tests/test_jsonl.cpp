@@ -20,6 +20,7 @@
 
 using namespace rankscope;
 using rankscope::test::TempDir;
+using K = rankscope::schema::Kind;
 
 namespace {
 std::vector<reader::LogEvent> read_all(const std::string& path, reader::ReadResult* out = nullptr) {
@@ -60,28 +61,29 @@ TEST_CASE("the run log holds every event as one JSON object per line", "[jsonl]"
   auto evs = read_all(tmp.path + "/rank-0.jsonl", &res);
   CHECK(res.bad_lines == 0);
   CHECK_FALSE(res.torn_tail);
-  REQUIRE(evs.front().kind == "run_start");
-  CHECK(evs.back().kind == "run_end");
+  REQUIRE(evs.front().k == K::kRunStart);
+  CHECK(evs.back().k == K::kRunEnd);
+  CHECK(res.undeclared_keys == 0);  // every key written is declared for its kind (schema.hpp)
   int phases = 0, ends = 0, metrics = 0;
   for (const auto& e : evs) {
     CHECK(e.rank == 0);
     CHECK(e.t > 0);
     CHECK(e.mono > 0);
-    if (e.kind == "phase") {
+    if (const auto* p = e.get<K::kPhase>()) {
       ++phases;
-      CHECK(e.name == "forward");
-      CHECK(e.phase_kind == "forward");
+      CHECK(p->name == "forward");
+      CHECK(p->phase_kind == PhaseKind::kForward);
       CHECK(e.step >= 0);
     }
-    if (e.kind == "step_end") {
+    if (const auto* end = e.get<K::kStepEnd>()) {
       ++ends;
-      REQUIRE(e.loss.has_value());
-      CHECK(std::isnan(*e.loss));  // NaN loss is kept, as the string "NaN"
-      CHECK(e.samples == 8);
+      REQUIRE(end->loss.has_value());
+      CHECK(std::isnan(*end->loss));  // NaN loss is kept, as the string "NaN"
+      CHECK(end->samples == 8);
     }
-    if (e.kind == "metric" && e.name == "test_jsonl_total") {
+    if (const auto* m = e.get<K::kMetric>(); m != nullptr && m->name == "test_jsonl_total") {
       ++metrics;
-      CHECK(e.value == 3);
+      CHECK(m->value == 3);
     }
   }
   CHECK(phases == 3);
@@ -116,8 +118,8 @@ TEST_CASE("a second session appends to the same rank log", "[jsonl]") {
   }
   int starts = 0, phases = 0;
   for (const auto& e : read_all(tmp.path + "/rank-0.jsonl")) {
-    starts += e.kind == "run_start";
-    phases += e.kind == "phase";
+    starts += e.k == K::kRunStart;
+    phases += e.k == K::kPhase;
   }
   CHECK(starts == 2);
   CHECK(phases == 2);
@@ -178,7 +180,7 @@ TEST_CASE("disk space reserved ahead of the log is given back at shutdown", "[js
   const auto evs = read_all(path, &res);  // no hole or zero bytes in the file
   CHECK(res.bad_lines == 0);
   CHECK_FALSE(res.torn_tail);
-  CHECK(evs.back().kind == "run_end");
+  CHECK(evs.back().k == K::kRunEnd);
 }
 
 TEST_CASE("error lines written inline during shutdown are never cut off", "[jsonl]") {
@@ -220,7 +222,7 @@ TEST_CASE("the reader tolerates a torn last line and skips corrupt lines", "[jso
   reader::ReadResult res;
   auto evs = read_all(path, &res);
   REQUIRE(evs.size() == 2);
-  CHECK(evs[1].name == "b");
+  CHECK(evs[1].get<K::kPhase>()->name == "b");
   CHECK(res.bad_lines == 2);
   CHECK(res.torn_tail);
 }
@@ -236,7 +238,7 @@ TEST_CASE("the reader streams lines longer than its buffer", "[jsonl][reader]") 
     }
   }
   std::size_t n = 0;
-  auto r = reader::read_run_log(path, [&](const reader::LogEvent& e) { n += e.name.size() == long_name.size(); },
+  auto r = reader::read_run_log(path, [&](const reader::LogEvent& e) { n += e.get<K::kPhase>()->name.size() == long_name.size(); },
                                 /*chunk_bytes=*/4096);
   REQUIRE(r.ok());
   CHECK(n == 50);
@@ -271,7 +273,7 @@ TEST_CASE("names are JSON-escaped", "[jsonl]") {
   shutdown();
   bool found = false;
   for (const auto& e : read_all(tmp.path + "/rank-0.jsonl")) {
-    if (e.kind == "phase") found = e.name == "quote\"back\\slash\nnewline";
+    if (const auto* p = e.get<K::kPhase>()) found = p->name == "quote\"back\\slash\nnewline";
   }
   CHECK(found);
 }
@@ -325,22 +327,22 @@ TEST_CASE("late step scalars: a step_scalars line per report / read as that step
   shutdown();
 
   std::vector<std::int64_t> late;
-  std::vector<reader::LogEvent> numerics;
+  std::vector<std::pair<std::int64_t, std::string>> numerics;  // (step, msg)
   for (const auto& e : read_all(tmp.path + "/rank-0.jsonl")) {
-    if (e.kind == "step_scalars") {
+    if (const auto* sc = e.get<K::kStepScalars>()) {
       late.push_back(e.step);
-      REQUIRE(e.loss.has_value());
-      CHECK(e.grad_norm == (e.step >= 38 ? std::nullopt : std::optional<double>(0.5)));
+      REQUIRE(sc->loss.has_value());
+      CHECK(sc->grad_norm == (e.step >= 38 ? std::nullopt : std::optional<double>(0.5)));
     }
-    if (e.kind == "step_end") CHECK_FALSE(e.loss.has_value());
-    if (e.kind == "numerics") numerics.push_back(e);
+    if (const auto* end = e.get<K::kStepEnd>()) CHECK_FALSE(end->loss.has_value());
+    if (const auto* n = e.get<K::kNumerics>()) numerics.emplace_back(e.step, n->msg);
   }
   REQUIRE(late.size() == 40);
   CHECK(late.front() == 0);
   CHECK(late[38] == 38);
   REQUIRE(numerics.size() == 1);  // the background thread's monitor saw the late NaN
-  CHECK(numerics[0].step == 30);
-  CHECK(numerics[0].msg == "loss is NaN at step 30");
+  CHECK(numerics[0].first == 30);
+  CHECK(numerics[0].second == "loss is NaN at step 30");
 
   auto sum = reader::summarize_run(tmp.path);
   REQUIRE(sum.ok());

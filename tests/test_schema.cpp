@@ -6,10 +6,16 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+#include <simdjson.h>
 
 #include "event_format.hpp"
 #include "rankscope/rankscope.hpp"
 #include "run_log.hpp"
+#include "run_log_lines.hpp"
 #include "schema.hpp"
 #include "temp_dir.hpp"
 
@@ -49,7 +55,28 @@ TEST_CASE("docs/run-log-schema.md documents every event kind", "[schema]") {
   }
 }
 
-TEST_CASE("a real run writes only kinds the schema knows", "[schema]") {
+namespace {
+// The keys of a line its kind does not declare (schema.hpp's RANKSCOPE_LINE_<kind>).
+std::vector<std::string> undeclared_keys(schema::Kind k, std::string_view line) {
+  simdjson::dom::parser parser;
+  simdjson::dom::object obj;
+  std::vector<std::string> out;
+  if (parser.parse(line.data(), line.size()).get_object().get(obj) != simdjson::SUCCESS) return {"(not an object)"};
+  const auto declared = schema::line_keys(k);
+  for (auto [key, value] : obj) {
+    const schema::Field f = schema::field_from_name(key);
+    const bool header = std::find(std::begin(schema::kHeaderKeys), std::end(schema::kHeaderKeys), f) != std::end(schema::kHeaderKeys);
+    if (!header && std::find(declared.begin(), declared.end(), f) == declared.end()) {
+      out.push_back(fmt::format("{}.{}", schema::kind_name(k), key));
+    }
+  }
+  return out;
+}
+}  // namespace
+
+// The writer against the declaration: a run that writes most kinds, every
+// line's keys declared for its kind, and the reader's typed value per kind.
+TEST_CASE("a real run writes only kinds the schema knows / and only the keys each kind declares", "[schema]") {
   TempDir tmp;
   Config cfg;
   cfg.run_dir = tmp.path;
@@ -57,23 +84,97 @@ TEST_CASE("a real run writes only kinds the schema knows", "[schema]") {
   cfg.context.world_size = 1;
   REQUIRE(init(cfg).ok());
   auto& comm = communicator("world", 1, 0);
+  Logger named("schema_test");
   for (int s = 0; s < 3; ++s) {
     StepScope step(s);
     { RANKSCOPE_PHASE("forward"); }
     { CollectiveSpan c(comm, CollectiveOp::kAllReduce, 8, DType::kFloat32); }
-    RANKSCOPE_LOG_INFO("step {}", s);
-    step.report({.loss = 1.0});
+    RANKSCOPE_LOG_KV(Level::kInfo, {{"step", s}}, "step {}", s);
+    RANKSCOPE_LOG_TO(named, Level::kWarn, "named {}", s);
+    progress();
+    step.report({.loss = s == 2 ? std::nan("") : 1.0, .lr = 0.1, .samples = 4, .tokens = 64});
   }
+  report_step_scalars(1, {.loss = 1.5, .grad_norm = 0.5});
+  counter("test_schema_total").add(1);
   (void)check_batch_math({.micro_batch = 1, .data_parallel = 1, .global_batch = 2});  // a fact and a violation
+  REQUIRE(dump_flight_recorder("test").ok());  // a stacks line
   shutdown();
-  int unknown = 0, lines = 0;
+
+  std::set<schema::Kind> kinds;
+  std::vector<std::string> undeclared;
   auto r = reader::read_run_log(schema::run_log_path(tmp.path, 0), [&](const reader::LogEvent& e) {
-    ++lines;
-    unknown += e.k == schema::Kind::kUnknown;
+    kinds.insert(e.k);
+    // The typed value is the line's kind: the variant's alternative k + 1.
+    CHECK(e.body.index() == static_cast<std::size_t>(e.k) + 1);
+    for (auto& key : undeclared_keys(e.k, e.raw)) undeclared.push_back(std::move(key));
   });
   REQUIRE(r.ok());
-  CHECK(lines > 10);
-  CHECK(unknown == 0);
+  CHECK(undeclared == std::vector<std::string>{});
+  CHECK(r->undeclared_keys == 0);
+  CHECK_FALSE(kinds.contains(schema::Kind::kUnknown));
+  for (schema::Kind k : {schema::Kind::kRunStart, schema::Kind::kPhase, schema::Kind::kStepBegin, schema::Kind::kStepEnd,
+                         schema::Kind::kStepScalars, schema::Kind::kCollective, schema::Kind::kLog, schema::Kind::kProgress,
+                         schema::Kind::kFact, schema::Kind::kViolation, schema::Kind::kNumerics, schema::Kind::kStacks,
+                         schema::Kind::kMetric, schema::Kind::kRunEnd}) {
+    INFO(schema::kind_name(k));
+    CHECK(kinds.contains(k));
+  }
+}
+
+TEST_CASE("a line's members are read into its kind's typed value, enumerations as enumerations", "[schema][reader]") {
+  TempDir tmp;
+  const std::string path = tmp.path + "/rank-0.jsonl";
+  {
+    std::ofstream f(path);
+    f << R"({"kind":"phase","t":5,"mono":6,"rank":0,"step":2,"tid":7,"name":"fwd","phase_kind":"forward","dur":9,"depth":1,"parent":"step"})" "\n";
+    f << R"({"kind":"collective","t":1,"mono":1,"rank":0,"op":"all_reduce","comm":"world","comm_id":3,"seq":4,"result":"timed_out","dur":8})" "\n";
+    f << R"({"kind":"log","t":1,"mono":1,"rank":0,"level":"error","msg":"m","fields":{"a":1,"b":"x"}})" "\n";
+    f << R"({"kind":"stall","t":1,"mono":1,"rank":0,"dur":3,"open_phases":[{"name":"outer"},{"name":"inner"}],"in_flight":[{"op":"all_gather","comm":"c","seq":2,"count":5}]})" "\n";
+    f << R"({"kind":"step_end","t":1,"mono":1,"rank":0,"loss":"NaN","lr":"-Infinity","next_step":3,"surprise":1})" "\n";
+    f << R"({"kind":"from_the_future","t":1,"mono":1,"rank":0})" "\n";
+  }
+  std::vector<reader::LogEvent> evs;
+  auto r = reader::read_run_log(path, [&](const reader::LogEvent& e) { evs.push_back(e); });
+  REQUIRE(r.ok());
+  REQUIRE(evs.size() == 6);
+  CHECK(r->undeclared_keys == 1);  // "surprise": a newer writer's key, ignored and counted
+  const auto* p = evs[0].get<schema::Kind::kPhase>();
+  REQUIRE(p != nullptr);
+  CHECK((evs[0].t == 5 && evs[0].mono == 6 && evs[0].step == 2 && evs[0].tid == 7));
+  CHECK((p->name == "fwd" && p->phase_kind == PhaseKind::kForward && p->dur == 9 && p->depth == 1 && p->parent == "step"));
+  const auto* c = evs[1].get<schema::Kind::kCollective>();
+  REQUIRE(c != nullptr);
+  CHECK((c->op == "all_reduce" && c->comm_id == 3 && c->seq == 4 && c->result == CollectiveResult::kTimedOut));
+  const auto* log = evs[2].get<schema::Kind::kLog>();
+  REQUIRE(log != nullptr);
+  CHECK(log->level == Level::kError);
+  CHECK(log->fields.items == std::vector<std::pair<std::string, std::string>>{{"a", "1"}, {"b", "x"}});
+  const auto* stall = evs[3].get<schema::Kind::kStall>();
+  REQUIRE(stall != nullptr);
+  CHECK(stall->open_phases.name == "inner");
+  CHECK((stall->in_flight.op == "all_gather" && stall->in_flight.seq == 2 && stall->in_flight.count == 5));
+  const auto* end = evs[4].get<schema::Kind::kStepEnd>();
+  REQUIRE(end != nullptr);
+  CHECK((end->loss && std::isnan(*end->loss) && end->lr == -INFINITY && end->next_step == 3 && !end->grad_norm));
+  CHECK(evs[5].k == schema::Kind::kUnknown);
+  CHECK(evs[5].body.index() == 0);
+}
+
+TEST_CASE("docs/run-log-schema.md names every key each kind declares, in that kind's row", "[schema]") {
+  const std::string doc = slurp(RANKSCOPE_SOURCE_DIR "/docs/run-log-schema.md");
+  std::vector<std::string> missing;
+  for (int i = 0; i < static_cast<int>(schema::Kind::kUnknown); ++i) {
+    const auto k = static_cast<schema::Kind>(i);
+    const std::size_t at = doc.find(fmt::format("| `{}` |", schema::kind_name(k)));
+    if (at == std::string::npos) continue;  // the test above names it
+    const std::string row = doc.substr(at, doc.find('\n', at) - at);
+    for (schema::Field f : schema::line_keys(k)) {
+      if (row.find(fmt::format("`{}`", schema::field_name(f))) == std::string::npos) {
+        missing.push_back(fmt::format("{}.{}", schema::kind_name(k), schema::field_name(f)));
+      }
+    }
+  }
+  CHECK(missing == std::vector<std::string>{});
 }
 
 TEST_CASE("every field key round-trips through its name / unknown keys stay unknown", "[schema]") {

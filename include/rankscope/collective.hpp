@@ -68,6 +68,8 @@ std::size_t dtype_size(DType t) noexcept;
 std::string_view dtype_name(DType t) noexcept;
 
 enum class CollectiveResult : std::uint8_t { kOk = 0, kFailed = 1, kTimedOut = 2 };
+/// "ok", "failed", "timed_out": as the run log writes it.
+std::string_view collective_result_name(CollectiveResult r) noexcept;
 
 /// Bytes moved as nccl-tests counts them (S). `count` is the NCCL-style
 /// per-call count: elements per rank for AllGather (sendcount), ReduceScatter

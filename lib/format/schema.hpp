@@ -251,6 +251,113 @@ enum class Field : std::uint8_t {
 };
 
 inline constexpr std::array kFieldNames{RANKSCOPE_DETAIL_FIELDS(RANKSCOPE_DETAIL_ENUM_NAME)};
+
+// Each kind's own members, in the order the writer writes them: M(Field, member,
+// type). With the members every line has (kind, t, mono, rank, step, tid) this
+// is the whole shape of a line, and the one place it is declared:
+// run_log_lines.hpp derives from it the reader's typed value per kind
+// (schema::Line<Kind::k...>), its decoder (lib/reader/run_log.cpp) and the list
+// of each kind's keys; tests check the writer's lines and
+// docs/run-log-schema.md against it. A kind is named RANKSCOPE_LINE_<enumerator>.
+// Types: numbers, std::string, bool; std::optional<> where absence means
+// something; the enumerations the writer writes by name (PhaseKind, Level,
+// CollectiveResult); and a nested value as what the reader keeps of it
+// (Members, Environment, InnermostPhase, FirstInFlight, Json).
+#define RANKSCOPE_LINE_kRunStart(M)                                                                            \
+  M(kEnvironment, environment, Environment) M(kSchema, schema, int) M(kVersion, version, std::string)          \
+  M(kWorldSize, world_size, int) M(kLocalRank, local_rank, int) M(kLocalWorldSize, local_world_size, int)     \
+  M(kNodeRank, node_rank, int) M(kRestart, restart, int) M(kPid, pid, std::int64_t)                          \
+  M(kLauncher, launcher, std::string) M(kRunId, run_id, std::string) M(kJobId, job_id, std::string)          \
+  M(kHost, host, std::string) M(kClock, clock, std::string) M(kTicksPerSecond, ticks_per_second, double)
+#define RANKSCOPE_LINE_kPhase(M)                                                                               \
+  M(kName, name, std::string) M(kPhaseKind, phase_kind, PhaseKind) M(kDur, dur, std::uint64_t)                \
+  M(kDepth, depth, int) M(kParent, parent, std::string)
+#define RANKSCOPE_LINE_kStepBegin(M)
+#define RANKSCOPE_LINE_kStepEnd(M)                                                                             \
+  M(kDur, dur, std::uint64_t) M(kLoss, loss, std::optional<double>) M(kLr, lr, std::optional<double>)        \
+  M(kGradNorm, grad_norm, std::optional<double>) M(kSamples, samples, std::optional<std::int64_t>)           \
+  M(kTokens, tokens, std::optional<std::int64_t>) M(kSkipped, skipped, bool)                                 \
+  M(kNextStep, next_step, std::optional<std::int64_t>)
+#define RANKSCOPE_LINE_kStepScalars(M)                                                                         \
+  M(kLoss, loss, std::optional<double>) M(kLr, lr, std::optional<double>)                                    \
+  M(kGradNorm, grad_norm, std::optional<double>)
+#define RANKSCOPE_LINE_kMark(M) M(kName, name, std::string) M(kValue, value, std::optional<double>)
+#define RANKSCOPE_LINE_kCollective(M)                                                                          \
+  M(kOp, op, std::string) M(kComm, comm, std::string) M(kCommId, comm_id, std::optional<std::int64_t>)       \
+  M(kSeq, seq, std::uint64_t) M(kCount, count, std::uint64_t) M(kDtype, dtype, std::string)                  \
+  M(kBytes, bytes, std::uint64_t) M(kPeer, peer, int) M(kGroupSize, group_size, int)                         \
+  M(kDur, dur, std::uint64_t) M(kResult, result, CollectiveResult) M(kFingerprint, fingerprint, std::string) \
+  M(kAlgbwGbps, algbw_gbps, double) M(kBusbwGbps, busbw_gbps, double) M(kPhase, phase, std::string)          \
+  M(kTiming, timing, std::string) M(kEnqueueNs, enqueue_ns, std::uint64_t) M(kInGroup, in_group, bool)       \
+  M(kWait, wait, std::uint64_t) M(kWaitPhase, wait_phase, std::string) M(kError, error, std::string)
+#define RANKSCOPE_LINE_kCommError(M)                                                                           \
+  M(kComm, comm, std::string) M(kCommId, comm_id, std::optional<std::int64_t>)                               \
+  M(kLastSeq, last_seq, std::uint64_t) M(kError, error, std::string)
+#define RANKSCOPE_LINE_kLog(M)                                                                                 \
+  M(kLevel, level, Level) M(kMsg, msg, std::string) M(kLogger, logger, std::string)                          \
+  M(kFields, fields, Members) M(kFile, file, std::string) M(kLine, line, int)                                \
+  M(kFunction, function, std::string) M(kFieldsTruncated, fields_truncated, bool)
+#define RANKSCOPE_LINE_kProgress(M)
+#define RANKSCOPE_LINE_kStall(M)                                                                               \
+  M(kDur, dur, std::uint64_t) M(kInside, inside, std::string) M(kProgressAgeNs, progress_age_ns, std::uint64_t) \
+  M(kTimeoutNs, timeout_ns, std::uint64_t) M(kOpenPhases, open_phases, InnermostPhase)                       \
+  M(kInFlight, in_flight, FirstInFlight)
+#define RANKSCOPE_LINE_kStallEnd(M) M(kDur, dur, std::uint64_t)
+#define RANKSCOPE_LINE_kSlowStep(M)                                                                            \
+  M(kDur, dur, std::uint64_t) M(kUsualNs, usual_ns, std::uint64_t) M(kFactor, factor, double)                \
+  M(kGrownPhase, grown_phase, std::string) M(kGrownByNs, grown_by_ns, std::uint64_t)
+#define RANKSCOPE_LINE_kMetric(M)                                                                              \
+  M(kName, name, std::string) M(kType, type, std::string) M(kLabels, labels, Members)                        \
+  M(kValue, value, std::optional<double>) M(kBounds, bounds, std::vector<double>)                            \
+  M(kCounts, counts, std::vector<std::uint64_t>) M(kCount, count, std::uint64_t) M(kSum, sum, double)
+#define RANKSCOPE_LINE_kStats(M)                                                                               \
+  M(kEventsRecorded, events_recorded, std::optional<std::uint64_t>)                                          \
+  M(kEventsDropped, events_dropped, std::optional<std::uint64_t>) M(kExportErrors, export_errors, std::uint64_t) \
+  M(kInactiveCalls, inactive_calls, std::uint64_t) M(kThreads, threads, std::uint64_t)                       \
+  M(kOsThreads, os_threads, std::optional<std::int64_t>)                                                     \
+  M(kCommunicators, communicators, std::optional<std::int64_t>)                                              \
+  M(kBackgroundCpuNs, background_cpu_ns, std::uint64_t)
+#define RANKSCOPE_LINE_kRunEnd(M) \
+  RANKSCOPE_LINE_kStats(M) M(kRunLogLinesDropped, run_log_lines_dropped, std::uint64_t)
+#define RANKSCOPE_LINE_kFact(M) M(kName, name, std::string) M(kFields, fields, Members)
+#define RANKSCOPE_LINE_kViolation(M)                                                                           \
+  M(kLevel, level, Level) M(kMsg, msg, std::string) M(kCheck, check, std::string) M(kWhat, what, std::string) \
+  M(kRanks, ranks, std::vector<int>) M(kValues, values, Json)
+#define RANKSCOPE_LINE_kLogStopped(M)                                                                          \
+  M(kError, error, std::string) M(kErrno, error_number, int) M(kLinesDropped, lines_dropped, std::uint64_t)
+#define RANKSCOPE_LINE_kLogResumed(M) M(kLinesDropped, lines_dropped, std::uint64_t)
+#define RANKSCOPE_LINE_kExit(M)                                                                                \
+  M(kMsg, msg, std::string) M(kCause, cause, std::string)                                                    \
+  M(kException, exception, std::string) M(kTraceback, traceback, std::string)
+#define RANKSCOPE_LINE_kNumerics(M)                                                                            \
+  M(kLevel, level, Level) M(kMsg, msg, std::string) M(kWhat, what, std::string) M(kSignal, signal, std::string) \
+  M(kValue, value, std::optional<double>) M(kMedian, median, std::optional<double>)                          \
+  M(kScore, score, std::optional<double>)
+#define RANKSCOPE_LINE_kResources(M)                                                                           \
+  M(kReason, reason, std::string) M(kCpuSeconds, cpu_s, std::optional<double>)                               \
+  M(kRssBytes, rss_bytes, std::optional<double>) M(kOsThreads, os_threads, std::optional<double>)            \
+  M(kOpenFds, open_fds, std::optional<double>) M(kCtxVoluntary, ctx_voluntary, std::optional<double>)        \
+  M(kCtxInvoluntary, ctx_involuntary, std::optional<double>) M(kLoad1, load1, std::optional<double>)         \
+  M(kMemAvailable, mem_available_bytes, std::optional<double>)                                               \
+  M(kMemTotal, mem_total_bytes, std::optional<double>) M(kNetRx, net_rx_bytes, std::optional<double>)        \
+  M(kNetTx, net_tx_bytes, std::optional<double>) M(kDiskRead, disk_read_bytes, std::optional<double>)        \
+  M(kDiskWritten, disk_written_bytes, std::optional<double>) M(kGpu, gpu, std::optional<double>)             \
+  M(kGpuUtil, gpu_util, std::optional<double>) M(kGpuMemUsed, gpu_mem_used_ratio, std::optional<double>)     \
+  M(kGpuPower, gpu_power_w, std::optional<double>) M(kGpuTemp, gpu_temp_c, std::optional<double>)            \
+  M(kGpuSmClock, gpu_sm_hz, std::optional<double>) M(kGpuThrottle, gpu_throttle, std::optional<double>)      \
+  M(kGpuEcc, gpu_ecc_uncorrected, std::optional<double>) M(kGpuXid, gpu_xid, std::optional<double>)          \
+  M(kGpuPcieTx, gpu_pcie_tx_bytes_s, std::optional<double>)                                                  \
+  M(kGpuPcieRx, gpu_pcie_rx_bytes_s, std::optional<double>)                                                  \
+  M(kGpuNvlinkTx, gpu_nvlink_tx_bytes, std::optional<double>)                                                \
+  M(kGpuNvlinkRx, gpu_nvlink_rx_bytes, std::optional<double>)
+#define RANKSCOPE_LINE_kStacks(M)                                                                              \
+  M(kReason, reason, std::string) M(kThreads, threads, std::uint64_t) M(kAnswered, answered, std::uint64_t)  \
+  M(kCaptureUs, capture_us, std::uint64_t) M(kNative, native, std::string) M(kPython, python, std::string)   \
+  M(kPythonComplete, python_complete, bool)
+#define RANKSCOPE_LINE_kRecovered(M)                                                                           \
+  M(kPid, pid, std::int64_t) M(kRecords, records, std::uint64_t) M(kUnresolved, unresolved, std::uint64_t)   \
+  M(kTorn, torn, bool)
+
 constexpr std::string_view field_name(Field f) { return rankscope::detail::enum_name(kFieldNames, f, ""); }
 
 /// The Field a key names; kUnknown if none (one hash lookup).

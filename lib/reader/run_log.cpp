@@ -20,259 +20,245 @@ namespace {
 
 using schema::Field;
 
-template <typename T>
-std::optional<T> opt(simdjson::simdjson_result<T> r) {
-  T v;
-  if (std::move(r).get(v) == simdjson::SUCCESS) return v;
-  return std::nullopt;
-}
+using simdjson::SUCCESS;
+using simdjson::dom::element;
 
-// The nested values, each read only for the kinds that carry them.
-// The run_start's environment: cpu_affinity, and every leaf flattened into
-// `fields` with dotted keys (config drift compares them across ranks).
-void flatten(std::string& prefix, simdjson::dom::element v, LogEvent& e, int depth) {
+// One member's value, by its declared type. A value of another JSON type
+// leaves the member as it was (its default): a reader takes what it can.
+void read_value(element v, std::uint64_t& out) {
+  std::uint64_t u;
+  if (v.get_uint64().get(u) == SUCCESS) out = u;
+}
+void read_value(element v, std::int64_t& out) {
+  std::int64_t i;
+  if (v.get_int64().get(i) == SUCCESS) out = i;
+}
+void read_value(element v, int& out) {
+  std::int64_t i;
+  if (v.get_int64().get(i) == SUCCESS) out = static_cast<int>(i);
+}
+void read_value(element v, double& out) {
+  double d;
+  if (v.get_double().get(d) == SUCCESS) out = d;
+}
+void read_value(element v, bool& out) {
+  bool b;
+  if (v.get_bool().get(b) == SUCCESS) out = b;
+}
+void read_value(element v, std::string& out) {
+  std::string_view sv;
+  if (v.get_string().get(sv) == SUCCESS) out.assign(sv);
+}
+void read_value(element v, std::optional<double>& out) {  // a number, or "NaN" / "Infinity" / "-Infinity"
+  double d;
+  std::string_view sv;
+  if (v.get_double().get(d) == SUCCESS) out = d;
+  else if (v.get_string().get(sv) == SUCCESS) out = sv == "NaN" ? NAN : (sv == "-Infinity" ? -INFINITY : INFINITY);
+}
+template <typename T>
+void read_value(element v, std::optional<T>& out) {
+  T x{};
+  if (v.is_null()) return;
+  if constexpr (std::is_same_v<T, std::uint64_t>) {
+    if (v.get_uint64().get(x) == SUCCESS) out = x;
+  } else {
+    std::int64_t i;
+    if (v.get_int64().get(i) == SUCCESS) out = static_cast<T>(i);
+  }
+}
+template <typename T>
+void read_value(element v, std::vector<T>& out) {
+  simdjson::dom::array arr;
+  if (v.get_array().get(arr) != SUCCESS) return;
+  for (auto x : arr) {
+    T item{};
+    read_value(x, item);
+    out.push_back(item);
+  }
+}
+// The enumerations the writer writes by name.
+template <typename E, int N, typename NameOf>
+void read_enum(element v, E& out, NameOf name_of) {
+  std::string_view sv;
+  if (v.get_string().get(sv) != SUCCESS) return;
+  for (int i = 0; i < N; ++i) {
+    if (name_of(static_cast<E>(i)) == sv) {
+      out = static_cast<E>(i);
+      return;
+    }
+  }
+}
+void read_value(element v, PhaseKind& out) { read_enum<PhaseKind, kPhaseKindCount>(v, out, phase_kind_name); }
+void read_value(element v, Level& out) { read_enum<Level, 5>(v, out, level_name); }
+void read_value(element v, CollectiveResult& out) {
+  read_enum<CollectiveResult, 3>(v, out, collective_result_name);
+}
+void read_value(element v, schema::Json& out) { out.text = simdjson::minify(v); }
+void read_value(element v, schema::Members& out) {
+  simdjson::dom::object obj;
+  std::string_view sv;
+  if (v.get_object().get(obj) != SUCCESS) return;
+  for (auto [k, x] : obj) {
+    out.items.emplace_back(std::string(k), x.get_string().get(sv) == SUCCESS ? std::string(sv) : simdjson::minify(x));
+  }
+}
+// Every leaf with a dotted key (four levels at most, 512 leaves).
+void flatten(std::string& prefix, element v, schema::Environment& out, int depth) {
   simdjson::dom::object obj;
   simdjson::dom::array arr;
   std::string_view sv;
   const std::size_t keep = prefix.size();
-  if (depth < 4 && v.get_object().get(obj) == simdjson::SUCCESS) {
+  if (depth < 4 && v.get_object().get(obj) == SUCCESS) {
     for (auto [k, x] : obj) {
       if (keep != 0) prefix.push_back('.');
       prefix.append(k);
-      flatten(prefix, x, e, depth + 1);
+      flatten(prefix, x, out, depth + 1);
       prefix.resize(keep);
     }
-  } else if (depth < 4 && v.get_array().get(arr) == simdjson::SUCCESS) {
+  } else if (depth < 4 && v.get_array().get(arr) == SUCCESS) {
     std::size_t i = 0;
     for (auto x : arr) {
       prefix.append(fmt::format(".{}", i++));
-      flatten(prefix, x, e, depth + 1);
+      flatten(prefix, x, out, depth + 1);
       prefix.resize(keep);
     }
-  } else if (e.fields.size() < 512) {
-    e.fields.emplace_back(prefix, v.get_string().get(sv) == simdjson::SUCCESS ? std::string(sv) : simdjson::minify(v));
+  } else if (out.flat.size() < 512) {
+    out.flat.emplace_back(prefix, v.get_string().get(sv) == SUCCESS ? std::string(sv) : simdjson::minify(v));
   }
 }
-
-void decode_environment(simdjson::dom::element v, LogEvent& e) {  // run_start
+void read_value(element v, schema::Environment& out) {
   simdjson::dom::object env;
-  std::string_view sv;
-  if (v.get_object().get(env) != simdjson::SUCCESS) return;
-  if (env[schema::field_name(Field::kCpuAffinity)].get_string().get(sv) == simdjson::SUCCESS) e.cpu_affinity.assign(sv);
+  if (v.get_object().get(env) != SUCCESS) return;
+  read_value(env[schema::field_name(Field::kCpuAffinity)].value_unsafe(), out.cpu_affinity);
   std::string prefix;
-  flatten(prefix, v, e, 0);
+  flatten(prefix, v, out, 0);
 }
-
-void decode_fact_fields(simdjson::dom::element v, LogEvent& e) {
-  simdjson::dom::object fields;
-  std::string_view sv;
-  if (v.get_object().get(fields) != simdjson::SUCCESS) return;
-  for (auto [fk, fv] : fields) {
-    if (fv.get_string().get(sv) == simdjson::SUCCESS) e.fields.emplace_back(std::string(fk), std::string(sv));
-    else e.fields.emplace_back(std::string(fk), simdjson::minify(fv));
-  }
-}
-
-void decode_in_flight(simdjson::dom::element v, LogEvent& e) {  // a stall's first collective in flight
-  using simdjson::SUCCESS;
+void read_value(element v, schema::InnermostPhase& out) {
   simdjson::dom::array arr;
-  std::string_view sv;
-  std::uint64_t u64;
+  element name;
   if (v.get_array().get(arr) != SUCCESS || arr.size() == 0) return;
-  const simdjson::dom::element c = arr.at(0).value_unsafe();
-  if (c[schema::field_name(Field::kOp)].get_string().get(sv) == SUCCESS) e.op.assign(sv);
-  if (c[schema::field_name(Field::kComm)].get_string().get(sv) == SUCCESS) e.comm.assign(sv);
-  if (c[schema::field_name(Field::kSeq)].get_uint64().get(u64) == SUCCESS) e.seq = u64;
-  if (c[schema::field_name(Field::kCount)].get_uint64().get(u64) == SUCCESS) e.count = u64;
+  if (arr.at(arr.size() - 1)[schema::field_name(Field::kName)].get(name) == SUCCESS) read_value(name, out.name);
 }
-
-void decode_open_phases(simdjson::dom::element v, LogEvent& e) {  // the innermost open phase, as the stall's name
+void read_value(element v, schema::FirstInFlight& out) {
   simdjson::dom::array arr;
-  std::string_view sv;
-  if (v.get_array().get(arr) != simdjson::SUCCESS || arr.size() == 0) return;
-  if (arr.at(arr.size() - 1)[schema::field_name(Field::kName)].get_string().get(sv) == simdjson::SUCCESS) e.name.assign(sv);
+  if (v.get_array().get(arr) != SUCCESS || arr.size() == 0) return;
+  const element c = arr.at(0).value_unsafe();
+  element x;
+  if (c[schema::field_name(Field::kOp)].get(x) == SUCCESS) read_value(x, out.op);
+  if (c[schema::field_name(Field::kComm)].get(x) == SUCCESS) read_value(x, out.comm);
+  if (c[schema::field_name(Field::kSeq)].get(x) == SUCCESS) read_value(x, out.seq);
+  if (c[schema::field_name(Field::kCount)].get(x) == SUCCESS) read_value(x, out.count);
 }
 
-void decode_ranks(simdjson::dom::element v, LogEvent& e) {  // a violation's ranks at fault
-  simdjson::dom::array ranks;
-  std::int64_t i64;
-  if (v.get_array().get(ranks) != simdjson::SUCCESS) return;
-  for (auto x : ranks) {
-    if (x.get_int64().get(i64) == simdjson::SUCCESS) e.ranks.push_back(static_cast<int>(i64));
+// Back to the member's default, keeping a string's or a vector's capacity (one
+// value per kind is reused line after line).
+template <typename T>
+void reset_value(T& v) {
+  if constexpr (std::is_arithmetic_v<T> || std::is_enum_v<T>) v = T{};
+  else if constexpr (requires { v.reset(); }) v.reset();
+  else if constexpr (requires { v.clear(); }) v.clear();
+  else if constexpr (std::is_same_v<T, schema::Environment>) v.cpu_affinity.clear(), v.flat.clear();
+  else if constexpr (std::is_same_v<T, schema::Members>) v.items.clear();
+  else if constexpr (std::is_same_v<T, schema::InnermostPhase>) v.name.clear();
+  else if constexpr (std::is_same_v<T, schema::Json>) v.text.clear();
+  else v = T{};
+}
+
+// One key of a kind's own into its value; false if the kind does not declare it.
+#define RANKSCOPE_DETAIL_CASE(f, m, T) \
+  case Field::f:                       \
+    read_value(v, line.m);             \
+    return true;
+#define RANKSCOPE_DETAIL_DECODE_MEMBER(e, n)                                                                  \
+  bool decode_member([[maybe_unused]] schema::Line<schema::Kind::e>& line, Field f, [[maybe_unused]] element v) { \
+    switch (f) {                                                                                          \
+      RANKSCOPE_LINE_##e(RANKSCOPE_DETAIL_CASE) default : return false;                                   \
+    }                                                                                                     \
   }
+RANKSCOPE_DETAIL_EVENT_KINDS(RANKSCOPE_DETAIL_DECODE_MEMBER)
+#undef RANKSCOPE_DETAIL_DECODE_MEMBER
+#undef RANKSCOPE_DETAIL_CASE
+
+// The value of kind K in `body`, reset: the one already there when the last
+// line was of the same kind (its strings keep their capacity), else a new one.
+template <schema::Kind K>
+schema::Line<K>& reuse(schema::LineBody& body) {
+  constexpr std::size_t index = static_cast<std::size_t>(K) + 1;
+  if (auto* line = std::get_if<index>(&body)) {
+    schema::for_each_member(*line, [](Field, auto& m) { reset_value(m); });
+    return *line;
+  }
+  return body.emplace<index>();
 }
 
-void decode_scalar(simdjson::dom::element v, std::optional<double>& out) {  // a number, or "NaN" / "Infinity" / "-Infinity"
-  double d;
-  std::string_view sv;
-  if (v.get_double().get(d) == simdjson::SUCCESS) out = d;
-  else if (v.get_string().get(sv) == simdjson::SUCCESS) out = sv == "NaN" ? NAN : (sv == "-Infinity" ? -INFINITY : INFINITY);
-}
-
-// One key's value into the event. The key was mapped to its schema::Field
-// once (one hash lookup); what a key means can depend on the line's kind.
-// Split in two switches only to keep each short: numbers here, text and
-// nested values in decode_text_field.
-bool decode_number_field(Field f, simdjson::dom::element v, LogEvent& e) {
-  using simdjson::SUCCESS;
-  std::int64_t i64;
-  std::uint64_t u64;
-  double d;
-  auto u = [&](auto& out) {  // a std::uint64_t or an optional one
-    if (v.get_uint64().get(u64) == SUCCESS) out = u64;
-  };
-  auto i = [&](auto& out) {  // any integer, or an optional one
-    if (v.get_int64().get(i64) == SUCCESS) out = static_cast<std::remove_cvref_t<decltype(*&out)>>(i64);
-  };
+// One key into the event: a member every line has, or one of its kind's own.
+bool decode_header(Field f, element v, LogEvent& e) {
   switch (f) {
-    case Field::kT: u(e.t); break;
-    case Field::kMono: u(e.mono); break;
-    case Field::kRank: i(e.rank); break;
-    case Field::kStep: i(e.step); break;
-    case Field::kTid: i(e.tid); break;
-    case Field::kDur: u(e.dur); break;
-    case Field::kDepth: i(e.depth); break;
-    case Field::kSeq: u(e.seq); break;
-    case Field::kCommId: i(e.comm_id); break;
-    case Field::kCount: u(e.count); break;
-    case Field::kBytes: u(e.bytes); break;
-    case Field::kWait: u(e.wait); break;
-    case Field::kSamples: i(e.samples); break;
-    case Field::kTokens: i(e.tokens); break;
-    case Field::kNextStep: i(e.next_step); break;
-    case Field::kSchema: i(e.schema); break;
-    case Field::kPid: i(e.pid); break;
-    case Field::kCommunicators: i(e.communicators); break;
-    case Field::kOsThreads: i(e.os_threads); break;
-    case Field::kEventsDropped: u(e.events_dropped); break;
-    case Field::kEventsRecorded: u(e.events_recorded); break;
-    case Field::kLinesDropped: u(e.count); break;  // log_stopped, log_resumed
-    case Field::kRecords: u(e.count); break;       // recovered
-    case Field::kUnresolved: u(e.seq); break;      // recovered
-    case Field::kTorn: e.torn = v.get_bool().get(e.torn) == SUCCESS && e.torn; break;
-    case Field::kLoss: decode_scalar(v, e.loss); break;
-    case Field::kGradNorm: decode_scalar(v, e.grad_norm); break;
-    case Field::kLr: decode_scalar(v, e.lr); break;
-    case Field::kMedian: decode_scalar(v, e.median); break;
-    case Field::kValue:
-      if (e.k == schema::Kind::kNumerics) decode_scalar(v, e.value);
-      else if (v.get_double().get(d) == SUCCESS) e.value = d;
-      break;
+    case Field::kKind: return true;
+    case Field::kT: read_value(v, e.t); return true;
+    case Field::kMono: read_value(v, e.mono); return true;
+    case Field::kRank: read_value(v, e.rank); return true;
+    case Field::kStep: read_value(v, e.step); return true;
+    case Field::kTid: read_value(v, e.tid); return true;
     default: return false;
   }
-  return true;
 }
 
-void decode_text_field(Field f, simdjson::dom::element v, LogEvent& e) {
-  using simdjson::SUCCESS;
-  std::string_view sv;
-  auto str = [&](std::string& out) {
-    if (v.get_string().get(sv) == SUCCESS) out.assign(sv);
-  };
-  switch (f) {
-    case Field::kName: str(e.name); break;
-    case Field::kHost: str(e.name); break;  // run_start
-    case Field::kComm: str(e.comm); break;
-    case Field::kOp: str(e.op); break;
-    case Field::kDtype: str(e.dtype); break;
-    case Field::kResult: str(e.result); break;
-    case Field::kFingerprint: str(e.fingerprint); break;
-    case Field::kPhaseKind: str(e.phase_kind); break;
-    case Field::kWaitPhase: str(e.wait_phase); break;
-    case Field::kPhase: e.in_phase = e.k == schema::Kind::kCollective; break;
-    case Field::kLevel: str(e.level); break;
-    case Field::kMsg: str(e.msg); break;
-    case Field::kInside: str(e.inside); break;
-    case Field::kGrownPhase: str(e.grown_phase); break;
-    case Field::kCheck: str(e.check); break;
-    case Field::kWhat: str(e.what); break;
-    case Field::kCause: str(e.cause); break;
-    case Field::kSignal: str(e.signal); break;
-    case Field::kException: str(e.exception); break;
-    case Field::kTiming: e.device_timing = v.get_string().get(sv) == SUCCESS && sv == "device"; break;
-    case Field::kError:
-      if (e.k == schema::Kind::kLogStopped) str(e.msg);
-      break;
-    case Field::kEnvironment:
-      if (e.k == schema::Kind::kRunStart) decode_environment(v, e);
-      break;
-    case Field::kFields:
-      if (e.k == schema::Kind::kFact) decode_fact_fields(v, e);
-      break;
-    case Field::kNative:
-      if (e.k == schema::Kind::kStacks) str(e.native);
-      break;
-    case Field::kPython:
-      if (e.k == schema::Kind::kStacks) str(e.python);
-      break;
-    case Field::kReason:
-      if (e.k == schema::Kind::kStacks) str(e.what);
-      break;
-    case Field::kInFlight:
-      if (e.k == schema::Kind::kStall) decode_in_flight(v, e);
-      break;
-    case Field::kOpenPhases:
-      if (e.k == schema::Kind::kStall) decode_open_phases(v, e);
-      break;
-    case Field::kRanks:
-      if (e.k == schema::Kind::kViolation) decode_ranks(v, e);
-      break;
-    case Field::kValues:
-      if (e.k == schema::Kind::kViolation) e.values_json = simdjson::minify(v);
-      break;
-    default: break;
+template <schema::Kind K>
+void decode_members(simdjson::dom::object obj, LogEvent& e, ReadResult& res) {
+  schema::Line<K>& line = reuse<K>(e.body);
+  for (auto field : obj) {
+    const Field f = schema::field_from_name(field.key);
+    if (!decode_header(f, field.value, e) && !decode_member(line, f, field.value)) ++res.undeclared_keys;
   }
 }
 
-void decode_field(std::string_view k, simdjson::dom::element v, LogEvent& e) {
-  const Field f = schema::field_from_name(k);
-  if (f == Field::kUnknown || f == Field::kKind) return;
-  if (e.k == schema::Kind::kResources) {
-    double d = 0;
-    if (f == Field::kReason) {
-      std::string_view sv;
-      if (v.get_string().get(sv) == simdjson::SUCCESS) e.what.assign(sv);
-    } else if (f != Field::kT && f != Field::kMono && f != Field::kRank && f != Field::kStep &&
-               v.get_double().get(d) == simdjson::SUCCESS && e.numbers.size() < 64) {
-      e.numbers.emplace_back(f, d);
-    }
-  }
-  if (!decode_number_field(f, v, e)) decode_text_field(f, v, e);
-}
+using MembersDecoder = void (*)(simdjson::dom::object, LogEvent&, ReadResult&);
+constexpr MembersDecoder kDecoders[] = {
+#define RANKSCOPE_DETAIL_DECODER(e, n) &decode_members<schema::Kind::e>,
+    RANKSCOPE_DETAIL_EVENT_KINDS(RANKSCOPE_DETAIL_DECODER)
+#undef RANKSCOPE_DETAIL_DECODER
+};
 
 // One pass over the object's keys (a line has ~10-20 of them; looking each
 // wanted key up separately would rescan the object per key).
-bool decode(simdjson::dom::parser& parser, const char* p, std::size_t n, LogEvent& e) {
-  using simdjson::SUCCESS;
-  simdjson::dom::element doc;
+bool decode(simdjson::dom::parser& parser, const char* p, std::size_t n, LogEvent& e, ReadResult& res) {
+  element doc;
   if (parser.parse(p, n, /*realloc_if_needed=*/false).get(doc) != SUCCESS) return false;
   simdjson::dom::object obj;
   if (doc.get_object().get(obj) != SUCCESS) return false;
   std::string_view kind;
   if (obj[schema::field_name(Field::kKind)].get_string().get(kind) != SUCCESS) return false;
-  e.clear();
-  e.kind.assign(kind);
-  e.k = schema::kind_from_name(kind);  // decoded once; readers switch on it
+  e.k = schema::kind_from_name(kind);
+  e.rank = -1;
+  e.step = -1;
+  e.t = e.mono = 0;
+  e.tid = 0;
   e.raw = std::string_view(p, n);
-  for (auto field : obj) decode_field(field.key, field.value, e);
+  if (e.k == schema::Kind::kUnknown) {
+    e.body.emplace<0>();
+    for (auto field : obj) decode_header(schema::field_from_name(field.key), field.value, e);
+  } else {
+    kDecoders[static_cast<std::size_t>(e.k)](obj, e, res);
+  }
   return true;
 }
 
 // A collective's wait (schema 3), as the nested phase line that schema 2 wrote
 // for it: it ended when the collective completed.
-void wait_as_phase(const LogEvent& c, LogEvent& w) {
-  w.clear();
-  w.kind.assign(schema::kind_name(schema::Kind::kPhase));
+void wait_as_phase(const LogEvent& c, const schema::Line<schema::Kind::kCollective>& coll, LogEvent& w) {
   w.k = schema::Kind::kPhase;
   w.rank = c.rank;
   w.step = c.step;
   w.tid = c.tid;
-  w.dur = std::min(c.wait, c.dur);
-  w.t = c.t + c.dur - w.dur;
-  w.mono = c.mono + c.dur - w.dur;
-  w.depth = c.in_phase ? 1 : 0;
-  w.name = c.wait_phase;
-  w.phase_kind.assign(phase_kind_name(PhaseKind::kCollective));
+  auto& p = reuse<schema::Kind::kPhase>(w.body);
+  p.dur = std::min(coll.wait, coll.dur);
+  w.t = c.t + coll.dur - p.dur;
+  w.mono = c.mono + coll.dur - p.dur;
+  p.depth = coll.phase.empty() ? 0 : 1;
+  p.name = coll.wait_phase;
+  p.parent = coll.phase;
+  p.phase_kind = PhaseKind::kCollective;
   w.line_no = c.line_no;
   w.raw = c.raw;
 }
@@ -322,11 +308,11 @@ absl::StatusOr<ReadResult> read_run_log(const std::string& path, const std::func
       const std::size_t len = static_cast<std::size_t>(nl - (buf.data() + start));
       if (len > 0) {
         ++line_no;
-        if (decode(parser, buf.data() + start, len, e)) {
+        if (decode(parser, buf.data() + start, len, e, res)) {
           ++res.lines;
           e.line_no = line_no;
-          if (e.k == schema::Kind::kCollective && !e.wait_phase.empty()) {
-            wait_as_phase(e, wait);
+          if (const auto* c = e.get<schema::Kind::kCollective>(); c != nullptr && !c->wait_phase.empty()) {
+            wait_as_phase(e, *c, wait);
             fn(wait);
           }
           fn(e);

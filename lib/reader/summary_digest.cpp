@@ -12,6 +12,7 @@
 #include <map>
 #include <filesystem>
 #include <optional>
+#include <variant>
 
 #include <fmt/format.h>
 #include <simdjson.h>
@@ -25,14 +26,11 @@
 namespace rankscope::reader::digest {
 namespace {
 
-constexpr std::size_t kEvidenceChars = 400;
+using schema::Field;
+using schema::Kind;
+using schema::Line;
 
-PhaseKind kind_from_name(std::string_view s) {
-  for (int k = 0; k < kPhaseKindCount; ++k) {
-    if (phase_kind_name(static_cast<PhaseKind>(k)) == s) return static_cast<PhaseKind>(k);
-  }
-  return PhaseKind::kOther;
-}
+constexpr std::size_t kEvidenceChars = 400;
 
 EvidenceLine evidence(int rank, const LogEvent& e) {
   return {rank, e.line_no, std::string(e.raw.substr(0, kEvidenceChars)) + (e.raw.size() > kEvidenceChars ? "..." : "")};
@@ -89,8 +87,8 @@ class RankDigester {
 
   void on_event(const LogEvent& e) {
     RankSummary& r = d_.sum;
-    if (e.k == schema::Kind::kRunStart) {  // always read: sessions and host frame the rest
-      on_run_start(e);
+    if (const auto* start = e.get<Kind::kRunStart>()) {  // always read: sessions and host frame the rest
+      on_run_start(*start);
       goodput_.on_run_start(e.t);
       return;
     }
@@ -108,17 +106,21 @@ class RankDigester {
 
  private:
   void dispatch(const LogEvent& e);
-  void on_run_start(const LogEvent& e);
-  void on_phase(const LogEvent& e);
-  void on_step_end(const LogEvent& e);
-  void on_scalars(const LogEvent& e);  // step_end's loss, grad_norm; a step_scalars line's too
-  void on_stats(const LogEvent& e);
-  void on_stall(const LogEvent& e);
-  void on_stall_end(const LogEvent& e);
-  void on_log_gap(const LogEvent& e);
-  void on_exit(const LogEvent& e);
-  void on_fact(const LogEvent& e);
-  void on_resources(const LogEvent& e);
+  void on_run_start(const Line<Kind::kRunStart>& l);
+  void on_phase(const LogEvent& e, const Line<Kind::kPhase>& l);
+  void on_step_end(const LogEvent& e, const Line<Kind::kStepEnd>& l);
+  template <Kind K>  // step_end's loss, grad_norm; a step_scalars line's too
+  void on_scalars(const LogEvent& e, const Line<K>& l);
+  void on_collective(const LogEvent& e, const Line<Kind::kCollective>& l);
+  template <Kind K>  // stats, run_end
+  void on_stats(const Line<K>& l);
+  void on_stall(const LogEvent& e, const Line<Kind::kStall>& l);
+  void on_stall_end(const LogEvent& e, const Line<Kind::kStallEnd>& l);
+  void on_log_stopped(const LogEvent& e, const Line<Kind::kLogStopped>& l);
+  void on_log_resumed(const Line<Kind::kLogResumed>& l);
+  void on_exit(const LogEvent& e, const Line<Kind::kExit>& l);
+  void on_fact(const LogEvent& e, const Line<Kind::kFact>& l);
+  void on_resources(const LogEvent& e, const Line<Kind::kResources>& l);
 
   std::string comm_key(const std::string& comm) const {
     return d_.sum.sessions > 1 ? fmt::format("{} (session {})", comm, d_.sum.sessions) : comm;
@@ -141,76 +143,89 @@ class RankDigester {
 
 void RankDigester::dispatch(const LogEvent& e) {
   RankSummary& r = d_.sum;
-  switch (e.k) {
-    case schema::Kind::kPhase: on_phase(e); break;
-    case schema::Kind::kStepBegin: builder_.on_step_begin(e.tid, e.step, e.mono); break;
-    case schema::Kind::kStepEnd: on_step_end(e); break;
-    case schema::Kind::kStepScalars: on_scalars(e); break;
-    case schema::Kind::kCollective: {
-      const bool ok = e.result == "ok";
-      if (ok && e.bytes > 0) {
-        CollectiveStat& c = coll_stats_[{e.op, static_cast<int>(std::bit_width(e.bytes)) - 1}];
-        ++c.calls;
-        c.bytes += e.bytes;
-        c.seconds += static_cast<double>(e.dur) * 1e-9;
-      }
-      if (e.comm_id >= 0 && !comm_names_.contains(e.comm_id)) comm_names_.emplace(e.comm_id, e.comm);
-      d_.colls[comm_key(e.comm)].push_back({e.seq, parse_fp(e.fingerprint), e.count, e.t,
-                                            ok && !e.device_timing ? e.t + e.dur : 0, e.op, e.dtype,
-                                            ok ? std::string("completed") : e.result});
-      break;
-    }
-    case schema::Kind::kStats:
-    case schema::Kind::kRunEnd: on_stats(e); break;
-    case schema::Kind::kStall: on_stall(e); break;
-    case schema::Kind::kStallEnd: on_stall_end(e); break;
-    case schema::Kind::kLogStopped:
-    case schema::Kind::kLogResumed: on_log_gap(e); break;
-    case schema::Kind::kExit: on_exit(e); break;
-    case schema::Kind::kSlowStep:
-      ++r.slow_steps;
-      r.last_slow_phase = e.grown_phase;
-      if (r.slow_step_list.size() < kSlowStepsKept) r.slow_step_list.push_back({e.step, e.grown_phase});
-      break;
-    case schema::Kind::kLog:
-      if ((e.level == "error" || e.level == "fatal") && r.errors++ == 0) {
-        r.first_error_t = e.t;
-        r.first_error = e.msg;
-        r.first_error_line = evidence(r.rank, e);
-      }
-      break;
-    case schema::Kind::kFact: on_fact(e); break;
-    case schema::Kind::kNumerics:
-      if (r.numerics.size() < RankSummary::kNumericsKept) {
-        r.numerics.push_back({e.what, e.signal, e.step, e.t, e.value, e.median, e.msg, evidence(r.rank, e)});
-      }
-      break;
-    case schema::Kind::kResources: on_resources(e); break;
-    case schema::Kind::kStacks: r.stacks = StackRecord{e.what, e.step, e.t, e.native, e.python, evidence(r.rank, e)}; break;
-    case schema::Kind::kViolation:
-      d_.violations.push_back({r.rank, e.check, e.what, e.msg, e.level, e.values_json, e.ranks, e.step, e.t,
-                               evidence(r.rank, e)});
-      break;
-    case schema::Kind::kRecovered:
-      r.rings_recovered = true;
-      r.recovered += e.count;
-      r.unrecovered += e.seq;
-      cut_by_kill_ += e.torn ? 1 : 0;
-      break;
-    case schema::Kind::kUnknown: ++r.unknown_kinds; break;
-    default: break;
-  }
+  std::visit(
+      [&]<typename L>(const L& l) {
+        if constexpr (std::is_same_v<L, std::monostate>) {
+          ++r.unknown_kinds;
+        } else if constexpr (L::kind == Kind::kPhase) {
+          on_phase(e, l);
+        } else if constexpr (L::kind == Kind::kStepBegin) {
+          builder_.on_step_begin(e.tid, e.step, e.mono);
+        } else if constexpr (L::kind == Kind::kStepEnd) {
+          on_step_end(e, l);
+        } else if constexpr (L::kind == Kind::kStepScalars) {
+          on_scalars(e, l);
+        } else if constexpr (L::kind == Kind::kCollective) {
+          on_collective(e, l);
+        } else if constexpr (L::kind == Kind::kStats || L::kind == Kind::kRunEnd) {
+          on_stats(l);
+        } else if constexpr (L::kind == Kind::kStall) {
+          on_stall(e, l);
+        } else if constexpr (L::kind == Kind::kStallEnd) {
+          on_stall_end(e, l);
+        } else if constexpr (L::kind == Kind::kLogStopped) {
+          on_log_stopped(e, l);
+        } else if constexpr (L::kind == Kind::kLogResumed) {
+          on_log_resumed(l);
+        } else if constexpr (L::kind == Kind::kExit) {
+          on_exit(e, l);
+        } else if constexpr (L::kind == Kind::kSlowStep) {
+          ++r.slow_steps;
+          r.last_slow_phase = l.grown_phase;
+          if (r.slow_step_list.size() < kSlowStepsKept) r.slow_step_list.push_back({e.step, l.grown_phase});
+        } else if constexpr (L::kind == Kind::kLog) {
+          if ((l.level == Level::kError || l.level == Level::kFatal) && r.errors++ == 0) {
+            r.first_error_t = e.t;
+            r.first_error = l.msg;
+            r.first_error_line = evidence(r.rank, e);
+          }
+        } else if constexpr (L::kind == Kind::kFact) {
+          on_fact(e, l);
+        } else if constexpr (L::kind == Kind::kNumerics) {
+          if (r.numerics.size() < RankSummary::kNumericsKept) {
+            r.numerics.push_back({l.what, l.signal, e.step, e.t, l.value, l.median, l.msg, evidence(r.rank, e)});
+          }
+        } else if constexpr (L::kind == Kind::kResources) {
+          on_resources(e, l);
+        } else if constexpr (L::kind == Kind::kStacks) {
+          r.stacks = StackRecord{l.reason, e.step, e.t, l.native, l.python, evidence(r.rank, e)};
+        } else if constexpr (L::kind == Kind::kViolation) {
+          d_.violations.push_back({r.rank, l.check, l.what, l.msg, std::string(level_name(l.level)), l.values.text, l.ranks,
+                                   e.step, e.t, evidence(r.rank, e)});
+        } else if constexpr (L::kind == Kind::kRecovered) {
+          r.rings_recovered = true;
+          r.recovered += l.records;
+          r.unrecovered += l.unresolved;
+          cut_by_kill_ += l.torn ? 1 : 0;
+        }
+      },
+      e.body);
 }
 
-void RankDigester::on_run_start(const LogEvent& e) {
+void RankDigester::on_collective(const LogEvent& e, const Line<Kind::kCollective>& l) {
+  const bool ok = l.result == CollectiveResult::kOk;
+  if (ok && l.bytes > 0) {
+    CollectiveStat& c = coll_stats_[{l.op, static_cast<int>(std::bit_width(l.bytes)) - 1}];
+    ++c.calls;
+    c.bytes += l.bytes;
+    c.seconds += static_cast<double>(l.dur) * 1e-9;
+  }
+  if (l.comm_id && *l.comm_id >= 0 && !comm_names_.contains(*l.comm_id)) comm_names_.emplace(*l.comm_id, l.comm);
+  const bool device_timed = l.timing == "device";
+  d_.colls[comm_key(l.comm)].push_back({l.seq, parse_fp(l.fingerprint), l.count, e.t, ok && !device_timed ? e.t + l.dur : 0,
+                                        l.op, l.dtype,
+                                        ok ? std::string("completed") : std::string(collective_result_name(l.result))});
+}
+
+void RankDigester::on_run_start(const Line<Kind::kRunStart>& l) {
   RankSummary& r = d_.sum;
   ++r.sessions;
   r.exit.reset();  // how a process ended is its last session's
-  r.pid = e.pid;
-  r.host = e.name;
-  r.cpu_affinity = e.cpu_affinity;
-  r.environment = e.fields;
-  r.schema = std::max(r.schema, e.schema);
+  r.pid = l.pid;
+  r.host = l.host;
+  r.cpu_affinity = l.environment.cpu_affinity;
+  r.environment = l.environment.flat;
+  r.schema = std::max(r.schema, l.schema);
   r.ended_cleanly = false;
   r.restores.clear();
   restore_pending_ = false;
@@ -218,42 +233,42 @@ void RankDigester::on_run_start(const LogEvent& e) {
   comms_now_.reset();
 }
 
-void RankDigester::on_phase(const LogEvent& e) {
+void RankDigester::on_phase(const LogEvent& e, const Line<Kind::kPhase>& l) {
   ++d_.sum.phases;
-  const PhaseKind kind = kind_from_name(e.phase_kind);
-  builder_.on_phase(e.tid, e.depth, kind, e.mono, e.dur);
-  goodput_.on_phase(e.tid, e.depth, kind, e.t, e.dur);
-  if (auto it = name_ns_.find(e.name); it != name_ns_.end()) {
-    it->second += static_cast<double>(e.dur);
+  builder_.on_phase(e.tid, l.depth, l.phase_kind, e.mono, l.dur);
+  goodput_.on_phase(e.tid, l.depth, l.phase_kind, e.t, l.dur);
+  if (auto it = name_ns_.find(l.name); it != name_ns_.end()) {
+    it->second += static_cast<double>(l.dur);
   } else if (name_ns_.size() < RankSummary::kNamedPhasesKept) {
-    name_ns_.emplace(e.name, static_cast<double>(e.dur));
+    name_ns_.emplace(l.name, static_cast<double>(l.dur));
   }
-  if (e.t + e.dur >= last_phase_end_) {
-    last_phase_end_ = e.t + e.dur;
-    d_.sum.last_phase = e.name;
+  if (e.t + l.dur >= last_phase_end_) {
+    last_phase_end_ = e.t + l.dur;
+    d_.sum.last_phase = l.name;
   }
 }
 
-void RankDigester::on_scalars(const LogEvent& e) {
+template <Kind K>
+void RankDigester::on_scalars(const LogEvent& e, const Line<K>& l) {
   RankSummary& r = d_.sum;
-  if (e.loss) r.last_loss = e.loss;
-  if (e.loss && !std::isfinite(*e.loss) && !r.first_bad_loss) {
-    r.first_bad_loss = BadLossRecord{*e.loss, e.step, e.t, evidence(r.rank, e)};
+  if (l.loss) r.last_loss = l.loss;
+  if (l.loss && !std::isfinite(*l.loss) && !r.first_bad_loss) {
+    r.first_bad_loss = BadLossRecord{*l.loss, e.step, e.t, evidence(r.rank, e)};
   }
-  if (e.grad_norm && !std::isfinite(*e.grad_norm) && !r.first_bad_grad_norm) {
-    r.first_bad_grad_norm = BadLossRecord{*e.grad_norm, e.step, e.t, evidence(r.rank, e)};
+  if (l.grad_norm && !std::isfinite(*l.grad_norm) && !r.first_bad_grad_norm) {
+    r.first_bad_grad_norm = BadLossRecord{*l.grad_norm, e.step, e.t, evidence(r.rank, e)};
   }
   // A step_scalars line comes after its step's step_end: into that step's block.
-  if (e.k == schema::Kind::kStepScalars) r.series.add_scalars(e.step, {e.loss, e.lr, e.grad_norm});
+  if constexpr (K == Kind::kStepScalars) r.series.add_scalars(e.step, {l.loss, l.lr, l.grad_norm});
 }
 
-void RankDigester::on_step_end(const LogEvent& e) {
+void RankDigester::on_step_end(const LogEvent& e, const Line<Kind::kStepEnd>& l) {
   RankSummary& r = d_.sum;
   ++r.steps;
   if (r.first_step < 0) r.first_step = e.step;
   r.last_step = e.step;
-  on_scalars(e);
-  if (e.samples) r.samples += *e.samples;
+  on_scalars(e, l);
+  if (l.samples) r.samples += *l.samples;
   if (auto b = builder_.on_step_end(e.tid, e.mono)) {
     goodput_.on_step(e.tid, e.step, e.t, b->total_ns, b->by_kind_ns);
     step_ms_.push_back(static_cast<double>(b->total_ns) / 1e6);
@@ -263,74 +278,84 @@ void RankDigester::on_step_end(const LogEvent& e) {
       kind_ms_[k].push_back(ms[k]);
     }
     if (e.step >= 0) {
-      r.series.add(e.step, ms, static_cast<double>(b->total_ns) / 1e6, static_cast<double>(e.samples.value_or(0)),
-                   static_cast<double>(e.tokens.value_or(0)), {e.loss, e.lr, e.grad_norm});
+      r.series.add(e.step, ms, static_cast<double>(b->total_ns) / 1e6, static_cast<double>(l.samples.value_or(0)),
+                   static_cast<double>(l.tokens.value_or(0)), {l.loss, l.lr, l.grad_norm});
     }
   }
-  if (e.next_step) builder_.on_step_begin(e.tid, *e.next_step, e.mono);  // step(): no step_begin line of its own
+  if (l.next_step) builder_.on_step_begin(e.tid, *l.next_step, e.mono);  // step(): no step_begin line of its own
 }
 
 // stats and run_end: the recorder's counters, threads and communicators
 // (the first stats line after a restore samples them for that restore).
-void RankDigester::on_stats(const LogEvent& e) {
+template <Kind K>
+void RankDigester::on_stats(const Line<K>& l) {
   RankSummary& r = d_.sum;
-  if (e.events_recorded) r.events_recorded = *e.events_recorded;
-  if (e.events_dropped) r.events_dropped = *e.events_dropped;
-  if (e.k == schema::Kind::kRunEnd) r.ended_cleanly = true;
-  if (e.os_threads) threads_now_ = e.os_threads;
-  if (e.communicators) comms_now_ = e.communicators;
-  if (restore_pending_ && e.os_threads) {
-    r.restores.back().os_threads = e.os_threads.value_or(-1);
-    r.restores.back().communicators = e.communicators.value_or(-1);
+  if (l.events_recorded) r.events_recorded = *l.events_recorded;
+  if (l.events_dropped) r.events_dropped = *l.events_dropped;
+  if constexpr (K == Kind::kRunEnd) r.ended_cleanly = true;
+  if (l.os_threads) threads_now_ = l.os_threads;
+  if (l.communicators) comms_now_ = l.communicators;
+  if (restore_pending_ && l.os_threads) {
+    r.restores.back().os_threads = l.os_threads.value_or(-1);
+    r.restores.back().communicators = l.communicators.value_or(-1);
     restore_pending_ = false;
   }
 }
 
-void RankDigester::on_stall(const LogEvent& e) {
+void RankDigester::on_stall(const LogEvent& e, const Line<Kind::kStall>& l) {
   RankSummary& r = d_.sum;
-  StallRecord s{e.t, e.t > e.dur ? e.t - e.dur : e.t, e.step, e.inside, e.name, e.op, e.comm, e.seq, false, 0,
+  const schema::FirstInFlight& c = l.in_flight;
+  StallRecord s{e.t, e.t > l.dur ? e.t - l.dur : e.t, e.step, l.inside, l.open_phases.name, c.op, c.comm, c.seq, false, 0,
                 evidence(r.rank, e)};
   goodput_.on_stall(s.since);
   if (r.stalls++ == 0) r.first_stall = s;
   r.last_stall = s;
-  if (!e.comm.empty() && e.seq != 0) {  // entered and never left: progress evidence
-    d_.colls[comm_key(e.comm)].push_back({e.seq, 0, e.count, e.t, 0, e.op, "", "in flight"});
+  if (!c.comm.empty() && c.seq != 0) {  // entered and never left: progress evidence
+    d_.colls[comm_key(c.comm)].push_back({c.seq, 0, c.count, e.t, 0, c.op, "", "in flight"});
   }
 }
 
-void RankDigester::on_stall_end(const LogEvent& e) {
+void RankDigester::on_stall_end(const LogEvent& e, const Line<Kind::kStallEnd>& l) {
   goodput_.on_stall_end(e.t);
   for (auto* s : {&d_.sum.first_stall, &d_.sum.last_stall}) {
     if (*s && !(*s)->ended) {
       (*s)->ended = true;
-      (*s)->stalled_ns = e.dur;
+      (*s)->stalled_ns = l.dur;
     }
   }
 }
 
-void RankDigester::on_log_gap(const LogEvent& e) {
+void RankDigester::on_log_stopped(const LogEvent& e, const Line<Kind::kLogStopped>& l) {
   RankSummary& r = d_.sum;
-  if (e.k == schema::Kind::kLogStopped) {
-    if (!r.log_stopped) r.log_stopped = LogStopRecord{e.msg, e.step, e.t, false, 0, evidence(r.rank, e)};
-  } else if (r.log_stopped) {
+  if (!r.log_stopped) r.log_stopped = LogStopRecord{l.error, e.step, e.t, false, 0, evidence(r.rank, e)};
+}
+
+void RankDigester::on_log_resumed(const Line<Kind::kLogResumed>& l) {
+  RankSummary& r = d_.sum;
+  if (r.log_stopped) {
     r.log_stopped->resumed = true;
-    r.log_stopped->lines_dropped = e.count;
+    r.log_stopped->lines_dropped = l.lines_dropped;
   }
 }
 
-void RankDigester::on_exit(const LogEvent& e) {
-  if (e.cause == "thread_exception") {  // the process went on: an error, not its end
+void RankDigester::on_exit(const LogEvent& e, const Line<Kind::kExit>& l) {
+  if (l.cause == "thread_exception") {  // the process went on: an error, not its end
     ++d_.sum.errors;
     return;
   }
-  d_.sum.exit = ExitRecord{e.cause, e.exception, e.msg, e.step, e.t, evidence(d_.sum.rank, e)};
+  d_.sum.exit = ExitRecord{l.cause, l.exception, l.msg, e.step, e.t, evidence(d_.sum.rank, e)};
 }
 
-void RankDigester::on_resources(const LogEvent& e) {
+void RankDigester::on_resources(const LogEvent& e, const Line<Kind::kResources>& l) {
   RankSummary& r = d_.sum;
-  ResourcePoint p{e.t, e.step, e.what, e.numbers};
+  ResourcePoint p{e.t, e.step, l.reason, {}};
+  schema::for_each_member(l, [&p]<typename T>(Field f, const T& v) {
+    if constexpr (std::is_same_v<T, std::optional<double>>) {
+      if (v) p.values.emplace_back(f, *v);
+    }
+  });
   r.last_resources = p;
-  if (e.what == "interval" && resource_seen_++ % resource_stride_ != 0) return;
+  if (l.reason == "interval" && resource_seen_++ % resource_stride_ != 0) return;
   r.resources.push_back(std::move(p));
   if (r.resources.size() >= RankSummary::kResourcesKept) {  // halve: every other one, stalls kept
     std::vector<ResourcePoint> kept;
@@ -342,15 +367,15 @@ void RankDigester::on_resources(const LogEvent& e) {
   }
 }
 
-void RankDigester::on_fact(const LogEvent& e) {
+void RankDigester::on_fact(const LogEvent& e, const Line<Kind::kFact>& l) {
   RankSummary& r = d_.sum;
-  FactRecord f{r.rank, std::max(r.sessions - 1, 0), e.name, 0, e.step, -1, e.t, {}};
-  for (const auto& [k, v] : e.fields) {
-    if (k == schema::field_name(schema::Field::kSeq)) f.seq = std::strtoll(v.c_str(), nullptr, 10);
-    else if (k == schema::field_name(schema::Field::kDataGroup)) f.data_group = static_cast<int>(std::strtol(v.c_str(), nullptr, 10));
+  FactRecord f{r.rank, std::max(r.sessions - 1, 0), l.name, 0, e.step, -1, e.t, {}};
+  for (const auto& [k, v] : l.fields.items) {
+    if (k == schema::field_name(Field::kSeq)) f.seq = std::strtoll(v.c_str(), nullptr, 10);
+    else if (k == schema::field_name(Field::kDataGroup)) f.data_group = static_cast<int>(std::strtol(v.c_str(), nullptr, 10));
     else f.values.emplace_back(k, v);
   }
-  if (e.name == "resume") {
+  if (l.name == "resume") {
     if (r.restores.empty() && threads_now_) r.restores.push_back({-1, *threads_now_, comms_now_.value_or(-1)});
     r.restores.push_back({e.step, -1, -1});
     restore_pending_ = true;

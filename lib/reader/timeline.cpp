@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <set>
 #include <vector>
 
@@ -14,6 +15,8 @@
 
 namespace rankscope::reader {
 namespace {
+
+using schema::Kind;
 
 // A flow links rank a's and rank b's slices of one collective: one id per
 // (communicator, sequence number, link), so each id has exactly one start and one end.
@@ -56,10 +59,10 @@ class TraceWriter {
   void event(int rank, const LogEvent& e, std::set<std::int32_t>& threads) {
     const int pid = rank;
     const std::int32_t tid = e.tid != 0 ? e.tid : 0;
-    if (e.k == schema::Kind::kRunStart) {
+    if (const auto* start = e.get<Kind::kRunStart>()) {
       emit([&](auto& w) {
         w.field("ph", "M").field("name", "process_name").field("pid", pid);
-        w.key("args").begin_object().field("name", fmt::format("rank {} ({})", rank, e.name)).end_object();
+        w.key("args").begin_object().field("name", fmt::format("rank {} ({})", rank, start->host)).end_object();
       });
       emit([&](auto& w) {
         w.field("ph", "M").field("name", "process_sort_index").field("pid", pid);
@@ -74,52 +77,61 @@ class TraceWriter {
         w.key("args").begin_object().field("name", fmt::format("thread {}", tid)).end_object();
       });
     }
-    if (e.k == schema::Kind::kPhase) {
+    if (const auto* phase = e.get<Kind::kPhase>()) {
       ++st_.slices;
       emit([&](auto& w) {
-        w.field("ph", "X").field("cat", "phase").field("name", e.name);
+        w.field("ph", "X").field("cat", "phase").field("name", phase->name);
         where(w, pid, tid);
         at(w, us(e.t));
-        w.key("dur").fixed(static_cast<double>(e.dur) / 1000.0, 3);
-        w.key("args").begin_object().field("step", e.step).field("phase_kind", e.phase_kind).end_object();
+        w.key("dur").fixed(static_cast<double>(phase->dur) / 1000.0, 3);
+        w.key("args").begin_object().field("step", e.step).field("phase_kind", phase_kind_name(phase->phase_kind)).end_object();
       });
-    } else if (e.k == schema::Kind::kCollective) {
-      collective(rank, e, tid);
-    } else if (e.k == schema::Kind::kStepEnd) {
+    } else if (const auto* c = e.get<Kind::kCollective>()) {
+      collective(rank, e, *c, tid);
+    } else if (e.k == Kind::kStepEnd) {
       ++st_.instants;
       emit([&](auto& w) {
         w.field("ph", "i").field("s", "t").field("cat", "step").field("name", fmt::format("step {}", e.step));
         where(w, pid, tid);
         at(w, us(e.t));
       });
-    } else if (e.k == schema::Kind::kStall || e.k == schema::Kind::kViolation || e.k == schema::Kind::kSlowStep ||
-               e.k == schema::Kind::kExit || (e.k == schema::Kind::kLog && (e.level == "error" || e.level == "fatal"))) {
+    } else if (std::optional<std::string> what = instant(e)) {
       ++st_.instants;
-      const std::string what = e.k == schema::Kind::kStall ? fmt::format("stall: {}", e.inside)
-                               : e.k == schema::Kind::kSlowStep ? fmt::format("slow step {} ({})", e.step, e.grown_phase)
-                                                       : fmt::format("{}: {}", e.kind, e.msg);
       emit([&](auto& w) {
-        w.field("ph", "i").field("s", "p").field("cat", e.kind).field("name", what);
+        w.field("ph", "i").field("s", "p").field("cat", schema::kind_name(e.k)).field("name", *what);
         where(w, pid, tid);
         at(w, us(e.t));
       });
     }
   }
 
+  // What an instant the timeline marks says: stalls, slow steps, violations, exits, errors.
+  static std::optional<std::string> instant(const LogEvent& e) {
+    const std::string_view kind = schema::kind_name(e.k);
+    if (const auto* stall = e.get<Kind::kStall>()) return fmt::format("stall: {}", stall->inside);
+    if (const auto* slow = e.get<Kind::kSlowStep>()) return fmt::format("slow step {} ({})", e.step, slow->grown_phase);
+    if (const auto* v = e.get<Kind::kViolation>()) return fmt::format("{}: {}", kind, v->msg);
+    if (const auto* x = e.get<Kind::kExit>()) return fmt::format("{}: {}", kind, x->msg);
+    if (const auto* log = e.get<Kind::kLog>(); log != nullptr && (log->level == Level::kError || log->level == Level::kFatal)) {
+      return fmt::format("{}: {}", kind, log->msg);
+    }
+    return std::nullopt;
+  }
+
   // A collective's slice, and flow arrows chaining the ranks' slices of it in rank order.
-  void collective(int rank, const LogEvent& e, std::int32_t tid) {
+  void collective(int rank, const LogEvent& e, const schema::Line<Kind::kCollective>& c, std::int32_t tid) {
     const int pid = rank;
     ++st_.slices;
     const double ts = us(e.t);
     emit([&](auto& w) {
-      w.field("ph", "X").field("cat", "collective").field("name", fmt::format("{} #{}", e.op, e.seq));
+      w.field("ph", "X").field("cat", "collective").field("name", fmt::format("{} #{}", c.op, c.seq));
       where(w, pid, tid);
       at(w, ts);
-      w.key("dur").fixed(static_cast<double>(e.dur) / 1000.0, 3);
-      w.key("args").begin_object().field("op", e.op).field("comm", e.comm).field("seq", e.seq).field("count", e.count);
-      w.field("dtype", e.dtype).field("result", e.result).field("step", e.step).end_object();
+      w.key("dur").fixed(static_cast<double>(c.dur) / 1000.0, 3);
+      w.key("args").begin_object().field("op", c.op).field("comm", c.comm).field("seq", c.seq).field("count", c.count);
+      w.field("dtype", c.dtype).field("result", collective_result_name(c.result)).field("step", e.step).end_object();
     });
-    const double mid = ts + static_cast<double>(e.dur) / 2000.0;
+    const double mid = ts + static_cast<double>(c.dur) / 2000.0;
     auto flow = [&](const char* ph, std::uint64_t id) {
       emit([&](auto& w) {
         w.field("ph", ph);
@@ -131,9 +143,9 @@ class TraceWriter {
     };
     if (rank > first_rank_) {
       ++st_.flows;
-      flow("f", flow_id(e.comm, e.seq, rank - 1));
+      flow("f", flow_id(c.comm, c.seq, rank - 1));
     }
-    if (rank < last_rank_) flow("s", flow_id(e.comm, e.seq, rank));
+    if (rank < last_rank_) flow("s", flow_id(c.comm, c.seq, rank));
   }
 
   std::ostream& out_;

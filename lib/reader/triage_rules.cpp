@@ -107,7 +107,8 @@ EvidenceLine straggler_line(const std::string& run_dir, const RankSummary& r, Ph
   EvidenceLine line;
   (void)read_run_log(schema::run_log_path(run_dir, r.rank), [&](const LogEvent& e) {
     if (line || e.t < opts.since_ns || e.t > opts.until_ns) return;
-    if (e.k == schema::Kind::kPhase && e.step >= step && e.phase_kind == phase_kind_name(kind)) {
+    const auto* phase = e.get<schema::Kind::kPhase>();
+    if (phase != nullptr && e.step >= step && phase->phase_kind == kind) {
       line = {r.rank, e.line_no, std::string(e.raw.substr(0, 400))};
       t = e.t;
     }

@@ -21,14 +21,6 @@ using schema::key;
 using schema::next_key;
 
 namespace {
-const char* result_name(CollectiveResult r) {
-  switch (r) {
-    case CollectiveResult::kOk: return "ok";
-    case CollectiveResult::kFailed: return "failed";
-    case CollectiveResult::kTimedOut: return "timed_out";
-  }
-  return "ok";
-}
 // Writes a line's fixed-shape fields through a raw pointer after one capacity
 // check for the whole line (fmt's appender checks capacity per field, which
 // was a third of the background thread's time on phase lines).
@@ -267,7 +259,7 @@ void EventFormatter::format_collective(const Event& e, fmt::memory_buffer& out) 
     (o << next_key<Field::kPeer>()).num(e.peer);
     (o << next_key<Field::kGroupSize>()).num(n);
     (o << next_key<Field::kDur>()).num(e.dur_ns);
-    o << next_key<Field::kResult>() << '"' << result_name(e.result) << '"' << next_key<Field::kFingerprint>() << '"';
+    o << next_key<Field::kResult>() << '"' << collective_result_name(e.result) << '"' << next_key<Field::kFingerprint>() << '"';
     o.hex16(collective_fingerprint(e.op, e.count, e.dtype, e.peer)) << '"';
     const Bandwidth bw = collective_bandwidth(e.op, e.count, e.dtype, n, static_cast<double>(e.dur_ns) * 1e-9);
     (o << next_key<Field::kAlgbwGbps>()).rate(bw.algbw_gbps);

@@ -43,6 +43,15 @@ std::size_t dtype_size(DType t) noexcept {
   return 0;
 }
 
+std::string_view collective_result_name(CollectiveResult r) noexcept {
+  switch (r) {
+    case CollectiveResult::kOk: return "ok";
+    case CollectiveResult::kFailed: return "failed";
+    case CollectiveResult::kTimedOut: return "timed_out";
+  }
+  return "ok";
+}
+
 std::string_view dtype_name(DType t) noexcept {
   switch (t) {
     case DType::kInt8: return "int8";
