@@ -62,11 +62,11 @@ std::vector<std::string> undeclared_keys(schema::Kind k, std::string_view line) 
   simdjson::dom::object obj;
   std::vector<std::string> out;
   if (parser.parse(line.data(), line.size()).get_object().get(obj) != simdjson::SUCCESS) return {"(not an object)"};
-  const auto declared = schema::line_keys(k);
+  const auto declared = schema::line_members(k);
   for (auto [key, value] : obj) {
     const schema::Field f = schema::field_from_name(key);
     const bool header = std::find(std::begin(schema::kHeaderKeys), std::end(schema::kHeaderKeys), f) != std::end(schema::kHeaderKeys);
-    if (!header && std::find(declared.begin(), declared.end(), f) == declared.end()) {
+    if (!header && std::none_of(declared.begin(), declared.end(), [f](const schema::MemberKey& m) { return m.key == f; })) {
       out.push_back(fmt::format("{}.{}", schema::kind_name(k), key));
     }
   }
@@ -168,9 +168,9 @@ TEST_CASE("docs/run-log-schema.md names every key each kind declares, in that ki
     const std::size_t at = doc.find(fmt::format("| `{}` |", schema::kind_name(k)));
     if (at == std::string::npos) continue;  // the test above names it
     const std::string row = doc.substr(at, doc.find('\n', at) - at);
-    for (schema::Field f : schema::line_keys(k)) {
-      if (row.find(fmt::format("`{}`", schema::field_name(f))) == std::string::npos) {
-        missing.push_back(fmt::format("{}.{}", schema::kind_name(k), schema::field_name(f)));
+    for (const schema::MemberKey& m : schema::line_members(k)) {
+      if (row.find(fmt::format("`{}`", schema::field_name(m.key))) == std::string::npos) {
+        missing.push_back(fmt::format("{}.{}", schema::kind_name(k), schema::field_name(m.key)));
       }
     }
   }
@@ -225,11 +225,11 @@ TEST_CASE("no field key of the run directory is spelled outside the schema modul
   CHECK(spelled == std::vector<std::string>{});
 }
 
-// Each sink-facing kind has a run-log kind of its own (event_format.cpp's table,
-// OTLP's event names): two kinds written as one could not be told apart again.
+// Each sink-facing kind has a run-log kind of its own (line_kind, OTLP's event
+// names): two kinds written as one could not be told apart again.
 TEST_CASE("every EventKind is written as a run-log kind of its own", "[schema]") {
   std::set<std::string_view> names;
-  const int kinds = static_cast<int>(rankscope::EventKind::kStepScalars) + 1;
+  const int kinds = rankscope::kEventKindCount;
   for (int k = 0; k < kinds; ++k) {
     const schema::Kind line = rankscope::detail::line_kind(static_cast<rankscope::EventKind>(k));
     CHECK(line != schema::Kind::kUnknown);

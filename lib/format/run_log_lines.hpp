@@ -10,6 +10,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -84,23 +85,61 @@ RANKSCOPE_DETAIL_EVENT_KINDS(RANKSCOPE_DETAIL_LINE_FOR_EACH)
 #undef RANKSCOPE_DETAIL_LINE_FOR_EACH
 #undef RANKSCOPE_DETAIL_LINE_VISIT
 
+/// What a writer of a kind's line from an event's text and attributes needs
+/// to know of its declaration (event_format.cpp writes the cold kinds so).
+struct LineShape {
+  Field text = Field::kUnknown;  // the first text member: where the event's text goes
+  bool dur = false;              // declares `dur`
+  bool level = false;            // declares `level`
+  bool fields = false;           // declares `fields`: the attributes go inside it, not beside
+};
+
+/// A member's key, and whether its value is text.
+struct MemberKey {
+  Field key;
+  bool text;
+};
+
 namespace internal {
-#define RANKSCOPE_DETAIL_LINE_KEY(f, m, T) Field::f,
-#define RANKSCOPE_DETAIL_LINE_KEYS(e, n) \
-  inline constexpr Field kKeys_##e[] = {RANKSCOPE_LINE_##e(RANKSCOPE_DETAIL_LINE_KEY) Field::kUnknown};
-RANKSCOPE_DETAIL_EVENT_KINDS(RANKSCOPE_DETAIL_LINE_KEYS)
-#undef RANKSCOPE_DETAIL_LINE_KEYS
-#undef RANKSCOPE_DETAIL_LINE_KEY
+#define RANKSCOPE_DETAIL_LINE_MEMBER_KEY(f, m, T) MemberKey{Field::f, std::is_same_v<T, std::string>},
+#define RANKSCOPE_DETAIL_LINE_MEMBER_KEYS(e, n) \
+  inline constexpr MemberKey kMemberKeys_##e[] = {RANKSCOPE_LINE_##e(RANKSCOPE_DETAIL_LINE_MEMBER_KEY) MemberKey{Field::kUnknown, false}};
+RANKSCOPE_DETAIL_EVENT_KINDS(RANKSCOPE_DETAIL_LINE_MEMBER_KEYS)
+#undef RANKSCOPE_DETAIL_LINE_MEMBER_KEYS
+#undef RANKSCOPE_DETAIL_LINE_MEMBER_KEY
+
+template <std::size_t N>
+constexpr LineShape shape_of(const MemberKey (&members)[N]) {
+  LineShape s;
+  for (std::size_t i = 0; i + 1 < N; ++i) {
+    if (members[i].text && s.text == Field::kUnknown) s.text = members[i].key;
+    s.dur |= members[i].key == Field::kDur;
+    s.level |= members[i].key == Field::kLevel;
+    s.fields |= members[i].key == Field::kFields;
+  }
+  return s;
+}
 }  // namespace internal
 
-/// The keys a kind's lines may carry beyond the ones every line has, in the
-/// order the writer writes them.
-inline std::span<const Field> line_keys(Kind k) {
+/// The members a kind's lines may carry beyond the ones every line has
+/// (kHeaderKeys), in the order the writer writes them.
+inline std::span<const MemberKey> line_members(Kind k) {
   switch (k) {
-#define RANKSCOPE_DETAIL_LINE_KEYS_CASE(e, n) \
-  case Kind::e: return {internal::kKeys_##e, std::size(internal::kKeys_##e) - 1};
-    RANKSCOPE_DETAIL_EVENT_KINDS(RANKSCOPE_DETAIL_LINE_KEYS_CASE)
-#undef RANKSCOPE_DETAIL_LINE_KEYS_CASE
+#define RANKSCOPE_DETAIL_LINE_MEMBERS_CASE(e, n) \
+  case Kind::e: return {internal::kMemberKeys_##e, std::size(internal::kMemberKeys_##e) - 1};
+    RANKSCOPE_DETAIL_EVENT_KINDS(RANKSCOPE_DETAIL_LINE_MEMBERS_CASE)
+#undef RANKSCOPE_DETAIL_LINE_MEMBERS_CASE
+    case Kind::kUnknown: break;
+  }
+  return {};
+}
+
+constexpr LineShape line_shape(Kind k) {
+  switch (k) {
+#define RANKSCOPE_DETAIL_LINE_SHAPE_CASE(e, n) \
+  case Kind::e: return internal::shape_of(internal::kMemberKeys_##e);
+    RANKSCOPE_DETAIL_EVENT_KINDS(RANKSCOPE_DETAIL_LINE_SHAPE_CASE)
+#undef RANKSCOPE_DETAIL_LINE_SHAPE_CASE
     case Kind::kUnknown: break;
   }
   return {};

@@ -24,31 +24,42 @@
 
 namespace rankscope {
 
+// Every kind of event a sink sees. Each is written to the run log as the kind
+// of the same name (lib/format/schema.hpp declares that line's members), so a
+// new kind is declared here and there, and nowhere else.
+#define RANKSCOPE_EVENT_KINDS(X)                                                                   \
+  X(kPhase)                                                                                        \
+  X(kStepBegin)                                                                                    \
+  X(kStepEnd)                                                                                      \
+  X(kMark)                                                                                         \
+  X(kCollective)                                                                                   \
+  X(kCommError)                                                                                    \
+  X(kProgress)    /* rankscope::progress() */                                                      \
+  X(kStall)       /* the watchdog: no progress for the stall timeout */                            \
+  X(kStallEnd)    /* progress resumed */                                                           \
+  X(kSlowStep)    /* a step much slower than usual */                                              \
+  X(kLog)         /* a log record */                                                               \
+  X(kFact)        /* invariant fact (text = name, fields = the values), invariants.hpp */          \
+  X(kViolation)   /* invariant violation (text = message, fields = check, ranks, values) */        \
+  X(kExit)        /* the process is ending abnormally (text = message; attributes: cause =       \
+                     exception / terminate, exception = its type, traceback) */                    \
+  X(kNumerics)    /* a training-numerics episode began (text = message; attributes: what =       \
+                     nonfinite / spike / explosion / skip_storm, signal, value, median, score) */  \
+  X(kResources)   /* a resource snapshot (text = why: start / interval / stall; attributes: the  \
+                     values, keys as in the run log's `resources` line) */                         \
+  X(kStacks)      /* every thread's stack (text = why; attributes: native, python, threads,      \
+                     answered, capture_us), stacks.hpp */                                          \
+  X(kStepScalars) /* an earlier step's loss / lr / grad_norm, known later (step = that step;     \
+                     scalars), report_step_scalars() */
+
 enum class EventKind : std::uint8_t {
-  kPhase,
-  kStepBegin,
-  kStepEnd,
-  kMark,
-  kCollective,
-  kCommError,
-  kProgress,   // rankscope::progress()
-  kStall,      // the watchdog: no progress for the stall timeout
-  kStallEnd,   // progress resumed
-  kSlowStep,   // a step much slower than usual
-  kLog,        // a log record
-  kFact,       // invariant fact (text = name, fields = the values), invariants.hpp
-  kViolation,  // invariant violation (text = message, fields = check, ranks, values)
-  kExit,       // the process is ending abnormally (text = message; attributes: cause
-               // = exception / terminate, exception = its type, traceback)
-  kNumerics,   // a training-numerics episode began (text = message; attributes:
-               // what = nonfinite / spike / explosion / skip_storm, signal, value, median, score)
-  kResources,  // a resource snapshot (text = why: start / interval / stall; attributes: the
-               // values, keys as in the run log's `resources` line)
-  kStacks,     // every thread's stack (text = why; attributes: native, python, threads,
-               // answered, capture_us), stacks.hpp
-  kStepScalars,  // an earlier step's loss / lr / grad_norm, known later (step = that step;
-                 // scalars), report_step_scalars()
+#define RANKSCOPE_DETAIL_EVENT_KIND(e) e,
+  RANKSCOPE_EVENT_KINDS(RANKSCOPE_DETAIL_EVENT_KIND)
+#undef RANKSCOPE_DETAIL_EVENT_KIND
 };
+#define RANKSCOPE_DETAIL_EVENT_KIND(e) +1
+inline constexpr int kEventKindCount = 0 RANKSCOPE_EVENT_KINDS(RANKSCOPE_DETAIL_EVENT_KIND);
+#undef RANKSCOPE_DETAIL_EVENT_KIND
 
 /// One decoded record. Times are nanoseconds; wall = since the Unix epoch.
 /// Every member is a value or points at storage that lives as long as the

@@ -10,6 +10,7 @@
 #include "json_util.hpp"
 #include "rankscope/log.hpp"
 #include "ring_file.hpp"
+#include "run_log_lines.hpp"
 #include "schema.hpp"
 
 namespace rankscope::detail {
@@ -153,23 +154,16 @@ void begin_raw(RawLine& o, LineRepeats& repeats, std::string_view kind, std::uin
 }
 constexpr std::size_t kBeginMost = 32 + 20 + 20 + LineTail::kMost + 40;
 
-// The cold lines' shared members: `,"msg":...`, `,"level":..,"msg":...`, and
-// the attributes as more members of the line.
+// A log line's and the declared lines' shared members: `,"msg":...`, `,"level":..`.
 void message(const Event& e, fmt::memory_buffer& out) {
   out.append(next_key<Field::kMsg>());
   json_escape_to(out, e.text);
 }
-void level_and_message(const Event& e, fmt::memory_buffer& out) {
+void level(const Event& e, fmt::memory_buffer& out) {
   out.append(next_key<Field::kLevel>());
   out.push_back('"');
   out.append(level_name(e.level));
   out.push_back('"');
-  message(e, out);
-}
-void attribute_members(const Attributes& a, fmt::memory_buffer& out) {
-  if (a.empty()) return;
-  out.push_back(',');
-  attributes_json_to(a, out);
 }
 
 }  // namespace
@@ -180,17 +174,17 @@ void EventFormatter::begin(fmt::memory_buffer& out, std::string_view kind, std::
   begin_raw(o, repeats_, kind, wall, mono, rank_, step, tid);
 }
 
-namespace {
-// In EventKind's order.
-constexpr Kind kLineKinds[] = {Kind::kPhase,    Kind::kStepBegin, Kind::kStepEnd,   Kind::kMark,      Kind::kCollective,
-                               Kind::kCommError, Kind::kProgress, Kind::kStall,     Kind::kStallEnd,  Kind::kSlowStep,
-                               Kind::kLog,      Kind::kFact,      Kind::kViolation, Kind::kExit,      Kind::kNumerics,
-                               Kind::kResources, Kind::kStacks,   Kind::kStepScalars};
-static_assert(std::size(kLineKinds) == static_cast<std::size_t>(EventKind::kStepScalars) + 1,
-              "one line kind per EventKind");
-}  // namespace
-
-Kind line_kind(EventKind k) { return kLineKinds[static_cast<std::size_t>(k)]; }
+// The kind of the same name: a sink-facing kind the schema does not declare does not compile.
+Kind line_kind(EventKind k) {
+  switch (k) {
+#define RANKSCOPE_DETAIL_LINE_KIND(e) \
+  case EventKind::e:                  \
+    return Kind::e;
+    RANKSCOPE_EVENT_KINDS(RANKSCOPE_DETAIL_LINE_KIND)
+#undef RANKSCOPE_DETAIL_LINE_KIND
+  }
+  return Kind::kUnknown;
+}
 
 void EventFormatter::begin_line(const Event& e, fmt::memory_buffer& out) const {
   begin(out, kind_name(line_kind(e.kind)), e.wall_ns, e.mono_ns, e.step, e.tid);
@@ -278,7 +272,8 @@ void EventFormatter::format_collective(const Event& e, fmt::memory_buffer& out) 
 void EventFormatter::format_log(const Event& e, fmt::memory_buffer& out) {
   auto it = fmt::appender(out);
   begin_line(e, out);
-  level_and_message(e, out);
+  level(e, out);
+  message(e, out);
   if (e.logger != nullptr) {
     out.append(next_key<Field::kLogger>());
     json_escape_to(out, e.logger);
@@ -300,6 +295,37 @@ void EventFormatter::format_log(const Event& e, fmt::memory_buffer& out) {
     fmt::format_to(it, FMT_COMPILE("{}"), site->line);
     out.append(next_key<Field::kFunction>());
     json_escape_to(out, site->function);
+  }
+}
+
+// A line from the kind's declaration (schema.hpp): its duration if it
+// declares `dur`, its level if it declares `level`, the event's text under its
+// first text member, then the attributes - beside those, or inside `fields`
+// when the kind declares that. A new kind of event made of a text and
+// attributes needs no code here.
+void EventFormatter::format_declared(const Event& e, fmt::memory_buffer& out) {
+  const schema::LineShape shape = schema::line_shape(line_kind(e.kind));
+  begin_line(e, out);
+  if (shape.dur) {
+    out.append(next_key<Field::kDur>());
+    fmt::format_to(fmt::appender(out), FMT_COMPILE("{}"), e.dur_ns);
+  }
+  if (shape.level) level(e, out);
+  if (shape.text != Field::kUnknown && !e.text.empty()) {
+    out.push_back(',');
+    out.push_back('"');
+    out.append(schema::field_name(shape.text));
+    out.append(std::string_view("\":"));
+    json_escape_to(out, e.text);
+  }
+  if (shape.fields) {
+    out.append(next_key<Field::kFields>());
+    out.push_back('{');
+    attributes_json_to(e.attributes, out);
+    out.push_back('}');
+  } else if (!e.attributes.empty()) {
+    out.push_back(',');
+    attributes_json_to(e.attributes, out);
   }
 }
 
@@ -335,50 +361,20 @@ void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
     case EventKind::kCollective:  // once per collective: the whole line through one RawLine, like phases
       format_collective(e, out);
       break;
-    case EventKind::kProgress:
-      begin_line(e, out);
-      break;
-    case EventKind::kStall:
-    case EventKind::kStallEnd:
-    case EventKind::kSlowStep:
-      begin_line(e, out);
-      out.append(next_key<Field::kDur>());
-      fmt::format_to(it, FMT_COMPILE("{}"), e.dur_ns);
-      if (!e.text.empty()) {  // a stall: where the rank is
-        out.append(next_key<Field::kInside>());
-        json_escape_to(out, e.text);
-      }
-      attribute_members(e.attributes, out);
-      break;
     case EventKind::kLog:
       format_log(e, out);
       break;
+    case EventKind::kProgress:  // the cold kinds: their lines follow their declarations
+    case EventKind::kStall:
+    case EventKind::kStallEnd:
+    case EventKind::kSlowStep:
     case EventKind::kFact:
-      begin_line(e, out);
-      out.append(next_key<Field::kName>());
-      json_escape_to(out, e.text);
-      out.append(next_key<Field::kFields>());
-      out.push_back('{');
-      attributes_json_to(e.attributes, out);
-      out.push_back('}');
-      break;
     case EventKind::kExit:
-      begin_line(e, out);
-      message(e, out);
-      attribute_members(e.attributes, out);
-      break;
     case EventKind::kViolation:
     case EventKind::kNumerics:
-      begin_line(e, out);
-      level_and_message(e, out);
-      attribute_members(e.attributes, out);
-      break;
     case EventKind::kResources:
     case EventKind::kStacks:
-      begin_line(e, out);
-      out.append(next_key<Field::kReason>());
-      json_escape_to(out, e.text);
-      attribute_members(e.attributes, out);
+      format_declared(e, out);
       break;
     case EventKind::kCommError:
       begin_line(e, out);

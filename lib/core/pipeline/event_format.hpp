@@ -72,6 +72,7 @@ class EventFormatter {
   void format_step_end(const Event& e, fmt::memory_buffer& out);
   void format_collective(const Event& e, fmt::memory_buffer& out);
   void format_log(const Event& e, fmt::memory_buffer& out);
+  void format_declared(const Event& e, fmt::memory_buffer& out);
   const std::string& quoted_slow(const Site* s);
 
   int rank_;
