@@ -3,6 +3,8 @@
 // environments (numerics, checkpoint_failed, config_drift).
 #include <catch2/catch.hpp>
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <random>
 #include <string>
@@ -132,7 +134,7 @@ rankscope::reader::RunSummary ranks(int n) {
     rk.rank = r;
     rk.ended_cleanly = true;
     rk.sessions = 1;
-    rk.environment = {{"library", "0.1.0"}, {"torch", "2.6.0"}, {"env.NCCL_ALGO", "Ring"}, {"host", "h" + std::to_string(r)}};
+    rk.environment = {{"library", "0.1.0"}, {"torch", "2.6.0"}, {"env.NCCL_ALGO", "Ring"}, {"host", fmt::format("h{}", r)}};
     rk.cpu_affinity = r % 2 == 0 ? "0-3" : "4-7";
     sum.ranks.push_back(rk);
   }

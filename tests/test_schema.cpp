@@ -224,16 +224,3 @@ TEST_CASE("no field key of the run directory is spelled outside the schema modul
   }
   CHECK(spelled == std::vector<std::string>{});
 }
-
-// Each sink-facing kind has a run-log kind of its own (line_kind, OTLP's event
-// names): two kinds written as one could not be told apart again.
-TEST_CASE("every EventKind is written as a run-log kind of its own", "[schema]") {
-  std::set<std::string_view> names;
-  const int kinds = rankscope::kEventKindCount;
-  for (int k = 0; k < kinds; ++k) {
-    const schema::Kind line = rankscope::detail::line_kind(static_cast<rankscope::EventKind>(k));
-    CHECK(line != schema::Kind::kUnknown);
-    names.insert(schema::kind_name(line));
-  }
-  CHECK(names.size() == static_cast<std::size_t>(kinds));
-}

@@ -35,7 +35,7 @@ using detail::fnv1a;
 
 // "rankscope.<the run log's kind>": a verdict's or record's OTLP event name.
 std::string event_name(EventKind k) {
-  return std::string("rankscope.").append(schema::kind_name(detail::line_kind(k)));
+  return std::string("rankscope.").append(schema::kind_name(k));
 }
 template <std::size_t N>
 void put(std::array<std::uint8_t, N>& out, std::size_t at, std::uint64_t v) {

@@ -15,6 +15,7 @@
 
 #include "rankscope/collective.hpp"
 #include "rankscope/context.hpp"
+#include "rankscope/detail/run_log_schema.hpp"
 #include "rankscope/export/attributes.hpp"
 #include "rankscope/log.hpp"
 #include "rankscope/metrics.hpp"
@@ -24,42 +25,22 @@
 
 namespace rankscope {
 
-// Every kind of event a sink sees. Each is written to the run log as the kind
-// of the same name (lib/format/schema.hpp declares that line's members), so a
-// new kind is declared here and there, and nowhere else.
-#define RANKSCOPE_EVENT_KINDS(X)                                                                   \
-  X(kPhase)                                                                                        \
-  X(kStepBegin)                                                                                    \
-  X(kStepEnd)                                                                                      \
-  X(kMark)                                                                                         \
-  X(kCollective)                                                                                   \
-  X(kCommError)                                                                                    \
-  X(kProgress)    /* rankscope::progress() */                                                      \
-  X(kStall)       /* the watchdog: no progress for the stall timeout */                            \
-  X(kStallEnd)    /* progress resumed */                                                           \
-  X(kSlowStep)    /* a step much slower than usual */                                              \
-  X(kLog)         /* a log record */                                                               \
-  X(kFact)        /* invariant fact (text = name, fields = the values), invariants.hpp */          \
-  X(kViolation)   /* invariant violation (text = message, fields = check, ranks, values) */        \
-  X(kExit)        /* the process is ending abnormally (text = message; attributes: cause =       \
-                     exception / terminate, exception = its type, traceback) */                    \
-  X(kNumerics)    /* a training-numerics episode began (text = message; attributes: what =       \
-                     nonfinite / spike / explosion / skip_storm, signal, value, median, score) */  \
-  X(kResources)   /* a resource snapshot (text = why: start / interval / stall; attributes: the  \
-                     values, keys as in the run log's `resources` line) */                         \
-  X(kStacks)      /* every thread's stack (text = why; attributes: native, python, threads,      \
-                     answered, capture_us), stacks.hpp */                                          \
-  X(kStepScalars) /* an earlier step's loss / lr / grad_norm, known later (step = that step;     \
-                     scalars), report_step_scalars() */
-
+// Every kind of event, as the run log names it (detail/run_log_schema.hpp
+// lists them with what each carries). A sink receives the kinds rankscope
+// records; run_start, metric, stats, run_end, log_stopped, log_resumed and
+// recovered are lines the run log writes itself. Beyond its times an event
+// carries, by kind: phases and collectives their site, parent and the
+// collective's members below; step_end and step_scalars their scalars; a log
+// its text, source, logger and fields (attributes); a fact its check's name
+// (text) and values; a violation, numerics or exit its message (text), level
+// and attributes; a stall, resources or stacks where or why (text) and the
+// line's other members as attributes.
 enum class EventKind : std::uint8_t {
-#define RANKSCOPE_DETAIL_EVENT_KIND(e) e,
-  RANKSCOPE_EVENT_KINDS(RANKSCOPE_DETAIL_EVENT_KIND)
+#define RANKSCOPE_DETAIL_EVENT_KIND(e, n) e,
+  RANKSCOPE_DETAIL_EVENT_KINDS(RANKSCOPE_DETAIL_EVENT_KIND)
 #undef RANKSCOPE_DETAIL_EVENT_KIND
+  kUnknown,  // a kind this version does not know (a newer writer's line)
 };
-#define RANKSCOPE_DETAIL_EVENT_KIND(e) +1
-inline constexpr int kEventKindCount = 0 RANKSCOPE_EVENT_KINDS(RANKSCOPE_DETAIL_EVENT_KIND);
-#undef RANKSCOPE_DETAIL_EVENT_KIND
 
 /// One decoded record. Times are nanoseconds; wall = since the Unix epoch.
 /// Every member is a value or points at storage that lives as long as the

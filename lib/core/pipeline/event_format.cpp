@@ -174,20 +174,8 @@ void EventFormatter::begin(fmt::memory_buffer& out, std::string_view kind, std::
   begin_raw(o, repeats_, kind, wall, mono, rank_, step, tid);
 }
 
-// The kind of the same name: a sink-facing kind the schema does not declare does not compile.
-Kind line_kind(EventKind k) {
-  switch (k) {
-#define RANKSCOPE_DETAIL_LINE_KIND(e) \
-  case EventKind::e:                  \
-    return Kind::e;
-    RANKSCOPE_EVENT_KINDS(RANKSCOPE_DETAIL_LINE_KIND)
-#undef RANKSCOPE_DETAIL_LINE_KIND
-  }
-  return Kind::kUnknown;
-}
-
 void EventFormatter::begin_line(const Event& e, fmt::memory_buffer& out) const {
-  begin(out, kind_name(line_kind(e.kind)), e.wall_ns, e.mono_ns, e.step, e.tid);
+  begin(out, kind_name(e.kind), e.wall_ns, e.mono_ns, e.step, e.tid);
 }
 
 const std::string& EventFormatter::quoted(const Site* s) {
@@ -304,7 +292,7 @@ void EventFormatter::format_log(const Event& e, fmt::memory_buffer& out) {
 // when the kind declares that. A new kind of event made of a text and
 // attributes needs no code here.
 void EventFormatter::format_declared(const Event& e, fmt::memory_buffer& out) {
-  const schema::LineShape shape = schema::line_shape(line_kind(e.kind));
+  const schema::LineShape shape = schema::line_shape(e.kind);
   begin_line(e, out);
   if (shape.dur) {
     out.append(next_key<Field::kDur>());
@@ -364,16 +352,7 @@ void EventFormatter::format(const Event& e, fmt::memory_buffer& out) {
     case EventKind::kLog:
       format_log(e, out);
       break;
-    case EventKind::kProgress:  // the cold kinds: their lines follow their declarations
-    case EventKind::kStall:
-    case EventKind::kStallEnd:
-    case EventKind::kSlowStep:
-    case EventKind::kFact:
-    case EventKind::kExit:
-    case EventKind::kViolation:
-    case EventKind::kNumerics:
-    case EventKind::kResources:
-    case EventKind::kStacks:
+    default:  // the cold kinds (progress, stall, fact, exit, ...): their lines follow their declarations
       format_declared(e, out);
       break;
     case EventKind::kCommError:

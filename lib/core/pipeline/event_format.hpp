@@ -46,9 +46,6 @@ struct LineRepeats {
   RepeatingNumber loss, lr, grad_norm;
 };
 
-// The run log's kind each sink-facing kind is written as.
-schema::Kind line_kind(EventKind k);
-
 class EventFormatter {
  public:
   explicit EventFormatter(int rank = 0) : rank_(rank) {}
