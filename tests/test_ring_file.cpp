@@ -36,7 +36,7 @@
 namespace {
 using rankscope::test::TempDir;
 namespace detail = rankscope::detail;
-using K = rankscope::schema::Kind;
+using LineKind = rankscope::schema::Kind;
 
 using rankscope::test::park_steps_then_sigkill;
 using rankscope::test::read_to_end;
@@ -110,11 +110,11 @@ TEST_CASE("a SIGKILLed rank's last records are recovered from its rings into its
   bool in_order = true;
   std::string disorder;
   auto read = rankscope::reader::read_run_log(tmp.path + "/rank-5.jsonl", [&](const rankscope::reader::LogEvent& e) {
-    if (const auto* c = e.get<K::kCollective>()) {  // recovered with its wait, as drained ones are
+    if (const auto* c = e.get<LineKind::kCollective>()) {  // recovered with its wait, as drained ones are
       ++all_reduces;
       waits += c->wait_phase == "ddp_all_reduce_wait" && c->wait > 0 && c->wait <= c->dur;
     }
-    const auto* phase = e.get<K::kPhase>();
+    const auto* phase = e.get<LineKind::kPhase>();
     wait_phases += phase != nullptr && phase->name == "ddp_all_reduce_wait" && phase->depth == 1;
     if (phase != nullptr && phase->name == "forward") {
       if (in_order && e.step != last_forward + 1) {
@@ -124,14 +124,14 @@ TEST_CASE("a SIGKILLed rank's last records are recovered from its rings into its
       in_order &= e.step == last_forward + 1;
       last_forward = e.step;
     }
-    if (const auto* end = e.get<K::kStepEnd>()) {
+    if (const auto* end = e.get<LineKind::kStepEnd>()) {
       ++step_ends;
       with_dur += end->dur > 0;
       bad_counts += end->samples != 8 || end->tokens != (e.step % 3 == 0 ? 5'000'000'000 + e.step : e.step) ||
                     end->next_step != e.step + 1;
       if (end->next_step) last_begun = std::max(last_begun, *end->next_step);
     }
-    CHECK(e.k != K::kStepBegin);  // step 0 began with the process (step() does not begin it again)
+    CHECK(e.k != LineKind::kStepBegin);  // step 0 began with the process (step() does not begin it again)
   });
   REQUIRE(read.ok());
   CHECK(last_begun == truth);  // exact: the step it was killed in
@@ -205,8 +205,8 @@ TEST_CASE("a SIGKILLed rank inside a collective - the recovered lines name its c
   int all_reduces = 0;
   std::int64_t last_begun = -1;
   auto read = rankscope::reader::read_run_log(tmp.path + "/rank-5.jsonl", [&](const rankscope::reader::LogEvent& e) {
-    if (const auto* c = e.get<K::kCollective>()) all_reduces += c->op == "all_reduce" && c->comm == "world" && c->seq >= 1 && c->seq <= 10;
-    if (e.k == K::kStepBegin) last_begun = std::max(last_begun, e.step);
+    if (const auto* c = e.get<LineKind::kCollective>()) all_reduces += c->op == "all_reduce" && c->comm == "world" && c->seq >= 1 && c->seq <= 10;
+    if (e.k == LineKind::kStepBegin) last_begun = std::max(last_begun, e.step);
   });
   REQUIRE(read.ok());
   CHECK(all_reduces == 10);  // each once: from the log or from the rings, never both

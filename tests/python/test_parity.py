@@ -21,6 +21,7 @@ RENAMED = {  # C++ name -> Python name (one concept, the spelling each language 
 }
 CPP_ONLY = {  # why Python has no counterpart
     "collective_op_name": "ops are strings in Python", "dtype_name": "dtypes are strings in Python",
+    "collective_result_name": "the span's end(ok) says ok or failed; the run log has the name",
     "dtype_size": "Python passes counts and dtype names; the span computes bytes",
     "collective_bytes": "computed by the span", "bus_bandwidth_factor": "computed by the span",
     "Bandwidth": "computed by the span", "collective_fingerprint": "computed by the span",
