@@ -34,6 +34,8 @@ enum class RecordKind : std::uint8_t {
   kViolation = 11, // an invariant violation: encoded like kLog (text = message)
   kExit = 12,      // how the process is ending: encoded like kLog (text = message)
   kStepScalars = 13,  // an earlier step's scalars, known later: step = that step, v like kStepEnd, mask in aux
+  kDeclared = 14,  // an event of any kind run_log_schema.hpp declares, made of a text and attributes:
+                   // encoded like kLog, pad = its EventKind (emit_declared, payload.hpp)
 };
 
 union RecordValue {

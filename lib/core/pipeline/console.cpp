@@ -13,6 +13,7 @@
 #include "attribute_codec.hpp"
 #include "fd_io.hpp"
 #include "rankscope/log.hpp"
+#include "run_log_lines.hpp"
 #include "settings_table.hpp"
 
 namespace rankscope::detail {
@@ -88,10 +89,9 @@ class ConsoleSink final : public Sink {
     try {
       buf_.clear();
       for (const Event& e : batch) {
-        if ((e.kind != EventKind::kLog && e.kind != EventKind::kViolation && e.kind != EventKind::kNumerics) ||
-            e.written_inline) {
-          continue;
-        }
+        // What has a level goes to the console at it: logs, violations, numerics, and any kind
+        // the schema declares a level for.
+        if (!schema::line_shape(e.kind).level || e.written_inline) continue;
         if (!console_prints(policy_, ctx_, e.level)) continue;
         format_console_line(e, ctx_.rank, console_colour(), buf_);
       }

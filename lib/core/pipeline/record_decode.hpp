@@ -14,6 +14,7 @@
 #include <string>
 
 #include "rankscope/detail/record.hpp"
+#include "payload.hpp"
 #include "rankscope/export/sink.hpp"
 
 namespace rankscope::detail {
@@ -21,7 +22,8 @@ namespace rankscope::detail {
 // Records that are part of another (a collective's extra, a step's counts, a
 // log's payload) or decoded by event_from_log.
 inline bool is_log_like(RecordKind k) {
-  return k == RecordKind::kLog || k == RecordKind::kFact || k == RecordKind::kViolation || k == RecordKind::kExit;
+  return k == RecordKind::kLog || k == RecordKind::kFact || k == RecordKind::kViolation || k == RecordKind::kExit ||
+         k == RecordKind::kDeclared;
 }
 
 // A step_end's or step_scalars' loss, lr and grad_norm (step.cpp: put_scalars).
@@ -132,10 +134,7 @@ std::uint64_t event_from_log(const Record* slots, std::uint64_t mask, std::uint6
     std::memcpy(payload.data() + off, static_cast<const void*>(&slots[(at + i) & mask]),
                 std::min(sizeof(Record), total - off));
   }
-  e.kind = h.kind == RecordKind::kFact        ? EventKind::kFact
-           : h.kind == RecordKind::kViolation ? EventKind::kViolation
-           : h.kind == RecordKind::kExit      ? EventKind::kExit
-                                              : EventKind::kLog;
+  e.kind = event_kind_of(h.kind, static_cast<std::uint16_t>(h.pad));
   e.tid = tid;
   e.step = h.step;
   const auto t = clock.convert(h.t0);
@@ -144,7 +143,7 @@ std::uint64_t event_from_log(const Record* slots, std::uint64_t mask, std::uint6
   e.level = static_cast<Level>(std::min(h.aux & 0xff, 4));
   e.written_inline = (h.aux & 0x100) != 0;
   e.source = h.v[0].ptr != nullptr ? names.source(h.v[0].ptr) : nullptr;
-  e.logger = names.logger(static_cast<std::uint16_t>(h.pad));
+  if (h.kind == RecordKind::kLog) e.logger = names.logger(static_cast<std::uint16_t>(h.pad));
   e.text.assign(payload, 0, msg_n);
   e.attributes = Attributes::from_encoded(std::string_view(payload).substr(msg_n));
   return nrec;

@@ -199,17 +199,6 @@ void write_inline(const Event& e) {
   write_all(2, con.data(), con.size());
 }
 
-namespace {
-EventKind event_kind_of(RecordKind k) {
-  switch (k) {
-    case RecordKind::kFact: return EventKind::kFact;
-    case RecordKind::kViolation: return EventKind::kViolation;
-    case RecordKind::kExit: return EventKind::kExit;
-    default: return EventKind::kLog;
-  }
-}
-}  // namespace
-
 void emit_payload(RecordKind kind, Level level, const LogSite* site, std::uint16_t logger_id, std::string_view text,
                   const Attributes& attributes, bool write_now) noexcept {
   ThreadState* st = thread_state();
@@ -238,14 +227,14 @@ void emit_encoded(ThreadState* st, RecordKind kind, Level level, const LogSite* 
   if (write_now) {
     try {
       Event e;
-      e.kind = event_kind_of(kind);
+      e.kind = event_kind_of(kind, logger_id);
       e.level = level;
       e.tid = st->tid;
       e.step = step;
       e.mono_ns = monotonic_ns();
       e.wall_ns = realtime_ns();
       e.source = site;
-      e.logger = logger_name(logger_id);
+      if (kind == RecordKind::kLog) e.logger = logger_name(logger_id);
       e.text.assign(text);
       e.attributes = Attributes::from_encoded(encoded);
       write_inline(e);
