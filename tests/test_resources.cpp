@@ -7,6 +7,7 @@
 
 #include "rankscope/rankscope.hpp"
 #include "resources.hpp"
+#include "run_log.hpp"
 #include "temp_dir.hpp"
 
 using namespace rankscope;
@@ -61,6 +62,32 @@ TEST_CASE("resource snapshots: the process, the host and the rank's GPU, in the 
   CHECK_THAT(text, Catch::Contains(R"("name":"rankscope_gpu_nvlink_receive_bytes_total","type":"counter","labels":{"gpu":"0"},"value":8388608)"));
   CHECK_THAT(text, Catch::Contains(R"("name":"rankscope_process_resident_memory_bytes","type":"gauge")"));
   CHECK_THAT(text, Catch::Contains(R"("name":"rankscope_host_memory_available_bytes","type":"gauge")"));
+}
+
+// The XID itself, not only its count: a line of its own with what to do about it,
+// written from the declaration (an `xid` kind in run_log_schema.hpp, emit_declared).
+TEST_CASE("a critical XID is a line of its own: the code and what to do with the node", "[resources][xid]") {
+  TempDir tmp;
+  ScopedEnv nvml("RANKSCOPE_NVML_LIBRARY", RANKSCOPE_FAKE_NVML);
+  ScopedEnv xid("FAKE_NVML_XID", "79");
+  REQUIRE(init(resource_config(tmp.path)).ok());
+  const std::string log = tmp.path + "/rank-0.jsonl";
+  CHECK(eventually(log, R"("kind":"xid")"));
+  shutdown();
+  int lines = 0;
+  auto r = reader::read_run_log(log, [&](const reader::LogEvent& e) {
+    const auto* x = e.get<schema::Kind::kXid>();
+    if (x == nullptr) return;
+    ++lines;
+    CHECK(x->level == Level::kError);
+    CHECK(x->gpu == 0);
+    CHECK(x->code == 79);
+    CHECK(x->action == "reboot");
+    CHECK(x->msg == "XID 79 on GPU 0: the GPU fell off the bus or its firmware stopped: reboot the node");
+  });
+  REQUIRE(r.ok());
+  CHECK(r->undeclared_keys == 0);
+  CHECK(lines == 1);  // one event, one line
 }
 
 TEST_CASE("a GPU driver call that hangs is reported once, while heartbeats and steps go on", "[resources]") {

@@ -112,6 +112,7 @@ class TraceWriter {
     if (const auto* slow = e.get<Kind::kSlowStep>()) return fmt::format("slow step {} ({})", e.step, slow->grown_phase);
     if (const auto* v = e.get<Kind::kViolation>()) return fmt::format("{}: {}", kind, v->msg);
     if (const auto* x = e.get<Kind::kExit>()) return fmt::format("{}: {}", kind, x->msg);
+    if (const auto* x = e.get<Kind::kXid>()) return fmt::format("{}: {} ({})", kind, x->msg, x->action);
     if (const auto* log = e.get<Kind::kLog>(); log != nullptr && (log->level == Level::kError || log->level == Level::kFatal)) {
       return fmt::format("{}: {}", kind, log->msg);
     }

@@ -39,7 +39,8 @@
   X(kNumerics, "numerics")                                             \
   X(kResources, "resources")                                           \
   X(kStacks, "stacks")                                                 \
-  X(kRecovered, "recovered") /* the run log's own */
+  X(kRecovered, "recovered") /* the run log's own */                  \
+  X(kXid, "xid")
 
 // Every field key of the run log's lines, the heartbeat and the flight dump:
 // (enumerator, name). Writers spell a key through field_name / key<>() /
@@ -221,7 +222,9 @@
   X(kSince, "since")                                              \
   X(kRecords, "records")                                          \
   X(kUnresolved, "unresolved")                                    \
-  X(kTorn, "torn")
+  X(kTorn, "torn")                                                \
+  X(kCode, "code")                                                \
+  X(kAction, "action")
 
 // Each kind's own members, in the order the writer writes them: M(Field, member,
 // type). With the members every line has (kind, t, mono, rank, step, tid) this
@@ -328,3 +331,6 @@
 #define RANKSCOPE_LINE_kRecovered(M)                                                                           \
   M(kPid, pid, std::int64_t) M(kRecords, records, std::uint64_t) M(kUnresolved, unresolved, std::uint64_t)   \
   M(kTorn, torn, bool)
+#define RANKSCOPE_LINE_kXid(M)                                                                                 \
+  M(kLevel, level, Level) M(kMsg, msg, std::string) M(kGpu, gpu, int) M(kCode, code, std::uint64_t)          \
+  M(kAction, action, std::string)

@@ -20,6 +20,8 @@
 #include <fmt/format.h>
 
 #include "clock.hpp"
+#include "payload.hpp"
+#include "schema.hpp"
 #include "rankscope/detail/clock.hpp"
 #include "rankscope/metrics.hpp"
 #include "settings_table.hpp"
@@ -213,6 +215,37 @@ constexpr unsigned kNvlinkTxKib = 138, kNvlinkRxKib = 139;  // NVML_FI_DEV_NVLIN
 constexpr unsigned long long kXidCritical = 0x8;  // nvmlEventTypeXidCriticalError
 constexpr int kNvmlTimeout = 10;                  // NVML_ERROR_TIMEOUT
 
+// What a critical XID asks of whoever runs the node (NVIDIA's XID catalog):
+// the fault is the program's, the GPU's memory or links want the node drained,
+// or the GPU is gone until a reboot.
+struct XidAction {
+  const char* action;
+  const char* what;
+};
+XidAction xid_action(unsigned long long code) {
+  switch (code) {
+    case 13: case 31: case 43: case 45:
+      return {"application", "an application fault (a bad kernel or memory access): not the node"};
+    case 48: case 63: case 64: case 92: case 94: case 95:
+      return {"drain", "a GPU memory (ECC) error: drain the node and have the GPU checked"};
+    case 74:
+      return {"drain", "an NVLink error: drain the node and have its links checked"};
+    case 79: case 119: case 120:
+      return {"reboot", "the GPU fell off the bus or its firmware stopped: reboot the node"};
+    default:
+      return {"unknown", "see NVIDIA's XID catalog"};
+  }
+}
+// One `xid` line per critical XID, as it arrives (resources lines count them).
+void report_xid(int gpu, unsigned long long code) {
+  const XidAction a = xid_action(code);
+  Attributes attrs;
+  attrs.add(schema::field_name(schema::Field::kGpu), static_cast<std::int64_t>(gpu))
+      .add(schema::field_name(schema::Field::kCode), static_cast<std::uint64_t>(code))
+      .add(schema::field_name(schema::Field::kAction), a.action);
+  emit_declared(EventKind::kXid, Level::kError, fmt::format("XID {} on GPU {}: {}", code, gpu, a.what), attrs);
+}
+
 class Nvml {
  public:
   void retry() {
@@ -263,13 +296,15 @@ class Nvml {
       current.store("nvmlEventSetWait_v2", std::memory_order_relaxed);
       NvmlEvent e{};
       for (int i = 0; i < 64 && wait_(events_, &e, 0) == 0; ++i) {  // what arrived since the last sample
-        if (e.type & kXidCritical) ++xids_, last_xid_ = e.data;
+        if (e.type & kXidCritical) {
+          ++xids_;
+          report_xid(index_, e.data);
+        }
       }
       s.set(Resource::kGpuXid, static_cast<double>(xids_));
     }
     current.store(nullptr, std::memory_order_relaxed);
   }
-  unsigned long long last_xid() const { return last_xid_; }
 
  private:
   enum class State { kUnloaded, kLoaded, kUnavailable };
@@ -339,7 +374,6 @@ class Nvml {
   int (*wait_)(void*, NvmlEvent*, unsigned) = nullptr;
   void* events_ = nullptr;
   std::uint64_t xids_ = 0;
-  unsigned long long last_xid_ = 0;
 };
 
 // ---- the sampler thread -----------------------------------------------------
