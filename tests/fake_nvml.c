@@ -51,7 +51,8 @@ int nvmlDeviceGetComputeRunningProcesses(void* d, unsigned* n, fake_process* p) 
  *   FAKE_NVML_POWER_W=<watts>  power draw (default 70 of 700: spinning, not computing); "70,350": per GPU
  *   FAKE_NVML_HANG_MS=<ms>     nvmlDeviceGetPowerUsage blocks that long (a wedged driver)
  *   FAKE_NVML_HANG_NAME_MS=<ms> nvmlDeviceGetName blocks that long (the GPU list at init)
- *   FAKE_NVML_XID=<code>       one critical XID event of that code, on the first wait */
+ *   FAKE_NVML_XID=<code>       one critical XID event of that code, on the next wait (once per
+ *                              code: a test process can set another code for its next run) */
 #include <stdlib.h>
 #include <time.h>
 static unsigned env_or(const char* name, unsigned fallback) {
@@ -94,14 +95,15 @@ int nvmlDeviceGetTotalEccErrors(void* d, int type, int counter, unsigned long lo
 }
 int nvmlDeviceGetPcieThroughput(void* d, int counter, unsigned* kbs) { (void)d; *kbs = counter ? 2048 : 1024; return 0; }
 typedef struct { void* device; unsigned long long type, data; unsigned gi, ci; } fake_event;
-static int event_set, xid_sent;
+static int event_set;
+static unsigned xid_sent;
 int nvmlEventSetCreate(void** set) { *set = &event_set; return 0; }
 int nvmlDeviceRegisterEvents(void* d, unsigned long long types, void* set) { (void)d; (void)types; (void)set; return 0; }
 int nvmlEventSetWait_v2(void* set, fake_event* e, unsigned timeout_ms) {
   (void)set; (void)timeout_ms;
   unsigned xid = env_or("FAKE_NVML_XID", 0);
-  if (!xid || xid_sent) return 10; /* NVML_ERROR_TIMEOUT */
-  xid_sent = 1;
+  if (!xid || xid == xid_sent) return 10; /* NVML_ERROR_TIMEOUT */
+  xid_sent = xid;
   e->device = &devices[0];
   e->type = 0x8;
   e->data = xid;
