@@ -132,11 +132,13 @@ TEST_CASE("a line's members are read into its kind's typed value, enumerations a
     f << R"({"kind":"stall","t":1,"mono":1,"rank":0,"dur":3,"open_phases":[{"name":"outer"},{"name":"inner"}],"in_flight":[{"op":"all_gather","comm":"c","seq":2,"count":5}]})" "\n";
     f << R"({"kind":"step_end","t":1,"mono":1,"rank":0,"loss":"NaN","lr":"-Infinity","next_step":3,"surprise":1})" "\n";
     f << R"({"kind":"from_the_future","t":1,"mono":1,"rank":0})" "\n";
+    f << R"({"kind":"run_start","t":1,"mono":1,"rank":0,"host":"h","environment":{"cpu_affinity":"0-3","env":{"A":"1"}}})" "\n";
+    f << R"({"kind":"run_start","t":1,"mono":1,"rank":0,"environment":{"torch":"2.6"}})" "\n";  // an older writer
   }
   std::vector<reader::LogEvent> evs;
   auto r = reader::read_run_log(path, [&](const reader::LogEvent& e) { evs.push_back(e); });
   REQUIRE(r.ok());
-  REQUIRE(evs.size() == 6);
+  REQUIRE(evs.size() == 8);
   CHECK(r->undeclared_keys == 1);  // "surprise": a newer writer's key, ignored and counted
   const auto* p = evs[0].get<schema::Kind::kPhase>();
   REQUIRE(p != nullptr);
@@ -158,6 +160,15 @@ TEST_CASE("a line's members are read into its kind's typed value, enumerations a
   CHECK((end->loss && std::isnan(*end->loss) && end->lr == -INFINITY && end->next_step == 3 && !end->grad_norm));
   CHECK(evs[5].k == schema::Kind::kUnknown);
   CHECK(evs[5].body.index() == 0);
+  const auto* start = evs[6].get<schema::Kind::kRunStart>();
+  REQUIRE(start != nullptr);
+  CHECK(start->host == "h");
+  CHECK(start->environment.cpu_affinity == "0-3");
+  CHECK(start->environment.flat == std::vector<std::pair<std::string, std::string>>{{"cpu_affinity", "0-3"}, {"env.A", "1"}});
+  const auto* older = evs[7].get<schema::Kind::kRunStart>();
+  REQUIRE(older != nullptr);
+  CHECK(older->environment.cpu_affinity.empty());
+  CHECK(older->environment.flat == std::vector<std::pair<std::string, std::string>>{{"torch", "2.6"}});
 }
 
 TEST_CASE("docs/run-log-schema.md names every key each kind declares, in that kind's row", "[schema]") {

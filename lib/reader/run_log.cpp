@@ -129,7 +129,8 @@ void flatten(std::string& prefix, element v, schema::Environment& out, int depth
 void read_value(element v, schema::Environment& out) {
   simdjson::dom::object env;
   if (v.get_object().get(env) != SUCCESS) return;
-  read_value(env[schema::field_name(Field::kCpuAffinity)].value_unsafe(), out.cpu_affinity);
+  element affinity;  // absent from older writers' environments
+  if (env[schema::field_name(Field::kCpuAffinity)].get(affinity) == SUCCESS) read_value(affinity, out.cpu_affinity);
   std::string prefix;
   flatten(prefix, v, out, 0);
 }
