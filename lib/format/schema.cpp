@@ -10,53 +10,13 @@
 namespace rankscope::schema {
 
 Kind kind_from_name(std::string_view name) {
-#define RANKSCOPE_DETAIL_X(e, n) \
-  if (name == n) return Kind::e;
-  RANKSCOPE_DETAIL_EVENT_KINDS(RANKSCOPE_DETAIL_X)
-#undef RANKSCOPE_DETAIL_X
-  return Kind::kUnknown;
+  static constexpr rankscope::detail::NameIndex<Kind, 128> kIndex(kKindNames.size(), kind_name);
+  return kIndex.find(name, Kind::kUnknown);
 }
-
-namespace {
-// field_from_name runs for every key of every line a reader parses (a 1,024-rank
-// triage: ~120 M keys), so it is an open-addressed table on a hash of the
-// length and three bytes, with one comparison per hit: against a generic map (hashing every
-// byte, then comparing) it takes a one-thread triage of 1,024 x 1,000 from 14.4 to 11.6 s.
-constexpr std::size_t kFieldSlots = 1024;  // a power of two, several times the fields
-std::uint32_t field_slot(std::string_view k) {
-  std::uint32_t h = static_cast<std::uint32_t>(k.size());
-  if (!k.empty()) {
-    h = h * 131 + static_cast<unsigned char>(k[0]);
-    h = h * 131 + static_cast<unsigned char>(k[k.size() / 2]);
-    h = h * 131 + static_cast<unsigned char>(k.back());
-  }
-  return (h * 2654435761u) & (kFieldSlots - 1);
-}
-struct FieldTable {
-  std::array<std::string_view, kFieldSlots> names{};
-  std::array<Field, kFieldSlots> fields{};
-  FieldTable() {
-    auto put = [this](std::string_view n, Field f) {
-      std::uint32_t i = field_slot(n);
-      while (!names[i].empty()) i = (i + 1) & (kFieldSlots - 1);
-      names[i] = n;
-      fields[i] = f;
-    };
-#define RANKSCOPE_DETAIL_X(e, n) put(n, Field::e);
-    RANKSCOPE_DETAIL_FIELDS(RANKSCOPE_DETAIL_X)
-#undef RANKSCOPE_DETAIL_X
-  }
-};
-}  // namespace
 
 Field field_from_name(std::string_view key) {
-  static const FieldTable table;
-  if (key.empty()) return Field::kUnknown;
-  for (std::uint32_t i = field_slot(key);; i = (i + 1) & (kFieldSlots - 1)) {
-    const std::string_view n = table.names[i];
-    if (n.empty()) return Field::kUnknown;
-    if (n.size() == key.size() && std::memcmp(n.data(), key.data(), n.size()) == 0) return table.fields[i];
-  }
+  static constexpr rankscope::detail::NameIndex<Field, 1024> kIndex(kFieldNames.size(), field_name);
+  return kIndex.find(key, Field::kUnknown);
 }
 
 std::string run_json_path(std::string_view run_dir) { return fmt::format("{}/run.json", run_dir); }
