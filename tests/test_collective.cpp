@@ -23,10 +23,7 @@
 #include "temp_dir.hpp"
 
 using namespace rankscope;
-using rankscope::test::ScopedRuntime;
-using rankscope::test::rank_config;
-using rankscope::test::TempDir;
-using rankscope::test::slurp;
+using namespace rankscope::test;  // the helpers of tests/*.hpp
 
 namespace {
 // Dumps the flight recorder, shuts down (so the dump is final) and parses it.

@@ -22,8 +22,7 @@
 #include "temp_dir.hpp"
 
 using namespace rankscope;
-using rankscope::test::TempDir;
-using rankscope::test::slurp;
+using namespace rankscope::test;  // the helpers of tests/*.hpp
 
 namespace {
 Config two_rank_config(const std::string& dir, int rank) {

@@ -11,8 +11,7 @@
 #include "temp_dir.hpp"
 
 using namespace rankscope::detail;
-using rankscope::test::slurp;
-using rankscope::test::TempDir;
+using namespace rankscope::test;  // the helpers of tests/*.hpp
 
 namespace {
 constexpr std::uint64_t kSec = 1'000'000'000ull;

@@ -29,10 +29,7 @@
 
 using namespace rankscope;
 using namespace std::chrono_literals;
-using rankscope::test::ScopedEnv;
-using rankscope::test::rank_config;
-using rankscope::test::TempDir;
-using rankscope::test::slurp;
+using namespace rankscope::test;  // the helpers of tests/*.hpp
 
 namespace {
 Config watchdog_config(const std::string& dir, std::chrono::milliseconds timeout) {
@@ -90,12 +87,7 @@ class WatchdogRig {
   // phase kind; the rest is "other"), its end. Returns the slow-step events.
   std::vector<Event> step(std::int64_t n, std::uint64_t begin, std::uint64_t end,
                           std::initializer_list<std::pair<PhaseKind, std::uint64_t>> phases = {}) {
-    Event b;
-    b.kind = EventKind::kStepBegin;
-    b.tid = kTrainerTid;
-    b.step = n;
-    b.mono_ns = begin;
-    wd.on_event(b);
+    wd.on_event(step_marker(EventKind::kStepBegin, n, begin));
     StepBreakdown bd;
     bd.step = n;
     bd.total_ns = end - begin;
@@ -107,13 +99,17 @@ class WatchdogRig {
     bd.by_kind_ns[static_cast<int>(PhaseKind::kOther)] += bd.total_ns - known;
     std::vector<Event> slow;
     wd.on_step(bd, kTrainerTid, end, kWallOffset + end, slow);
+    wd.on_event(step_marker(EventKind::kStepEnd, n, end));
+    return slow;
+  }
+  // A step's begin or end on the stepping thread.
+  static Event step_marker(EventKind kind, std::int64_t n, std::uint64_t mono_ns) {
     Event e;
-    e.kind = EventKind::kStepEnd;
+    e.kind = kind;
     e.tid = kTrainerTid;
     e.step = n;
-    e.mono_ns = end;
-    wd.on_event(e);
-    return slow;
+    e.mono_ns = mono_ns;
+    return e;
   }
   // A finished outermost phase on thread `tid`.
   void phase(std::int32_t tid, const Site& s, std::uint64_t begin, std::uint64_t end) {
@@ -608,95 +604,79 @@ void write_beat(const std::string& dir, int rank, std::uint64_t now, std::uint64
 const char* kAllReduce6 = R"({"op":"all_reduce","comm":"world","seq":6,"count":10,"age_ns":90000000000})";
 const char* kAllReduce5 = R"({"op":"all_reduce","comm":"world","seq":5,"count":10,"age_ns":90000000000})";
 const char* kInCkpt = R"({"tid":1,"depth":0,"name":"checkpoint_save","phase_kind":"checkpoint","age_ns":95000000000})";
+const char* kBySigterm = R"(,"exit_cause":"signal","signal":"SIGTERM")";
+const char* kBySigsegv = R"(,"exit_cause":"signal","signal":"SIGSEGV")";
+// One rank's heartbeat as write_beat writes it.
+struct Beat {
+  int rank;
+  std::uint64_t live_age_ms, progress_age_ms;
+  const char* state;
+  const char* phases = "";
+  const char* in_flight = "";
+  const char* extra = "";
+};
 }  // namespace
 
 TEST_CASE("status classifies like the runbook", "[heartbeat][status]") {
-  TempDir tmp;
+  // Each case: the ranks' heartbeats, the exit code (-1: not checked), what
+  // the verdict starts with and holds, and what the full report holds.
+  struct Case {
+    const char* name;
+    std::vector<Beat> beats;
+    int exit_code;
+    const char* verdict_starts;
+    std::vector<const char*> verdict_has;
+    const char* report_has;
+  };
+  const std::vector<Case> cases = {
+      {"healthy", {{0, 200, 300, "running"}, {1, 200, 300, "running"}, {2, 200, 300, "running"}},
+       0, "healthy: 3 of 3", {}, ""},
+      {"a blocked rank while the others wait in the all-reduce",
+       {{0, 200, 95000, "stalled", "", kAllReduce6}, {1, 200, 95000, "stalled", kInCkpt, ""},
+        {2, 200, 95000, "stalled", "", kAllReduce6}},
+       1, "", {"HANG: alive, no progress", "rank 1 is blocked in checkpoint_save (95.0 s)"},
+       "ranks 0,2 wait in all_reduce seq 6 on 'world'"},
+      {"a rank behind on the sequence",
+       {{0, 200, 95000, "stalled", "", kAllReduce6}, {1, 200, 95000, "stalled", "", kAllReduce5},
+        {2, 200, 95000, "stalled", "", kAllReduce6}},
+       -1, "", {"rank 1 is behind on 'world' (seq 5)"}, ""},
+      {"everyone inside the same collective",
+       {{0, 200, 95000, "stalled", "", kAllReduce6}, {1, 200, 95000, "stalled", "", kAllReduce6},
+        {2, 200, 95000, "stalled", "", kAllReduce6}},
+       -1, "", {"communication-level hang"}, ""},
+      {"a dead rank", {{0, 200, 300, "running"}, {1, 45000, 45000, "running"}, {2, 200, 300, "running"}},
+       1, "", {"rank 1 not alive: crash, OOM or node issue"}, "pid 101 on node1"},
+      // Heartbeats 200 ms old: a stop is read at once, not after they age.
+      {"a whole job stopped by SIGTERM, read at once",
+       {{0, 200, 300, "failed", "", "", kBySigterm}, {1, 200, 300, "failed", "", "", kBySigterm},
+        {2, 200, 300, "failed", "", "", kBySigterm}},
+       1, "stopped: all 3 ranks by SIGTERM", {"not a crash"},
+       "rank 2 was STOPPED by SIGTERM at step 7 (pid 102 on node2)"},
+      {"a rank that died of SIGSEGV while the others were stopped",
+       {{0, 200, 300, "failed", "", "", kBySigterm}, {1, 200, 300, "failed", "", "", kBySigsegv},
+        {2, 200, 300, "failed", "", "", kBySigterm}},
+       -1, "rank 1 died of SIGSEGV: crash", {}, "rank 1 DIED of SIGSEGV at step 7"},
+      {"slow but moving", {{0, 200, 300, "slow"}, {1, 200, 300, "running"}, {2, 200, 300, "running"}},
+       -1, "SLOW, not a hang", {}, ""},
+      {"finished", {{0, 9000000, 9000000, "exited"}, {1, 9000000, 9000000, "exited"}, {2, 9000000, 9000000, "exited"}},
+       0, "finished", {}, ""},
+      {"a missing rank", {{0, 200, 300, "running"}, {2, 200, 300, "running"}}, 1, "", {}, "rank 1: no heartbeat file"},
+  };
   const std::uint64_t now = 2'000'000'000'000'000'000ull;
-  std::ofstream(tmp.path + "/run.json") << R"({"schema":1,"world_size":3})";
-  SECTION("healthy") {
-    for (int r = 0; r < 3; ++r) write_beat(tmp.path, r, now, 200, 300, "running", "", "");
-    auto s = reader::read_status(tmp.path, now);
-    REQUIRE(s.ok());
-    CHECK(s->exit_code == 0);
-    CHECK_THAT(s->verdict, Catch::StartsWith("healthy: 3 of 3"));
-  }
-  SECTION("a blocked rank while the others wait in the all-reduce") {
-    write_beat(tmp.path, 0, now, 200, 95000, "stalled", "", kAllReduce6);
-    write_beat(tmp.path, 1, now, 200, 95000, "stalled", kInCkpt, "");
-    write_beat(tmp.path, 2, now, 200, 95000, "stalled", "", kAllReduce6);
-    auto s = reader::read_status(tmp.path, now);
-    REQUIRE(s.ok());
-    CHECK(s->exit_code == 1);
-    CHECK_THAT(s->verdict, Catch::Contains("HANG: alive, no progress") &&
-                               Catch::Contains("rank 1 is blocked in checkpoint_save (95.0 s)"));
-    CHECK_THAT(reader::format_status(*s), Catch::Contains("ranks 0,2 wait in all_reduce seq 6 on 'world'"));
-  }
-  SECTION("a rank behind on the sequence") {
-    write_beat(tmp.path, 0, now, 200, 95000, "stalled", "", kAllReduce6);
-    write_beat(tmp.path, 1, now, 200, 95000, "stalled", "", kAllReduce5);
-    write_beat(tmp.path, 2, now, 200, 95000, "stalled", "", kAllReduce6);
-    auto s = reader::read_status(tmp.path, now);
-    REQUIRE(s.ok());
-    CHECK_THAT(s->verdict, Catch::Contains("rank 1 is behind on 'world' (seq 5)"));
-  }
-  SECTION("everyone inside the same collective") {
-    for (int r = 0; r < 3; ++r) write_beat(tmp.path, r, now, 200, 95000, "stalled", "", kAllReduce6);
-    auto s = reader::read_status(tmp.path, now);
-    REQUIRE(s.ok());
-    CHECK_THAT(s->verdict, Catch::Contains("communication-level hang"));
-  }
-  SECTION("a dead rank") {
-    write_beat(tmp.path, 0, now, 200, 300, "running", "", "");
-    write_beat(tmp.path, 1, now, 45000, 45000, "running", "", "");
-    write_beat(tmp.path, 2, now, 200, 300, "running", "", "");
-    auto s = reader::read_status(tmp.path, now);
-    REQUIRE(s.ok());
-    CHECK(s->exit_code == 1);
-    CHECK_THAT(s->verdict, Catch::Contains("rank 1 not alive: crash, OOM or node issue"));
-    CHECK_THAT(reader::format_status(*s), Catch::Contains("pid 101 on node1"));
-  }
-  SECTION("a whole job stopped by SIGTERM, read at once") {  // heartbeats 200 ms old: no waiting for them to age
-    for (int r = 0; r < 3; ++r) {
-      write_beat(tmp.path, r, now, 200, 300, "failed", "", "", R"(,"exit_cause":"signal","signal":"SIGTERM")");
+  for (const Case& c : cases) {
+    DYNAMIC_SECTION(c.name) {
+      TempDir tmp;
+      std::ofstream(tmp.path + "/run.json") << R"({"schema":1,"world_size":3})";
+      for (const Beat& b : c.beats) {
+        write_beat(tmp.path, b.rank, now, b.live_age_ms, b.progress_age_ms, b.state, b.phases, b.in_flight, b.extra);
+      }
+      const auto s = reader::read_status(tmp.path, now);
+      REQUIRE(s.ok());
+      if (c.exit_code >= 0) CHECK(s->exit_code == c.exit_code);
+      CHECK_THAT(s->verdict, Catch::StartsWith(c.verdict_starts));
+      for (const char* part : c.verdict_has) CHECK_THAT(s->verdict, Catch::Contains(part));
+      CHECK_THAT(reader::format_status(*s), Catch::Contains(c.report_has));
     }
-    auto s = reader::read_status(tmp.path, now);
-    REQUIRE(s.ok());
-    CHECK(s->exit_code == 1);
-    CHECK_THAT(s->verdict, Catch::StartsWith("stopped: all 3 ranks by SIGTERM") && Catch::Contains("not a crash"));
-    CHECK_THAT(reader::format_status(*s), Catch::Contains("rank 2 was STOPPED by SIGTERM at step 7 (pid 102 on node2)"));
-  }
-  SECTION("a rank that died of SIGSEGV while the others were stopped") {
-    write_beat(tmp.path, 0, now, 200, 300, "failed", "", "", R"(,"exit_cause":"signal","signal":"SIGTERM")");
-    write_beat(tmp.path, 1, now, 200, 300, "failed", "", "", R"(,"exit_cause":"signal","signal":"SIGSEGV")");
-    write_beat(tmp.path, 2, now, 200, 300, "failed", "", "", R"(,"exit_cause":"signal","signal":"SIGTERM")");
-    auto s = reader::read_status(tmp.path, now);
-    REQUIRE(s.ok());
-    CHECK_THAT(s->verdict, Catch::StartsWith("rank 1 died of SIGSEGV: crash"));
-    CHECK_THAT(reader::format_status(*s), Catch::Contains("rank 1 DIED of SIGSEGV at step 7"));
-  }
-  SECTION("slow but moving") {
-    write_beat(tmp.path, 0, now, 200, 300, "slow", "", "");
-    write_beat(tmp.path, 1, now, 200, 300, "running", "", "");
-    write_beat(tmp.path, 2, now, 200, 300, "running", "", "");
-    auto s = reader::read_status(tmp.path, now);
-    REQUIRE(s.ok());
-    CHECK_THAT(s->verdict, Catch::StartsWith("SLOW, not a hang"));
-  }
-  SECTION("finished") {
-    for (int r = 0; r < 3; ++r) write_beat(tmp.path, r, now, 9000000, 9000000, "exited", "", "");
-    auto s = reader::read_status(tmp.path, now);
-    REQUIRE(s.ok());
-    CHECK(s->exit_code == 0);
-    CHECK_THAT(s->verdict, Catch::StartsWith("finished"));
-  }
-  SECTION("a missing rank") {
-    write_beat(tmp.path, 0, now, 200, 300, "running", "", "");
-    write_beat(tmp.path, 2, now, 200, 300, "running", "", "");
-    auto s = reader::read_status(tmp.path, now);
-    REQUIRE(s.ok());
-    CHECK(s->exit_code == 1);
-    CHECK_THAT(reader::format_status(*s), Catch::Contains("rank 1: no heartbeat file"));
   }
 }
 

@@ -10,9 +10,7 @@
 
 using namespace rankscope;
 using namespace std::chrono_literals;
-using rankscope::test::slurp;
-using rankscope::test::rank_config;
-using rankscope::test::TempDir;
+using namespace rankscope::test;  // the helpers of tests/*.hpp
 
 namespace {
 Config inv_config(const std::string& dir) { return rank_config(dir, 0, 4); }

@@ -16,10 +16,7 @@
 
 using namespace rankscope;
 using namespace std::chrono_literals;
-using rankscope::test::ScopedEnv;
-using rankscope::test::slurp;
-using rankscope::test::rank_config;
-using rankscope::test::TempDir;
+using namespace rankscope::test;  // the helpers of tests/*.hpp
 
 namespace {
 int count(const std::string& hay, const std::string& needle) {

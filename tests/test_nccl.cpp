@@ -18,7 +18,7 @@
 #include "temp_dir.hpp"
 
 using namespace rankscope;
-using rankscope::test::ScopedRuntime;
+using namespace rankscope::test;  // the helpers of tests/*.hpp
 
 namespace fake {
 
@@ -292,8 +292,6 @@ TEST_CASE("event pools of exited threads are reused on the same device / never a
   rankscope::nccl::hooks::ncclCommDestroy(comm);
 }
 
-using rankscope::test::HoldingSink;
-using rankscope::test::ReleaseAtExit;
 
 TEST_CASE("a device-timed collective dropped by a full ring completes at return and frees its pair", "[nccl]") {
   fake::Scope f;

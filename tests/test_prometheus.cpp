@@ -14,8 +14,7 @@
 #include "temp_dir.hpp"
 
 using namespace rankscope;
-using rankscope::test::slurp;
-using rankscope::test::TempDir;
+using namespace rankscope::test;  // the helpers of tests/*.hpp
 
 namespace {
 // A TCP connection to 127.0.0.1:port that sends nothing yet (-1 if refused);

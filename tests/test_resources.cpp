@@ -15,9 +15,7 @@
 
 using namespace rankscope;
 using namespace std::chrono_literals;
-using rankscope::test::ScopedEnv;
-using rankscope::test::slurp;
-using rankscope::test::TempDir;
+using namespace rankscope::test;  // the helpers of tests/*.hpp
 
 namespace {
 Config resource_config(const std::string& dir) {

@@ -34,14 +34,10 @@
 #include "temp_dir.hpp"
 
 namespace {
-using rankscope::test::TempDir;
+using namespace rankscope::test;  // the helpers of tests/*.hpp
 namespace detail = rankscope::detail;
 using LineKind = rankscope::schema::Kind;
 
-using rankscope::test::park_steps_then_sigkill;
-using rankscope::test::read_to_end;
-using rankscope::test::SignalHelper;
-using rankscope::test::spawn_signal_helper;
 
 // This test's own RANKSCOPE_SHM_DIR, for its helper and itself: no other
 // process of the host (tests running beside it) recovers its helper's rings first.

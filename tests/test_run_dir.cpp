@@ -19,10 +19,7 @@
 #include "temp_dir.hpp"
 
 using namespace rankscope;
-using rankscope::test::ScopedEnv;
-using rankscope::test::slurp;
-using rankscope::test::rank_config;
-using rankscope::test::TempDir;
+using namespace rankscope::test;  // the helpers of tests/*.hpp
 
 namespace {
 

@@ -9,8 +9,7 @@
 #include "temp_dir.hpp"
 
 using namespace rankscope;
-using rankscope::test::ScopedEnv;
-using rankscope::test::TempDir;
+using namespace rankscope::test;  // the helpers of tests/*.hpp
 
 TEST_CASE("init is idempotent and shutdown is idempotent", "[runtime]") {
   auto sink = std::make_shared<test::CaptureSink>();

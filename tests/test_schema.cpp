@@ -20,8 +20,7 @@
 #include "temp_dir.hpp"
 
 using namespace rankscope;
-using rankscope::test::slurp;
-using rankscope::test::TempDir;
+using namespace rankscope::test;  // the helpers of tests/*.hpp
 
 TEST_CASE("every event kind round-trips through its name / unknown names stay unknown", "[schema]") {
   for (int i = 0; i < static_cast<int>(schema::Kind::kUnknown); ++i) {

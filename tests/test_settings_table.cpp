@@ -16,9 +16,7 @@
 
 using namespace rankscope;
 using detail::kEnvSpecs;
-using rankscope::test::ScopedEnv;
-using rankscope::test::slurp;
-using rankscope::test::TempDir;
+using namespace rankscope::test;  // the helpers of tests/*.hpp
 
 namespace {
 const std::string kRoot = RANKSCOPE_SOURCE_DIR;

@@ -19,8 +19,7 @@
 #include "temp_dir.hpp"
 
 using namespace std::chrono_literals;
-using rankscope::test::slurp;
-using rankscope::test::TempDir;
+using namespace rankscope::test;  // the helpers of tests/*.hpp
 
 namespace {
 std::mutex g_held;
