@@ -16,6 +16,7 @@
 
 #include "capture_sink.hpp"
 #include "rankscope/rankscope.hpp"
+#include "on_threads.hpp"
 #include "run_log.hpp"
 #include "signal_helper_process.hpp"
 #include "summary.hpp"
@@ -122,15 +123,11 @@ TEST_CASE("spans take per-communicator sequence numbers and record everything", 
 TEST_CASE("threads issuing on one communicator get unique sequence numbers", "[collective]") {
   ScopedRuntime rt;
   auto& c = communicator("test_threads_comm", 2, 0);
-  std::vector<std::thread> ts;
-  for (int t = 0; t < 4; ++t) {
-    ts.emplace_back([&c] {
-      for (int i = 0; i < 500; ++i) {
-        CollectiveSpan s(c, CollectiveOp::kAllReduce, 1, DType::kFloat32);
-      }
-    });
-  }
-  for (auto& t : ts) t.join();
+  on_threads(4, [&c](int) {
+    for (int i = 0; i < 500; ++i) {
+      CollectiveSpan s(c, CollectiveOp::kAllReduce, 1, DType::kFloat32);
+    }
+  });
   REQUIRE(flush());
   std::set<std::uint64_t> seqs;
   for (const auto& e : rt.sink->of_kind(EventKind::kCollective)) seqs.insert(e.seq);

@@ -17,6 +17,12 @@ struct FakeEnv {
     };
   }
 };
+// What resolve_context says of `env`, which it must refuse.
+std::string error_of(const FakeEnv& env) {
+  auto c = resolve_context({}, env.fn());
+  REQUIRE_FALSE(c.ok());
+  return std::string(c.status().message());
+}
 }  // namespace
 
 TEST_CASE("torchrun variables give rank / world / local rank and run id", "[context]") {
@@ -93,40 +99,24 @@ TEST_CASE("explicit overrides win over the environment", "[context]") {
 
 TEST_CASE("bad values are clear errors naming the variable and the value", "[context]") {
   SECTION("non-numeric rank") {
-    FakeEnv env{{{"RANK", "abc"}, {"WORLD_SIZE", "2"}}};
-    auto c = resolve_context({}, env.fn());
-    REQUIRE_FALSE(c.ok());
-    CHECK_THAT(std::string(c.status().message()), Catch::Contains("RANK='abc'"));
+    CHECK_THAT(error_of({{{"RANK", "abc"}, {"WORLD_SIZE", "2"}}}), Catch::Contains("RANK='abc'"));
   }
   SECTION("rank not below world size") {
-    FakeEnv env{{{"RANK", "4"}, {"WORLD_SIZE", "4"}}};
-    auto c = resolve_context({}, env.fn());
-    REQUIRE_FALSE(c.ok());
-    CHECK_THAT(std::string(c.status().message()), Catch::Contains("RANK=4") && Catch::Contains("WORLD_SIZE=4"));
+    CHECK_THAT(error_of({{{"RANK", "4"}, {"WORLD_SIZE", "4"}}}),
+               Catch::Contains("RANK=4") && Catch::Contains("WORLD_SIZE=4"));
   }
   SECTION("negative world size") {
-    FakeEnv env{{{"RANK", "0"}, {"WORLD_SIZE", "-2"}}};
-    auto c = resolve_context({}, env.fn());
-    REQUIRE_FALSE(c.ok());
-    CHECK_THAT(std::string(c.status().message()), Catch::Contains("WORLD_SIZE='-2'"));
+    CHECK_THAT(error_of({{{"RANK", "0"}, {"WORLD_SIZE", "-2"}}}), Catch::Contains("WORLD_SIZE='-2'"));
   }
   SECTION("rank without world size") {
-    FakeEnv env{{{"RANK", "1"}}};
-    auto c = resolve_context({}, env.fn());
-    REQUIRE_FALSE(c.ok());
-    CHECK_THAT(std::string(c.status().message()), Catch::Contains("WORLD_SIZE"));
+    CHECK_THAT(error_of({{{"RANK", "1"}}}), Catch::Contains("WORLD_SIZE"));
   }
   SECTION("local rank out of range") {
-    FakeEnv env{{{"RANK", "1"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "2"}, {"LOCAL_WORLD_SIZE", "2"}}};
-    auto c = resolve_context({}, env.fn());
-    REQUIRE_FALSE(c.ok());
-    CHECK_THAT(std::string(c.status().message()), Catch::Contains("LOCAL_RANK=2"));
+    CHECK_THAT(error_of({{{"RANK", "1"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "2"}, {"LOCAL_WORLD_SIZE", "2"}}}),
+               Catch::Contains("LOCAL_RANK=2"));
   }
   SECTION("run id that is not a directory name") {
-    FakeEnv env{{{"RANKSCOPE_RUN_ID", "a/b"}}};
-    auto c = resolve_context({}, env.fn());
-    REQUIRE_FALSE(c.ok());
-    CHECK_THAT(std::string(c.status().message()), Catch::Contains("a/b"));
+    CHECK_THAT(error_of({{{"RANKSCOPE_RUN_ID", "a/b"}}}), Catch::Contains("a/b"));
   }
 }
 

@@ -11,6 +11,7 @@
 #include "capture_sink.hpp"
 #include "console.hpp"
 #include "rankscope/rankscope.hpp"
+#include "on_threads.hpp"
 #include "rank_config.hpp"
 #include "temp_dir.hpp"
 
@@ -227,13 +228,9 @@ TEST_CASE("the environment summary records the CPUs the rank may run on", "[log]
 TEST_CASE("many threads logging at once lose nothing", "[log]") {
   TempDir tmp;
   REQUIRE(init(rank_config(tmp.path)).ok());
-  std::vector<std::thread> ts;
-  for (int t = 0; t < 4; ++t) {
-    ts.emplace_back([t] {
-      for (int i = 0; i < 500; ++i) RANKSCOPE_LOG_KV(Level::kInfo, {{"thread", t}, {"i", i}}, "line {}", i);
-    });
-  }
-  for (auto& t : ts) t.join();
+  on_threads(4, [](int t) {
+    for (int i = 0; i < 500; ++i) RANKSCOPE_LOG_KV(Level::kInfo, {{"thread", t}, {"i", i}}, "line {}", i);
+  });
   shutdown();
   CHECK(count(slurp(tmp.path + "/rank-0.jsonl"), R"("msg":"line )") == 2000);
 }

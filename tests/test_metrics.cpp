@@ -4,6 +4,7 @@
 #include "capture_sink.hpp"
 #include "metrics_registry.hpp"
 #include "rankscope/rankscope.hpp"
+#include "on_threads.hpp"
 
 using namespace rankscope;
 using rankscope::test::ScopedRuntime;
@@ -12,13 +13,9 @@ TEST_CASE("counters sum exactly across threads / including exited ones", "[metri
   ScopedRuntime rt;
   auto& c = counter("test_counter_threads_total", "help text");
   const double before = c.value();
-  std::vector<std::thread> ts;
-  for (int t = 0; t < 4; ++t) {
-    ts.emplace_back([&c] {
-      for (int i = 0; i < 100000; ++i) c.add();
-    });
-  }
-  for (auto& t : ts) t.join();
+  test::on_threads(4, [&c](int) {
+    for (int i = 0; i < 100000; ++i) c.add();
+  });
   c.add(0.5);
   c.add(-3);  // ignored: counters only go up
   CHECK(c.value() - before == 400000.5);

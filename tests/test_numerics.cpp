@@ -12,7 +12,11 @@
 
 #include "numerics.hpp"
 #include "rankscope/invariants.hpp"
+#include "rule_findings.hpp"
 #include "triage_rules.hpp"
+
+namespace reader = rankscope::reader;
+using namespace rankscope::test;  // run_rule, one_finding
 
 namespace {
 using rankscope::Event;
@@ -140,36 +144,23 @@ rankscope::reader::RunSummary ranks(int n) {
   }
   return sum;
 }
-std::vector<rankscope::reader::Finding> run_rule(rules::RuleFn rule, const rankscope::reader::RunSummary& sum) {
-  auto in = rules::make_triage_input(sum, nullptr, {});
-  std::vector<rankscope::reader::Finding> out;
-  rule(in, out);
-  return out;
-}
 }  // namespace
 
 TEST_CASE("config_drift: the odd rank out of four, both ranks of two, hosts and CPU lists are not drift", "[numerics]") {
   auto sum = ranks(4);
   CHECK(run_rule(rules::config_drift_rule, sum).empty());  // different hosts and CPU lists, same shapes
   sum.ranks[2].environment[2].second = "Tree";
-  auto f = run_rule(rules::config_drift_rule, sum);
-  REQUIRE(f.size() == 1);
-  CHECK(f[0].kind == FindingKind::kConfigDrift);
-  CHECK(f[0].ranks == std::vector<int>{2});
-  CHECK(f[0].summary == "rank 2 has a different configuration from the other ranks: NCCL_ALGO: Tree on rank 2, Ring on the other 3");
+  const reader::Finding f = one_finding(rules::config_drift_rule, sum, FindingKind::kConfigDrift, {2});
+  CHECK(f.summary == "rank 2 has a different configuration from the other ranks: NCCL_ALGO: Tree on rank 2, Ring on the other 3");
 
   auto two = ranks(2);
   two.ranks[1].environment.emplace_back("env.NCCL_IB_DISABLE", "1");
-  f = run_rule(rules::config_drift_rule, two);
-  REQUIRE(f.size() == 1);
-  CHECK(f[0].ranks == std::vector<int>{0, 1});
-  CHECK(f[0].summary.find("no value holds a majority") != std::string::npos);
+  CHECK_THAT(one_finding(rules::config_drift_rule, two, FindingKind::kConfigDrift, {0, 1}).summary,
+             Catch::Contains("no value holds a majority"));
 
   auto shape = ranks(3);
   shape.ranks[1].cpu_affinity = "4-5";  // 2 CPUs where the others may use 4
-  f = run_rule(rules::config_drift_rule, shape);
-  REQUIRE(f.size() == 1);
-  CHECK(f[0].ranks == std::vector<int>{1});
+  one_finding(rules::config_drift_rule, shape, FindingKind::kConfigDrift, {1});
 }
 
 TEST_CASE("numerics rule: the first rank with a NaN loss is the culprit, a spike on every rank says so", "[numerics]") {
@@ -197,12 +188,9 @@ TEST_CASE("checkpoint_failed: the rank, the step and the error", "[numerics]") {
   f.step = 40;
   f.values = {{"op", "save"}, {"id", "/ckpt/step-40.pt"}, {"error", "OSError: [Errno 28] No space left on device"}};
   sum.facts.push_back(f);
-  auto out = run_rule(rules::checkpoint_failed_rule, sum);
-  REQUIRE(out.size() == 1);
-  CHECK(out[0].kind == FindingKind::kCheckpointFailed);
-  CHECK(out[0].ranks == std::vector<int>{1});
-  CHECK(out[0].step == 40);
-  CHECK(out[0].summary ==
+  const reader::Finding out = one_finding(rules::checkpoint_failed_rule, sum, FindingKind::kCheckpointFailed, {1});
+  CHECK(out.step == 40);
+  CHECK(out.summary ==
         "rank 1 failed to save checkpoint '/ckpt/step-40.pt' at step 40: OSError: [Errno 28] No space left on device");
 }
 
@@ -237,11 +225,8 @@ TEST_CASE("silent_corruption: one finding per tensor from the replicas violation
       sum.violations.push_back(v);
     }
   }
-  auto out = run_rule(rules::silent_corruption_rule, sum);
-  REQUIRE(out.size() == 1);
-  CHECK(out[0].kind == FindingKind::kSilentCorruption);
-  CHECK(out[0].ranks == std::vector<int>{2});
-  CHECK(out[0].step == 29);
-  CHECK(out[0].evidence.back() == "seen at 2 checks, steps 29,39");
+  const reader::Finding out = one_finding(rules::silent_corruption_rule, sum, FindingKind::kSilentCorruption, {2});
+  CHECK(out.step == 29);
+  CHECK(out.evidence.back() == "seen at 2 checks, steps 29,39");
   CHECK(run_rule(rules::desync_rule, sum).empty());
 }

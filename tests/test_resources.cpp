@@ -35,20 +35,33 @@ bool eventually(const std::string& path, const std::string& needle) {
     std::this_thread::sleep_for(25ms);
   }
 }
+// One rank on the fake NVML: its run directory, the fake loaded in place of
+// libnvidia-ml, and rankscope started (a test sets the fake's FAKE_NVML_* knobs
+// before). The run ends with the fixture, or at stopped_log() to read it whole.
+struct FakeGpuRank {
+  TempDir tmp;
+  ScopedEnv nvml{"RANKSCOPE_NVML_LIBRARY", RANKSCOPE_FAKE_NVML};
+  const std::string log = tmp.path + "/rank-0.jsonl";
+  FakeGpuRank() { REQUIRE(init(resource_config(tmp.path)).ok()); }
+  FakeGpuRank(const FakeGpuRank&) = delete;
+  FakeGpuRank& operator=(const FakeGpuRank&) = delete;
+  ~FakeGpuRank() { shutdown(); }
+  std::string stopped_log() {
+    shutdown();
+    return slurp(log);
+  }
+  std::string run_json() const { return slurp(tmp.path + "/run.json"); }
+};
 }  // namespace
 
 TEST_CASE("resource snapshots: the process, the host and the rank's GPU, in the run log and the metrics",
           "[resources]") {
-  TempDir tmp;
-  ScopedEnv nvml("RANKSCOPE_NVML_LIBRARY", RANKSCOPE_FAKE_NVML);
   ScopedEnv xid("FAKE_NVML_XID", "79");
-  REQUIRE(init(resource_config(tmp.path)).ok());
-  const std::string log = tmp.path + "/rank-0.jsonl";
-  CHECK(eventually(log, R"("reason":"interval")"));
+  FakeGpuRank rank;
+  CHECK(eventually(rank.log, R"("reason":"interval")"));
   REQUIRE(flush());
-  CHECK(eventually(log, R"("name":"rankscope_gpu_power_watts","type":"gauge","labels":{"gpu":"0"},"value":70)"));
-  shutdown();
-  const std::string text = slurp(log);
+  CHECK(eventually(rank.log, R"("name":"rankscope_gpu_power_watts","type":"gauge","labels":{"gpu":"0"},"value":70)"));
+  const std::string text = rank.stopped_log();
   CHECK_THAT(text, Catch::Contains(R"("kind":"resources")"));
   CHECK_THAT(text, Catch::Contains(R"("reason":"start","gpu":0,"cpu_s":)"));
   for (const char* key : {"\"rss_bytes\":", "\"os_threads\":", "\"open_fds\":", "\"load1\":", "\"mem_total_bytes\":",
@@ -68,50 +81,39 @@ TEST_CASE("resource snapshots: the process, the host and the rank's GPU, in the 
 // The XID itself, not only its count: a line of its own with what to do about it,
 // written from the declaration (an `xid` kind in run_log_schema.hpp, emit_declared).
 TEST_CASE("a critical XID is a line of its own: the code and what to do with the node", "[resources][xid]") {
-  struct Case {
-    const char* code;
-    const char* action;
-    const char* what;
-  };
   // 79 last: the fake sends a code again only after another one (other tests of this process use 79).
-  for (const Case& c : {Case{"48", "drain", "a GPU memory (ECC) error: drain the node and have the GPU checked"},
-                        Case{"13", "application", "an application fault (a bad kernel or memory access): not the node"},
-                        Case{"7", "unknown", "see NVIDIA's XID catalog"},
-                        Case{"79", "reboot", "the GPU fell off the bus or its firmware stopped: reboot the node"}}) {
-    INFO("XID " << c.code);
-    TempDir tmp;
-    ScopedEnv nvml("RANKSCOPE_NVML_LIBRARY", RANKSCOPE_FAKE_NVML);
-    ScopedEnv xid("FAKE_NVML_XID", c.code);  // the fake sends each code once per process
-    REQUIRE(init(resource_config(tmp.path)).ok());
-    const std::string log = tmp.path + "/rank-0.jsonl";
-    CHECK(eventually(log, R"("kind":"xid")"));
-    shutdown();
-    int lines = 0;
-    auto r = reader::read_run_log(log, [&](const reader::LogEvent& e) {
-      const auto* x = e.get<schema::Kind::kXid>();
-      if (x == nullptr) return;
-      ++lines;
-      CHECK(x->level == Level::kError);
-      CHECK(x->gpu == 0);
-      CHECK(x->code == std::strtoull(c.code, nullptr, 10));
-      CHECK(x->action == c.action);
-      CHECK(x->msg == fmt::format("XID {} on GPU 0: {}", c.code, c.what));
-    });
-    REQUIRE(r.ok());
-    CHECK(r->undeclared_keys == 0);
-    CHECK(lines == 1);  // one event, one line
-  }
+  const auto [code, action, what] = GENERATE(table<const char*, const char*, const char*>(
+      {{"48", "drain", "a GPU memory (ECC) error: drain the node and have the GPU checked"},
+       {"13", "application", "an application fault (a bad kernel or memory access): not the node"},
+       {"7", "unknown", "see NVIDIA's XID catalog"},
+       {"79", "reboot", "the GPU fell off the bus or its firmware stopped: reboot the node"}}));
+  INFO("XID " << code);
+  ScopedEnv xid("FAKE_NVML_XID", code);  // the fake sends each code once per process
+  FakeGpuRank rank;
+  CHECK(eventually(rank.log, R"("kind":"xid")"));
+  shutdown();
+  int lines = 0;
+  auto r = reader::read_run_log(rank.log, [&](const reader::LogEvent& e) {
+    const auto* x = e.get<schema::Kind::kXid>();
+    if (x == nullptr) return;
+    ++lines;
+    CHECK(x->level == Level::kError);
+    CHECK(x->gpu == 0);
+    CHECK(x->code == std::strtoull(code, nullptr, 10));
+    CHECK(x->action == action);
+    CHECK(x->msg == fmt::format("XID {} on GPU 0: {}", code, what));
+  });
+  REQUIRE(r.ok());
+  CHECK(r->undeclared_keys == 0);
+  CHECK(lines == 1);  // one event, one line
 }
 
 TEST_CASE("a GPU driver call that hangs is reported once, while heartbeats and steps go on", "[resources]") {
-  TempDir tmp;
-  ScopedEnv nvml("RANKSCOPE_NVML_LIBRARY", RANKSCOPE_FAKE_NVML);
   // Far longer than the test's waits (60 s each at most): the heartbeat below
   // must keep up while the call is stuck, not once it has returned.
   ScopedEnv hang("FAKE_NVML_HANG_MS", "600000");
   ScopedEnv deadline("RANKSCOPE_RESOURCE_DEADLINE", "0.3");
-  REQUIRE(init(resource_config(tmp.path)).ok());
-  const std::string log = tmp.path + "/rank-0.jsonl";
+  FakeGpuRank rank;
   // The first snapshot is stuck in nvmlDeviceGetPowerUsage; meanwhile the trainer steps.
   for (int step = 0; step < 40; ++step) {
     begin_step(step);
@@ -121,12 +123,12 @@ TEST_CASE("a GPU driver call that hangs is reported once, while heartbeats and s
   REQUIRE(flush());
   // The heartbeat kept up with the steps (it is rewritten every 50 ms) while the
   // driver call is still stuck.
-  CHECK(eventually(tmp.path + "/rank-0.heartbeat.json", R"("step":39,)"));
+  CHECK(eventually(rank.tmp.path + "/rank-0.heartbeat.json", R"("step":39,)"));
   // Said once the call has been stuck for the deadline (0.3 s after the sampler
   // entered it, whenever that was).
-  CHECK(eventually(log, "resource snapshot stuck in nvmlDeviceGetPowerUsage for"));
-  shutdown();  // returns although the sampler is still inside the driver call
-  const std::string text = slurp(log);
+  CHECK(eventually(rank.log, "resource snapshot stuck in nvmlDeviceGetPowerUsage for"));
+  // Returns although the sampler is still inside the driver call.
+  const std::string text = rank.stopped_log();
   CHECK_THAT(text, Catch::Contains("resource snapshot stuck in nvmlDeviceGetPowerUsage for"));
   CHECK_THAT(text, Catch::Contains("liveness, heartbeats and stall detection go on"));
   CHECK_THAT(text, Catch::Contains(R"("kind":"step_end","t":)"));
@@ -179,39 +181,29 @@ TEST_CASE("a snapshot taken at a stall is not replaced by a periodic one before 
 
 TEST_CASE("a GPU list query that hangs at init is given up after the deadline - init returns and says so",
           "[resources]") {
-  TempDir tmp;
-  ScopedEnv nvml("RANKSCOPE_NVML_LIBRARY", RANKSCOPE_FAKE_NVML);
   ScopedEnv hang("FAKE_NVML_HANG_NAME_MS", "30000");  // longer than the test: init must not wait for it
   ScopedEnv deadline("RANKSCOPE_RESOURCE_DEADLINE", "0.3");
-  REQUIRE(init(resource_config(tmp.path)).ok());
+  FakeGpuRank rank;
   begin_step(0);
   end_step();
-  shutdown();
-  const std::string run_json = slurp(tmp.path + "/run.json");
-  CHECK_THAT(run_json, Catch::Contains("NVML did not answer within 0.3 s (a hung driver call); the run goes on without the GPU list"));
-  CHECK_THAT(slurp(tmp.path + "/rank-0.jsonl"), Catch::Contains(R"("kind":"step_end")"));
+  CHECK_THAT(rank.stopped_log(), Catch::Contains(R"("kind":"step_end")"));
+  CHECK_THAT(rank.run_json(), Catch::Contains("NVML did not answer within 0.3 s (a hung driver call); the run goes on without the GPU list"));
 }
 
 TEST_CASE("the GPU list at init names every GPU when NVML answers", "[resources]") {
-  TempDir tmp;
-  ScopedEnv nvml("RANKSCOPE_NVML_LIBRARY", RANKSCOPE_FAKE_NVML);
-  REQUIRE(init(resource_config(tmp.path)).ok());
+  FakeGpuRank rank;
   shutdown();
-  const std::string run_json = slurp(tmp.path + "/run.json");
+  const std::string run_json = rank.run_json();
   CHECK_THAT(run_json, Catch::Contains(R"("name":"Fake GPU 0")") && Catch::Contains(R"("name":"Fake GPU 1")"));
   CHECK_THAT(run_json, !Catch::Contains("gpu_info"));
 }
 
 TEST_CASE("the rank's GPU is its CUDA_VISIBLE_DEVICES entry - local rank 0 with devices 1 sees GPU 1", "[resources]") {
-  TempDir tmp;
-  ScopedEnv nvml("RANKSCOPE_NVML_LIBRARY", RANKSCOPE_FAKE_NVML);
   ScopedEnv power("FAKE_NVML_POWER_W", "70,350");
   ScopedEnv visible("CUDA_VISIBLE_DEVICES", "1");
-  REQUIRE(init(resource_config(tmp.path)).ok());
-  const std::string log = tmp.path + "/rank-0.jsonl";
-  CHECK(eventually(log, R"("kind":"resources")"));
-  shutdown();
-  const std::string text = slurp(log);
+  FakeGpuRank rank;
+  CHECK(eventually(rank.log, R"("kind":"resources")"));
+  const std::string text = rank.stopped_log();
   CHECK_THAT(text, Catch::Contains(R"("reason":"start","gpu":1,)"));
   CHECK_THAT(text, Catch::Contains(R"("gpu_power_w":350,)"));
 }

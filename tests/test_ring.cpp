@@ -11,6 +11,7 @@
 #include "rankscope/detail/gate.hpp"
 #include "rankscope/detail/thread_state.hpp"
 #include "rankscope/rankscope.hpp"
+#include "on_threads.hpp"
 #include "ring_file.hpp"
 #include "temp_dir.hpp"
 
@@ -38,15 +39,11 @@ void stress(std::uint32_t ring, int threads, std::uint64_t per_thread) {
   cfg.sinks.push_back(sink);
   REQUIRE(init(cfg).ok());
   const auto before = stats();
-  std::vector<std::thread> ts;
-  for (int t = 0; t < threads; ++t) {
-    ts.emplace_back([per_thread] {
-      for (std::uint64_t i = 0; i < per_thread; ++i) {
-        RANKSCOPE_PHASE("stress");
-      }
-    });
-  }
-  for (auto& t : ts) t.join();
+  test::on_threads(threads, [per_thread](int) {
+    for (std::uint64_t i = 0; i < per_thread; ++i) {
+      RANKSCOPE_PHASE("stress");
+    }
+  });
   shutdown();
   const auto after = stats();
   const std::uint64_t emitted = static_cast<std::uint64_t>(threads) * per_thread;
@@ -120,15 +117,11 @@ TEST_CASE("shutdown at its deadline - every record written or counted as dropped
   REQUIRE(hold->wait_until_held());
   constexpr int kThreads = 256;
   constexpr std::uint64_t kPerThread = 2000;
-  std::vector<std::thread> ts;
-  for (int t = 0; t < kThreads; ++t) {
-    ts.emplace_back([] {
-      for (std::uint64_t i = 0; i < kPerThread; ++i) {
-        RANKSCOPE_PHASE("queued");
-      }
-    });
-  }
-  for (auto& t : ts) t.join();
+  test::on_threads(kThreads, [](int) {
+    for (std::uint64_t i = 0; i < kPerThread; ++i) {
+      RANKSCOPE_PHASE("queued");
+    }
+  });
   // Released once shutdown has closed the gate (and so set the drain's end, before it).
   ReleaseAtExit release_at_exit{*hold};
   std::thread releaser([&] {

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "rankscope/rankscope.hpp"
+#include "on_threads.hpp"
 #include "ring_file.hpp"
 #include "registry.hpp"
 #include "ring_file_layout.hpp"
@@ -423,15 +424,11 @@ TEST_CASE("rings take at most a quarter of a small tmpfs / the run records on in
   shm.fill("rankscope-" + std::to_string(::getuid()) + "/others.rings", 8);  // what the other ranks' rings took
   const rankscope::Config cfg = shm.start_rank(tmp.path + "/run");
   // Three recording threads, as a trainer with a loader and a pin-memory thread has: 4 MiB each.
-  std::vector<std::thread> threads;
-  for (int t = 0; t < 3; ++t) {
-    threads.emplace_back([] {
-      for (int i = 0; i < 100; ++i) {
-        RANKSCOPE_PHASE("work");
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+  on_threads(3, [](int) {
+    for (int i = 0; i < 100; ++i) {
+      RANKSCOPE_PHASE("work");
+    }
+  });
   REQUIRE(rankscope::flush());
   struct statvfs v {};
   REQUIRE(::statvfs(mnt.c_str(), &v) == 0);

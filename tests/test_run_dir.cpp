@@ -43,6 +43,14 @@ Config rank0_in(const std::string& dir) {
 
 constexpr uid_t kNobody = 65534;
 
+// The name write_file_atomic writes to before it renames.
+std::string temporary_of(const std::string& file) { return file + ".tmp." + std::to_string(::getpid()); }
+// Giving a file to another user takes root: elsewhere a test says it was skipped, and why.
+bool running_as_root(const char* to_do) {
+  if (::geteuid() == 0) return true;
+  WARN("skipped: needs root to " << to_do);
+  return false;
+}
 }  // namespace
 
 TEST_CASE("the run directory is made 0750 and its files 0640 / RANKSCOPE_DIR_MODE changes both", "[run_dir]") {
@@ -75,10 +83,7 @@ TEST_CASE("the run directory is made 0750 and its files 0640 / RANKSCOPE_DIR_MOD
 }
 
 TEST_CASE("a run directory another user owns is refused unless RANKSCOPE_SHARED_DIR=1", "[run_dir]") {
-  if (::geteuid() != 0) {
-    WARN("skipped: needs root to give a directory to another user");
-    return;
-  }
+  if (!running_as_root("give a directory to another user")) return;
   TempDir tmp;
   const std::string dir = tmp.path + "/theirs";
   REQUIRE(::mkdir(dir.c_str(), 0777) == 0);
@@ -96,82 +101,51 @@ TEST_CASE("a run directory another user owns is refused unless RANKSCOPE_SHARED_
   CHECK(std::filesystem::exists(dir + "/rank-0.jsonl"));
 }
 
-TEST_CASE("planted symbolic links are not followed / the victim's files stay as they were", "[run_dir]") {
+// Another local user who can write the run directory (a shared one) plants a link to one of
+// your files under a name rankscope writes: a symbolic link, or a hard link (a second name of
+// the same file). And a FIFO under such a name would block an open for writing until read.
+TEST_CASE("planted links are not written through / the victim's files stay as they were", "[run_dir]") {
+  const auto [plant, refusal] = GENERATE(table<int (*)(const char*, const char*), const char*>({
+      {::symlink, "symbolic link"},
+      {::link, "no hard link"},
+  }));
+  INFO(refusal);
   TempDir tmp;
   const std::string dir = tmp.path + "/run", victim = tmp.path + "/victim";
   REQUIRE(::mkdir(dir.c_str(), 0750) == 0);
   {
     std::ofstream(victim) << "precious\n";
   }
-  SECTION("the position file: no position file, the run goes on") {
-    REQUIRE(::symlink(victim.c_str(), (dir + "/rank-0.position").c_str()) == 0);
-    test::ScopedRuntime rt(rank0_in(dir));
-    { RANKSCOPE_PHASE("x"); }
-    REQUIRE(flush());
-    CHECK(slurp(victim) == "precious\n");  // neither truncated nor mapped
-  }
   SECTION("the run log: init fails and says why") {
-    REQUIRE(::symlink(victim.c_str(), (dir + "/rank-0.jsonl").c_str()) == 0);
+    REQUIRE(plant(victim.c_str(), (dir + "/rank-0.jsonl").c_str()) == 0);
     const absl::Status st = init(rank0_in(dir));
     shutdown();
     REQUIRE_FALSE(st.ok());
-    CHECK_THAT(std::string(st.message()), Catch::Contains("rank-0.jsonl") && Catch::Contains("symbolic link"));
-    CHECK(slurp(victim) == "precious\n");
+    CHECK_THAT(std::string(st.message()), Catch::Contains("rank-0.jsonl") && Catch::Contains(refusal));
   }
-  SECTION("a temporary: replaced by a file of our own") {
-    const std::string hb = dir + "/rank-0.heartbeat.json";
-    REQUIRE(::symlink(victim.c_str(), (hb + ".tmp." + std::to_string(::getpid())).c_str()) == 0);
-    REQUIRE(write_file_atomic(hb, "{}\n", /*durable=*/false).ok());
-    CHECK(slurp(hb) == "{}\n");
-    CHECK(slurp(victim) == "precious\n");
+  SECTION("the position file: neither truncated nor mapped, the run goes on") {
+    REQUIRE(plant(victim.c_str(), (dir + "/rank-0.position").c_str()) == 0);
+    test::ScopedRuntime rt(rank0_in(dir));
+    { RANKSCOPE_PHASE("x"); }
+    REQUIRE(flush());
   }
+  SECTION("a temporary of a durable file or of a spare (rewritten every second): ours, the link left alone") {
+    for (const bool durable : {true, false}) {
+      const std::string file = dir + (durable ? "/run.json" : "/rank-0.heartbeat.json");
+      REQUIRE(plant(victim.c_str(), temporary_of(file).c_str()) == 0);
+      REQUIRE(write_file_atomic(file, "{}\n", durable).ok());
+      CHECK(slurp(file) == "{}\n");
+    }
+  }
+  CHECK(slurp(victim) == "precious\n");
 }
 
-// A hard link is a second name of the same file: another local user who can write the run
-// directory (a shared one) links one of your files there under a name rankscope writes. And a FIFO
-// under such a name would block an open for writing until someone read it.
-TEST_CASE("planted hard links are not written through / a planted FIFO blocks nothing", "[run_dir]") {
+TEST_CASE("a FIFO planted under a temporary's name is replaced / the write does not block", "[run_dir]") {
   TempDir tmp;
-  const std::string dir = tmp.path + "/run", victim = tmp.path + "/victim";
-  REQUIRE(::mkdir(dir.c_str(), 0750) == 0);
-  {
-    std::ofstream(victim) << "precious\n";
-  }
-  SECTION("the run log: init fails and says why") {
-    REQUIRE(::link(victim.c_str(), (dir + "/rank-0.jsonl").c_str()) == 0);
-    const absl::Status st = init(rank0_in(dir));
-    shutdown();
-    REQUIRE_FALSE(st.ok());
-    CHECK_THAT(std::string(st.message()), Catch::Contains("rank-0.jsonl") && Catch::Contains("no hard link"));
-    CHECK(slurp(victim) == "precious\n");
-  }
-  SECTION("the position file: not truncated, not mapped") {
-    REQUIRE(::link(victim.c_str(), (dir + "/rank-0.position").c_str()) == 0);
-    test::ScopedRuntime rt(rank0_in(dir));
-    { RANKSCOPE_PHASE("x"); }
-    REQUIRE(flush());
-    CHECK(slurp(victim) == "precious\n");
-  }
-  SECTION("a durable file's temporary: a new file of our own, the link left alone") {
-    const std::string json = dir + "/run.json";
-    REQUIRE(::link(victim.c_str(), (json + ".tmp." + std::to_string(::getpid())).c_str()) == 0);
-    REQUIRE(write_file_atomic(json, "{\"a\":1}\n", /*durable=*/true).ok());
-    CHECK(slurp(json) == "{\"a\":1}\n");
-    CHECK(slurp(victim) == "precious\n");
-  }
-  SECTION("a spare (rewritten in place every second): replaced, never truncated") {
-    const std::string hb = dir + "/rank-0.heartbeat.json";
-    REQUIRE(::link(victim.c_str(), (hb + ".tmp." + std::to_string(::getpid())).c_str()) == 0);
-    REQUIRE(write_file_atomic(hb, "{}\n", /*durable=*/false).ok());
-    CHECK(slurp(hb) == "{}\n");
-    CHECK(slurp(victim) == "precious\n");
-  }
-  SECTION("a FIFO under a temporary's name: replaced, the write does not block") {
-    const std::string hb = dir + "/rank-0.heartbeat.json";
-    REQUIRE(::mkfifo((hb + ".tmp." + std::to_string(::getpid())).c_str(), 0600) == 0);
-    REQUIRE(write_file_atomic(hb, "{}\n", /*durable=*/false).ok());  // before: blocked in open(2) for ever
-    CHECK(slurp(hb) == "{}\n");
-  }
+  const std::string hb = tmp.path + "/rank-0.heartbeat.json";
+  REQUIRE(::mkfifo(temporary_of(hb).c_str(), 0600) == 0);
+  REQUIRE(write_file_atomic(hb, "{}\n", /*durable=*/false).ok());  // before: blocked in open(2) for ever
+  CHECK(slurp(hb) == "{}\n");
 }
 
 // The run directory renamed away and its path made a symbolic link to somewhere else while the
@@ -191,10 +165,7 @@ TEST_CASE("files go to the run directory that was checked / not to a link put at
 }
 
 TEST_CASE("another user's file under a run-directory name is not written to", "[run_dir]") {
-  if (::geteuid() != 0) {
-    WARN("skipped: needs root to give a file to another user");
-    return;
-  }
+  if (!running_as_root("give a file to another user")) return;
   TempDir tmp;
   const std::string dir = tmp.path + "/run";
   REQUIRE(::mkdir(dir.c_str(), 0750) == 0);

@@ -4,9 +4,24 @@
 
 #include "capture_sink.hpp"
 #include "rankscope/rankscope.hpp"
+#include "on_threads.hpp"
 
 using namespace rankscope;
 using rankscope::test::ScopedRuntime;
+
+namespace {
+// The last step's breakdown: of `step`, with at least the time asked for of each phase kind
+// (a sleep lasts at least as long as asked, however loaded the machine is).
+StepBreakdown last_breakdown_at_least(std::int64_t step, std::initializer_list<std::pair<PhaseKind, int>> min_ms) {
+  const StepBreakdown b = last_step_breakdown();
+  CHECK(b.step == step);
+  for (const auto& [kind, ms] : min_ms) {
+    INFO("phase kind " << static_cast<int>(kind));
+    CHECK(b.by_kind_ns[static_cast<int>(kind)] >= static_cast<std::uint64_t>(ms) * 1'000'000);
+  }
+  return b;
+}
+}  // namespace
 
 static_assert(classify_phase("forward") == PhaseKind::kForward);
 static_assert(classify_phase("loss.backward") == PhaseKind::kBackward);
@@ -67,15 +82,11 @@ TEST_CASE("nested phases name their parent and depth", "[timer]") {
 
 TEST_CASE("phases on several threads carry their own thread ids", "[timer]") {
   ScopedRuntime rt;
-  std::vector<std::thread> ts;
-  for (int i = 0; i < 4; ++i) {
-    ts.emplace_back([] {
-      for (int j = 0; j < 100; ++j) {
-        RANKSCOPE_PHASE("loader_wait");
-      }
-    });
-  }
-  for (auto& t : ts) t.join();
+  test::on_threads(4, [](int) {
+    for (int j = 0; j < 100; ++j) {
+      RANKSCOPE_PHASE("loader_wait");
+    }
+  });
   REQUIRE(flush());
   auto phases = rt.sink->of_kind(EventKind::kPhase);
   CHECK(phases.size() == 400);
@@ -165,13 +176,8 @@ TEST_CASE("steps carry scalars and a step-time breakdown by phase kind", "[timer
   CHECK_FALSE(ends[1].scalars.grad_norm.has_value());
   CHECK(ends[1].dur_ns >= 7'000'000);
 
-  const StepBreakdown b = last_step_breakdown();
-  CHECK(b.step == 12);
-  const auto k = [&](PhaseKind pk) { return b.by_kind_ns[static_cast<int>(pk)]; };
-  CHECK(k(PhaseKind::kLoaderWait) >= 1'000'000);
-  CHECK(k(PhaseKind::kForward) >= 2'000'000);
-  CHECK(k(PhaseKind::kBackward) >= 3'000'000);
-  CHECK(k(PhaseKind::kOther) >= 1'000'000);
+  const StepBreakdown b = last_breakdown_at_least(
+      12, {{PhaseKind::kLoaderWait, 1}, {PhaseKind::kForward, 2}, {PhaseKind::kBackward, 3}, {PhaseKind::kOther, 1}});
   std::uint64_t sum = 0;
   for (auto v : b.by_kind_ns) sum += v;
   CHECK(sum == b.total_ns);
@@ -220,11 +226,7 @@ TEST_CASE("step(): the loop form - each end begins the next step in one record",
   // Records: the begin of step 20, two phases per step, one per step end (two for step 21's tokens).
   CHECK(stats().events_recorded - before == 1 + 3 * 2 + 3 + 1);
 
-  const StepBreakdown b = last_step_breakdown();
-  CHECK(b.step == 22);
-  const auto k = [&](PhaseKind pk) { return b.by_kind_ns[static_cast<int>(pk)]; };
-  CHECK(k(PhaseKind::kLoaderWait) >= 1'000'000);
-  CHECK(k(PhaseKind::kForward) >= 2'000'000);
-  CHECK(k(PhaseKind::kOther) >= 1'000'000);
+  const StepBreakdown b =
+      last_breakdown_at_least(22, {{PhaseKind::kLoaderWait, 1}, {PhaseKind::kForward, 2}, {PhaseKind::kOther, 1}});
   CHECK(b.total_ns == ends[2].dur_ns);
 }

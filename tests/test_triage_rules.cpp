@@ -10,10 +10,12 @@
 #include <utility>
 
 #include "rankscope/exchange.hpp"
+#include "rule_findings.hpp"
 #include "triage.hpp"
 #include "triage_rules.hpp"
 
 namespace reader = rankscope::reader;
+using namespace rankscope::test;  // run_rule, one_finding
 
 namespace {
 namespace rules = rankscope::reader::rules;
@@ -67,13 +69,6 @@ reader::RunSummary run_with_dead_rank_2() {
   sum.communicators.push_back(c);
   return sum;
 }
-std::vector<reader::Finding> run_rule(rules::RuleFn rule, const reader::RunSummary& sum) {
-  const reader::TriageOptions opts;
-  const rules::TriageInput in = rules::make_triage_input(sum, nullptr, opts);
-  std::vector<reader::Finding> out;
-  rule(in, out);
-  return out;
-}
 }  // namespace
 
 TEST_CASE("the rule table has one rule per finding kind named as the kind", "[triage]") {
@@ -97,24 +92,18 @@ TEST_CASE("rule collective_mismatch names the odd rank out", "[triage]") {
   c.mismatch_minority = {1};
   c.mismatch_t = 500;
   sum.communicators.push_back(c);
-  const auto out = run_rule(rules::collective_mismatch_rule, sum);
-  REQUIRE(out.size() == 1);
-  CHECK(out[0].kind == FindingKind::kCollectiveMismatch);
-  CHECK(out[0].ranks == std::vector<int>{1});
-  CHECK(out[0].t == 500);
-  CHECK(out[0].step == -1);
+  const reader::Finding out = one_finding(rules::collective_mismatch_rule, sum, FindingKind::kCollectiveMismatch, {1});
+  CHECK(out.t == 500);
+  CHECK(out.step == -1);
   CHECK(run_rule(rules::collective_mismatch_rule, run_of(3)).empty());
 }
 
 TEST_CASE("rule hang names every rank inside one collective as a communication-level hang", "[triage]") {
   auto sum = run_of(2);
   for (auto& r : sum.ranks) stalled(r, "world", false);
-  const auto out = run_rule(rules::hang_rule, sum);
-  REQUIRE(out.size() == 1);
-  CHECK(out[0].kind == FindingKind::kHang);
-  CHECK(out[0].ranks == std::vector<int>{0, 1});
-  CHECK(out[0].step == 7);
-  CHECK_THAT(out[0].summary, Catch::StartsWith("communication-level hang: every rank is inside all_reduce seq 3"));
+  const reader::Finding out = one_finding(rules::hang_rule, sum, FindingKind::kHang, {0, 1});
+  CHECK(out.step == 7);
+  CHECK_THAT(out.summary, Catch::StartsWith("communication-level hang: every rank is inside all_reduce seq 3"));
   CHECK(run_rule(rules::dead_rank_rule, sum).empty());
   CHECK(run_rule(rules::stall_rule, sum).empty());
 }
@@ -123,24 +112,18 @@ TEST_CASE("rule hang names the rank blocked outside the collective the others wa
   auto sum = run_of(2);
   stalled(sum.ranks[0], "", false);
   stalled(sum.ranks[1], "world", false);
-  const auto out = run_rule(rules::hang_rule, sum);
-  REQUIRE(out.size() == 1);
-  CHECK(out[0].kind == FindingKind::kHang);
-  CHECK(out[0].ranks == std::vector<int>{0});
-  CHECK(out[0].step == 7);
-  CHECK_THAT(out[0].summary,
+  const reader::Finding out = one_finding(rules::hang_rule, sum, FindingKind::kHang, {0});
+  CHECK(out.step == 7);
+  CHECK_THAT(out.summary,
              Catch::StartsWith("HANG: rank 0 did not reach all_reduce seq 3 on 'world' while rank 1 waits in it: "
                                "it is blocked in loader at step 7"));
 }
 
 TEST_CASE("rule dead_rank names a rank behind the others whose log ends in a torn line", "[triage]") {
   auto sum = run_with_dead_rank_2();
-  const auto out = run_rule(rules::dead_rank_rule, sum);
-  REQUIRE(out.size() == 1);
-  CHECK(out[0].kind == FindingKind::kDeadRank);
-  CHECK(out[0].ranks == std::vector<int>{2});
-  CHECK(out[0].step == 3);
-  CHECK_THAT(out[0].summary, Catch::StartsWith("rank died: rank 2 did not reach seq 5 on 'world'"));
+  const reader::Finding out = one_finding(rules::dead_rank_rule, sum, FindingKind::kDeadRank, {2});
+  CHECK(out.step == 3);
+  CHECK_THAT(out.summary, Catch::StartsWith("rank died: rank 2 did not reach seq 5 on 'world'"));
   CHECK(run_rule(rules::hang_rule, sum).empty());
 }
 
@@ -169,12 +152,9 @@ TEST_CASE("rule stopped names a whole job stopped by SIGTERM - not a crash and n
   c.ranks = {0, 1};
   c.behind = {{1, 9}};
   sum.communicators.push_back(c);
-  const auto out = run_rule(rules::stopped_rule, sum);
-  REQUIRE(out.size() == 1);
-  CHECK(out[0].kind == FindingKind::kStopped);
-  CHECK(out[0].ranks == std::vector<int>{0, 1});
-  CHECK(out[0].step == 9);
-  CHECK_THAT(out[0].summary, Catch::StartsWith("the job was stopped by SIGTERM at step 9: all 2 ranks at once"));
+  const reader::Finding out = one_finding(rules::stopped_rule, sum, FindingKind::kStopped, {0, 1});
+  CHECK(out.step == 9);
+  CHECK_THAT(out.summary, Catch::StartsWith("the job was stopped by SIGTERM at step 9: all 2 ranks at once"));
   CHECK(run_rule(rules::dead_rank_rule, sum).empty());  // the rank a step behind is not blamed
   sum.ranks[1].dump_reason = "signal SIGSEGV";           // a crash instead: the dead_rank rule's
   CHECK(run_rule(rules::stopped_rule, sum).empty());
@@ -192,13 +172,10 @@ TEST_CASE("rule dead_rank names a rank that died of SIGSEGV while the others wer
   }
   sum.ranks[1].dump_reason = "signal SIGSEGV";
   sum.ranks[1].last_step = 4;
-  const auto out = run_rule(rules::dead_rank_rule, sum);
-  REQUIRE(out.size() == 1);
-  CHECK(out[0].kind == FindingKind::kDeadRank);
-  CHECK(out[0].ranks == std::vector<int>{1});
-  CHECK(out[0].step == 4);
-  CHECK_THAT(out[0].summary, Catch::StartsWith("rank died: rank 1 died of SIGSEGV at step 4: a crash"));
-  CHECK(std::any_of(out[0].evidence.begin(), out[0].evidence.end(), [](const std::string& e) {
+  const reader::Finding out = one_finding(rules::dead_rank_rule, sum, FindingKind::kDeadRank, {1});
+  CHECK(out.step == 4);
+  CHECK_THAT(out.summary, Catch::StartsWith("rank died: rank 1 died of SIGSEGV at step 4: a crash"));
+  CHECK(std::any_of(out.evidence.begin(), out.evidence.end(), [](const std::string& e) {
     return e.find("ranks 0,2 stopped by SIGTERM after it: a consequence") != std::string::npos;
   }));
   CHECK(run_rule(rules::stopped_rule, sum).empty());
@@ -209,19 +186,14 @@ TEST_CASE("rule exception names the rank that raised and counts peer-lost errors
   sum.ranks[1].exit = reader::ExitRecord{"exception", "RuntimeError", "RuntimeError: bad batch 5", 5, 1000, {}};
   sum.ranks[0].exit = reader::ExitRecord{
       "exception", "RuntimeError", "RuntimeError: [pair.cc:561] Connection closed by peer [127.0.0.1]:1", 5, 2000, {}};
-  const auto out = run_rule(rules::exception_rule, sum);
-  REQUIRE(out.size() == 1);
-  CHECK(out[0].kind == FindingKind::kException);
-  CHECK(out[0].ranks == std::vector<int>{1});
-  CHECK(out[0].step == 5);
-  CHECK(out[0].summary ==
+  const reader::Finding out = one_finding(rules::exception_rule, sum, FindingKind::kException, {1});
+  CHECK(out.step == 5);
+  CHECK(out.summary ==
         "rank 1 died of an uncaught exception at step 5: RuntimeError: bad batch 5 (rank 0 failed after it: a "
         "consequence)");
-  const auto lost = run_rule(rules::peer_lost_rule, sum);
-  REQUIRE(lost.size() == 1);
-  CHECK(lost[0].kind == FindingKind::kPeerLost);
-  CHECK(lost[0].ranks.empty());  // a consequence names no culprit
-  CHECK_THAT(lost[0].summary, Catch::StartsWith("rank 0 failed because a peer was gone (not the cause)"));
+  // A consequence names no culprit.
+  const reader::Finding lost = one_finding(rules::peer_lost_rule, sum, FindingKind::kPeerLost, {});
+  CHECK_THAT(lost.summary, Catch::StartsWith("rank 0 failed because a peer was gone (not the cause)"));
   sum.ranks[0].exit.reset();
   CHECK(run_rule(rules::peer_lost_rule, sum).empty());
 }
@@ -230,13 +202,10 @@ TEST_CASE("rule stall names a rank that held the others up and recovered", "[tri
   auto sum = run_of(3);
   stalled(sum.ranks[0], "", true);
   stalled(sum.ranks[1], "world", true);
-  const auto out = run_rule(rules::stall_rule, sum);
-  REQUIRE(out.size() == 1);
-  CHECK(out[0].kind == FindingKind::kStall);
-  CHECK(out[0].ranks == std::vector<int>{0});
-  CHECK(out[0].step == 7);
-  CHECK(out[0].t == 4'000);
-  CHECK_THAT(out[0].summary, Catch::StartsWith("stall: rank 0 held up all_reduce seq 3 on 'world' while rank 1 "
+  const reader::Finding out = one_finding(rules::stall_rule, sum, FindingKind::kStall, {0});
+  CHECK(out.step == 7);
+  CHECK(out.t == 4'000);
+  CHECK_THAT(out.summary, Catch::StartsWith("stall: rank 0 held up all_reduce seq 3 on 'world' while rank 1 "
                                                "waited in it: it was blocked in loader at step 7"));
   CHECK(run_rule(rules::hang_rule, sum).empty());
   CHECK(run_rule(rules::stall_rule, run_of(3)).empty());
@@ -246,11 +215,8 @@ TEST_CASE("rule missing_rank names the ranks without a run log", "[triage]") {
   auto sum = run_of(2);
   sum.world_size = 4;
   sum.missing_ranks = {2, 3};
-  const auto out = run_rule(rules::missing_rank_rule, sum);
-  REQUIRE(out.size() == 1);
-  CHECK(out[0].kind == FindingKind::kMissingRank);
-  CHECK(out[0].ranks == std::vector<int>{2, 3});
-  CHECK(out[0].step == -1);
+  const reader::Finding out = one_finding(rules::missing_rank_rule, sum, FindingKind::kMissingRank, {2, 3});
+  CHECK(out.step == -1);
 }
 
 TEST_CASE("rule desync merges one violation recorded by several ranks", "[triage]") {
@@ -267,12 +233,9 @@ TEST_CASE("rule desync merges one violation recorded by several ranks", "[triage
     v.line = {rank, 7, "{}"};
     sum.violations.push_back(v);
   }
-  const auto out = run_rule(rules::desync_rule, sum);
-  REQUIRE(out.size() == 1);
-  CHECK(out[0].kind == FindingKind::kDesync);
-  CHECK(out[0].ranks == std::vector<int>{2});
-  CHECK(out[0].step == 4);
-  CHECK(out[0].t == 100);
+  const reader::Finding out = one_finding(rules::desync_rule, sum, FindingKind::kDesync, {2});
+  CHECK(out.step == 4);
+  CHECK(out.t == 100);
 }
 
 TEST_CASE("rule straggler names the rank far slower than the others in one phase kind", "[triage]") {
@@ -286,14 +249,11 @@ TEST_CASE("rule straggler names the rank far slower than the others in one phase
       r.series.add(s, ms);
     }
   }
-  const auto out = run_rule(rules::straggler_rule, sum);
-  REQUIRE(out.size() == 1);
-  CHECK(out[0].kind == FindingKind::kStraggler);
-  CHECK(out[0].ranks == std::vector<int>{2});
-  CHECK(out[0].step == 10);
-  CHECK(out[0].summary == "rank 2 is a straggler in forward: 50.0 ms per step vs 10.0 ms on the other ranks (5.00x), "
+  const reader::Finding out = one_finding(rules::straggler_rule, sum, FindingKind::kStraggler, {2});
+  CHECK(out.step == 10);
+  CHECK(out.summary == "rank 2 is a straggler in forward: 50.0 ms per step vs 10.0 ms on the other ranks (5.00x), "
                           "from step 10");
-  CHECK(out[0].evidence[0] == "the other ranks wait about 40.0 ms per step for it in the next collective (40.0 % of a 100.0 ms step)");
+  CHECK(out.evidence[0] == "the other ranks wait about 40.0 ms per step for it in the next collective (40.0 % of a 100.0 ms step)");
 }
 
 namespace {
@@ -395,24 +355,18 @@ TEST_CASE("rule straggler names no rank its peers did not wait for", "[triage]")
 TEST_CASE("rule resource_growth names a rank whose threads grow with each restore", "[triage]") {
   auto sum = run_of(2);
   sum.ranks[1].restores = {{-1, 10, 2}, {5, 14, 4}, {9, 18, 6}};
-  const auto out = run_rule(rules::resource_growth_rule, sum);
-  REQUIRE(out.size() == 1);
-  CHECK(out[0].kind == FindingKind::kResourceGrowth);
-  CHECK(out[0].ranks == std::vector<int>{1});
-  CHECK(out[0].step == -1);
-  CHECK_THAT(out[0].summary, Catch::Contains("process threads and live communicators grow"));
+  const reader::Finding out = one_finding(rules::resource_growth_rule, sum, FindingKind::kResourceGrowth, {1});
+  CHECK(out.step == -1);
+  CHECK_THAT(out.summary, Catch::Contains("process threads and live communicators grow"));
 }
 
 TEST_CASE("rule numerics names the rank whose loss went NaN first", "[triage]") {
   auto sum = run_of(3);
   sum.ranks[0].first_bad_loss = reader::BadLossRecord{NAN, 11, 2'000, {}};
   sum.ranks[1].first_bad_loss = reader::BadLossRecord{NAN, 10, 1'000, {}};
-  const auto out = run_rule(rules::numerics_rule, sum);
-  REQUIRE(out.size() == 1);
-  CHECK(out[0].kind == FindingKind::kNumerics);
-  CHECK(out[0].ranks == std::vector<int>{1});
-  CHECK(out[0].step == 10);
-  CHECK_THAT(out[0].summary,
+  const reader::Finding out = one_finding(rules::numerics_rule, sum, FindingKind::kNumerics, {1});
+  CHECK(out.step == 10);
+  CHECK_THAT(out.summary,
              Catch::StartsWith("rank 1: loss is NaN from step 10") && Catch::Contains("rank 0 followed"));
 }
 
@@ -420,11 +374,8 @@ TEST_CASE("rule slow_steps names ranks with slow steps only while no cause is na
   auto sum = run_of(2);
   sum.ranks[1].slow_steps = 3;
   sum.ranks[1].last_slow_phase = "forward";
-  const auto out = run_rule(rules::slow_steps_rule, sum);
-  REQUIRE(out.size() == 1);
-  CHECK(out[0].kind == FindingKind::kSlowSteps);
-  CHECK(out[0].ranks == std::vector<int>{1});
-  CHECK(out[0].step == -1);
+  const reader::Finding out = one_finding(rules::slow_steps_rule, sum, FindingKind::kSlowSteps, {1});
+  CHECK(out.step == -1);
   stalled(sum.ranks[0], "", true);  // a stall verdict takes them as its evidence
   CHECK(run_rule(rules::slow_steps_rule, sum).empty());
   const auto stall = run_rule(rules::stall_rule, sum);
@@ -458,37 +409,26 @@ TEST_CASE("rule errors names each rank that logged an error", "[triage]") {
   sum.ranks[0].errors = 2;
   sum.ranks[0].first_error = "boom";
   sum.ranks[0].first_error_t = 77;
-  const auto out = run_rule(rules::errors_rule, sum);
-  REQUIRE(out.size() == 1);
-  CHECK(out[0].kind == FindingKind::kErrors);
-  CHECK(out[0].ranks == std::vector<int>{0});
-  CHECK(out[0].step == -1);
-  CHECK(out[0].t == 77);
-  CHECK(out[0].summary == "rank 0 logged 2 error(s); first: boom");
+  const reader::Finding out = one_finding(rules::errors_rule, sum, FindingKind::kErrors, {0});
+  CHECK(out.step == -1);
+  CHECK(out.t == 77);
+  CHECK(out.summary == "rank 0 logged 2 error(s); first: boom");
 }
 
 TEST_CASE("rule run_log names a rank whose run log stopped", "[triage]") {
   auto sum = run_of(2);
   sum.ranks[1].log_stopped = reader::LogStopRecord{"No space left on device", 9, 50, false, 0, {}};
-  const auto out = run_rule(rules::run_log_rule, sum);
-  REQUIRE(out.size() == 1);
-  CHECK(out[0].kind == FindingKind::kRunLog);
-  CHECK(out[0].ranks == std::vector<int>{1});
-  CHECK(out[0].step == 9);
-  CHECK_THAT(out[0].summary, Catch::StartsWith("rank 1: run log truncated: no space left on device at step 9"));
+  const reader::Finding out = one_finding(rules::run_log_rule, sum, FindingKind::kRunLog, {1});
+  CHECK(out.step == 9);
+  CHECK_THAT(out.summary, Catch::StartsWith("rank 1: run log truncated: no space left on device at step 9"));
 }
 
 TEST_CASE("rule restart names one rank alone and several ranks together", "[triage]") {
   auto sum = run_of(3);
   sum.ranks[2].sessions = 3;
-  auto out = run_rule(rules::restart_rule, sum);
-  REQUIRE(out.size() == 1);
-  CHECK(out[0].kind == FindingKind::kRestart);
-  CHECK(out[0].ranks == std::vector<int>{2});
-  CHECK(out[0].step == -1);
-  CHECK(out[0].summary == "rank 2 restarted 2 time(s) (sessions in its log)");
+  const reader::Finding out = one_finding(rules::restart_rule, sum, FindingKind::kRestart, {2});
+  CHECK(out.step == -1);
+  CHECK(out.summary == "rank 2 restarted 2 time(s) (sessions in its log)");
   sum.ranks[0].sessions = 2;
-  out = run_rule(rules::restart_rule, sum);
-  REQUIRE(out.size() == 1);
-  CHECK(out[0].ranks == std::vector<int>{0, 2});
+  one_finding(rules::restart_rule, sum, FindingKind::kRestart, {0, 2});
 }

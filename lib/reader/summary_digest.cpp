@@ -105,22 +105,17 @@ class RankDigester {
   const std::map<std::int64_t, std::string>& comm_names() const { return comm_names_; }
 
  private:
-  void dispatch(const LogEvent& e);
+  void dispatch(const LogEvent& e);  // defined after the handlers it instantiates
   void on_run_start(const Line<Kind::kRunStart>& l);
-  void on_phase(const LogEvent& e, const Line<Kind::kPhase>& l);
-  void on_step_end(const LogEvent& e, const Line<Kind::kStepEnd>& l);
+  // A handler per kind the digest reads is a specialization of this (below);
+  // the other kinds are skipped, and a kind this build does not know is counted.
+  template <Kind K>
+  void on(const LogEvent&, const Line<K>&) {}
+  void on(const LogEvent&, const std::monostate&) { ++d_.sum.unknown_kinds; }
   template <Kind K>  // step_end's loss, grad_norm; a step_scalars line's too
   void on_scalars(const LogEvent& e, const Line<K>& l);
-  void on_collective(const LogEvent& e, const Line<Kind::kCollective>& l);
   template <Kind K>  // stats, run_end
   void on_stats(const Line<K>& l);
-  void on_stall(const LogEvent& e, const Line<Kind::kStall>& l);
-  void on_stall_end(const LogEvent& e, const Line<Kind::kStallEnd>& l);
-  void on_log_stopped(const LogEvent& e, const Line<Kind::kLogStopped>& l);
-  void on_log_resumed(const Line<Kind::kLogResumed>& l);
-  void on_exit(const LogEvent& e, const Line<Kind::kExit>& l);
-  void on_fact(const LogEvent& e, const Line<Kind::kFact>& l);
-  void on_resources(const LogEvent& e, const Line<Kind::kResources>& l);
 
   std::string comm_key(const std::string& comm) const {
     return d_.sum.sessions > 1 ? fmt::format("{} (session {})", comm, d_.sum.sessions) : comm;
@@ -141,68 +136,55 @@ class RankDigester {
   std::uint64_t cut_by_kill_ = 0;  // `recovered` lines that ended a torn line
 };
 
-void RankDigester::dispatch(const LogEvent& e) {
+template <>
+void RankDigester::on(const LogEvent& e, const Line<Kind::kSlowStep>& l) {
   RankSummary& r = d_.sum;
-  std::visit(
-      [&]<typename L>(const L& l) {
-        if constexpr (std::is_same_v<L, std::monostate>) {
-          ++r.unknown_kinds;
-        } else if constexpr (L::kind == Kind::kPhase) {
-          on_phase(e, l);
-        } else if constexpr (L::kind == Kind::kStepBegin) {
-          builder_.on_step_begin(e.tid, e.step, e.mono);
-        } else if constexpr (L::kind == Kind::kStepEnd) {
-          on_step_end(e, l);
-        } else if constexpr (L::kind == Kind::kStepScalars) {
-          on_scalars(e, l);
-        } else if constexpr (L::kind == Kind::kCollective) {
-          on_collective(e, l);
-        } else if constexpr (L::kind == Kind::kStats || L::kind == Kind::kRunEnd) {
-          on_stats(l);
-        } else if constexpr (L::kind == Kind::kStall) {
-          on_stall(e, l);
-        } else if constexpr (L::kind == Kind::kStallEnd) {
-          on_stall_end(e, l);
-        } else if constexpr (L::kind == Kind::kLogStopped) {
-          on_log_stopped(e, l);
-        } else if constexpr (L::kind == Kind::kLogResumed) {
-          on_log_resumed(l);
-        } else if constexpr (L::kind == Kind::kExit) {
-          on_exit(e, l);
-        } else if constexpr (L::kind == Kind::kSlowStep) {
-          ++r.slow_steps;
-          r.last_slow_phase = l.grown_phase;
-          if (r.slow_step_list.size() < kSlowStepsKept) r.slow_step_list.push_back({e.step, l.grown_phase});
-        } else if constexpr (L::kind == Kind::kLog) {
-          if ((l.level == Level::kError || l.level == Level::kFatal) && r.errors++ == 0) {
-            r.first_error_t = e.t;
-            r.first_error = l.msg;
-            r.first_error_line = evidence(r.rank, e);
-          }
-        } else if constexpr (L::kind == Kind::kFact) {
-          on_fact(e, l);
-        } else if constexpr (L::kind == Kind::kNumerics) {
-          if (r.numerics.size() < RankSummary::kNumericsKept) {
-            r.numerics.push_back({l.what, l.signal, e.step, e.t, l.value, l.median, l.msg, evidence(r.rank, e)});
-          }
-        } else if constexpr (L::kind == Kind::kResources) {
-          on_resources(e, l);
-        } else if constexpr (L::kind == Kind::kStacks) {
-          r.stacks = StackRecord{l.reason, e.step, e.t, l.native, l.python, evidence(r.rank, e)};
-        } else if constexpr (L::kind == Kind::kViolation) {
-          d_.violations.push_back({r.rank, l.check, l.what, l.msg, std::string(level_name(l.level)), l.values.text, l.ranks,
-                                   e.step, e.t, evidence(r.rank, e)});
-        } else if constexpr (L::kind == Kind::kRecovered) {
-          r.rings_recovered = true;
-          r.recovered += l.records;
-          r.unrecovered += l.unresolved;
-          cut_by_kill_ += l.torn ? 1 : 0;
-        }
-      },
-      e.body);
+  ++r.slow_steps;
+  r.last_slow_phase = l.grown_phase;
+  if (r.slow_step_list.size() < kSlowStepsKept) r.slow_step_list.push_back({e.step, l.grown_phase});
 }
 
-void RankDigester::on_collective(const LogEvent& e, const Line<Kind::kCollective>& l) {
+template <>
+void RankDigester::on(const LogEvent& e, const Line<Kind::kLog>& l) {
+  RankSummary& r = d_.sum;
+  if ((l.level == Level::kError || l.level == Level::kFatal) && r.errors++ == 0) {
+    r.first_error_t = e.t;
+    r.first_error = l.msg;
+    r.first_error_line = evidence(r.rank, e);
+  }
+}
+
+template <>
+void RankDigester::on(const LogEvent& e, const Line<Kind::kNumerics>& l) {
+  RankSummary& r = d_.sum;
+  if (r.numerics.size() < RankSummary::kNumericsKept) {
+    r.numerics.push_back({l.what, l.signal, e.step, e.t, l.value, l.median, l.msg, evidence(r.rank, e)});
+  }
+}
+
+template <>
+void RankDigester::on(const LogEvent& e, const Line<Kind::kStacks>& l) {
+  d_.sum.stacks = StackRecord{l.reason, e.step, e.t, l.native, l.python, evidence(d_.sum.rank, e)};
+}
+
+template <>
+void RankDigester::on(const LogEvent& e, const Line<Kind::kViolation>& l) {
+  const int rank = d_.sum.rank;
+  d_.violations.push_back({rank, l.check, l.what, l.msg, std::string(level_name(l.level)), l.values.text, l.ranks, e.step,
+                           e.t, evidence(rank, e)});
+}
+
+template <>
+void RankDigester::on(const LogEvent&, const Line<Kind::kRecovered>& l) {
+  RankSummary& r = d_.sum;
+  r.rings_recovered = true;
+  r.recovered += l.records;
+  r.unrecovered += l.unresolved;
+  cut_by_kill_ += l.torn ? 1 : 0;
+}
+
+template <>
+void RankDigester::on(const LogEvent& e, const Line<Kind::kCollective>& l) {
   const bool ok = l.result == CollectiveResult::kOk;
   if (ok && l.bytes > 0) {
     CollectiveStat& c = coll_stats_[{l.op, static_cast<int>(std::bit_width(l.bytes)) - 1}];
@@ -233,7 +215,8 @@ void RankDigester::on_run_start(const Line<Kind::kRunStart>& l) {
   comms_now_.reset();
 }
 
-void RankDigester::on_phase(const LogEvent& e, const Line<Kind::kPhase>& l) {
+template <>
+void RankDigester::on(const LogEvent& e, const Line<Kind::kPhase>& l) {
   ++d_.sum.phases;
   builder_.on_phase(e.tid, l.depth, l.phase_kind, e.mono, l.dur);
   goodput_.on_phase(e.tid, l.depth, l.phase_kind, e.t, l.dur);
@@ -262,7 +245,8 @@ void RankDigester::on_scalars(const LogEvent& e, const Line<K>& l) {
   if constexpr (K == Kind::kStepScalars) r.series.add_scalars(e.step, {l.loss, l.lr, l.grad_norm});
 }
 
-void RankDigester::on_step_end(const LogEvent& e, const Line<Kind::kStepEnd>& l) {
+template <>
+void RankDigester::on(const LogEvent& e, const Line<Kind::kStepEnd>& l) {
   RankSummary& r = d_.sum;
   ++r.steps;
   if (r.first_step < 0) r.first_step = e.step;
@@ -302,7 +286,8 @@ void RankDigester::on_stats(const Line<K>& l) {
   }
 }
 
-void RankDigester::on_stall(const LogEvent& e, const Line<Kind::kStall>& l) {
+template <>
+void RankDigester::on(const LogEvent& e, const Line<Kind::kStall>& l) {
   RankSummary& r = d_.sum;
   const schema::FirstInFlight& c = l.in_flight;
   StallRecord s{e.t, e.t > l.dur ? e.t - l.dur : e.t, e.step, l.inside, l.open_phases.name, c.op, c.comm, c.seq, false, 0,
@@ -315,7 +300,8 @@ void RankDigester::on_stall(const LogEvent& e, const Line<Kind::kStall>& l) {
   }
 }
 
-void RankDigester::on_stall_end(const LogEvent& e, const Line<Kind::kStallEnd>& l) {
+template <>
+void RankDigester::on(const LogEvent& e, const Line<Kind::kStallEnd>& l) {
   goodput_.on_stall_end(e.t);
   for (auto* s : {&d_.sum.first_stall, &d_.sum.last_stall}) {
     if (*s && !(*s)->ended) {
@@ -325,12 +311,14 @@ void RankDigester::on_stall_end(const LogEvent& e, const Line<Kind::kStallEnd>& 
   }
 }
 
-void RankDigester::on_log_stopped(const LogEvent& e, const Line<Kind::kLogStopped>& l) {
+template <>
+void RankDigester::on(const LogEvent& e, const Line<Kind::kLogStopped>& l) {
   RankSummary& r = d_.sum;
   if (!r.log_stopped) r.log_stopped = LogStopRecord{l.error, e.step, e.t, false, 0, evidence(r.rank, e)};
 }
 
-void RankDigester::on_log_resumed(const Line<Kind::kLogResumed>& l) {
+template <>
+void RankDigester::on(const LogEvent&, const Line<Kind::kLogResumed>& l) {
   RankSummary& r = d_.sum;
   if (r.log_stopped) {
     r.log_stopped->resumed = true;
@@ -338,7 +326,8 @@ void RankDigester::on_log_resumed(const Line<Kind::kLogResumed>& l) {
   }
 }
 
-void RankDigester::on_exit(const LogEvent& e, const Line<Kind::kExit>& l) {
+template <>
+void RankDigester::on(const LogEvent& e, const Line<Kind::kExit>& l) {
   if (l.cause == "thread_exception") {  // the process went on: an error, not its end
     ++d_.sum.errors;
     return;
@@ -346,7 +335,8 @@ void RankDigester::on_exit(const LogEvent& e, const Line<Kind::kExit>& l) {
   d_.sum.exit = ExitRecord{l.cause, l.exception, l.msg, e.step, e.t, evidence(d_.sum.rank, e)};
 }
 
-void RankDigester::on_resources(const LogEvent& e, const Line<Kind::kResources>& l) {
+template <>
+void RankDigester::on(const LogEvent& e, const Line<Kind::kResources>& l) {
   RankSummary& r = d_.sum;
   ResourcePoint p{e.t, e.step, l.reason, {}};
   schema::for_each_member(l, [&p]<typename T>(Field f, const T& v) {
@@ -367,7 +357,8 @@ void RankDigester::on_resources(const LogEvent& e, const Line<Kind::kResources>&
   }
 }
 
-void RankDigester::on_fact(const LogEvent& e, const Line<Kind::kFact>& l) {
+template <>
+void RankDigester::on(const LogEvent& e, const Line<Kind::kFact>& l) {
   RankSummary& r = d_.sum;
   FactRecord f{r.rank, std::max(r.sessions - 1, 0), l.name, 0, e.step, -1, e.t, {}};
   for (const auto& [k, v] : l.fields.items) {
@@ -381,6 +372,30 @@ void RankDigester::on_fact(const LogEvent& e, const Line<Kind::kFact>& l) {
     restore_pending_ = true;
   }
   d_.facts.push_back(std::move(f));
+}
+
+template <>
+void RankDigester::on(const LogEvent& e, const Line<Kind::kStepBegin>&) {
+  builder_.on_step_begin(e.tid, e.step, e.mono);
+}
+
+template <>
+void RankDigester::on(const LogEvent& e, const Line<Kind::kStepScalars>& l) {
+  on_scalars(e, l);
+}
+
+template <>
+void RankDigester::on(const LogEvent&, const Line<Kind::kStats>& l) {
+  on_stats(l);
+}
+
+template <>
+void RankDigester::on(const LogEvent&, const Line<Kind::kRunEnd>& l) {
+  on_stats(l);
+}
+
+void RankDigester::dispatch(const LogEvent& e) {
+  std::visit([&](const auto& l) { on(e, l); }, e.body);
 }
 
 RankDigest RankDigester::finish(const absl::StatusOr<ReadResult>& res, const std::string& dump) {
