@@ -394,13 +394,11 @@ void Runtime::run_background() {
     batch.reserve(kBatch);  // else it grows on first use
   } catch (...) {
   }
-  auto sleep = std::chrono::microseconds(1000);
-  auto last_wake = std::chrono::steady_clock::now();
-  double rate = 0;
+  BackgroundPace pace{std::chrono::microseconds(1000), std::chrono::steady_clock::now(), 0};
   std::uint64_t flush_seen = 0;
   for (;;) {
     try {
-      if (background_iteration(batch, sleep, last_wake, rate, flush_seen)) return;
+      if (background_iteration(batch, pace, flush_seen)) return;
     } catch (const std::exception& e) {
       background_failed(batch, e.what());
     } catch (...) {
@@ -448,132 +446,139 @@ void Runtime::background_failed(std::vector<Event>& batch, const char* what) noe
   }
 }
 
-bool Runtime::background_iteration(std::vector<Event>& batch, std::chrono::microseconds& sleep,
-                                   std::chrono::steady_clock::time_point& last_wake, double& rate,
-                                   std::uint64_t& flush_seen) {
-  if (bg_failed_stop_) return true;
-  {
-    bool stop, retired_for_spare;
-    std::uint64_t flush_target, dump_target;
-    std::string dump_reason;
-    Deadline deadline;
-    {
-      std::unique_lock<std::mutex> lk(mu_);
-      cv_.wait_for(lk, sleep, [&] {
-        return stop_requested_ || flush_requested_ > flush_seen || dump_requested_ > dump_done_ || retired_wake_;
-      });
-      retired_for_spare = retired_wake_;
-      retired_wake_ = false;
-      stop = stop_requested_;
-      flush_target = flush_requested_;
-      dump_target = dump_requested_ > dump_done_ ? dump_requested_ : 0;
-      dump_reason = dump_reason_;
-      deadline = stop ? stop_deadline_ : std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    }
-    const std::size_t n = drain_all(batch);
-    if (const int sig = detail::g_signal_request.exchange(0, std::memory_order_acq_rel); sig != 0) {
-      handle_signal(sig);
-    }
-    clock_.maybe_reanchor();
-    {
-      const std::uint64_t now = mono_now();
-      if (now - last_position_anchor_mono_ >= 1'000'000'000ull) {  // the position file's tick -> wall anchor
-        last_position_anchor_mono_ = now;
-        anchor_position();
-      }
-      // A rank of this host that died without a trace: its last records into
-      // its run log within seconds, so a triage during the run sees them.
-      if (now - last_ring_scan_mono_ >= 5'000'000'000ull) {
-        last_ring_scan_mono_ = now;
-        (void)detail::recover_orphaned_rings();
-      }
-      if (detail::g_gate.load(std::memory_order_relaxed) != detail::kActive) watchdog_.suspend(now);
-      std::vector<Event> wd;
-      const bool stall_began = watchdog_.tick(now, clock_, threads_, wd);
-      if (stall_began) (void)dump_now("stall");
-      for (const Event& x : wd) {
-        if (x.kind == EventKind::kStall) {
-          // The first rank to see it asks every rank for its evidence now (dump_request.hpp).
-          if (stall_began) dump_requests_.ask("stall", x.wall_ns > x.dur_ns ? x.wall_ns - x.dur_ns : x.wall_ns, x.wall_ns);
-          detail::resources_request("stall");
-          goodput_.on_stall(x.wall_ns > x.dur_ns ? x.wall_ns - x.dur_ns : x.wall_ns);  // dur: since the last progress
-        } else if (x.kind == EventKind::kStallEnd) {
-          goodput_.on_stall_end(x.wall_ns);
-        }
-      }
-      if (!wd.empty()) {
-        for (const Event& x : wd) remember(x);
-        deliver(wd);
-        write_pending();
-      }
-    }
-    if (auto asked = dump_requests_.poll(mono_now())) {
-      // A rank that dumped in the last 2 s (its own stall) has fresh evidence already.
-      if (last_dump_mono_ == 0 || mono_now() - last_dump_mono_ > 2'000'000'000ull) (void)dump_now(*asked);
-    }
-    write_resources();
-    if (mono_now() - last_metrics_mono_ >= static_cast<std::uint64_t>(metrics_interval_.count()) * 1000000ull) {
-      export_metrics_now();
-    }
-    if (detail::registry().has_retired()) detail::registry().free_retired();
-    // A thread left with no spare ring ready for the next one: threads come
-    // and go faster than the drains recycle rings, so keep one more.
-    if (retired_for_spare) detail::registry().grow_spares(ring_capacity());
-    if (dump_target != 0) {
-      auto res = dump_now(dump_reason);
-      std::lock_guard<std::mutex> lk(mu_);
-      dump_result_ = std::move(res);
-      dump_done_ = dump_target;
-      cv_.notify_all();
-    }
-    if (flush_target > flush_seen) {
-      for (auto& s : sinks_) s->flush(deadline);
-      flush_seen = flush_target;
-      std::lock_guard<std::mutex> lk(mu_);
-      flush_done_ = flush_target;
-      cv_.notify_all();
-    }
-    if (stop) {
-      drain_all(batch);  // records made while we were flushing
-      if (dump_on_shutdown_) (void)dump_now("shutdown");
-      watchdog_.finish(clock_, threads_);
-      export_metrics_now();
-      Stats final_stats = stats();
-      for (auto& s : sinks_) s->shutdown(deadline, final_stats);
-      final_stats = stats();  // the sinks' final writes included
-      bg_cpu_final_ns_.store(final_stats.background_cpu_ns, std::memory_order_release);
-      bg_clock_valid_.store(false, std::memory_order_release);
-      std::lock_guard<std::mutex> lk(mu_);
-      sinks_.clear();
-      bg_done_ = true;
-      flush_done_ = flush_requested_;
-      cv_.notify_all();
-      return true;
-    }
-    // Adaptive polling. On a machine whose cores are all busy training, every
-    // wake-up of this thread preempts a rank, so wake as rarely as the rings
-    // allow: sleep until the busiest ring would be about a quarter full at the
-    // recent rate, between 1 ms and the drain interval; back-to-back in bursts.
-    const auto now = std::chrono::steady_clock::now();
-    const double dt = std::chrono::duration<double>(now - last_wake).count();
-    last_wake = now;
-    const std::uint64_t busiest = max_drained_;
-    if (dt > 0) rate = 0.5 * rate + 0.5 * static_cast<double>(busiest) / dt;  // records/s, busiest ring
-    const double quarter = static_cast<double>(ring_capacity()) / 4.0;
-    if (static_cast<double>(busiest) >= quarter) {
-      sleep = std::chrono::microseconds(0);
-    } else {
-      // Quiet rings let the sleep grow, but at most doubling per wake-up, so
-      // a short lull between bursts does not send the thread into its longest
-      // sleep (a sustained rate is tracked by the rule above). Idle, this
-      // settles at the drain interval.
-      const double s = rate > 0 ? quarter / rate : 1.0;
-      const double grown = 2.0 * std::chrono::duration<double>(sleep).count();
-      sleep = std::chrono::microseconds(
-          static_cast<std::int64_t>(std::clamp(std::min(s, grown), 1e-3, max_sleep_s_) * 1e6));
-    }
-    (void)n;
+Runtime::BackgroundWake Runtime::wait_for_work(std::chrono::microseconds sleep, std::uint64_t flush_seen) {
+  BackgroundWake w;
+  std::unique_lock<std::mutex> lk(mu_);
+  cv_.wait_for(lk, sleep, [&] {
+    return stop_requested_ || flush_requested_ > flush_seen || dump_requested_ > dump_done_ || retired_wake_;
+  });
+  w.retired_for_spare = retired_wake_;
+  retired_wake_ = false;
+  w.stop = stop_requested_;
+  w.flush_target = flush_requested_;
+  w.dump_target = dump_requested_ > dump_done_ ? dump_requested_ : 0;
+  w.dump_reason = dump_reason_;
+  w.deadline = w.stop ? stop_deadline_ : std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  return w;
+}
+
+void Runtime::watch_liveness() {
+  const std::uint64_t now = mono_now();
+  if (now - last_position_anchor_mono_ >= 1'000'000'000ull) {  // the position file's tick -> wall anchor
+    last_position_anchor_mono_ = now;
+    anchor_position();
   }
+  // A rank of this host that died without a trace: its last records into
+  // its run log within seconds, so a triage during the run sees them.
+  if (now - last_ring_scan_mono_ >= 5'000'000'000ull) {
+    last_ring_scan_mono_ = now;
+    (void)detail::recover_orphaned_rings();
+  }
+  if (detail::g_gate.load(std::memory_order_relaxed) != detail::kActive) watchdog_.suspend(now);
+  std::vector<Event> wd;
+  const bool stall_began = watchdog_.tick(now, clock_, threads_, wd);
+  if (stall_began) (void)dump_now("stall");
+  for (const Event& x : wd) {
+    if (x.kind == EventKind::kStall) {
+      // The first rank to see it asks every rank for its evidence now (dump_request.hpp).
+      if (stall_began) dump_requests_.ask("stall", x.wall_ns > x.dur_ns ? x.wall_ns - x.dur_ns : x.wall_ns, x.wall_ns);
+      detail::resources_request("stall");
+      goodput_.on_stall(x.wall_ns > x.dur_ns ? x.wall_ns - x.dur_ns : x.wall_ns);  // dur: since the last progress
+    } else if (x.kind == EventKind::kStallEnd) {
+      goodput_.on_stall_end(x.wall_ns);
+    }
+  }
+  if (!wd.empty()) {
+    for (const Event& x : wd) remember(x);
+    deliver(wd);
+    write_pending();
+  }
+  if (auto asked = dump_requests_.poll(mono_now())) {
+    // A rank that dumped in the last 2 s (its own stall) has fresh evidence already.
+    if (last_dump_mono_ == 0 || mono_now() - last_dump_mono_ > 2'000'000'000ull) (void)dump_now(*asked);
+  }
+}
+
+void Runtime::answer_requests(const BackgroundWake& w, std::uint64_t& flush_seen) {
+  if (w.dump_target != 0) {
+    auto res = dump_now(w.dump_reason);
+    std::lock_guard<std::mutex> lk(mu_);
+    dump_result_ = std::move(res);
+    dump_done_ = w.dump_target;
+    cv_.notify_all();
+  }
+  if (w.flush_target > flush_seen) {
+    for (auto& s : sinks_) s->flush(w.deadline);
+    flush_seen = w.flush_target;
+    std::lock_guard<std::mutex> lk(mu_);
+    flush_done_ = w.flush_target;
+    cv_.notify_all();
+  }
+}
+
+void Runtime::finish_background(std::vector<Event>& batch, Deadline deadline) {
+  drain_all(batch);  // records made while we were flushing
+  if (dump_on_shutdown_) (void)dump_now("shutdown");
+  watchdog_.finish(clock_, threads_);
+  export_metrics_now();
+  Stats final_stats = stats();
+  for (auto& s : sinks_) s->shutdown(deadline, final_stats);
+  final_stats = stats();  // the sinks' final writes included
+  bg_cpu_final_ns_.store(final_stats.background_cpu_ns, std::memory_order_release);
+  bg_clock_valid_.store(false, std::memory_order_release);
+  std::lock_guard<std::mutex> lk(mu_);
+  sinks_.clear();
+  bg_done_ = true;
+  flush_done_ = flush_requested_;
+  cv_.notify_all();
+}
+
+// Adaptive polling. On a machine whose cores are all busy training, every
+// wake-up of this thread preempts a rank, so wake as rarely as the rings
+// allow: sleep until the busiest ring would be about a quarter full at the
+// recent rate, between 1 ms and the drain interval; back-to-back in bursts.
+void Runtime::pace_background(BackgroundPace& pace) {
+  const auto now = std::chrono::steady_clock::now();
+  const double dt = std::chrono::duration<double>(now - pace.last_wake).count();
+  pace.last_wake = now;
+  const std::uint64_t busiest = max_drained_;
+  if (dt > 0) pace.rate = 0.5 * pace.rate + 0.5 * static_cast<double>(busiest) / dt;  // records/s, busiest ring
+  const double quarter = static_cast<double>(ring_capacity()) / 4.0;
+  if (static_cast<double>(busiest) >= quarter) {
+    pace.sleep = std::chrono::microseconds(0);
+    return;
+  }
+  // Quiet rings let the sleep grow, but at most doubling per wake-up, so
+  // a short lull between bursts does not send the thread into its longest
+  // sleep (a sustained rate is tracked by the rule above). Idle, this
+  // settles at the drain interval.
+  const double s = pace.rate > 0 ? quarter / pace.rate : 1.0;
+  const double grown = 2.0 * std::chrono::duration<double>(pace.sleep).count();
+  pace.sleep =
+      std::chrono::microseconds(static_cast<std::int64_t>(std::clamp(std::min(s, grown), 1e-3, max_sleep_s_) * 1e6));
+}
+
+bool Runtime::background_iteration(std::vector<Event>& batch, BackgroundPace& pace, std::uint64_t& flush_seen) {
+  if (bg_failed_stop_) return true;
+  const BackgroundWake w = wait_for_work(pace.sleep, flush_seen);
+  drain_all(batch);
+  if (const int sig = detail::g_signal_request.exchange(0, std::memory_order_acq_rel); sig != 0) handle_signal(sig);
+  clock_.maybe_reanchor();
+  watch_liveness();
+  write_resources();
+  if (mono_now() - last_metrics_mono_ >= static_cast<std::uint64_t>(metrics_interval_.count()) * 1000000ull) {
+    export_metrics_now();
+  }
+  if (detail::registry().has_retired()) detail::registry().free_retired();
+  // A thread left with no spare ring ready for the next one: threads come
+  // and go faster than the drains recycle rings, so keep one more.
+  if (w.retired_for_spare) detail::registry().grow_spares(ring_capacity());
+  answer_requests(w, flush_seen);
+  if (w.stop) {
+    finish_background(batch, w.deadline);
+    return true;
+  }
+  pace_background(pace);
   return false;
 }
 

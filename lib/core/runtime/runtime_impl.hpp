@@ -141,9 +141,26 @@ class Runtime {
 
  private:
   void run_background();
-  // One wake-up of the background thread; true once it has shut down.
-  bool background_iteration(std::vector<Event>& batch, std::chrono::microseconds& sleep,
-                            std::chrono::steady_clock::time_point& last_wake, double& rate, std::uint64_t& flush_seen);
+  // What woke the background thread: the requests it answers in this wake-up.
+  struct BackgroundWake {
+    bool stop = false, retired_for_spare = false;
+    std::uint64_t flush_target = 0, dump_target = 0;
+    std::string dump_reason;
+    Deadline deadline{};
+  };
+  // How long the background thread sleeps next, from the busiest ring's recent rate.
+  struct BackgroundPace {
+    std::chrono::microseconds sleep;
+    std::chrono::steady_clock::time_point last_wake;
+    double rate;  // records/s into the busiest ring
+  };
+  // One wake-up of the background thread, in the steps below; true once it has shut down.
+  bool background_iteration(std::vector<Event>& batch, BackgroundPace& pace, std::uint64_t& flush_seen);
+  BackgroundWake wait_for_work(std::chrono::microseconds sleep, std::uint64_t flush_seen);
+  void watch_liveness();  // position anchor, orphaned rings, the watchdog, evidence other ranks asked for
+  void answer_requests(const BackgroundWake& w, std::uint64_t& flush_seen);  // dump() and flush() callers
+  void finish_background(std::vector<Event>& batch, Deadline deadline);
+  void pace_background(BackgroundPace& pace);
   void background_failed(std::vector<Event>& batch, const char* what) noexcept;
   std::size_t drain_all(std::vector<Event>& batch);
   void deliver(std::vector<Event>& batch);
