@@ -15,10 +15,12 @@
 // Thread-safety: a value; one per line. Cost: hot in the reader, no allocation.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string_view>
 
 namespace rankscope::reader::flat {
@@ -43,6 +45,39 @@ enum class Step : std::uint8_t {
   kGiveUp,  // not of the flat shape: parse the line with simdjson
 };
 
+/// A member's key as the writer writes it after another member: `,"name":`,
+/// held as words for a compare without a scan. Keys of up to 28 characters.
+class KeyPattern {
+ public:
+  static constexpr std::size_t kMaxBytes = 32;
+  KeyPattern() = default;
+  explicit KeyPattern(std::string_view name) {
+    if (name.size() + 4 > kMaxBytes) return;  // never matches: such keys are scanned
+    char bytes[kMaxBytes] = {};
+    bytes[0] = ',';
+    bytes[1] = '"';
+    std::memcpy(bytes + 2, name.data(), name.size());
+    bytes[name.size() + 2] = '"';
+    bytes[name.size() + 3] = ':';
+    len_ = static_cast<std::uint8_t>(name.size() + 4);
+    name_ = name;
+    for (std::size_t w = 0; w * 8 < len_; ++w) {
+      std::memcpy(&word_[w], bytes + w * 8, 8);
+      const std::size_t live = std::min<std::size_t>(8, len_ - w * 8);
+      unsigned char m[8] = {};
+      std::memset(m, 0xff, live);
+      std::memcpy(&mask_[w], m, 8);
+    }
+  }
+
+ private:
+  friend class Scanner;
+  std::uint64_t word_[kMaxBytes / 8] = {};
+  std::uint64_t mask_[kMaxBytes / 8] = {};
+  std::uint8_t len_ = 0;  // 0: matches nothing
+  std::string_view name_;
+};
+
 class Scanner {
  public:
   /// `p[0, n)` is the line without its newline.
@@ -62,6 +97,24 @@ class Scanner {
       return Step::kGiveUp;
     }
     if (!string(key) || p_ == end_ || *p_++ != ':') return Step::kGiveUp;
+    return this->value(value) ? Step::kMember : Step::kGiveUp;
+  }
+
+  /// next(), when the next key is likely `expected` (the one at this position in
+  /// the kind's last line): a match is a word compare, not a scan of the key.
+  /// Reads up to 7 bytes past the line: the buffer has line_padding() after it,
+  /// as simdjson requires too.
+  Step next(const KeyPattern& expected, std::string_view& key, Token& value) {
+    if (!started_ || expected.len_ == 0 || static_cast<std::size_t>(end_ - p_) < expected.len_) {
+      return next(key, value);
+    }
+    for (std::size_t w = 0; w * 8 < expected.len_; ++w) {
+      std::uint64_t x;
+      std::memcpy(&x, p_ + w * 8, 8);
+      if (((x ^ expected.word_[w]) & expected.mask_[w]) != 0) return next(key, value);
+    }
+    p_ += expected.len_;
+    key = expected.name_;
     return this->value(value) ? Step::kMember : Step::kGiveUp;
   }
 

@@ -338,26 +338,42 @@ bool decode_dom(simdjson::dom::parser& parser, const char* p, std::size_t n, Log
 }
 
 // The keys of the last flat line of each kind, by position: a writer writes a
-// kind's keys in the same order line after line, so a key is checked against
-// the one at its position before it is looked up (a third of the fast path's
-// time went to the lookup).
+// kind's keys in the same order line after line, so the key at a position is
+// first matched against the one there last time, as a whole (KeyPattern),
+// before it is scanned and looked up (a third of the fast path's time went to
+// scanning keys and looking them up).
 constexpr std::size_t kLayoutKeys = 32;
 using Layout = std::array<Field, kLayoutKeys>;
 using Layouts = std::array<Layout, schema::kKindNames.size()>;
 
-Field field_at(Layout& layout, std::size_t i, std::string_view key) {
+const flat::KeyPattern& key_pattern(Field f) {
+  static const auto patterns = [] {
+    std::array<flat::KeyPattern, schema::kFieldNames.size() + 1> p{};
+    for (std::size_t i = 0; i < schema::kFieldNames.size(); ++i) p[i] = flat::KeyPattern(schema::kFieldNames[i]);
+    return p;  // the last one, for Field::kUnknown and past the table, matches nothing
+  }();
+  const auto i = static_cast<std::size_t>(f);
+  return patterns[std::min(i, patterns.size() - 1)];
+}
+
+// The member at position i, its Field from the layout when the key matched there.
+flat::Step next_member(flat::Scanner& scan, Layout& layout, std::size_t i, Field& f, Token& v) {
+  std::string_view key;
   if (i < kLayoutKeys) {
     const Field expected = layout[i];
-    const std::string_view name = schema::field_name(expected);
-    if (name.size() == key.size()) {  // a loop: keys are short, a call into memcmp cost more
-      std::size_t j = 0;
-      while (j < name.size() && name[j] == key[j]) ++j;
-      if (j == name.size()) return expected;
+    const flat::KeyPattern& pattern = key_pattern(expected);
+    const flat::Step step = scan.next(pattern, key, v);
+    if (step != flat::Step::kMember) return step;
+    if (key.data() == schema::field_name(expected).data() || key == schema::field_name(expected)) {
+      f = expected;
+      return step;
     }
+  } else if (const flat::Step step = scan.next(key, v); step != flat::Step::kMember) {
+    return step;
   }
-  const Field f = schema::field_from_name(key);
+  f = schema::field_from_name(key);
   if (i < kLayoutKeys && f != Field::kUnknown) layout[i] = f;
-  return f;
+  return flat::Step::kMember;
 }
 
 // The fast path: the rest of a flat line's members, after its leading `kind`.
@@ -366,15 +382,14 @@ template <schema::Kind K>
 bool decode_flat_members(flat::Scanner& scan, Layout& layout, LogEvent& e, ReadResult& res) {
   schema::Line<K>& line = reuse<K>(e.body);
   std::uint64_t undeclared = 0;
-  std::string_view key;
+  Field f = Field::kUnknown;
   Token v;
   for (std::size_t i = 1;; ++i) {
-    switch (scan.next(key, v)) {
+    switch (next_member(scan, layout, i, f, v)) {
       case flat::Step::kGiveUp: return false;
       case flat::Step::kEnd: res.undeclared_keys += undeclared; return true;
       case flat::Step::kMember: break;
     }
-    const Field f = field_at(layout, i, key);
     if (decode_header(f, v, e)) continue;
     switch (decode_member(line, f, v)) {
       case Decoded::kRead: break;

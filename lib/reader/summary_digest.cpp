@@ -32,8 +32,19 @@ using schema::Line;
 
 constexpr std::size_t kEvidenceChars = 400;
 
+// `out` made the evidence of line e; into its own string, so a line after line
+// (the last line of every rank) costs a copy, not an allocation.
+void set_evidence(EvidenceLine& out, int rank, const LogEvent& e) {
+  out.rank = rank;
+  out.line = e.line_no;
+  out.text.assign(e.raw.substr(0, kEvidenceChars));
+  if (e.raw.size() > kEvidenceChars) out.text += "...";
+}
+
 EvidenceLine evidence(int rank, const LogEvent& e) {
-  return {rank, e.line_no, std::string(e.raw.substr(0, kEvidenceChars)) + (e.raw.size() > kEvidenceChars ? "..." : "")};
+  EvidenceLine out;
+  set_evidence(out, rank, e);
+  return out;
 }
 
 std::uint64_t parse_fp(const std::string& hex) { return hex.empty() ? 0 : std::strtoull(hex.c_str(), nullptr, 16); }
@@ -95,7 +106,7 @@ class RankDigester {
     if (e.t < opts_.since_ns || e.t > opts_.until_ns) return;
     if (r.first_t == 0) r.first_t = e.t;
     r.last_t = std::max(r.last_t, e.t);
-    r.last_line = evidence(r.rank, e);
+    set_evidence(r.last_line, r.rank, e);
     goodput_.on_any(e.t);
     dispatch(e);
   }
