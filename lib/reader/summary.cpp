@@ -1,14 +1,12 @@
 #include "summary.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <charconv>
 #include <cmath>
 #include <filesystem>
 #include <map>
 #include <mutex>
 #include <set>
-#include <thread>
 
 #include <fmt/format.h>
 #include <simdjson.h>
@@ -17,6 +15,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "json_util.hpp"
+#include "parallel.hpp"
 #include "rankscope/exchange.hpp"
 #include "summary_digest.hpp"
 
@@ -300,16 +299,7 @@ std::vector<RankDigest> digest_files(const std::string& run_dir, const std::vect
   };
   work(0);
   if (digests[0].status.ok()) digests[0].sum.clock_offset_ms = 0.0;
-  std::atomic<std::size_t> next{1};
-  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
-  const std::size_t n_threads = std::min<std::size_t>(opts.threads > 0 ? opts.threads : hw, files.size() - 1);
-  std::vector<std::thread> pool;
-  for (std::size_t t = 0; t < n_threads; ++t) {
-    pool.emplace_back([&] {
-      for (std::size_t i; (i = next.fetch_add(1)) < files.size();) work(i);
-    });
-  }
-  for (auto& t : pool) t.join();
+  parallel_for(1, files.size(), opts.threads > 0 ? static_cast<unsigned>(opts.threads) : 0u, work);
   return digests;
 }
 

@@ -5,6 +5,7 @@
 #include <optional>
 #include <utility>
 
+#include "parallel.hpp"
 #include "triage_rules.hpp"
 
 namespace rankscope::reader::rules {
@@ -321,6 +322,20 @@ void fold_ddp_waiting(std::vector<StragglerFact>& facts) {
   facts.resize(keep);
 }
 
+// One rank's slow period in one phase kind, if any: the shortest window size
+// that shows it (a short log: the first size only).
+std::optional<StragglerFact> straggler_of(const std::vector<const PhaseSeries*>& series, std::size_t r, int kind,
+                                          std::int64_t lo, std::int64_t hi,
+                                          const std::vector<std::optional<Middle>>& middles, std::int64_t block_steps) {
+  const auto s = samples_of(series, r, kind, lo, hi, middles);
+  for (std::int64_t steps : kWindowSteps) {
+    const auto w = static_cast<std::size_t>((steps + block_steps - 1) / block_steps);
+    if (steps != kWindowSteps[0] && s.size() < w) break;
+    if (auto f = straggler_in(s, block_steps, w)) return f;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::vector<StragglerFact> find_stragglers(const RunSummary& sum) {
@@ -349,28 +364,29 @@ std::vector<StragglerFact> find_stragglers(const RunSummary& sum) {
     lo = std::min(lo, p->first_block);
     hi = std::max(hi, p->first_block + static_cast<std::int64_t>(p->blocks.size()));
   }
+  // Each rank against the others' middle, on every core: the slots keep the
+  // ranks' order, so the facts come out as from one thread.
   const PhaseKind kinds[] = {PhaseKind::kLoaderWait, PhaseKind::kForward, PhaseKind::kBackward, PhaseKind::kOptimizer};
+  std::vector<std::optional<StragglerFact>> found(ranks.size());
   for (PhaseKind kind : kinds) {
     const auto middles = ranks.size() > 2 ? middles_of(series, static_cast<int>(kind), lo, hi)
                                           : std::vector<std::optional<Middle>>();
-    for (std::size_t r = 0; r < ranks.size(); ++r) {
-      const auto s = samples_of(series, r, static_cast<int>(kind), lo, hi, middles);
-      std::optional<StragglerFact> f;
-      for (std::int64_t steps : kWindowSteps) {
-        const auto w = static_cast<std::size_t>((steps + block_steps - 1) / block_steps);
-        if (steps != kWindowSteps[0] && s.size() < w) break;  // a short log: the first size only
-        if ((f = straggler_in(s, block_steps, w))) break;
-      }
+    parallel_for(0, ranks.size(), 0, [&](std::size_t r) {
+      found[r] = straggler_of(series, r, static_cast<int>(kind), lo, hi, middles, block_steps);
       // A slowdown that costs the job under 2 % of a step (by the medians: a
       // few outliers do not make it) is not worth a page; a relative floor,
       // so a 1 ms step is judged like a 1 s one.
-      if (!f || f->mine_ms - f->typical_ms < kMinShareOfStep * ranks[r]->median_step_ms ||
-          !peers_waited(series, r, *f, block_steps)) {
-        continue;
+      auto& f = found[r];
+      if (f && (f->mine_ms - f->typical_ms < kMinShareOfStep * ranks[r]->median_step_ms ||
+                !peers_waited(series, r, *f, block_steps))) {
+        f.reset();
       }
-      f->rank = ranks[r];
-      f->kind = kind;
-      out.push_back(*f);
+    });
+    for (std::size_t r = 0; r < ranks.size(); ++r) {
+      if (!found[r]) continue;
+      found[r]->rank = ranks[r];
+      found[r]->kind = kind;
+      out.push_back(*found[r]);
     }
   }
   fold_ddp_waiting(out);
