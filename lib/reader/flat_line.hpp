@@ -36,6 +36,12 @@ struct Token {
   bool integer = false;
   bool negative = false;          // an integer's sign
   std::uint64_t magnitude = 0;    // an integer's absolute value
+  double real = 0;                // a number's value; not set for an integer (as_double() converts it)
+  /// The number as a double: an integer converted as simdjson converts it.
+  double as_double() const {
+    if (!integer) return real;
+    return negative ? -static_cast<double>(magnitude) : static_cast<double>(magnitude);
+  }
   std::string_view text;
 };
 
@@ -185,8 +191,7 @@ class Scanner {
     if (integer) return int_digits <= (negative ? 18u : 19u) && !(negative && magnitude == 0);
     // A double simdjson would refuse (out of range) makes the whole line bad:
     // check it here even when no member reads it.
-    double d;
-    const auto [ptr, ec] = std::from_chars(s, p_, d);
+    const auto [ptr, ec] = std::from_chars(s, p_, out.real);
     return ec == std::errc() && ptr == p_;
   }
 

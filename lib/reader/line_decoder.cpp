@@ -195,7 +195,7 @@ bool read_value(const Token& v, int& out) {
   return true;
 }
 bool read_value(const Token& v, double& out) {
-  if (v.type == TokenType::kNumber) std::from_chars(v.text.data(), v.text.data() + v.text.size(), out);
+  if (v.type == TokenType::kNumber) out = v.as_double();
   return true;
 }
 bool read_value(const Token& v, bool& out) {
@@ -208,9 +208,7 @@ bool read_value(const Token& v, std::string& out) {
 }
 bool read_value(const Token& v, std::optional<double>& out) {
   if (v.type == TokenType::kNumber) {
-    double d = 0;
-    std::from_chars(v.text.data(), v.text.data() + v.text.size(), d);
-    out = d;
+    out = v.as_double();
   } else if (v.type == TokenType::kString) {
     out = v.text == "NaN" ? NAN : (v.text == "-Infinity" ? -INFINITY : INFINITY);
   }
