@@ -226,7 +226,7 @@ TEST_CASE("rule desync merges one violation recorded by several ranks", "[triage
     v.rank = rank;
     v.check = v.what = "seed";
     v.msg = "seeds differ";
-    v.level = "error";
+    v.level = rankscope::Level::kError;
     v.ranks = {2};
     v.step = 4;
     v.t = 100 + static_cast<std::uint64_t>(rank);

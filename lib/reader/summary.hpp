@@ -43,7 +43,8 @@ struct FactRecord {
 /// A violation a rank recorded (online or local check).
 struct ViolationRecord {
   int rank = -1;  // who recorded it
-  std::string check, what, msg, level, values_json;
+  std::string check, what, msg, values_json;
+  Level level = Level::kError;
   std::vector<int> ranks;  // who is at fault
   std::int64_t step = -1;
   std::uint64_t t = 0;

@@ -181,8 +181,7 @@ void RankDigester::on(const LogEvent& e, const Line<Kind::kStacks>& l) {
 template <>
 void RankDigester::on(const LogEvent& e, const Line<Kind::kViolation>& l) {
   const int rank = d_.sum.rank;
-  d_.violations.push_back({rank, l.check, l.what, l.msg, std::string(level_name(l.level)), l.values.text, l.ranks, e.step,
-                           e.t, evidence(rank, e)});
+  d_.violations.push_back({rank, l.check, l.what, l.msg, l.values.text, l.level, l.ranks, e.step, e.t, evidence(rank, e)});
 }
 
 template <>

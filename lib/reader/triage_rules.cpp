@@ -49,7 +49,7 @@ std::vector<Finding> desync_findings(const RunSummary& sum) {
   // ranks (a batch-math error every rank makes) merges into one naming them all.
   std::map<std::tuple<std::string, std::string, std::string>, std::size_t> seen;  // check, what, message
   std::vector<std::pair<std::set<int>, std::set<std::int64_t>>> by;  // per finding: who recorded it, at which steps
-  std::vector<std::string> levels;
+  std::vector<Level> levels;
   for (const auto& v : sum.violations) {
     if (v.check == kReplicasCheck) continue;  // silent_corruption_rule's
     const auto key = std::make_tuple(v.check, v.what, v.msg);
@@ -72,7 +72,7 @@ std::vector<Finding> desync_findings(const RunSummary& sum) {
     by[it->second].second.insert(v.step);
   }
   for (std::size_t i = 0; i < by.size(); ++i) {
-    out[i].evidence.push_back(fmt::format("recorded ({}) by {} at step(s) {}", levels[i],
+    out[i].evidence.push_back(fmt::format("recorded ({}) by {} at step(s) {}", level_name(levels[i]),
                                           format_ranks(std::vector<int>(by[i].first.begin(), by[i].first.end())),
                                           fmt::join(by[i].second, ",")));
   }
