@@ -27,7 +27,12 @@ unset RANKSCOPE_STALL_TIMEOUT RANKSCOPE_STALL_FLOOR RANKSCOPE_STALL_WARMUP RANKS
 export OMP_NUM_THREADS=1
 jobs_started=()
 cleanup() {
-  for p in "${jobs_started[@]}"; do kill -9 -- -"$p" 2>/dev/null || true; done
+  # A job's group while its leader still runs (jobs -p): a finished job's number may be another
+  # process group's now. Ranks left behind by a finished leader: kill_ranks.
+  local live=" $(jobs -p | tr '\n' ' ') "
+  for p in "${jobs_started[@]}"; do
+    [[ $live == *" $p "* ]] && kill -9 -- -"$p" 2>/dev/null || true
+  done
   for d in "$work"/*/; do kill_ranks "$d" "$d/run"; done
 }
 trap cleanup EXIT

@@ -20,7 +20,7 @@ start_receiver() {  # MODE -> sets port, recv_pid, rec (a fresh file per receive
   n=$((n + 1))
   rec="$work/rec-$n.jsonl"
   "$python" "$here/otlp/receiver.py" --port 0 --out "$rec" --mode "$1" >"$work/recv.out" 2>&1 &
-  recv_pid=$!
+  recv_pid=$! t0=$SECONDS
   # Until it listens or dies: importing protobuf on a busy machine takes as long as it takes
   # (300 s is a hang guard, not a measurement).
   for _ in $(seq 1 6000); do
@@ -29,9 +29,23 @@ start_receiver() {  # MODE -> sets port, recv_pid, rec (a fresh file per receive
     sleep 0.05
   done
   port=$(awk '/^listening/{print $2}' "$work/recv.out")
-  [[ -n "$port" ]] || fail "receiver did not start: $(cat "$work/recv.out")"
+  [[ -z "$port" ]] || return 0
+  # Why it is gone, for the message: its exit status (128 + N: killed by signal N). In this
+  # shell, not in a $(...): only the shell that started it can wait for it.
+  local state="still running" rc=0
+  if ! kill -0 "$recv_pid" 2>/dev/null; then
+    wait "$recv_pid" || rc=$?
+    state="exit status $rc"
+  fi
+  fail "receiver ($1) did not start: $state after $((SECONDS - t0)) s: $(cat "$work/recv.out")"
 }
-stop_receiver() { kill "$recv_pid" 2>/dev/null || true; wait "$recv_pid" 2>/dev/null || true; }
+# Once stopped, its pid is forgotten: the EXIT trap must not kill whatever process has that number next.
+stop_receiver() {
+  [[ -n "$recv_pid" ]] || return 0
+  kill "$recv_pid" 2>/dev/null || true
+  wait "$recv_pid" 2>/dev/null || true
+  recv_pid=""
+}
 trap stop_receiver EXIT
 export OTEL_SERVICE_NAME=trainer-test OTEL_RESOURCE_ATTRIBUTES='deployment.environment=ci,team=ml%20infra'
 

@@ -1,13 +1,28 @@
 # Sourced by the tests that launch the example trainer's ranks in the background.
 # kill_ranks DIR...: SIGKILL every rank whose heartbeat file is under a DIR/*/
 # (the heartbeat names the pid), so a failed test leaves no rank running.
+# A heartbeat outlives its rank and pids come round again (pid_max is 32768 on
+# these VMs, and a CI run starts tens of thousands of processes): a pid is
+# killed only while it still holds a file of that run directory open (its run
+# log), never whatever process has the number now.
 kill_ranks() {
-  local f
+  local f pid run
   for dir in "$@"; do
     for f in "$dir"/*/rank-*.heartbeat.json; do
-      [[ -f $f ]] && kill -9 "$(grep -o '"pid":[0-9]*' "$f" | cut -d: -f2)" 2>/dev/null || true
+      [[ -f $f ]] || continue
+      pid=$(grep -o '"pid":[0-9]*' "$f" | cut -d: -f2)
+      run=$(cd "$(dirname "$f")" && pwd -P)
+      [[ -n $pid ]] && holds_open "$pid" "$run" && kill -9 "$pid" 2>/dev/null || true
     done
   done
+}
+# holds_open PID DIR: whether process PID has a file under DIR open.
+holds_open() {
+  local fd
+  for fd in /proc/"$1"/fd/*; do
+    [[ $(readlink "$fd" 2>/dev/null) == "$2"/* ]] && return 0
+  done
+  return 1
 }
 
 # launch_ranks NAME WORK RANKS TRAINER -- ARGS...: starts RANKS ranks of the

@@ -21,7 +21,8 @@ pw="Pa55w0rd-$$-planted" token="T0ken-$$-planted"
 recv=$!
 pids=()
 cleanup() {
-  for p in "${pids[@]}" "$recv"; do kill -9 "$p" 2>/dev/null || true; done
+  # Only what still runs (jobs -p): a pid already waited for may be another process's now.
+  for p in $(jobs -p); do kill -9 "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
 }
 trap cleanup EXIT

@@ -10,6 +10,22 @@ import textwrap
 from conftest import TORCHRUN, wait_for
 
 
+def holds_open(pid, directory):
+    """Whether process `pid` has a file under `directory` open (a rank: its run log)."""
+    root = os.path.realpath(directory) + os.sep
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}").startswith(root):
+                return True
+        except OSError:
+            pass
+    return False
+
+
 def stacks_lines(run_dir):
     """The `stacks` lines of every run log under run_dir, as far as they are written (a log
     being appended to may end in half a line)."""
@@ -117,11 +133,14 @@ def test_the_first_rank_to_see_a_stall_has_every_rank_dump(tmp_path):
         os.killpg(job.pid, signal.SIGKILL)
         job.wait()
         # torchrun starts its workers in sessions of their own: killing its group leaves them
-        # running (blocked in the all-reduce), so each rank is killed by its heartbeat's pid.
+        # running (blocked in the all-reduce), so each rank is killed by its heartbeat's pid -
+        # while that pid still holds its run directory open: pids come round again.
         for d in set(dirs.values()):
             for hb in d.glob("rank-*.heartbeat.json"):
                 try:
-                    os.kill(json.loads(hb.read_text())["pid"], signal.SIGKILL)
+                    pid = json.loads(hb.read_text())["pid"]
+                    if holds_open(pid, d):
+                        os.kill(pid, signal.SIGKILL)
                 except (OSError, ValueError, KeyError):
                     pass
     request = json.loads((run / "dump-request.json").read_text())
