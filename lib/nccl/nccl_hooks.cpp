@@ -1,6 +1,5 @@
 // NCCL hook implementations: collective spans with device timing from pooled
 // CUDA events, error capture, async-error polling, communicator lifecycle.
-#include <pthread.h>
 
 #include <atomic>
 #include <cstdio>
@@ -10,6 +9,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "device_pools.hpp"
 #include "diagnostics.hpp"
 #include "environment.hpp"
 #include "rankscope/detail/clock.hpp"
@@ -49,55 +49,15 @@ struct EventPair {
 
 constexpr int kPairsPerThread = 256;
 
-// A thread's pairs, on one device (CUDA events belong to the device current
-// when they were created). When the thread exits, or moves to another device,
-// its pool goes to a free list for the next thread on that device: threads
-// that come and go reuse pools instead of each leaving 256 event pairs
-// behind. Pools are never freed, since the background thread may still poll
-// their pairs.
+// A thread's pairs, on one device (lib/core/device/device_pools.hpp).
 struct ThreadPool {
   explicit ThreadPool(int d) : device(d) {}
   const int device;
   EventPair pairs[kPairsPerThread];
   int next = 0;
 };
+using ThreadPools = detail::DevicePools<ThreadPool>;
 
-std::mutex g_pool_mu;
-std::vector<ThreadPool*>* g_free_pools = new std::vector<ThreadPool*>;  // guarded by g_pool_mu; used at thread exit
-std::atomic<std::size_t> g_pools_created{0};
-
-void release_pool(ThreadPool* p) {
-  std::lock_guard<std::mutex> lk(g_pool_mu);
-  g_free_pools->push_back(p);
-}
-ThreadPool* pool_for(int device) {
-  {
-    std::lock_guard<std::mutex> lk(g_pool_mu);
-    auto& free = *g_free_pools;
-    for (auto it = free.begin(); it != free.end(); ++it) {
-      if ((*it)->device == device) {
-        ThreadPool* p = *it;
-        free.erase(it);
-        return p;
-      }
-    }
-  }
-  g_pools_created.fetch_add(1, std::memory_order_relaxed);
-  return new ThreadPool(device);
-}
-
-// fork() while another thread holds the lock would leave it held in the
-// child, whose exiting threads then hang: hold it across fork instead.
-void lock_pools_for_fork() { g_pool_mu.lock(); }
-void unlock_pools_after_fork() { g_pool_mu.unlock(); }
-
-struct PoolSlot {
-  ThreadPool* pool = nullptr;
-  ~PoolSlot() {
-    if (pool != nullptr) release_pool(pool);
-  }
-};
-thread_local PoolSlot t_pool;
 thread_local int t_group_depth = 0;
 thread_local std::uint64_t t_group_t0 = 0;
 thread_local std::uint64_t t_group_ops = 0;
@@ -156,12 +116,7 @@ bool device_timing() {
 EventPair* acquire_pair(cudaStream_t stream) {
   int device = 0;  // a backend table without get_device: one device
   if (api().get_device != nullptr && api().get_device(&device) != cudaSuccess) return nullptr;
-  ThreadPool*& pool = t_pool.pool;
-  if (pool != nullptr && pool->device != device) {  // this thread moved to another device
-    release_pool(pool);
-    pool = nullptr;
-  }
-  if (pool == nullptr) pool = pool_for(device);
+  ThreadPool* pool = ThreadPools::instance().for_thread(device);
   EventPair& p = pool->pairs[pool->next];
   if (p.busy.load(std::memory_order_acquire)) return nullptr;
   if (!p.created) {
@@ -317,7 +272,7 @@ void poll(std::vector<Event>& out) {
 struct Installer {
   Installer() {
     detail::set_collective_extension(&defer, &poll);
-    ::pthread_atfork(&lock_pools_for_fork, &unlock_pools_after_fork, &unlock_pools_after_fork);
+    ThreadPools::instance();  // its fork handlers, registered before any thread can hold its lock
     // Versions for the environment summary; none of these needs a GPU, and
     // none initialises a CUDA context (forking after this stays safe).
     int nccl = 0, rt = 0, drv = 0;
@@ -343,7 +298,7 @@ void set_api(const Api* a) noexcept {
   g_device_timing.store(0, std::memory_order_release);  // re-detect with the new backend
 }
 std::uint64_t failed_collectives() noexcept { return g_failed.load(std::memory_order_relaxed); }
-std::size_t event_pools() noexcept { return g_pools_created.load(std::memory_order_relaxed); }
+std::size_t event_pools() noexcept { return ThreadPools::instance().made(); }
 
 DType to_dtype(ncclDataType_t t) noexcept {
   switch (t) {

@@ -9,6 +9,8 @@
 #include <cstddef>
 #include <cstring>
 #include <fstream>
+#include <array>
+#include <climits>
 #include <map>
 #include <filesystem>
 #include <optional>
@@ -140,6 +142,18 @@ class RankDigester {
   std::vector<double> step_ms_, kind_ms_[kPhaseKindCount];
   std::map<std::int64_t, std::string> comm_names_;
   absl::flat_hash_map<std::string, double> name_ns_;  // time per phase name (the first kNamedPhasesKept)
+  // Device time of the outermost device-timed phases by step and kind. A phase's line waits
+  // for its device (it can come after its step's step_end): a step is counted once 8 steps
+  // later have ended, or at the end.
+  std::map<std::int64_t, std::array<double, kPhaseKindCount>> step_dev_ns_;
+  std::vector<double> dev_kind_ms_[kPhaseKindCount];
+  void count_device_steps_before(std::int64_t step) {
+    auto end = step_dev_ns_.lower_bound(step);
+    for (auto it = step_dev_ns_.begin(); it != end; ++it) {
+      for (int k = 0; k < kPhaseKindCount; ++k) dev_kind_ms_[k].push_back(it->second[k] / 1e6);
+    }
+    step_dev_ns_.erase(step_dev_ns_.begin(), end);
+  }
   std::uint64_t last_phase_end_ = 0;
   std::optional<std::int64_t> threads_now_, comms_now_;
   std::uint64_t resource_stride_ = 1, resource_seen_ = 0;  // keep every stride-th interval snapshot
@@ -228,6 +242,10 @@ void RankDigester::on_run_start(const Line<Kind::kRunStart>& l) {
 template <>
 void RankDigester::on(const LogEvent& e, const Line<Kind::kPhase>& l) {
   ++d_.sum.phases;
+  if (l.dev) {
+    ++d_.sum.device_timed_phases;
+    if (l.depth == 0) step_dev_ns_[e.step][static_cast<int>(l.phase_kind)] += static_cast<double>(*l.dev);
+  }
   builder_.on_phase(e.tid, l.depth, l.phase_kind, e.mono, l.dur);
   goodput_.on_phase(e.tid, l.depth, l.phase_kind, e.t, l.dur);
   if (auto it = name_ns_.find(l.name); it != name_ns_.end()) {
@@ -277,6 +295,7 @@ void RankDigester::on(const LogEvent& e, const Line<Kind::kStepEnd>& l) {
     }
   }
   if (l.next_step) builder_.on_step_begin(e.tid, *l.next_step, e.mono);  // step(): no step_begin line of its own
+  if (!step_dev_ns_.empty()) count_device_steps_before(e.step - 8);
 }
 
 // stats and run_end: the recorder's counters, threads and communicators
@@ -429,6 +448,8 @@ RankDigest RankDigester::finish(const absl::StatusOr<ReadResult>& res, const std
   }
   r.median_step_ms = median_in_place(step_ms_);
   for (int k = 0; k < kPhaseKindCount; ++k) r.median_kind_ms[k] = median_in_place(kind_ms_[k]);
+  count_device_steps_before(INT64_MAX);
+  for (int k = 0; k < kPhaseKindCount; ++k) r.median_device_kind_ms[k] = median_in_place(dev_kind_ms_[k]);
   r.median_collective_ms = r.median_kind_ms[static_cast<int>(PhaseKind::kCollective)];
   for (const auto& [name, ns] : name_ns_) {
     r.phase_ms_per_step.emplace_back(name, r.steps > 0 ? ns / 1e6 / static_cast<double>(r.steps) : 0.0);

@@ -36,6 +36,22 @@ std::string format_summary(const RunSummary& s) {
   }
   o += "(step ms and phase columns are per-step medians; phases by kind: loader wait, forward, backward, optimizer,\n"
        " checkpoint, collectives, other = step time outside those)\n";
+  bool device = false;
+  for (const auto& r : s.ranks) device = device || r.device_timed_phases > 0;
+  if (device) {  // the same phases on the GPU: where the host only launched work, its time is here
+    o += fmt::format("device time (CUDA events around the same phases; per-step medians, ms):\n{:>4} {:>8} {:>8} {:>8} "
+                     "{:>8} {:>8} {:>8} {:>8}\n",
+                     "rank", "loader", "forward", "backward", "optim", "ckpt", "coll", "other");
+    for (const auto& r : s.ranks) {
+      if (r.device_timed_phases == 0) continue;
+      const auto& k = r.median_device_kind_ms;
+      o += fmt::format("{:>4} {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f}\n", r.rank,
+                       k[static_cast<int>(PhaseKind::kLoaderWait)], k[static_cast<int>(PhaseKind::kForward)],
+                       k[static_cast<int>(PhaseKind::kBackward)], k[static_cast<int>(PhaseKind::kOptimizer)],
+                       k[static_cast<int>(PhaseKind::kCheckpoint)], k[static_cast<int>(PhaseKind::kCollective)],
+                       k[static_cast<int>(PhaseKind::kOther)]);
+    }
+  }
   for (const auto& c : s.communicators) {
     if (c.mismatch_seq != 0) {
       o += fmt::format("collectives on '{}': MISMATCH at seq {}: ranks issued different collectives\n", c.comm,
@@ -77,6 +93,14 @@ std::string format_summary_json(const RunSummary& s) {
       w.key(phase_kind_name(static_cast<PhaseKind>(k))).fixed(r.median_kind_ms[k], 3);
     }
     w.end_object();
+    w.field("device_timed_phases", r.device_timed_phases);
+    if (r.device_timed_phases > 0) {
+      w.key("median_device_phase_ms").begin_object();
+      for (int k = 0; k < kPhaseKindCount; ++k) {
+        w.key(phase_kind_name(static_cast<PhaseKind>(k))).fixed(r.median_device_kind_ms[k], 3);
+      }
+      w.end_object();
+    }
     if (r.log_stopped) {
       w.key("run_log_stopped").begin_object().field("error", r.log_stopped->error).field("step", r.log_stopped->step);
       w.field("resumed", r.log_stopped->resumed).end_object();

@@ -56,6 +56,7 @@
   X(kName, "name")                                 \
   X(kPhaseKind, "phase_kind")                      \
   X(kDur, "dur")                                   \
+  X(kDev, "dev")                                   \
   X(kDepth, "depth")                               \
   X(kParent, "parent")                             \
   X(kLoss, "loss")                                 \
@@ -245,7 +246,7 @@
   M(kHost, host, std::string) M(kClock, clock, std::string) M(kTicksPerSecond, ticks_per_second, double)
 #define RANKSCOPE_LINE_kPhase(M)                                                                               \
   M(kName, name, std::string) M(kPhaseKind, phase_kind, PhaseKind) M(kDur, dur, std::uint64_t)                \
-  M(kDepth, depth, int) M(kParent, parent, std::string)
+  M(kDepth, depth, int) M(kParent, parent, std::string) M(kDev, dev, std::optional<std::uint64_t>)
 #define RANKSCOPE_LINE_kStepBegin(M)
 #define RANKSCOPE_LINE_kStepEnd(M)                                                                             \
   M(kDur, dur, std::uint64_t) M(kLoss, loss, std::optional<double>) M(kLr, lr, std::optional<double>)        \

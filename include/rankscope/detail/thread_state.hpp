@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "rankscope/config.hpp"
+#include "rankscope/detail/device_span.hpp"
 #include "rankscope/detail/record.hpp"
 
 namespace rankscope {
@@ -27,6 +28,7 @@ inline constexpr int kMaxMetricSlots = 2048;
 struct OpenPhase {
   std::atomic<const Site*> site{nullptr};
   std::atomic<std::uint64_t> t0{0};
+  DeviceSpan* device = nullptr;  // its start on the device (phase_enter); the owner thread's only
 };
 
 struct ThreadState {

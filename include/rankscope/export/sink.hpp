@@ -54,6 +54,7 @@ struct Event {
   std::uint64_t mono_ns = 0;  // start of a span, or the instant
   std::uint64_t wall_ns = 0;
   std::uint64_t dur_ns = 0;   // phase duration; step_end: time since its step_begin (0 if unseen)
+  std::uint64_t device_ns = 0;  // phases (device_timed): the device's time between the phase's start and end
   const Site* site = nullptr;
   const Site* parent = nullptr;  // enclosing phase on the same thread (collectives too)
   StepScalars scalars;           // step_end and step_scalars only
@@ -68,7 +69,7 @@ struct Event {
   CollectiveOp op = CollectiveOp::kOther;
   DType dtype = DType::kUnknown;
   CollectiveResult result = CollectiveResult::kOk;
-  bool device_timed = false;     // dur_ns measured on the device (CUDA events)
+  bool device_timed = false;     // collectives: dur_ns measured on the device (CUDA events); phases: device_ns is
   bool in_group = false;         // issued inside an NCCL group
   std::uint64_t enqueue_ns = 0;  // host time inside the call (device-timed collectives)
   const char* error = nullptr;   // failed collectives / comm errors: the backend's message

@@ -144,6 +144,11 @@ absl::Status resolve_recording(const Config& cfg, Settings& out) {
     if (!v.ok()) return v.status();
     out.signals = out.signals && *v;
   }
+  if (env_raw(Env::kDeviceTiming) != nullptr) {
+    auto v = parse_bool_env(Env::kDeviceTiming);
+    if (!v.ok()) return v.status();
+    out.device_timing = *v;
+  }
   return absl::OkStatus();
 }
 

@@ -44,6 +44,7 @@ struct Settings {
   std::uint32_t flight_entries = 2048;
   bool dump_on_shutdown = false;
   bool signals = true;
+  bool device_timing = true;  // phases also timed on the CUDA device when the process uses one
   ConsolePolicy console = ConsolePolicy::kRank0;
   WatchdogConfig watchdog;
   std::chrono::milliseconds metrics_interval{10000};  // metric snapshots and stats lines

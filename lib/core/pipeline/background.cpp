@@ -12,6 +12,8 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "cuda_runtime.hpp"
+#include "device_spans.hpp"
 #include "diagnostics.hpp"
 #include "flight.hpp"
 #include "record_decode.hpp"
@@ -47,6 +49,11 @@ void Runtime::decode(ThreadState* st, const Record& r, const Record* next, std::
     case EventKind::kPhase:
       breakdown_.on_phase(e.tid, e.depth, r.site->kind, e.mono_ns, e.dur_ns);
       goodput_.on_phase(e.tid, e.depth, r.site->kind, e.wall_ns, e.dur_ns);
+      if (r.v[1].ptr != nullptr) {  // device-timed (drain_all waited for the device, or gave up)
+        const auto dev = device_span_take(static_cast<DeviceSpan*>(const_cast<void*>(r.v[1].ptr)));
+        e.device_timed = dev.has_value();
+        e.device_ns = dev.value_or(0);
+      }
       break;
     case EventKind::kStepBegin:
       breakdown_.on_step_begin(e.tid, e.step, e.mono_ns);
@@ -185,6 +192,18 @@ void Runtime::mark_written() {
   for (ThreadState* st : threads_) st->written.store(st->tail.load(std::memory_order_relaxed), std::memory_order_release);
 }
 
+// A device-timed phase's line is written once the device has finished its
+// span, and its thread's later lines wait behind it (one order per thread in
+// the run log, as readers need). Its records stay in the ring meanwhile, so a
+// SIGKILL loses none. A span the device has not finished kDeviceWaitNs after
+// the phase ended (a GPU stuck in a kernel) is given up on: the line goes out
+// with its host time only, and so does every phase at shutdown.
+bool Runtime::device_done(const Record& r) {
+  if (device_wait_over_ || device_span_finished(static_cast<DeviceSpan*>(const_cast<void*>(r.v[1].ptr)))) return true;
+  const std::uint64_t now = detail::now_ticks();
+  return now > r.t1 && clock_.ticks_to_ns(now - r.t1) >= kDeviceWaitNs;
+}
+
 bool Runtime::drain_time_up() {
   const std::int64_t until = drain_until_ns_.load(std::memory_order_relaxed);
   return until != INT64_MAX && std::chrono::steady_clock::now().time_since_epoch().count() >= until;
@@ -200,6 +219,7 @@ std::uint64_t Runtime::drop_left(ThreadState* st, std::uint64_t tail, std::uint6
       const auto bytes = static_cast<std::uint64_t>(r.v[1].i) + static_cast<std::uint64_t>(r.v[2].i);
       tail += 1 + (bytes + sizeof(Record) - 1) / sizeof(Record);
     } else {
+      if (r.kind == RecordKind::kPhase && r.v[1].ptr != nullptr) (void)device_span_take(static_cast<DeviceSpan*>(const_cast<void*>(r.v[1].ptr)));
       ++tail;
     }
     ++n;
@@ -229,6 +249,7 @@ std::size_t Runtime::drain_all(std::vector<Event>& batch) {
       // shutdown()'s deadline: every record is written or counted as dropped, none left unaccounted.
       if ((n & 255) == 0 && (time_up || (time_up = drain_time_up()))) break;
       const Record& r = st->slots[tail & st->mask];
+      if (r.kind == RecordKind::kPhase && r.v[1].ptr != nullptr && !device_done(r)) break;  // back next drain
       if (is_log_like(r.kind)) {
         tail += decode_log(st, tail, batch);
       } else {
@@ -467,6 +488,10 @@ void Runtime::watch_liveness() {
   if (now - last_position_anchor_mono_ >= 1'000'000'000ull) {  // the position file's tick -> wall anchor
     last_position_anchor_mono_ = now;
     anchor_position();
+    // CUDA may come into use after init() (PyTorch loads the driver at its first CUDA call).
+    if (device_timing_ && !detail::g_device_timing.load(std::memory_order_relaxed) && detail::find_cuda_runtime()) {
+      detail::set_device_timing(true);
+    }
   }
   // A rank of this host that died without a trace: its last records into
   // its run log within seconds, so a triage during the run sees them.
@@ -517,6 +542,7 @@ void Runtime::answer_requests(const BackgroundWake& w, std::uint64_t& flush_seen
 }
 
 void Runtime::finish_background(std::vector<Event>& batch, Deadline deadline) {
+  device_wait_over_ = true;  // a phase the device has not finished keeps its host time now
   drain_all(batch);  // records made while we were flushing
   if (dump_on_shutdown_) (void)dump_now("shutdown");
   watchdog_.finish(clock_, threads_);

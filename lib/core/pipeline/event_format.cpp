@@ -205,6 +205,7 @@ void EventFormatter::format_phase(const Event& e, fmt::memory_buffer& out) {
   o.num(e.dur_ns) << next_key<Field::kDepth>();
   o.num(static_cast<int>(e.depth));
   if (parent != nullptr) o << next_key<Field::kParent>() << *parent;
+  if (e.device_timed) (o << next_key<Field::kDev>()).num(e.device_ns);
 }
 
 void EventFormatter::format_step_end(const Event& e, fmt::memory_buffer& out) {

@@ -2,6 +2,7 @@
 // thread itself is background.cpp; settings are resolved in settings.cpp.
 #include "rankscope/runtime.hpp"
 
+#include "cuda_runtime.hpp"
 #include "resources.hpp"
 #include "runtime_impl.hpp"
 #include "schema.hpp"
@@ -181,6 +182,9 @@ void Runtime::adopt_settings(const Config& cfg, const detail::Settings& set) {
   recent_.clear();
   dump_fmt_.set_rank(context_.rank);
   detail::install_flight_ring(set.flight_entries);
+  device_timing_ = set.device_timing;
+  device_wait_over_ = false;
+  if (device_timing_ && detail::find_cuda_runtime()) detail::set_device_timing(true);
   signal_handlers_ = set.signals;
   if (set.signals) {
     detail::install_signal_handlers();
@@ -293,6 +297,7 @@ void Runtime::shutdown(std::chrono::milliseconds deadline) noexcept {
   const auto kept = std::min<std::chrono::steady_clock::duration>(deadline / 4, std::chrono::milliseconds(250));
   drain_until_ns_.store((stop_deadline_ - kept).time_since_epoch().count(), std::memory_order_relaxed);
   detail::g_gate.store(detail::kInactive, std::memory_order_release);
+  detail::set_device_timing(false);
   detail::position_close();
   detail::resources_stop();
   detail::uninstall_signal_handlers();

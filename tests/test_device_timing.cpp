@@ -1,0 +1,213 @@
+// Phases timed on the device, through tests/fake_cudart.c: a CUDA runtime with
+// the real call shape whose device time and completion the test controls. Its
+// own binary: the runtime found at init() is process-wide.
+#include <dlfcn.h>
+#include <stdlib.h>
+
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "capture_sink.hpp"
+#include "rank_config.hpp"
+#include "rankscope/rankscope.hpp"
+#include "temp_dir.hpp"
+
+using namespace rankscope;
+using rankscope::test::rank_config;
+using rankscope::test::ScopedEnv;
+using rankscope::test::ScopedRuntime;
+using rankscope::test::slurp;
+using rankscope::test::TempDir;
+
+namespace {
+
+// Before main: every init() of this binary finds the stand-in runtime.
+const bool g_fake_runtime = ::setenv("RANKSCOPE_CUDA_RUNTIME", RANKSCOPE_FAKE_CUDART, 1) == 0;
+
+// The stand-in's controls: the same library init() loaded (dlopen by path returns its handle).
+struct FakeCuda {
+  FakeCuda() {
+    void* lib = ::dlopen(RANKSCOPE_FAKE_CUDART, RTLD_NOW | RTLD_LOCAL);
+    REQUIRE(lib != nullptr);
+    launch = reinterpret_cast<void (*)(void*, std::uint64_t)>(::dlsym(lib, "fake_cuda_launch"));
+    block = reinterpret_cast<void (*)(void*)>(::dlsym(lib, "fake_cuda_block"));
+    release = reinterpret_cast<void (*)(void*)>(::dlsym(lib, "fake_cuda_release"));
+    events_created = reinterpret_cast<int (*)()>(::dlsym(lib, "fake_cuda_events_created"));
+    REQUIRE((launch && block && release && events_created));
+  }
+  void (*launch)(void* stream, std::uint64_t ns);
+  void (*block)(void* stream);
+  void (*release)(void* stream);
+  int (*events_created)();
+};
+
+void* stream(std::uintptr_t id) { return reinterpret_cast<void*>(id); }
+
+std::vector<Event> phases_named(test::CaptureSink& sink, const std::string& name) {
+  std::vector<Event> out;
+  for (const Event& e : sink.of_kind(EventKind::kPhase)) {
+    if (name == e.site->name) out.push_back(e);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a phase on a CUDA thread carries the device's time next to the host's", "[device]") {
+  REQUIRE(g_fake_runtime);
+  FakeCuda cuda;
+  TempDir tmp;
+  REQUIRE(init(rank_config(tmp.path)).ok());
+  {
+    RANKSCOPE_PHASE("forward");
+    cuda.launch(nullptr, 7'000'000);  // the kernels the host launched: 7 ms on the device
+  }
+  shutdown();
+  const std::string log = slurp(tmp.path + "/rank-0.jsonl");
+  CHECK_THAT(log, Catch::Contains(R"("name":"forward","phase_kind":"forward","dur":)") &&
+                      Catch::Contains(R"(,"depth":0,"dev":7000000})"));
+}
+
+TEST_CASE("a phase on a named stream is timed on that stream only", "[device]") {
+  FakeCuda cuda;
+  ScopedRuntime rt;
+  {
+    RANKSCOPE_PHASE_ON("backward", stream(0x51));
+    cuda.launch(stream(0x51), 5'000'000);
+    cuda.launch(nullptr, 3'000'000);  // another stream's work is not this phase's
+  }
+  REQUIRE(flush());
+  const auto got = phases_named(*rt.sink, "backward");
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].device_timed);
+  CHECK(got[0].device_ns == 5'000'000);
+}
+
+TEST_CASE("a phase waits for the device to finish its work, and its thread's later events wait behind it",
+          "[device]") {
+  FakeCuda cuda;
+  ScopedRuntime rt;
+  begin_step(3);
+  {
+    RANKSCOPE_PHASE_ON("optimizer", stream(0x52));
+    cuda.launch(stream(0x52), 1'000'000);
+    cuda.block(stream(0x52));  // still running on the device when the host moved on
+    cuda.launch(stream(0x52), 2'000'000);
+  }
+  end_step();  // a reader rebuilds the step from its phases before its end: the order must hold
+  REQUIRE(flush());
+  CHECK(phases_named(*rt.sink, "optimizer").empty());
+  CHECK(rt.sink->of_kind(EventKind::kStepEnd).empty());
+  cuda.release(stream(0x52));
+  REQUIRE(flush());
+  std::vector<EventKind> order;
+  for (const Event& e : rt.sink->events) {
+    if (e.kind == EventKind::kStepBegin || e.kind == EventKind::kPhase || e.kind == EventKind::kStepEnd) {
+      order.push_back(e.kind);
+    }
+  }
+  CHECK(order == std::vector<EventKind>{EventKind::kStepBegin, EventKind::kPhase, EventKind::kStepEnd});
+  const auto got = phases_named(*rt.sink, "optimizer");
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].device_ns == 3'000'000);
+}
+
+TEST_CASE("a phase the device never finished keeps its host time at shutdown", "[device]") {
+  FakeCuda cuda;
+  auto rt = std::make_unique<ScopedRuntime>();
+  auto sink = rt->sink;
+  {
+    RANKSCOPE_PHASE_ON("all_reduce_wait", stream(0x53));
+    cuda.block(stream(0x53));  // a collective whose peer never came
+  }
+  rt.reset();  // shutdown
+  const auto got = phases_named(*sink, "all_reduce_wait");
+  REQUIRE(got.size() == 1);
+  CHECK_FALSE(got[0].device_timed);
+  cuda.release(stream(0x53));
+}
+
+TEST_CASE("a thread without a current CUDA context is timed on the host only", "[device]") {
+  FakeCuda cuda;
+  ScopedRuntime rt;
+  {
+    ScopedEnv no_context("FAKE_CUDA_NO_CONTEXT", "1");  // a data-loading thread of a GPU process
+    RANKSCOPE_PHASE("loader_wait");
+    cuda.launch(nullptr, 1'000'000);
+  }
+  REQUIRE(flush());
+  const auto got = phases_named(*rt.sink, "loader_wait");
+  REQUIRE(got.size() == 1);
+  CHECK_FALSE(got[0].device_timed);
+}
+
+TEST_CASE("RANKSCOPE_DEVICE_TIMING=0 turns device timing off", "[device]") {
+  FakeCuda cuda;
+  ScopedEnv off("RANKSCOPE_DEVICE_TIMING", "0");
+  ScopedRuntime rt;
+  const int events_before = cuda.events_created();
+  {
+    RANKSCOPE_PHASE_ON("forward_off", stream(0x54));
+    cuda.launch(stream(0x54), 1'000'000);
+  }
+  REQUIRE(flush());
+  const auto got = phases_named(*rt.sink, "forward_off");
+  REQUIRE(got.size() == 1);
+  CHECK_FALSE(got[0].device_timed);
+  CHECK(cuda.events_created() == events_before);  // not one CUDA call
+}
+
+TEST_CASE("a thread far ahead of its device records host time until the device catches up", "[device]") {
+  FakeCuda cuda;
+  ScopedRuntime rt;
+  cuda.block(stream(0x55));
+  for (int i = 0; i < 300; ++i) {
+    RANKSCOPE_PHASE_ON("ahead", stream(0x55));
+    cuda.launch(stream(0x55), 1'000);
+  }
+  REQUIRE(flush());
+  CHECK(phases_named(*rt.sink, "ahead").empty());  // all behind the first, which the device has not finished
+  cuda.release(stream(0x55));
+  REQUIRE(flush());
+  const auto all = phases_named(*rt.sink, "ahead");
+  REQUIRE(all.size() == 300);
+  int device_timed = 0;
+  for (const Event& e : all) device_timed += e.device_timed ? 1 : 0;
+  CHECK(device_timed == 256);  // one pool of 256 spans in flight; the rest were host-timed
+  CHECK(!all.back().device_timed);
+}
+
+TEST_CASE("phase_enter / phase_exit (Python's with-block) time the device too", "[device]") {
+  FakeCuda cuda;
+  ScopedRuntime rt;
+  const Site* site = intern("python_forward", PhaseKind::kForward);
+  detail::phase_enter(site, stream(0x56));
+  cuda.launch(stream(0x56), 4'000'000);
+  detail::phase_exit(site, stream(0x56));
+  REQUIRE(flush());
+  const auto got = phases_named(*rt.sink, "python_forward");
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].device_ns == 4'000'000);
+}
+
+TEST_CASE("a GPU stuck in a phase's kernel holds its line back for 2 s, then it goes out with host time", "[device]") {
+  FakeCuda cuda;
+  ScopedRuntime rt;
+  {
+    RANKSCOPE_PHASE_ON("stuck", stream(0x57));
+    cuda.block(stream(0x57));  // never released while the test waits
+  }
+  // Waits for the condition, however long the machine takes; the guard only stops a hang.
+  std::vector<Event> got;
+  for (int i = 0; i < 600 && got.empty(); ++i) {
+    REQUIRE(flush());
+    got = phases_named(*rt.sink, "stuck");
+    if (got.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  REQUIRE(got.size() == 1);
+  CHECK_FALSE(got[0].device_timed);
+  cuda.release(stream(0x57));
+}
