@@ -11,7 +11,9 @@
 #include <vector>
 
 #include "capture_sink.hpp"
+#include "pending_collective.hpp"
 #include "rank_config.hpp"
+#include "rankscope/flight_recorder.hpp"
 #include "rankscope/rankscope.hpp"
 #include "temp_dir.hpp"
 
@@ -69,6 +71,21 @@ TEST_CASE("a phase on a CUDA thread carries the device's time next to the host's
   const std::string log = slurp(tmp.path + "/rank-0.jsonl");
   CHECK_THAT(log, Catch::Contains(R"("name":"forward","phase_kind":"forward","dur":)") &&
                       Catch::Contains(R"(,"depth":0,"dev":7000000})"));
+}
+
+TEST_CASE("the step breakdown counts a device-timed phase at its device time", "[device]") {
+  FakeCuda cuda;
+  ScopedRuntime rt;
+  begin_step(5);
+  {
+    RANKSCOPE_PHASE("forward");
+    cuda.launch(nullptr, 9'000'000);  // launched in microseconds, run for 9 ms
+  }
+  end_step();
+  REQUIRE(flush());
+  const StepBreakdown b = last_step_breakdown();
+  CHECK(b.step == 5);
+  CHECK(b.by_kind_ns[static_cast<int>(PhaseKind::kForward)] == 9'000'000);
 }
 
 TEST_CASE("a phase on a named stream is timed on that stream only", "[device]") {
@@ -210,4 +227,69 @@ TEST_CASE("a GPU stuck in a phase's kernel holds its line back for 2 s, then it 
   REQUIRE(got.size() == 1);
   CHECK_FALSE(got[0].device_timed);
   cuda.release(stream(0x57));
+}
+
+// What rankscope.torch does for a collective whose work runs on a CUDA stream (NCCL):
+// bindings/python/pending_collective.hpp, with the stream torch would name.
+TEST_CASE("a collective on the device completes when the device has finished it, in the flight recorder too",
+          "[device]") {
+  FakeCuda cuda;
+  TempDir tmp;
+  REQUIRE(init(rank_config(tmp.path)).ok());
+  Communicator& world = communicator("device_world", 2, 0);
+  {
+    python::PendingCollective ar(world, CollectiveOp::kAllReduce, 1024, DType::kFloat32, -1, stream(0x60), true);
+    REQUIRE(ar.on_device());
+    cuda.launch(stream(0x60), 250'000);
+    cuda.block(stream(0x60));  // NCCL's kernel, waiting for a peer that has not issued it yet
+    ar.end(true, nullptr, stream(0x60));  // the host returned at once
+  }
+  REQUIRE(flush());
+  CHECK(world.issued() == 1);
+  CHECK(world.completed() == 0);  // on the device it is still running
+  auto dump = dump_flight_recorder("test");
+  REQUIRE(dump.ok());
+  CHECK_THAT(slurp(*dump), Catch::Contains(R"("state":"issued")"));
+  cuda.launch(stream(0x60), 0);
+  cuda.release(stream(0x60));
+  REQUIRE(flush());
+  CHECK(world.completed() == 1);
+  shutdown();
+  const std::string log = slurp(tmp.path + "/rank-0.jsonl");
+  CHECK_THAT(log, Catch::Contains(R"("op":"all_reduce","comm":"device_world")") &&
+                      Catch::Contains(R"("dur":250000,)") && Catch::Contains(R"("timing":"device","enqueue_ns":)"));
+}
+
+TEST_CASE("a collective the device is stuck in is written after 2 s with host time and stays in flight", "[device]") {
+  FakeCuda cuda;
+  ScopedRuntime rt;
+  Communicator& world = communicator("stuck_world", 2, 0);
+  {
+    python::PendingCollective ar(world, CollectiveOp::kAllReduce, 8, DType::kFloat32, -1, stream(0x61), true);
+    cuda.block(stream(0x61));
+    ar.end(true, nullptr, stream(0x61));
+  }
+  std::vector<Event> got;
+  for (int i = 0; i < 600 && got.empty(); ++i) {  // waits for the condition; the guard only stops a hang
+    REQUIRE(flush());
+    got = rt.sink->of_kind(EventKind::kCollective);
+    if (got.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  REQUIRE(got.size() == 1);
+  CHECK_FALSE(got[0].device_timed);
+  CHECK(world.completed() == 0);  // still in flight: the GPU has not finished it
+  cuda.release(stream(0x61));
+  REQUIRE(flush());
+  CHECK(world.completed() == 1);
+}
+
+TEST_CASE("a collective on a CPU thread of a GPU process completes when the host returns", "[device]") {
+  FakeCuda cuda;
+  ScopedRuntime rt;
+  Communicator& world = communicator("host_world", 2, 0);
+  ScopedEnv no_context("FAKE_CUDA_NO_CONTEXT", "1");
+  python::PendingCollective ar(world, CollectiveOp::kBroadcast, 8, DType::kFloat32, 0, stream(0x62), true);
+  CHECK_FALSE(ar.on_device());
+  ar.end(true, nullptr, stream(0x62));
+  CHECK(world.completed() == 1);
 }

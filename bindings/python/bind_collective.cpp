@@ -7,6 +7,7 @@
 #include <pybind11/stl.h>
 
 #include "pending_collective.hpp"
+#include "torch_stream.hpp"
 #include "rankscope/exchange.hpp"
 
 namespace py = pybind11;
@@ -68,7 +69,13 @@ void bind_collective(py::module_& m) {
   py::class_<PendingCollective>(m, "CollectiveSpan",
                                 "A collective from issue to completion: end() (or leaving `with`) records it.")
       .def_property_readonly("sequence", &PendingCollective::sequence)
-      .def("end", [](PendingCollective& p, bool ok) { p.end(ok); }, "ok"_a = true)
+      .def(
+          "end",
+          [](PendingCollective& p, bool ok) {
+            p.end(ok, nullptr, p.on_device() ? rankscope::python::torch_current_stream() : nullptr);
+          },
+          "ok"_a = true)
+      .def_property_readonly("on_device", &PendingCollective::on_device)
       .def("__enter__", [](PendingCollective& s) -> PendingCollective& { return s; },
            py::return_value_policy::reference)
       .def("__exit__", [](PendingCollective& s, py::object type, py::object, py::object) {
@@ -77,12 +84,16 @@ void bind_collective(py::module_& m) {
       });
   m.def(
       "collective",
-      [](rankscope::Communicator& c, std::string_view op, std::uint64_t count, std::string_view dtype, int peer) {
-        return new PendingCollective(c, op_of(op), count, dtype_of(dtype), peer);
+      [](rankscope::Communicator& c, std::string_view op, std::uint64_t count, std::string_view dtype, int peer,
+         bool on_device) {
+        void* stream = on_device ? rankscope::python::torch_current_stream() : nullptr;
+        return new PendingCollective(c, op_of(op), count, dtype_of(dtype), peer, stream, on_device);
       },
-      "comm"_a, "op"_a, "count"_a = 0, "dtype"_a = "unknown", "peer"_a = -1,
+      "comm"_a, "op"_a, "count"_a = 0, "dtype"_a = "unknown", "peer"_a = -1, "on_device"_a = false,
       "Issues a collective now: op is all_reduce, broadcast, reduce, all_gather, reduce_scatter, all_to_all,\n"
-      "send, recv or barrier; dtype a torch dtype name. End it with .end(ok) or use it as a context manager.");
+      "send, recv or barrier; dtype a torch dtype name. End it with .end(ok) or use it as a context manager.\n"
+      "on_device: its work runs on a CUDA stream (NCCL): it is timed there, with CUDA events on torch's\n"
+      "current stream at issue and at end(), and completes when the device has finished it.");
   py::class_<rankscope::Exchange, PyExchange, std::shared_ptr<rankscope::Exchange>>(m, "Exchange")
       .def(py::init<int, int>(), "rank"_a, "size"_a);
   m.def(

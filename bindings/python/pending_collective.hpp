@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "rankscope/collective.hpp"
+#include "rankscope/timer.hpp"
 
 namespace rankscope::python {
 
@@ -35,15 +36,23 @@ inline rankscope::DType dtype_of(std::string_view s) {
 // completing thread's ring with the issue time kept here. One destroyed
 // without end() (the backward or the future that would have ended it failed)
 // is recorded as failed, so the flight recorder never keeps it "issued".
+//
+// On a device (`device_stream` given: NCCL runs a synchronous collective on
+// the current stream, and wait() makes the current stream wait for an async
+// one) it records a CUDA event on that stream at issue and at end(); the
+// collective then completes when the device has run past the end event, in
+// the flight recorder too: a GPU stuck inside it keeps it in flight there
+// while the host has long moved on.
 class PendingCollective {
  public:
   PendingCollective(rankscope::Communicator& c, rankscope::CollectiveOp op, std::uint64_t count, rankscope::DType dtype,
-                    int peer)
+                    int peer, void* device_stream = nullptr, bool on_device = false)
       : comm_(c), op_(op), dtype_(dtype), count_(count), peer_(peer) {
     if (!rankscope::detail::gate_open()) return;
     auto* st = rankscope::detail::thread_state();
     if (st == nullptr) return;
     seq_ = c.next_sequence();
+    if (on_device) span_ = rankscope::detail::begin_device_span(device_stream);
     t0_ = rankscope::detail::now_ticks();
     phase_ = rankscope::detail::current_phase(st);
     flight_ = rankscope::detail::flight_issue(c, op, seq_, count, dtype, peer, t0_, phase_, st->tid);
@@ -54,19 +63,30 @@ class PendingCollective {
   PendingCollective& operator=(const PendingCollective&) = delete;
 
   // `wait`: the thread's wait for it at its end, recorded on its line (collective.hpp).
-  void end(bool ok, const rankscope::detail::CollectiveWait* wait = nullptr) {
+  // `device_stream`: where its end event goes when it was issued on a device.
+  void end(bool ok, const rankscope::detail::CollectiveWait* wait = nullptr, void* device_stream = nullptr) {
     if (!open_) return;
     open_ = false;
     const std::uint64_t t1 = rankscope::detail::now_ticks();
     const auto r = ok ? rankscope::CollectiveResult::kOk : rankscope::CollectiveResult::kFailed;
+    rankscope::detail::DeviceSpan* span = span_;
+    span_ = nullptr;
+    if (span != nullptr && !ok) {
+      rankscope::detail::device_span_cancel(span);
+      span = nullptr;
+    }
+    if (span != nullptr && !rankscope::detail::device_span_end(span, device_stream)) span = nullptr;  // freed
+    auto* st = rankscope::detail::thread_state();
+    const bool recorded = st != nullptr && rankscope::detail::record_collective(st, comm_, op_, seq_, count_, dtype_,
+                                                                                peer_, t0_, t1, r, phase_, nullptr,
+                                                                                flight_, nullptr, false, wait, span);
+    if (span != nullptr && recorded) return;  // completes when the device has finished it
+    if (span != nullptr) rankscope::detail::device_span_cancel(span);  // dropped: nobody will ask the device
     rankscope::detail::flight_complete(flight_, t1, r);
     comm_.note_completed(seq_);
-    if (auto* st = rankscope::detail::thread_state()) {
-      rankscope::detail::record_collective(st, comm_, op_, seq_, count_, dtype_, peer_, t0_, t1, r, phase_, nullptr, 0,
-                                           nullptr, false, wait);
-    }
   }
   std::uint64_t sequence() const { return seq_; }
+  bool on_device() const { return span_ != nullptr; }
 
  private:
   rankscope::Communicator& comm_;
@@ -76,6 +96,7 @@ class PendingCollective {
   int peer_;
   std::uint64_t seq_ = 0, t0_ = 0, flight_ = 0;
   const rankscope::Site* phase_ = nullptr;
+  rankscope::detail::DeviceSpan* span_ = nullptr;
   bool open_ = false;
 };
 

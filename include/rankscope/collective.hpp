@@ -157,14 +157,18 @@ struct CollectiveWait {
   std::uint64_t t0 = 0;
   int depth = 0;
 };
-// Writes the span's record; when `device`, `error`, `in_group` or `wait` is
-// set a kCollectiveExtra record follows in the same reservation. False when
-// the ring was full (the record is dropped and counted).
+// Writes the span's record; when `device`, `error`, `in_group`, `wait` or
+// `span` is set a kCollectiveExtra record follows in the same reservation.
+// False when the ring was full (the record is dropped and counted).
+// `device`: an extension's handle (the NCCL hooks'); `span`: a device span
+// (device_span.hpp) whose end event marks the collective's completion on the
+// device: the background thread then completes `flight_id` and the
+// communicator's sequence when the device has finished, not the caller.
 bool record_collective(ThreadState* st, const Communicator& c, CollectiveOp op, std::uint64_t seq,
                        std::uint64_t count, DType dtype, int peer, std::uint64_t t0, std::uint64_t t1,
                        CollectiveResult r, const Site* phase, const void* device = nullptr,
                        std::uint64_t flight_id = 0, const Site* error = nullptr, bool in_group = false,
-                       const CollectiveWait* wait = nullptr) noexcept;
+                       const CollectiveWait* wait = nullptr, DeviceSpan* span = nullptr) noexcept;
 inline const Site* current_phase(ThreadState* st) noexcept {
   const int d = st->depth;
   return (d > 0 && d <= kMaxOpenPhases) ? st->open[d - 1].site.load(std::memory_order_relaxed) : nullptr;

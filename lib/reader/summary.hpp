@@ -221,9 +221,10 @@ struct RankSummary {
   double median_step_ms = 0;
   double median_kind_ms[kPhaseKindCount] = {};
   double median_collective_ms = 0;  // time waiting in collectives per step (median)
-  // The same on the device, from phases timed there (`dev`): per-step medians of the outermost
-  // device-timed phases by kind, over the steps that had any. 0 device-timed phases: a CPU run.
-  double median_device_kind_ms[kPhaseKindCount] = {};
+  // median_kind_ms counts a phase timed on the GPU (`dev`) at its device time. With any such
+  // phase the host's own time of the same phases (launching their work) is kept beside it, by
+  // kind (per-step medians; other = the rest of the step). 0 device-timed phases: a CPU run.
+  double median_host_kind_ms[kPhaseKindCount] = {};
   std::uint64_t device_timed_phases = 0;
   // Mean ms per step of every phase name (nested ones too), by name: its first kNamedPhasesKept names.
   std::vector<std::pair<std::string, double>> phase_ms_per_step;

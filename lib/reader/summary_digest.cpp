@@ -9,8 +9,6 @@
 #include <cstddef>
 #include <cstring>
 #include <fstream>
-#include <array>
-#include <climits>
 #include <map>
 #include <filesystem>
 #include <optional>
@@ -142,18 +140,10 @@ class RankDigester {
   std::vector<double> step_ms_, kind_ms_[kPhaseKindCount];
   std::map<std::int64_t, std::string> comm_names_;
   absl::flat_hash_map<std::string, double> name_ns_;  // time per phase name (the first kNamedPhasesKept)
-  // Device time of the outermost device-timed phases by step and kind. A phase's line waits
-  // for its device (it can come after its step's step_end): a step is counted once 8 steps
-  // later have ended, or at the end.
-  std::map<std::int64_t, std::array<double, kPhaseKindCount>> step_dev_ns_;
-  std::vector<double> dev_kind_ms_[kPhaseKindCount];
-  void count_device_steps_before(std::int64_t step) {
-    auto end = step_dev_ns_.lower_bound(step);
-    for (auto it = step_dev_ns_.begin(); it != end; ++it) {
-      for (int k = 0; k < kPhaseKindCount; ++k) dev_kind_ms_[k].push_back(it->second[k] / 1e6);
-    }
-    step_dev_ns_.erase(step_dev_ns_.begin(), end);
-  }
+  // The host time of the outermost phases of the step being read, by kind (the breakdown counts a
+  // device-timed phase at its device time; a GPU run shows the host's beside it).
+  std::uint64_t step_host_ns_[kPhaseKindCount] = {};
+  std::vector<double> host_kind_ms_[kPhaseKindCount];
   std::uint64_t last_phase_end_ = 0;
   std::optional<std::int64_t> threads_now_, comms_now_;
   std::uint64_t resource_stride_ = 1, resource_seen_ = 0;  // keep every stride-th interval snapshot
@@ -242,12 +232,11 @@ void RankDigester::on_run_start(const Line<Kind::kRunStart>& l) {
 template <>
 void RankDigester::on(const LogEvent& e, const Line<Kind::kPhase>& l) {
   ++d_.sum.phases;
-  if (l.dev) {
-    ++d_.sum.device_timed_phases;
-    if (l.depth == 0) step_dev_ns_[e.step][static_cast<int>(l.phase_kind)] += static_cast<double>(*l.dev);
-  }
-  builder_.on_phase(e.tid, l.depth, l.phase_kind, e.mono, l.dur);
-  goodput_.on_phase(e.tid, l.depth, l.phase_kind, e.t, l.dur);
+  if (l.dev) ++d_.sum.device_timed_phases;
+  if (l.depth == 0) step_host_ns_[static_cast<int>(l.phase_kind)] += l.dur;
+  const std::uint64_t work = l.dev.value_or(l.dur);  // on a GPU the work took the device's time
+  builder_.on_phase(e.tid, l.depth, l.phase_kind, e.mono, work);
+  goodput_.on_phase(e.tid, l.depth, l.phase_kind, e.t, work);
   if (auto it = name_ns_.find(l.name); it != name_ns_.end()) {
     it->second += static_cast<double>(l.dur);
   } else if (name_ns_.size() < RankSummary::kNamedPhasesKept) {
@@ -293,9 +282,17 @@ void RankDigester::on(const LogEvent& e, const Line<Kind::kStepEnd>& l) {
       r.series.add(e.step, ms, static_cast<double>(b->total_ns) / 1e6, static_cast<double>(l.samples.value_or(0)),
                    static_cast<double>(l.tokens.value_or(0)), {l.loss, l.lr, l.grad_norm});
     }
+    if (r.device_timed_phases > 0) {
+      std::uint64_t known = 0;
+      for (int k = 1; k < kPhaseKindCount; ++k) {
+        host_kind_ms_[k].push_back(static_cast<double>(step_host_ns_[k]) / 1e6);
+        known += step_host_ns_[k];
+      }
+      host_kind_ms_[0].push_back(b->total_ns > known ? static_cast<double>(b->total_ns - known) / 1e6 : 0.0);
+    }
   }
+  std::fill(std::begin(step_host_ns_), std::end(step_host_ns_), 0);
   if (l.next_step) builder_.on_step_begin(e.tid, *l.next_step, e.mono);  // step(): no step_begin line of its own
-  if (!step_dev_ns_.empty()) count_device_steps_before(e.step - 8);
 }
 
 // stats and run_end: the recorder's counters, threads and communicators
@@ -448,8 +445,7 @@ RankDigest RankDigester::finish(const absl::StatusOr<ReadResult>& res, const std
   }
   r.median_step_ms = median_in_place(step_ms_);
   for (int k = 0; k < kPhaseKindCount; ++k) r.median_kind_ms[k] = median_in_place(kind_ms_[k]);
-  count_device_steps_before(INT64_MAX);
-  for (int k = 0; k < kPhaseKindCount; ++k) r.median_device_kind_ms[k] = median_in_place(dev_kind_ms_[k]);
+  for (int k = 0; k < kPhaseKindCount; ++k) r.median_host_kind_ms[k] = median_in_place(host_kind_ms_[k]);
   r.median_collective_ms = r.median_kind_ms[static_cast<int>(PhaseKind::kCollective)];
   for (const auto& [name, ns] : name_ns_) {
     r.phase_ms_per_step.emplace_back(name, r.steps > 0 ? ns / 1e6 / static_cast<double>(r.steps) : 0.0);

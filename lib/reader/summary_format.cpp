@@ -38,13 +38,14 @@ std::string format_summary(const RunSummary& s) {
        " checkpoint, collectives, other = step time outside those)\n";
   bool device = false;
   for (const auto& r : s.ranks) device = device || r.device_timed_phases > 0;
-  if (device) {  // the same phases on the GPU: where the host only launched work, its time is here
-    o += fmt::format("device time (CUDA events around the same phases; per-step medians, ms):\n{:>4} {:>8} {:>8} {:>8} "
-                     "{:>8} {:>8} {:>8} {:>8}\n",
-                     "rank", "loader", "forward", "backward", "optim", "ckpt", "coll", "other");
+  if (device) {  // the host only launched those phases' work: its own time, beside the device's above
+    o += "(phases timed on the GPU count their device time, from CUDA events around them; the host's own time of\n"
+         " the same phases, launching their work:)\n";
+    o += fmt::format("{:>4} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}  host ms\n", "rank", "loader", "forward",
+                     "backward", "optim", "ckpt", "coll", "other");
     for (const auto& r : s.ranks) {
       if (r.device_timed_phases == 0) continue;
-      const auto& k = r.median_device_kind_ms;
+      const auto& k = r.median_host_kind_ms;
       o += fmt::format("{:>4} {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f}\n", r.rank,
                        k[static_cast<int>(PhaseKind::kLoaderWait)], k[static_cast<int>(PhaseKind::kForward)],
                        k[static_cast<int>(PhaseKind::kBackward)], k[static_cast<int>(PhaseKind::kOptimizer)],
@@ -95,9 +96,9 @@ std::string format_summary_json(const RunSummary& s) {
     w.end_object();
     w.field("device_timed_phases", r.device_timed_phases);
     if (r.device_timed_phases > 0) {
-      w.key("median_device_phase_ms").begin_object();
+      w.key("median_host_phase_ms").begin_object();
       for (int k = 0; k < kPhaseKindCount; ++k) {
-        w.key(phase_kind_name(static_cast<PhaseKind>(k))).fixed(r.median_device_kind_ms[k], 3);
+        w.key(phase_kind_name(static_cast<PhaseKind>(k))).fixed(r.median_host_kind_ms[k], 3);
       }
       w.end_object();
     }

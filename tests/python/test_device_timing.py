@@ -44,14 +44,15 @@ def test_a_ddp_run_on_a_cuda_device_writes_each_phases_device_time_next_to_its_h
     assert {e["dev"] for e in forward} == {KERNEL_NS}  # nothing nested: exactly its own kernels
     s = subprocess.run([RANKSCOPE, "summary", run_dir], capture_output=True, text=True, timeout=120)
     assert s.returncode == 0, s.stderr[-2000:]
-    assert "device time (CUDA events" in s.stdout, s.stdout[-3000:]
+    assert "phases timed on the GPU count their device time" in s.stdout, s.stdout[-3000:]
     j = subprocess.run([RANKSCOPE, "summary", "--json", run_dir], capture_output=True, text=True, timeout=120)
     for r in json.loads(j.stdout)["ranks"]:
-        # Host and device side by side: the host's breakdown is rebuilt from the lines' order,
-        # which device timing keeps (each phase's line waits for its device time in order).
-        assert r["median_phase_ms"]["forward"] > 0 and r["median_phase_ms"]["optimizer"] > 0, r
-        assert r["median_device_phase_ms"]["forward"] == KERNEL_NS / 1e6, r
-        assert r["median_device_phase_ms"]["optimizer"] == KERNEL_NS / 1e6, r
+        # The breakdown is rebuilt from the lines' order, which device timing keeps (a phase's
+        # line waits for its device time, and its thread's later lines behind it).
+        # The breakdown counts the device's time of a phase timed there; the host's is beside it.
+        assert r["median_phase_ms"]["forward"] == KERNEL_NS / 1e6, r
+        assert r["median_phase_ms"]["optimizer"] == KERNEL_NS / 1e6, r
+        assert r["median_host_phase_ms"]["forward"] > 0 and r["median_host_phase_ms"]["optimizer"] > 0, r
         assert r["device_timed_phases"] > 0, r
 
 
@@ -61,3 +62,40 @@ def test_device_timing_off_leaves_host_time_only(tmp_path, torchrun, fake_cudart
     assert p.returncode == 0, p.stderr[-3000:]
     phases = run_log_events(str(tmp_path / p.stdout.strip().splitlines()[-1]), "phase")
     assert phases and not any("dev" in e for e in phases)
+
+
+_COLLECTIVES = """
+import sys
+import torch, torch.distributed as dist
+import rankscope, rankscope.torch as rst
+rankscope.init()
+dist.init_process_group("gloo")
+rst.instrument()
+rst.stream_ordered_backends.add("gloo")  # the stand-in: its collectives "run on a CUDA stream"
+t = torch.ones(256)
+for step in range(4):
+    dist.all_reduce(t)                           # synchronous: ends on the device
+    dist.all_reduce(t, async_op=True).wait()     # async: the current stream after wait()
+    rankscope.step(step)
+dist.destroy_process_group()
+rankscope.shutdown()
+print(rankscope.run_dir())
+"""
+
+
+def test_torch_collectives_on_a_stream_ordered_backend_are_timed_on_the_device(tmp_path, torchrun, fake_cudart):
+    script = tmp_path / "collectives.py"
+    script.write_text(_COLLECTIVES)
+    p = torchrun(script, 2, env=_device_env(fake_cudart))
+    assert p.returncode == 0, p.stderr[-3000:]
+    run_dir = str(tmp_path / p.stdout.strip().splitlines()[-1])
+    colls = [e for e in run_log_events(run_dir, "collective") if e["op"] == "all_reduce"]
+    assert len(colls) == 2 * 8, colls
+    # Each has an event on the stream at issue and at its end, each behind one 3 ms "kernel":
+    # a synchronous one is exactly that; an async one also holds the wait phase's two events
+    # when wait() had to block.
+    assert all(e.get("timing") == "device" and "enqueue_ns" in e and e["dur"] % KERNEL_NS == 0 for e in colls), \
+        colls[:2]
+    for rank in (0, 1):
+        mine = sorted((e for e in colls if e["rank"] == rank), key=lambda e: e["seq"])
+        assert [e["dur"] for e in mine[0::2]] == [KERNEL_NS] * 4, mine

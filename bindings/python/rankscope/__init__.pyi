@@ -114,12 +114,17 @@ class CollectiveSpan:
     @property
     def sequence(self) -> int: ...
     def end(self, ok: bool = True) -> None: ...
+    @property
+    def on_device(self) -> bool: ...
     def __enter__(self) -> "CollectiveSpan": ...
     def __exit__(self, *exc: Any) -> bool: ...
 
-def collective(comm: Communicator, op: str, count: int = 0, dtype: str = "unknown", peer: int = -1) -> CollectiveSpan:
+def collective(comm: Communicator, op: str, count: int = 0, dtype: str = "unknown", peer: int = -1,
+               on_device: bool = False) -> CollectiveSpan:
     """Issues a collective now: op is all_reduce, broadcast, reduce, all_gather, reduce_scatter, all_to_all,
-    send, recv or barrier; dtype a torch dtype name ("float32", ...)."""
+    send, recv or barrier; dtype a torch dtype name ("float32", ...). on_device: its work runs on a CUDA
+    stream (NCCL): timed there with CUDA events on torch's current stream at issue and at end(), and
+    complete when the device has finished it."""
     ...
 
 class Exchange:

@@ -122,10 +122,36 @@ def _communicator(group):
     return c
 
 
+# Backends whose collectives run on a CUDA stream, as NCCL's do: rankscope times them on the
+# device (events on the current stream at issue and at the end) and completes them when the
+# device has. Collectives on CUDA tensors are timed there whatever the backend. Add the name
+# of another stream-ordered backend here (the tests add a CPU stand-in).
+stream_ordered_backends = {"nccl", "nccl-legacy"}
+_backends = weakref.WeakKeyDictionary()  # process group -> its backend's name
+
+
+def _stream_ordered(group):
+    g = dist.group.WORLD if group is None else group
+    try:
+        name = _backends.get(g)
+    except TypeError:
+        name = None
+    if name is None:
+        try:
+            name = str(dist.get_backend(g))
+        except Exception:  # a group this rank is not in, a torch without the call
+            name = ""
+        try:
+            _backends[g] = name
+        except TypeError:
+            pass
+    return name in stream_ordered_backends
+
+
 def _describe(fn_name, args, kwargs):
-    """(count, dtype, peer) of a call: the elements this rank contributes."""
+    """(count, dtype, peer, on CUDA) of a call: the elements this rank contributes."""
     if fn_name == "barrier" or fn_name.endswith("_object") or fn_name.endswith("_object_list"):
-        return 0, "unknown", -1
+        return 0, "unknown", -1, False
     first = args[0] if args else next(iter(kwargs.values()), None)
     tensors = []
     if fn_name in ("all_gather",):  # (tensor_list, tensor)
@@ -147,6 +173,7 @@ def _describe(fn_name, args, kwargs):
         tensors = [first]
     tensors = [t for t in tensors if isinstance(t, torch.Tensor)]
     count = sum(t.numel() for t in tensors)
+    cuda = any(t.is_cuda for t in tensors)
     dtype = str(tensors[0].dtype) if tensors else "unknown"
     peer = -1
     if fn_name in _PEER_ARG:
@@ -154,7 +181,7 @@ def _describe(fn_name, args, kwargs):
         p = args[i] if len(args) > i else kwargs.get("src", kwargs.get("dst"))
         if isinstance(p, int):
             peer = p
-    return count, dtype, peer
+    return count, dtype, peer, cuda
 
 
 def _end_on_completion(fut, span):
@@ -254,8 +281,8 @@ def _wrap(fn_name, fn):
         if is_compiling() or not rankscope.enabled() or not dist.is_initialized():
             return fn(*args, **kwargs)
         group = kwargs.get("group")
-        count, dtype, peer = _describe(fn_name, args, kwargs)
-        span = _rs.collective(_communicator(group), op, count, dtype, peer)
+        count, dtype, peer, cuda = _describe(fn_name, args, kwargs)
+        span = _rs.collective(_communicator(group), op, count, dtype, peer, cuda or _stream_ordered(group))
         try:
             work = fn(*args, **kwargs)
         except Exception:

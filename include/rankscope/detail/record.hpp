@@ -26,7 +26,8 @@ enum class RecordKind : std::uint8_t {
   kCollectiveExtra = 7,  // optionally follows kCollective: ptr device timing handle,
                          // i flight id, site interned error text; aux bit 0 = in a group,
                          // bit 1 = the thread waited for it: a.site = the wait's phase,
-                         // t0 = the wait's start, depth = its nesting depth
+                         // t0 = the wait's start, depth = its nesting depth; bit 2 = the
+                         // handle is a DeviceSpan (device_span.hpp) the core resolves
   kProgress = 8,   // rankscope::progress(): t0
   kLog = 9,        // a log record: aux = level | flags << 8, v[0] LogSite*, v[1] message bytes,
                    // v[2] field bytes; the bytes follow in ceil(n / 64) raw records

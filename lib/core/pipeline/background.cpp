@@ -40,21 +40,71 @@ struct OwnNames {
 };
 }  // namespace
 
+namespace {
+// A collective record's device span (record_collective's `span`), if any.
+DeviceSpan* collective_span(const Record* extra) {
+  if (extra == nullptr || extra->kind != RecordKind::kCollectiveExtra || (extra->aux & 4) == 0) return nullptr;
+  return static_cast<DeviceSpan*>(const_cast<void*>(extra->v[0].ptr));
+}
+// The device span a record's line waits for (drain_all), if any.
+DeviceSpan* span_to_wait_for(const Record& r, const Record* next) {
+  if (r.kind == RecordKind::kPhase) return static_cast<DeviceSpan*>(const_cast<void*>(r.v[1].ptr));
+  return r.kind == RecordKind::kCollective ? collective_span(next) : nullptr;
+}
+}  // namespace
+
+// A collective that ends on the device: once its span has finished there, its
+// line carries the device's time (the host's as enqueue_ns) and it completes in
+// the flight recorder and its communicator's sequence. One given up on (a
+// device stuck in it, device_done) goes out with host time and stays in flight
+// until the device finishes it (poll_device_collectives).
+void Runtime::complete_on_device(Event& e, DeviceSpan* span, const Record& extra) {
+  const auto flight = static_cast<std::uint64_t>(extra.v[1].i);
+  if (!device_span_finished(span)) {
+    stuck_on_device_.push_back(StuckCollective{span, flight, e.comm, e.seq, e.result});
+    return;
+  }
+  if (const auto dev = device_span_take(span)) {
+    e.enqueue_ns = e.dur_ns;
+    e.dur_ns = *dev;
+    e.device_timed = true;
+  }
+  detail::flight_complete(flight, detail::now_ticks(), e.result);
+  if (e.comm != nullptr) const_cast<Communicator*>(e.comm)->note_completed(e.seq);
+}
+
+void Runtime::poll_device_collectives() {
+  std::size_t keep = 0;
+  for (StuckCollective& c : stuck_on_device_) {
+    if (!device_span_finished(c.span)) {
+      stuck_on_device_[keep++] = c;
+      continue;
+    }
+    (void)device_span_take(c.span);
+    detail::flight_complete(c.flight, detail::now_ticks(), c.result);
+    if (c.comm != nullptr) const_cast<Communicator*>(c.comm)->note_completed(c.seq);
+  }
+  stuck_on_device_.resize(keep);
+}
+
 void Runtime::decode(ThreadState* st, const Record& r, const Record* next, std::vector<Event>& batch) {
   if (r.kind == RecordKind::kCollectiveExtra || r.kind == RecordKind::kStepCounts || is_log_like(r.kind)) return;
   // Built in place: an Event is a few hundred bytes, and most records become one.
   Event& e = batch.emplace_back();
   (void)event_from_record(r, next, clock_, OwnNames{}, st->tid, e);
   switch (e.kind) {
-    case EventKind::kPhase:
-      breakdown_.on_phase(e.tid, e.depth, r.site->kind, e.mono_ns, e.dur_ns);
-      goodput_.on_phase(e.tid, e.depth, r.site->kind, e.wall_ns, e.dur_ns);
+    case EventKind::kPhase: {
       if (r.v[1].ptr != nullptr) {  // device-timed (drain_all waited for the device, or gave up)
         const auto dev = device_span_take(static_cast<DeviceSpan*>(const_cast<void*>(r.v[1].ptr)));
         e.device_timed = dev.has_value();
         e.device_ns = dev.value_or(0);
       }
+      // On a GPU the phase's work took the device's time; the host's is its launch.
+      const std::uint64_t work_ns = e.device_timed ? e.device_ns : e.dur_ns;
+      breakdown_.on_phase(e.tid, e.depth, r.site->kind, e.mono_ns, work_ns);
+      goodput_.on_phase(e.tid, e.depth, r.site->kind, e.wall_ns, work_ns);
       break;
+    }
     case EventKind::kStepBegin:
       breakdown_.on_step_begin(e.tid, e.step, e.mono_ns);
       break;
@@ -76,10 +126,13 @@ void Runtime::decode(ThreadState* st, const Record& r, const Record* next, std::
     case EventKind::kStepScalars:
       watch_numerics(e);  // an earlier step's loss or gradient norm, read back from the GPU later
       break;
-    case EventKind::kCollective:
+    case EventKind::kCollective: {
+      const std::uint64_t host_ns = e.dur_ns;
+      if (DeviceSpan* span = collective_span(next)) complete_on_device(e, span, *next);
       // A collective outside any phase is still step time spent communicating.
       if (e.parent == nullptr) breakdown_.on_phase(e.tid, 0, PhaseKind::kCollective, e.mono_ns, e.dur_ns);
-      if (next != nullptr && next->kind == RecordKind::kCollectiveExtra && next->v[0].ptr != nullptr) {
+      if (next != nullptr && next->kind == RecordKind::kCollectiveExtra && next->v[0].ptr != nullptr &&
+          collective_span(next) == nullptr) {
         e.enqueue_ns = e.dur_ns;
         auto defer = g_defer.load(std::memory_order_acquire);
         if (defer != nullptr && defer(e, next->v[0].ptr, static_cast<std::uint64_t>(next->v[1].i))) {  // emitted when the device finishes
@@ -88,11 +141,12 @@ void Runtime::decode(ThreadState* st, const Record& r, const Record* next, std::
         }
       }
       if (e.wait_phase != nullptr) {  // the thread's wait for it at its end: communication, nested where it waited
-        const std::uint64_t from_issue = e.dur_ns - e.wait_ns;
+        const std::uint64_t from_issue = host_ns - e.wait_ns;
         breakdown_.on_phase(e.tid, next->depth, PhaseKind::kCollective, e.mono_ns + from_issue, e.wait_ns);
         goodput_.on_phase(e.tid, next->depth, PhaseKind::kCollective, e.wall_ns + from_issue, e.wait_ns);
       }
       break;
+    }
     default:
       break;
   }
@@ -192,16 +246,16 @@ void Runtime::mark_written() {
   for (ThreadState* st : threads_) st->written.store(st->tail.load(std::memory_order_relaxed), std::memory_order_release);
 }
 
-// A device-timed phase's line is written once the device has finished its
-// span, and its thread's later lines wait behind it (one order per thread in
-// the run log, as readers need). Its records stay in the ring meanwhile, so a
-// SIGKILL loses none. A span the device has not finished kDeviceWaitNs after
-// the phase ended (a GPU stuck in a kernel) is given up on: the line goes out
-// with its host time only, and so does every phase at shutdown.
-bool Runtime::device_done(const Record& r) {
-  if (device_wait_over_ || device_span_finished(static_cast<DeviceSpan*>(const_cast<void*>(r.v[1].ptr)))) return true;
+// A device-timed phase's or collective's line is written once the device has
+// finished its span, and its thread's later lines wait behind it (one order per
+// thread in the run log, as readers need). Its records stay in the ring
+// meanwhile, so a SIGKILL loses none. A span the device has not finished
+// kDeviceWaitNs after the host's end (a GPU stuck in a kernel) is given up on:
+// the line goes out with its host time only, and so does every one at shutdown.
+bool Runtime::device_done(DeviceSpan* span, std::uint64_t t1) {
+  if (device_wait_over_ || device_span_finished(span)) return true;
   const std::uint64_t now = detail::now_ticks();
-  return now > r.t1 && clock_.ticks_to_ns(now - r.t1) >= kDeviceWaitNs;
+  return now > t1 && clock_.ticks_to_ns(now - t1) >= kDeviceWaitNs;
 }
 
 bool Runtime::drain_time_up() {
@@ -219,7 +273,9 @@ std::uint64_t Runtime::drop_left(ThreadState* st, std::uint64_t tail, std::uint6
       const auto bytes = static_cast<std::uint64_t>(r.v[1].i) + static_cast<std::uint64_t>(r.v[2].i);
       tail += 1 + (bytes + sizeof(Record) - 1) / sizeof(Record);
     } else {
-      if (r.kind == RecordKind::kPhase && r.v[1].ptr != nullptr) (void)device_span_take(static_cast<DeviceSpan*>(const_cast<void*>(r.v[1].ptr)));
+      if (DeviceSpan* span = span_to_wait_for(r, tail + 1 < head ? &st->slots[(tail + 1) & st->mask] : nullptr)) {
+        (void)device_span_take(span);  // free for reuse: nobody will ask for it now
+      }
       ++tail;
     }
     ++n;
@@ -249,11 +305,11 @@ std::size_t Runtime::drain_all(std::vector<Event>& batch) {
       // shutdown()'s deadline: every record is written or counted as dropped, none left unaccounted.
       if ((n & 255) == 0 && (time_up || (time_up = drain_time_up()))) break;
       const Record& r = st->slots[tail & st->mask];
-      if (r.kind == RecordKind::kPhase && r.v[1].ptr != nullptr && !device_done(r)) break;  // back next drain
       if (is_log_like(r.kind)) {
         tail += decode_log(st, tail, batch);
       } else {
         const Record* next = (tail + 1 != head) ? &st->slots[(tail + 1) & st->mask] : nullptr;
+        if (DeviceSpan* span = span_to_wait_for(r, next); span != nullptr && !device_done(span, r.t1)) break;
         decode(st, r, next, batch);
         ++tail;
       }
@@ -285,6 +341,7 @@ std::size_t Runtime::drain_all(std::vector<Event>& batch) {
     batch.push_back(x);
   }
   extra_.clear();
+  if (!stuck_on_device_.empty()) poll_device_collectives();
   if (auto poll = g_poller.load(std::memory_order_acquire)) {
     write_pending();  // what is formatted is on disk before the extension's code runs
     const std::size_t before = batch.size();

@@ -238,8 +238,9 @@ std::unique_ptr<Communicator> detached_communicator(std::uint32_t id, std::strin
 bool record_collective(ThreadState* st, const Communicator& c, CollectiveOp op, std::uint64_t seq, std::uint64_t count,
                        DType dtype, int peer, std::uint64_t t0, std::uint64_t t1, CollectiveResult r,
                        const Site* phase, const void* device, std::uint64_t flight_id, const Site* error,
-                       bool in_group, const CollectiveWait* wait) noexcept {
+                       bool in_group, const CollectiveWait* wait, DeviceSpan* span) noexcept {
   if (wait != nullptr && wait->phase == nullptr) wait = nullptr;
+  if (span != nullptr) device = span;
   const bool extra = device != nullptr || error != nullptr || in_group || wait != nullptr;
   if (!st->try_reserve(extra ? 2 : 1)) return false;
   Record& rec = st->slot(0);
@@ -255,7 +256,7 @@ bool record_collective(ThreadState* st, const Communicator& c, CollectiveOp op, 
     set_header(x, RecordKind::kCollectiveExtra, wait != nullptr ? wait->t0 : t0, t1,
                wait != nullptr ? wait->phase : nullptr, rec.step,
                static_cast<std::uint8_t>(wait != nullptr ? wait->depth : 0),
-               static_cast<std::uint16_t>((in_group ? 1 : 0) | (wait != nullptr ? 2 : 0)));
+               static_cast<std::uint16_t>((in_group ? 1 : 0) | (wait != nullptr ? 2 : 0) | (span != nullptr ? 4 : 0)));
     x.pad = 0;
     x.v[0].ptr = device;
     x.v[1].i = static_cast<std::int64_t>(flight_id);

@@ -243,14 +243,24 @@ class Runtime {
   detail::WatchdogConfig watchdog_cfg_;
   std::vector<Event> extra_;  // events derived while decoding (slow steps), delivered with the batch
   bool device_timing_ = true;      // RANKSCOPE_DEVICE_TIMING
-  bool device_wait_over_ = false;  // shutdown: no more waiting for the device (device_done)  // device-timed phases waiting for their end on the device
+  bool device_wait_over_ = false;  // shutdown: no more waiting for the device (device_done)
+  struct StuckCollective {  // written with host time; still in flight on its device
+    DeviceSpan* span;
+    std::uint64_t flight;
+    const Communicator* comm;
+    std::uint64_t seq;
+    CollectiveResult result;
+  };
+  std::vector<StuckCollective> stuck_on_device_;  // device-timed phases waiting for their end on the device
   std::atomic<std::uint64_t> recorded_{0};
   std::atomic<std::uint64_t> lost_{0};  // events lost to an exception in the background thread, or left at the deadline
   // Past this steady-clock time (shutdown's deadline less the time kept for run_end and the sinks'
   // last writes), a drain stops decoding: what is left in the rings is dropped and counted.
   std::atomic<std::int64_t> drain_until_ns_{INT64_MAX};
   bool drain_time_up();
-  bool device_done(const Record& r);
+  bool device_done(DeviceSpan* span, std::uint64_t t1_ticks);
+  void complete_on_device(Event& e, DeviceSpan* span, const Record& extra);
+  void poll_device_collectives();
   static constexpr std::uint64_t kDeviceWaitNs = 2'000'000'000;  // see device_done
   std::uint64_t drop_left(ThreadState* st, std::uint64_t tail, std::uint64_t head);
   bool signal_handlers_ = false;  // ours installed: stacks can be captured
