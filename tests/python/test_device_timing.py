@@ -3,6 +3,7 @@ tests/fake_cudart.c: a CUDA runtime with the real call shape (events, streams, e
 whose device the test controls. RANKSCOPE_CUDA_RUNTIME points rankscope at it, as a trainer's
 own libcudart would be found on a GPU machine; every phase of such a run is then timed on the
 device too, each phase's kernels taking exactly FAKE_CUDA_PHASE_KERNEL_NS of device time."""
+import glob
 import json
 import os
 import shutil
@@ -79,7 +80,6 @@ for step in range(4):
     rankscope.step(step)
 dist.destroy_process_group()
 rankscope.shutdown()
-print(rankscope.run_dir())
 """
 
 
@@ -88,7 +88,9 @@ def test_torch_collectives_on_a_stream_ordered_backend_are_timed_on_the_device(t
     script.write_text(_COLLECTIVES)
     p = torchrun(script, 2, env=_device_env(fake_cudart))
     assert p.returncode == 0, p.stderr[-3000:]
-    run_dir = str(tmp_path / p.stdout.strip().splitlines()[-1])
+    runs = glob.glob(str(tmp_path / "rankscope-runs" / "*"))  # the job's run directory, its only one
+    assert len(runs) == 1, runs
+    run_dir = runs[0]
     colls = [e for e in run_log_events(run_dir, "collective") if e["op"] == "all_reduce"]
     assert len(colls) == 2 * 8, colls
     # Each has an event on the stream at issue and at its end, each behind one 3 ms "kernel":
