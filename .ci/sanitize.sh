@@ -12,7 +12,7 @@ cmake -S . -B "build-$san" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DRANKSCOPE_SANITIZ
   -DRANKSCOPE_WITH_NCCL=ON -DRANKSCOPE_WITH_OTLP=ON -DRANKSCOPE_WITH_PROMETHEUS=ON \
   -DRANKSCOPE_BUILD_BENCHMARKS=OFF >/dev/null
 cmake --build "build-$san" -j2 --target rankscope_tests rankscope_tests_compiled_out rankscope_tests_nccl \
-  rankscope_tests_otlp rankscope_tests_prometheus rankscope_gpu_nccl_check
+  rankscope_tests_otlp rankscope_tests_prometheus rankscope_gpu_nccl_check rankscope_tests_device rankscope_fake_cudart
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \

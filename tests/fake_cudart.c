@@ -37,6 +37,7 @@ typedef struct {
 } fake_event;
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t released_cv = PTHREAD_COND_INITIALIZER; /* a blocking kernel finished */
 static fake_stream streams[kMaxStreams];
 static int nstreams;
 static fake_event events[kMaxEvents];
@@ -147,6 +148,16 @@ void fake_cuda_release(void* stream) {
   pthread_mutex_lock(&mu);
   fake_stream* s = stream_of(stream);
   if (s != NULL && s->released < s->blocks) ++s->released;
+  pthread_cond_broadcast(&released_cv);
+  pthread_mutex_unlock(&mu);
+}
+/* The host waits for everything enqueued on `stream` so far, as
+ * cudaStreamSynchronize does (a copy to the host, `.item()`). */
+void fake_cuda_synchronize(void* stream) {
+  pthread_mutex_lock(&mu);
+  fake_stream* s = stream_of(stream);
+  const uint64_t target = s != NULL ? s->blocks : 0;
+  while (s != NULL && s->released < target) pthread_cond_wait(&released_cv, &mu);
   pthread_mutex_unlock(&mu);
 }
 /* Events created so far (pools reuse theirs). */

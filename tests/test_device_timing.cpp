@@ -293,3 +293,34 @@ TEST_CASE("a collective on a CPU thread of a GPU process completes when the host
   ar.end(true, nullptr, stream(0x62));
   CHECK(world.completed() == 1);
 }
+
+TEST_CASE("the heartbeat says, per stream, the oldest collective the host left and the GPU has not finished",
+          "[device]") {
+  FakeCuda cuda;
+  TempDir tmp;
+  REQUIRE(init(rank_config(tmp.path)).ok());
+  Communicator& world = communicator("pending_world", 2, 0);
+  Communicator& pipe = communicator("pending_pipe", 2, 0);
+  const auto enqueue = [&](Communicator& c, CollectiveOp op, void* s) {
+    python::PendingCollective coll(c, op, 8, DType::kFloat32, -1, s, true);
+    cuda.block(s);  // NCCL's kernel, waiting for a peer
+    coll.end(true, nullptr, s);  // the host returned at once
+  };
+  begin_step(3);
+  enqueue(world, CollectiveOp::kAllReduce, stream(0x63));  // world #1, then #2 behind it on 0x63
+  enqueue(world, CollectiveOp::kAllReduce, stream(0x63));
+  enqueue(pipe, CollectiveOp::kBroadcast, stream(0x64));
+  REQUIRE(flush());
+  auto dump = dump_flight_recorder("test");
+  REQUIRE(dump.ok());
+  CHECK_THAT(slurp(*dump), Catch::Contains(R"("state":"issued")") && Catch::Contains(R"("on_device":true,"host_returned_ns":)"));
+  shutdown();  // its last heartbeat: the GPU is still where it was
+  const std::string beat = slurp(tmp.path + "/rank-0.heartbeat.json");
+  CHECK_THAT(beat, Catch::Contains(R"("device_pending":[{"stream":"0x63","op":"all_reduce","comm":"pending_world","seq":1,"step":3,"age_ns":)") &&
+                       Catch::Contains(R"({"stream":"0x64","op":"broadcast","comm":"pending_pipe","seq":1,"step":3,"age_ns":)") &&
+                       !Catch::Contains(R"("seq":2,"step":3,"age_ns")"));
+  CHECK_THAT(beat, Catch::Contains(R"("on_device":true)") && Catch::Contains("on the GPU: the host returned"));
+  cuda.release(stream(0x63));
+  cuda.release(stream(0x63));
+  cuda.release(stream(0x64));
+}

@@ -119,6 +119,27 @@ TEST_CASE("rule hang names the rank blocked outside the collective the others wa
                                "it is blocked in loader at step 7"));
 }
 
+TEST_CASE("rule hang names the rank that never enqueued the collective a GPU is stuck in", "[triage]") {
+  // On a GPU rank 1's host left all_reduce #3 at once (NCCL) and blocked at its next sync;
+  // its watchdog found #3 unfinished on the device. The culprit is the same as on CPU.
+  auto sum = run_of(2);
+  stalled(sum.ranks[0], "", false);
+  stalled(sum.ranks[1], "world", false);
+  sum.ranks[1].last_stall->on_device = sum.ranks[1].first_stall->on_device = true;
+  sum.ranks[1].last_stall->issued_step = sum.ranks[1].first_stall->issued_step = 6;
+  const reader::Finding out = one_finding(rules::hang_rule, sum, FindingKind::kHang, {0});
+  CHECK_THAT(out.summary,
+             Catch::StartsWith("HANG: rank 0 did not reach all_reduce seq 3 on 'world' while rank 1 waits in it"));
+  CHECK(std::count(out.evidence.begin(), out.evidence.end(),
+                   "rank 1's GPU is stuck in all_reduce seq 3 on 'world' (enqueued in step 6): its host returned "
+                   "from the call and is blocked at a later sync") == 1);
+  // Without the device's word (a host-timed collective) nothing is said about a GPU.
+  sum.ranks[1].last_stall->on_device = sum.ranks[1].first_stall->on_device = false;
+  for (const std::string& e : one_finding(rules::hang_rule, sum, FindingKind::kHang, {0}).evidence) {
+    CHECK_THAT(e, !Catch::Contains("GPU"));
+  }
+}
+
 TEST_CASE("rule dead_rank names a rank behind the others whose log ends in a torn line", "[triage]") {
   auto sum = run_with_dead_rank_2();
   const reader::Finding out = one_finding(rules::dead_rank_rule, sum, FindingKind::kDeadRank, {2});

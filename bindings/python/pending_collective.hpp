@@ -76,6 +76,7 @@ class PendingCollective {
       span = nullptr;
     }
     if (span != nullptr && !rankscope::detail::device_span_end(span, device_stream)) span = nullptr;  // freed
+    if (span != nullptr) rankscope::detail::flight_on_device(flight_, t1, device_stream);
     auto* st = rankscope::detail::thread_state();
     const bool recorded = st != nullptr && rankscope::detail::record_collective(st, comm_, op_, seq_, count_, dtype_,
                                                                                 peer_, t0_, t1, r, phase_, nullptr,

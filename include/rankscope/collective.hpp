@@ -147,6 +147,10 @@ namespace detail {
 std::uint64_t flight_issue(const Communicator& c, CollectiveOp op, std::uint64_t seq, std::uint64_t count, DType dtype,
                            int peer, std::uint64_t t_issue, const Site* phase, std::int32_t tid) noexcept;
 void flight_complete(std::uint64_t id, std::uint64_t t_end, CollectiveResult r) noexcept;
+// A stream-ordered collective whose host call returned at `t_host_end` (ticks):
+// it stays issued until its device end (flight_complete), and meanwhile the
+// flight recorder says the host has left it and `stream` still runs it.
+void flight_on_device(std::uint64_t id, std::uint64_t t_host_end, void* stream) noexcept;
 // The issuing thread's wait for a collective at its end (DDP's finalize
 // waiting for the last gradient buckets): a phase opened at `t0` (ticks) at
 // nesting depth `depth`, taken off the thread's phase stack unrecorded

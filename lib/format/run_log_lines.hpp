@@ -43,6 +43,8 @@ struct InnermostPhase {
 struct FirstInFlight {
   std::string op, comm;
   std::uint64_t seq = 0, count = 0;
+  std::int64_t step = -1;  // when it was issued
+  bool on_device = false;  // the host returned from it; its GPU had not finished it
 };
 /// A value kept as its minified JSON text (a violation's `values`).
 struct Json {

@@ -49,13 +49,7 @@ struct EventPair {
 
 constexpr int kPairsPerThread = 256;
 
-// A thread's pairs, on one device (lib/core/device/device_pools.hpp).
-struct ThreadPool {
-  explicit ThreadPool(int d) : device(d) {}
-  const int device;
-  EventPair pairs[kPairsPerThread];
-  int next = 0;
-};
+using ThreadPool = detail::SlotPool<EventPair, kPairsPerThread>;  // a thread's pairs, on one device
 using ThreadPools = detail::DevicePools<ThreadPool>;
 
 thread_local int t_group_depth = 0;
@@ -117,7 +111,7 @@ EventPair* acquire_pair(cudaStream_t stream) {
   int device = 0;  // a backend table without get_device: one device
   if (api().get_device != nullptr && api().get_device(&device) != cudaSuccess) return nullptr;
   ThreadPool* pool = ThreadPools::instance().for_thread(device);
-  EventPair& p = pool->pairs[pool->next];
+  EventPair& p = pool->slots[pool->next];
   if (p.busy.load(std::memory_order_acquire)) return nullptr;
   if (!p.created) {
     if (api().event_create(&p.start, cudaEventDefault) != cudaSuccess ||
@@ -187,6 +181,8 @@ ncclResult_t run(ncclComm_t handle, CollectiveOp op, size_t count, ncclDataType_
   if (pair == nullptr) {  // host timing: complete now
     detail::flight_complete(flight, t1, result);
     c->note_completed(seq);
+  } else {  // in flight until the device has finished it (poll)
+    detail::flight_on_device(flight, t1, stream);
   }
   if (!detail::record_collective(st, *c, op, seq, count, dtype, peer, t0, t1, result, phase, pair, flight, error,
                                  in_group) &&

@@ -145,6 +145,8 @@ void read_value(element v, schema::FirstInFlight& out) {
   if (c[schema::field_name(Field::kComm)].get(x) == SUCCESS) read_value(x, out.comm);
   if (c[schema::field_name(Field::kSeq)].get(x) == SUCCESS) read_value(x, out.seq);
   if (c[schema::field_name(Field::kCount)].get(x) == SUCCESS) read_value(x, out.count);
+  if (c[schema::field_name(Field::kStep)].get(x) == SUCCESS) read_value(x, out.step);
+  if (c[schema::field_name(Field::kOnDevice)].get(x) == SUCCESS) read_value(x, out.on_device);
 }
 
 // Back to the member's default, keeping a string's or a vector's capacity (one

@@ -105,7 +105,8 @@ bool parse(const std::string& path, std::uint64_t now, RankHeartbeat& hb) {
     for (auto c : arr) {
       hb.in_flight.push_back({std::string(get<std::string_view>(c, Field::kOp, "")),
                               std::string(get<std::string_view>(c, Field::kComm, "")), get<std::uint64_t>(c, Field::kSeq, 0),
-                              get<std::uint64_t>(c, Field::kAgeNs, 0)});
+                              get<std::uint64_t>(c, Field::kAgeNs, 0), get<std::int64_t>(c, Field::kStep, -1),
+                              get<bool>(c, Field::kOnDevice, false)});
     }
   }
   simdjson::dom::element log;
@@ -214,6 +215,12 @@ void dead_findings(StatusReport& r, const RankStates& s) {
   }
 }
 
+// A stream-ordered collective the host left at once: the GPU is where it waits.
+std::string on_device_words(const InFlight& f) {
+  return f.on_device ? fmt::format(": on the GPU (enqueued in step {}; the host returned and waits for its GPU)", f.step)
+                     : "";
+}
+
 // Who holds everyone up? A stalled rank outside any collective (blocked),
 // while others wait in one, is the culprit; else the rank(s) behind on a sequence.
 void stalled_findings(StatusReport& r, const std::vector<int>& blocked, const std::vector<int>& waiting) {
@@ -232,9 +239,9 @@ void stalled_findings(StatusReport& r, const std::vector<int>& blocked, const st
   for (const auto& [comm, seqs] : by_comm) {
     for (const auto& [seq, ranks] : seqs) {
       const auto& f = at(r, ranks.front()).in_flight.front();
-      r.findings.push_back(fmt::format("rank{} {} wait{} in {} seq {} on '{}' ({:.1f} s)", ranks.size() > 1 ? "s" : "",
+      r.findings.push_back(fmt::format("rank{} {} wait{} in {} seq {} on '{}' ({:.1f} s){}", ranks.size() > 1 ? "s" : "",
                                        join_ranks(ranks), ranks.size() > 1 ? "" : "s", f.op, seq, comm,
-                                       secs(f.age_ns)));
+                                       secs(f.age_ns), on_device_words(f)));
     }
     if (seqs.size() > 1 && blocked.empty()) {
       r.findings.push_back(fmt::format("ranks {} are behind on '{}': they did not reach seq {}",

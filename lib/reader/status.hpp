@@ -13,6 +13,8 @@ namespace rankscope::reader {
 struct InFlight {
   std::string op, comm;
   std::uint64_t seq = 0, age_ns = 0;
+  std::int64_t step = -1;  // when it was issued
+  bool on_device = false;  // the host returned from it; its GPU has not finished it
 };
 struct OpenPhaseInfo {
   std::string name, phase_kind;

@@ -63,6 +63,10 @@ struct StallRecord {
   bool ended = false;             // a stall_end followed (it recovered)
   std::uint64_t stalled_ns = 0;   // how long, when it ended
   EvidenceLine line;
+  // The collective was on the GPU: the host had returned from it (a stream-
+  // ordered backend, NCCL) and its GPU had not finished it; issued in this step.
+  bool on_device = false;
+  std::int64_t issued_step = -1;
 };
 
 /// Slow steps kept per rank for triage to tell a rank's own from the run's.

@@ -142,7 +142,9 @@ class RankDigester {
   absl::flat_hash_map<std::string, double> name_ns_;  // time per phase name (the first kNamedPhasesKept)
   // The host time of the outermost phases of the step being read, by kind (the breakdown counts a
   // device-timed phase at its device time; a GPU run shows the host's beside it).
-  std::uint64_t step_host_ns_[kPhaseKindCount] = {};
+  // The same breakdown at host time (the summary's host table), kept once a
+  // phase was device-timed: the step-marking thread's top-level phases only.
+  detail::StepBreakdownBuilder host_builder_;
   std::vector<double> host_kind_ms_[kPhaseKindCount];
   std::uint64_t last_phase_end_ = 0;
   std::optional<std::int64_t> threads_now_, comms_now_;
@@ -233,9 +235,9 @@ template <>
 void RankDigester::on(const LogEvent& e, const Line<Kind::kPhase>& l) {
   ++d_.sum.phases;
   if (l.dev) ++d_.sum.device_timed_phases;
-  if (l.depth == 0) step_host_ns_[static_cast<int>(l.phase_kind)] += l.dur;
   const std::uint64_t work = l.dev.value_or(l.dur);  // on a GPU the work took the device's time
   builder_.on_phase(e.tid, l.depth, l.phase_kind, e.mono, work);
+  if (d_.sum.device_timed_phases > 0) host_builder_.on_phase(e.tid, l.depth, l.phase_kind, e.mono, l.dur);
   goodput_.on_phase(e.tid, l.depth, l.phase_kind, e.t, work);
   if (auto it = name_ns_.find(l.name); it != name_ns_.end()) {
     it->second += static_cast<double>(l.dur);
@@ -282,17 +284,14 @@ void RankDigester::on(const LogEvent& e, const Line<Kind::kStepEnd>& l) {
       r.series.add(e.step, ms, static_cast<double>(b->total_ns) / 1e6, static_cast<double>(l.samples.value_or(0)),
                    static_cast<double>(l.tokens.value_or(0)), {l.loss, l.lr, l.grad_norm});
     }
-    if (r.device_timed_phases > 0) {
-      std::uint64_t known = 0;
-      for (int k = 1; k < kPhaseKindCount; ++k) {
-        host_kind_ms_[k].push_back(static_cast<double>(step_host_ns_[k]) / 1e6);
-        known += step_host_ns_[k];
-      }
-      host_kind_ms_[0].push_back(b->total_ns > known ? static_cast<double>(b->total_ns - known) / 1e6 : 0.0);
-    }
   }
-  std::fill(std::begin(step_host_ns_), std::end(step_host_ns_), 0);
-  if (l.next_step) builder_.on_step_begin(e.tid, *l.next_step, e.mono);  // step(): no step_begin line of its own
+  if (auto h = host_builder_.on_step_end(e.tid, e.mono); h && r.device_timed_phases > 0) {
+    for (int k = 0; k < kPhaseKindCount; ++k) host_kind_ms_[k].push_back(static_cast<double>(h->by_kind_ns[k]) / 1e6);
+  }
+  if (l.next_step) {  // step(): no step_begin line of its own
+    builder_.on_step_begin(e.tid, *l.next_step, e.mono);
+    host_builder_.on_step_begin(e.tid, *l.next_step, e.mono);
+  }
 }
 
 // stats and run_end: the recorder's counters, threads and communicators
@@ -318,6 +317,8 @@ void RankDigester::on(const LogEvent& e, const Line<Kind::kStall>& l) {
   const schema::FirstInFlight& c = l.in_flight;
   StallRecord s{e.t, e.t > l.dur ? e.t - l.dur : e.t, e.step, l.inside, l.open_phases.name, c.op, c.comm, c.seq, false, 0,
                 evidence(r.rank, e)};
+  s.on_device = c.on_device;
+  s.issued_step = c.step;
   goodput_.on_stall(s.since);
   if (r.stalls++ == 0) r.first_stall = s;
   r.last_stall = s;
@@ -403,6 +404,7 @@ void RankDigester::on(const LogEvent& e, const Line<Kind::kFact>& l) {
 template <>
 void RankDigester::on(const LogEvent& e, const Line<Kind::kStepBegin>&) {
   builder_.on_step_begin(e.tid, e.step, e.mono);
+  host_builder_.on_step_begin(e.tid, e.step, e.mono);
 }
 
 template <>

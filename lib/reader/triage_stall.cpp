@@ -273,6 +273,20 @@ void add_heartbeat_evidence(const StatusReport* live, Finding& f) {
   }
 }
 
+// On a GPU a rank's host leaves a stream-ordered collective (NCCL's) at once
+// and blocks later, at its next sync: its watchdog found the collective still
+// unfinished on the device. Said per rank: that GPU waits in it, not the host.
+void add_on_device_evidence(const StallFacts& s, Finding& f) {
+  for (const RankSummary* r : s.waiting) {
+    const StallRecord& st = stall_of(*r);
+    if (!st.on_device) continue;
+    f.evidence.push_back(fmt::format("rank {}'s GPU is stuck in {} seq {} on '{}' (enqueued in step {}): its host "
+                                     "returned from the call and is blocked at a later sync{}",
+                                     r->rank, st.op, st.seq, st.comm, st.issued_step,
+                                     st.phase.empty() ? "" : fmt::format(" (in '{}')", st.phase)));
+  }
+}
+
 // What every stall verdict adds after its own words: the bystanders, the
 // SIGPIPE deaths, where the others wait, who is behind, the heartbeats, and
 // the slow-step events it explains.
@@ -289,6 +303,7 @@ void add_context(const TriageInput& in, Finding& f) {
     f.evidence.push_back(fmt::format("{} stopped progressing at {} inside {}", format_ranks(s.waiting_ranks),
                                      format_clock_time(s.waited->since), s.in_what));
     if (f.t == 0) f.t = aligned(*s.waiting.front(), s.waited->since);
+    add_on_device_evidence(s, f);
   }
   for (const auto& [rk, seq] : s.behind) {
     if (s.where) {

@@ -14,6 +14,7 @@ import glob
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -105,6 +106,40 @@ def wait_for(condition, what, proc=None, guard_s=300):
         if time.monotonic() > deadline:
             raise AssertionError(f"no {what} after {guard_s} s")
         time.sleep(0.1)
+
+
+def holds_open(pid, directory):
+    """Whether process `pid` has a file under `directory` open (a rank: its run log)."""
+    root = os.path.realpath(directory) + os.sep
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}").startswith(root):
+                return True
+        except OSError:
+            pass
+    return False
+
+
+def kill_job(job, run_dirs):
+    """SIGKILLs a torchrun job (a Popen started with start_new_session=True) and its ranks.
+    torchrun starts its workers in sessions of their own: killing its group leaves them
+    running (blocked in a collective), so each rank is killed by its heartbeat's pid - while
+    that pid still holds its run directory open: pids come round again."""
+    os.killpg(job.pid, signal.SIGKILL)
+    job.wait()
+    for d in run_dirs:
+        for hb in glob.glob(os.path.join(d, "rank-*.heartbeat.json")):
+            try:
+                with open(hb) as f:
+                    pid = json.load(f)["pid"]
+                if holds_open(pid, d):
+                    os.kill(pid, signal.SIGKILL)
+            except (OSError, ValueError, KeyError):
+                pass
 
 
 @pytest.fixture

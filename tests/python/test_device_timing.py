@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from conftest import RANKSCOPE, ROOT, run_log_events
+from conftest import RANKSCOPE, ROOT, TORCHRUN, kill_job, run_log_events, wait_for
 
 KERNEL_NS = 3_000_000
 
@@ -101,3 +101,72 @@ def test_torch_collectives_on_a_stream_ordered_backend_are_timed_on_the_device(t
     for rank in (0, 1):
         mine = sorted((e for e in colls if e["rank"] == rank), key=lambda e: e["seq"])
         assert [e["dur"] for e in mine[0::2]] == [KERNEL_NS] * 4, mine
+
+
+# NCCL's shape (tests/python/stream_ordered_backend.py): a collective is enqueued on the stream
+# and the host returns at once; the host waits for its GPU at the next sync. Rank 1 never
+# enqueues all-reduce #K (it blocks in its data loading at step 8); rank 0 enqueues #K, returns,
+# and blocks at its sync while its GPU is stuck in #K. Default stall settings.
+_GPU_HANG = """
+import sys, threading
+sys.path.insert(0, sys.argv[1])
+import stream_ordered_backend as sob
+import torch, torch.distributed as dist
+import rankscope, rankscope.torch as rst
+sob.register()
+rankscope.init()
+dist.init_process_group(sob.NAME)
+rst.instrument()
+rst.stream_ordered_backends.add(sob.NAME)  # what it is: NCCL's shape
+rank, world = dist.get_rank(), dist.get_world_size()
+t = torch.ones(256)
+for step in range(1000):
+    with rankscope.phase("data"):
+        if rank == 1 and step == 8:
+            threading.Event().wait()   # never returns: rank 1 never enqueues this step's all-reduce
+        t.fill_(1.0)
+    dist.all_reduce(t)                 # enqueued on the stream; returns before it ran
+    sob.synchronize()                  # the host's sync (loss.item()): waits for its GPU
+    assert t[0].item() == world, t[0].item()  # the result is there after the sync, not before
+    rankscope.step(step)
+"""
+
+
+def test_a_gpu_stuck_in_a_collective_the_peer_never_enqueued_is_named_as_such(tmp_path, fake_cudart):
+    script = tmp_path / "gpu_hang.py"
+    script.write_text(_GPU_HANG)
+    run = tmp_path / "run"
+    env = dict(os.environ, OMP_NUM_THREADS="1", RANKSCOPE_DIR=str(run), **_device_env(fake_cudart))
+    job = subprocess.Popen([TORCHRUN, "--standalone", "--nproc-per-node", "2", str(script),
+                            os.path.join(ROOT, "tests", "python")], cwd=tmp_path, env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        # Both ranks' watchdogs have reported their stall (the learned 15 s timeout).
+        wait_for(lambda: {e["rank"] for e in run_log_events(str(run), "stall")} == {0, 1}, "both ranks' stalls",
+                 proc=job)
+        hb = json.loads((run / "rank-0.heartbeat.json").read_text())
+        status = subprocess.run([RANKSCOPE, "status", str(run)], capture_output=True, text=True, timeout=120)
+        tri = subprocess.run([RANKSCOPE, "triage", str(run)], capture_output=True, text=True, timeout=120)
+    finally:
+        kill_job(job, [str(run)])
+    stalls = {e["rank"]: e for e in run_log_events(str(run), "stall")}
+    # Rank 0's host left all-reduce #K at once; its watchdog found #K unfinished on the device.
+    stuck = stalls[0]["in_flight"]
+    assert len(stuck) == 1 and stuck[0]["op"] == "all_reduce" and stuck[0]["on_device"], stalls[0]
+    assert stuck[0]["step"] == 8 and "on the GPU: the host returned" in stalls[0]["inside"], stalls[0]
+    seq = stuck[0]["seq"]
+    assert stalls[1]["in_flight"] == [] and stalls[1]["open_phases"][-1]["name"] == "data", stalls[1]
+    # The heartbeat: per stream, the oldest collective its GPU has not finished.
+    assert [(d["op"], d["seq"], d["step"]) for d in hb["device_pending"]] == [("all_reduce", seq, 8)], hb
+    assert f"waits in all_reduce seq {seq} on 'world'" in status.stdout and "on the GPU" in status.stdout, \
+        status.stdout
+    # The culprit is the rank that never enqueued it, exactly as without a GPU; the waiting
+    # rank's GPU, not its host, is what waits in it.
+    assert f"HANG: rank 1 did not reach all_reduce seq {seq} on 'world' while rank 0 waits in it: it is blocked " \
+           f"in data at step 8" in tri.stdout, tri.stdout
+    assert f"rank 0's GPU is stuck in all_reduce seq {seq} on 'world' (enqueued in step 8): its host returned " \
+           f"from the call and is blocked at a later sync" in tri.stdout, tri.stdout
+    # Before the hang, each all-reduce ended on the device: its line waited for the kernel.
+    colls = [e for e in run_log_events(str(run), "collective") if e["op"] == "all_reduce" and e["seq"] < seq]
+    assert len(colls) == 2 * 8 and all(e.get("timing") == "device" and e["dur"] == KERNEL_NS for e in colls), \
+        colls[:2]

@@ -2,28 +2,11 @@
 GIL) and the native ones, in the run log's `stacks` line."""
 import json
 import os
-import signal
 import subprocess
 import sys
 import textwrap
 
-from conftest import TORCHRUN, wait_for
-
-
-def holds_open(pid, directory):
-    """Whether process `pid` has a file under `directory` open (a rank: its run log)."""
-    root = os.path.realpath(directory) + os.sep
-    try:
-        fds = os.listdir(f"/proc/{pid}/fd")
-    except OSError:
-        return False
-    for fd in fds:
-        try:
-            if os.readlink(f"/proc/{pid}/fd/{fd}").startswith(root):
-                return True
-        except OSError:
-            pass
-    return False
+from conftest import TORCHRUN, kill_job, wait_for
 
 
 def stacks_lines(run_dir):
@@ -130,19 +113,7 @@ def test_the_first_rank_to_see_a_stall_has_every_rank_dump(tmp_path):
                  and sorted({l["rank"] for l in stacks_lines(tmp_path)}) == [0, 1, 2, 3],
                  "every rank's flight dump and stacks line", proc=job)
     finally:
-        os.killpg(job.pid, signal.SIGKILL)
-        job.wait()
-        # torchrun starts its workers in sessions of their own: killing its group leaves them
-        # running (blocked in the all-reduce), so each rank is killed by its heartbeat's pid -
-        # while that pid still holds its run directory open: pids come round again.
-        for d in set(dirs.values()):
-            for hb in d.glob("rank-*.heartbeat.json"):
-                try:
-                    pid = json.loads(hb.read_text())["pid"]
-                    if holds_open(pid, d):
-                        os.kill(pid, signal.SIGKILL)
-                except (OSError, ValueError, KeyError):
-                    pass
+        kill_job(job, set(dirs.values()))
     request = json.loads((run / "dump-request.json").read_text())
     assert request["rank"] == 1 and request["reason"] == "stall", request
     dumps = {r: json.loads((dirs[r] / f"rank-{r}.flight.json").read_text()) for r in range(4)}

@@ -102,6 +102,10 @@
   X(kOpenPhases, "open_phases")                    \
   X(kInFlight, "in_flight")                        \
   X(kAgeNs, "age_ns")                              \
+  X(kOnDevice, "on_device")                        \
+  X(kHostReturnedNs, "host_returned_ns")           \
+  X(kStream, "stream")                             \
+  X(kDevicePending, "device_pending")              \
   X(kUsualNs, "usual_ns")                          \
   X(kFactor, "factor")                             \
   X(kGrownPhase, "grown_phase")                    \

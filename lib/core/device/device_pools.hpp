@@ -21,6 +21,17 @@
 
 namespace rankscope::detail {
 
+// One thread's N event holders (a span's or a collective's two events) on one
+// device, taken round-robin: the next one still busy means the device is N
+// behind, and the caller falls back to host time.
+template <typename T, int N>
+struct SlotPool {
+  explicit SlotPool(int d) : device(d) {}
+  const int device;
+  T slots[N];
+  int next = 0;
+};
+
 // Pool: constructible from a device index, with a `const int device` member.
 template <typename Pool>
 class DevicePools {

@@ -25,13 +25,7 @@ namespace {
 // records host time only until the device catches up.
 constexpr int kSpansPerThread = 256;
 
-// A thread's spans, on one device (device_pools.hpp).
-struct SpanPool {
-  explicit SpanPool(int d) : device(d) {}
-  const int device;
-  DeviceSpan spans[kSpansPerThread];
-  int next = 0;
-};
+using SpanPool = SlotPool<DeviceSpan, kSpansPerThread>;  // a thread's spans, on one device
 using SpanPools = DevicePools<SpanPool>;
 
 // The child of a CUDA process cannot use CUDA: device timing stops there.
@@ -63,7 +57,7 @@ DeviceSpan* device_span_begin(void* stream) noexcept {
   } catch (...) {  // out of memory: this phase is host-timed
     return nullptr;
   }
-  DeviceSpan& s = pool->spans[pool->next];
+  DeviceSpan& s = pool->slots[pool->next];
   if (s.busy.load(std::memory_order_acquire)) return nullptr;  // the device is 256 spans behind
   if (!s.created) {
     if (rt->event_create_with_flags(&s.start, kCudaEventDefault) != kCudaSuccess ||

@@ -188,20 +188,45 @@ std::string Watchdog::describe_inside(std::uint64_t now_tick, const TickClock& c
   j.clear();
   w.begin_array();
   std::string coll;
-  if (const FlightRing* ring = flight_ring()) {
-    for (const FlightEntry& e : ring->snapshot(/*in_flight_only=*/true)) {
-      if (e.state != FlightState::kIssued) continue;  // completed while we copied
-      const Communicator* cm = communicator_by_id(e.comm_id);
-      const std::string name = cm != nullptr ? cm->name() : "";
-      const std::uint64_t age = now_tick > e.t_issue ? clock.ticks_to_ns(now_tick - e.t_issue) : 0;
-      coll += fmt::format("{}{} seq {} on '{}' ({:.1f} s)", coll.empty() ? "" : ", ", collective_op_name(e.op), e.seq,
-                          name, secs(age));
-      w.begin_object().field(schema::Field::kOp, collective_op_name(e.op)).field(schema::Field::kComm, name);
-      w.field(schema::Field::kSeq, e.seq).field(schema::Field::kCount, e.count).field(schema::Field::kAgeNs, age).end_object();
+  std::vector<const FlightEntry*> oldest_on_stream;  // the device's position: one per stream
+  std::vector<FlightEntry> flying;
+  if (const FlightRing* ring = flight_ring()) flying = ring->snapshot(/*in_flight_only=*/true);
+  for (const FlightEntry& e : flying) {
+    if (e.state != FlightState::kIssued) continue;  // completed while we copied
+    const Communicator* cm = communicator_by_id(e.comm_id);
+    const std::string name = cm != nullptr ? cm->name() : "";
+    const std::uint64_t age = now_tick > e.t_issue ? clock.ticks_to_ns(now_tick - e.t_issue) : 0;
+    // On a GPU the host leaves a stream-ordered collective at once; the device
+    // is still inside it: say which, and since when the host has moved on.
+    const std::string where =
+        e.on_device ? fmt::format(", enqueued in step {}, on the GPU: the host returned {:.1f} s ago", e.step,
+                                  secs(now_tick > e.t_host_end ? clock.ticks_to_ns(now_tick - e.t_host_end) : 0))
+                    : "";
+    coll += fmt::format("{}{} seq {} on '{}' ({:.1f} s{})", coll.empty() ? "" : ", ", collective_op_name(e.op), e.seq,
+                        name, secs(age), where);
+    w.begin_object().field(schema::Field::kOp, collective_op_name(e.op)).field(schema::Field::kComm, name);
+    w.field(schema::Field::kSeq, e.seq).field(schema::Field::kCount, e.count).field(schema::Field::kStep, e.step);
+    w.field(schema::Field::kAgeNs, age);
+    if (e.on_device) w.field(schema::Field::kOnDevice, true);
+    w.end_object();
+    if (e.on_device && std::none_of(oldest_on_stream.begin(), oldest_on_stream.end(),
+                                    [&](const FlightEntry* o) { return o->stream == e.stream; })) {
+      oldest_on_stream.push_back(&e);  // the snapshot is oldest first
     }
   }
   w.end_array();
   json.in_flight.assign(j.data(), j.size());
+  j.clear();
+  w.begin_array();
+  for (const FlightEntry* e : oldest_on_stream) {
+    const Communicator* cm = communicator_by_id(e->comm_id);
+    w.begin_object().field(schema::Field::kStream, fmt::format("{}", e->stream)).field(schema::Field::kOp, collective_op_name(e->op));
+    w.field(schema::Field::kComm, cm != nullptr ? std::string_view(cm->name()) : "").field(schema::Field::kSeq, e->seq);
+    w.field(schema::Field::kStep, e->step).field(schema::Field::kAgeNs, now_tick > e->t_issue ? clock.ticks_to_ns(now_tick - e->t_issue) : 0);
+    w.end_object();
+  }
+  w.end_array();
+  json.device_pending.assign(j.data(), j.size());
   if (text.empty() && coll.empty()) return "between steps (no open phase, no collective in flight)";
   if (!coll.empty()) text += (text.empty() ? "" : "; ") + std::string("in flight: ") + coll;
   return text;
@@ -363,6 +388,7 @@ void Watchdog::write_heartbeat(std::uint64_t now_mono, const TickClock& clock,
     w.field(schema::Field::kExitCause, "signal").field(schema::Field::kSignal, signal_name(fatal_signal_));
   }
   w.key(schema::Field::kOpenPhases).json(inside_json.open_phases).key(schema::Field::kInFlight).json(inside_json.in_flight);
+  w.key(schema::Field::kDevicePending).json(inside_json.device_pending);
   // A run log that stopped (a full disk) is said here too: this small file is
   // rewritten in place, so it is still written when the log no longer can be.
   const RunLogHealth& log = run_log_health();

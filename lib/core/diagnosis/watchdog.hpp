@@ -67,6 +67,7 @@ class Watchdog {
   // JSON arrays (the stall event's and the heartbeat's `open_phases`, `in_flight`).
   struct InsideJson {
     std::string open_phases, in_flight;
+    std::string device_pending;  // per stream, the oldest collective its GPU has not finished
   };
   std::string describe_inside(std::uint64_t now_tick, const TickClock& clock,
                               const std::vector<ThreadState*>& threads, InsideJson& json) const;

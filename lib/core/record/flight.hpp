@@ -37,6 +37,12 @@ struct alignas(64) FlightSlot {
   std::atomic<std::int32_t> peer{-1};
   std::atomic<std::int32_t> tid{0};
   std::atomic<std::uint16_t> op_dtype{0};
+  // Set when the host's call returned and the device still runs it (a
+  // stream-ordered collective: NCCL's). Valid while device_id equals this
+  // slot's id: a late store for an older collective is then told apart.
+  std::atomic<std::uint64_t> device_id{0};
+  std::atomic<std::uint64_t> t_host_end{0};
+  std::atomic<void*> stream{nullptr};
 };
 
 struct FlightEntry {  // a consistent copy of one slot
@@ -49,6 +55,11 @@ struct FlightEntry {  // a consistent copy of one slot
   std::int32_t peer = -1, tid = 0;
   CollectiveOp op = CollectiveOp::kOther;
   DType dtype = DType::kUnknown;
+  // Issued, the host's call returned, the device has not finished it (its
+  // stream's oldest such collective is where that GPU is).
+  bool on_device = false;
+  std::uint64_t t_host_end = 0;  // ticks
+  const void* stream = nullptr;  // the cudaStream_t it runs on
 };
 
 class FlightRing {
@@ -57,6 +68,9 @@ class FlightRing {
   std::uint64_t issue(const Communicator& c, CollectiveOp op, std::uint64_t seq, std::uint64_t count, DType dtype,
                       int peer, std::uint64_t t_issue, const Site* phase, std::int32_t tid) noexcept;
   void complete(std::uint64_t id, std::uint64_t t_end, CollectiveResult r) noexcept;
+  // The host's call returned at `t_host_end`; the collective stays issued
+  // until complete(), when the device has finished it on `stream`.
+  void on_device(std::uint64_t id, std::uint64_t t_host_end, void* stream) noexcept;
   // Every entry still in the ring, oldest first, or only those still in
   // flight; slots being rewritten during the copy are skipped.
   std::vector<FlightEntry> snapshot(bool in_flight_only = false) const;

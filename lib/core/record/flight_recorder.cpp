@@ -64,6 +64,14 @@ void FlightRing::complete(std::uint64_t id, std::uint64_t t_end, CollectiveResul
                                      std::memory_order_relaxed);
 }
 
+void FlightRing::on_device(std::uint64_t id, std::uint64_t t_host_end, void* stream) noexcept {
+  FlightSlot& s = slots_[id & mask_];
+  if (s.id_state.load(std::memory_order_relaxed) != (id << 8 | static_cast<std::uint64_t>(FlightState::kIssued))) return;
+  s.stream.store(stream, std::memory_order_relaxed);
+  s.t_host_end.store(t_host_end, std::memory_order_relaxed);
+  s.device_id.store(id, std::memory_order_release);
+}
+
 std::vector<FlightEntry> FlightRing::snapshot(bool in_flight_only) const {
   std::vector<FlightEntry> out;
   const std::uint64_t last = next_.load(std::memory_order_acquire);
@@ -91,11 +99,17 @@ std::vector<FlightEntry> FlightRing::snapshot(bool in_flight_only) const {
     const std::uint16_t od = s.op_dtype.load(std::memory_order_relaxed);
     e.op = static_cast<CollectiveOp>(od & 0xff);
     e.dtype = static_cast<DType>(od >> 8);
+    if (s.device_id.load(std::memory_order_acquire) == id) {
+      e.on_device = true;
+      e.t_host_end = s.t_host_end.load(std::memory_order_relaxed);
+      e.stream = s.stream.load(std::memory_order_relaxed);
+    }
     std::atomic_thread_fence(std::memory_order_acquire);
     const std::uint64_t b = s.id_state.load(std::memory_order_relaxed);
     if ((b >> 8) != id) continue;  // rewritten while we copied
     e.state = static_cast<FlightState>(b & 0xff);
     if (e.state == FlightState::kIssued) e.t_end = 0;
+    e.on_device = e.on_device && e.state == FlightState::kIssued;
     out.push_back(e);
   }
   return out;
@@ -115,6 +129,11 @@ std::uint64_t flight_issue(const Communicator& c, CollectiveOp op, std::uint64_t
   position_collective_issued(id, c.id(), static_cast<std::uint16_t>(static_cast<unsigned>(op) | (static_cast<unsigned>(dtype) << 8)),
                              seq, count, t_issue, g_step.load(std::memory_order_relaxed));
   return id;
+}
+
+void flight_on_device(std::uint64_t id, std::uint64_t t_host_end, void* stream) noexcept {
+  FlightRing* r = g_flight.load(std::memory_order_acquire);
+  if (r != nullptr && id != 0) r->on_device(id, t_host_end, stream);
 }
 
 void flight_complete(std::uint64_t id, std::uint64_t t_end, CollectiveResult res) noexcept {
@@ -155,6 +174,9 @@ void dump_collectives(JsonWriter& w, const TickClock& clock, std::uint64_t now_t
     w.key(schema::Field::kFingerprint).hex(collective_fingerprint(e.op, e.count, e.dtype, e.peer));
     if (e.state == FlightState::kIssued) {
       w.field(schema::Field::kAgeNs, now_tick > e.t_issue ? clock.ticks_to_ns(now_tick - e.t_issue) : 0);
+      if (e.on_device) {  // the host returned; its GPU has not finished it
+        w.field(schema::Field::kOnDevice, true).field(schema::Field::kHostReturnedNs, clock.ticks_to_ns(e.t_host_end > e.t_issue ? e.t_host_end - e.t_issue : 0));
+      }
     } else {
       w.field(schema::Field::kDur, e.t_end > e.t_issue ? clock.ticks_to_ns(e.t_end - e.t_issue) : 0);
     }
