@@ -149,6 +149,7 @@ def test_a_gpu_stuck_in_a_collective_the_peer_never_enqueued_is_named_as_such(tm
         tri = subprocess.run([RANKSCOPE, "triage", str(run)], capture_output=True, text=True, timeout=120)
     finally:
         kill_job(job, [str(run)])
+    print(tri.stdout, status.stdout)
     stalls = {e["rank"]: e for e in run_log_events(str(run), "stall")}
     # Rank 0's host left all-reduce #K at once; its watchdog found #K unfinished on the device.
     stuck = stalls[0]["in_flight"]
