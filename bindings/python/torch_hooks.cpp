@@ -23,6 +23,7 @@
 // interpreter imports; rankscope.torch falls back to Python hooks without it
 // (or if the reducer object cannot be reached from here).
 #include <pybind11/pybind11.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/function_hook.h>
@@ -102,7 +103,23 @@ struct SpanParams {
   rankscope::CollectiveOp op;
   std::uint64_t count;
   rankscope::DType dtype;
+  bool on_device;  // the buckets run on a CUDA stream (NCCL): the span ends when the device is done
 };
+
+// The calling thread's current CUDA stream (a cudaStream_t), through c10's
+// device-guard registry: no CUDA library linked, and no GIL (autograd's
+// threads). Null (the legacy default stream) without CUDA or device timing.
+void* current_cuda_stream() noexcept {
+  if (!rankscope::detail::g_device_timing.load(std::memory_order_relaxed)) return nullptr;
+  try {
+    if (!c10::impl::hasDeviceGuardImpl(c10::DeviceType::CUDA)) return nullptr;
+    const c10::impl::DeviceGuardImplInterface* cuda = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
+    if (cuda->deviceCount() == 0) return nullptr;
+    return cuda->getStream(cuda->getDevice()).native_handle();
+  } catch (...) {
+    return nullptr;
+  }
+}
 
 class SyncState;
 class GradientHook;
@@ -281,7 +298,8 @@ SyncSpan::SyncSpan(std::shared_ptr<SyncState> state, std::uint64_t id, long iter
     : state_(std::move(state)),
       id_(id),
       iteration_(iteration),
-      span_(*state_->params().comm, state_->params().op, state_->params().count, state_->params().dtype, -1) {}
+      span_(*state_->params().comm, state_->params().op, state_->params().count, state_->params().dtype, -1,
+            state_->params().on_device ? current_cuda_stream() : nullptr, state_->params().on_device) {}
 namespace {
 const rankscope::Site* ddp_wait_site() {
   static const rankscope::Site* site = rankscope::intern("ddp_all_reduce_wait", rankscope::PhaseKind::kCollective);
@@ -306,7 +324,9 @@ void SyncSpan::end(bool ok) {
   const bool waited = waiting_ && rankscope::detail::phase_take(ddp_wait_site(), wait.t0, wait.depth);
   waiting_ = false;
   wait.phase = ddp_wait_site();
-  span_.end(ok, waited ? &wait : nullptr);  // a no-op once ended
+  // After DDP's finalize the current stream waits for every bucket (NCCL's
+  // wait()): an event recorded there completes when the all-reduce has.
+  span_.end(ok, waited ? &wait : nullptr, span_.on_device() ? current_cuda_stream() : nullptr);  // a no-op once ended
   state_->closed(id_);
 }
 void SyncSpan::finish() { end(true); }
@@ -387,11 +407,11 @@ void SyncState::after_backward() {
 class DdpSync {
  public:
   DdpSync(std::shared_ptr<c10d::Reducer> reducer, rankscope::Communicator* comm, std::string_view op,
-          std::uint64_t count, std::string_view dtype)
+          std::uint64_t count, std::string_view dtype, bool on_device)
       : reducer_(std::move(reducer)),
         state_(std::make_shared<SyncState>(
-            reducer_,
-            SpanParams{comm, rankscope::python::op_of(op), count, rankscope::python::dtype_of(dtype)})) {
+            reducer_, SpanParams{comm, rankscope::python::op_of(op), count, rankscope::python::dtype_of(dtype),
+                                 on_device})) {
     state_->hook_all();
   }
   ~DdpSync() {
@@ -426,14 +446,15 @@ PYBIND11_MODULE(_torch_hooks, m) {
   py::class_<DdpSync>(m, "DdpSync",
                       "One collective span per backward pass for a DDP model's gradient all-reduce.")
       .def(py::init([](py::handle reducer, py::handle comm, std::string_view op, std::uint64_t count,
-                       std::string_view dtype) {
+                       std::string_view dtype, bool on_device) {
              // The communicator by address: this module uses torch's pybind11, whose
              // type registry does not hold rankscope._rankscope's types.
              auto* c = reinterpret_cast<rankscope::Communicator*>(comm.attr("_address").cast<std::uintptr_t>());
-             return new DdpSync(reducer.cast<std::shared_ptr<c10d::Reducer>>(), c, op, count, dtype);
+             return new DdpSync(reducer.cast<std::shared_ptr<c10d::Reducer>>(), c, op, count, dtype, on_device);
            }),
-           "reducer"_a, "comm"_a, "op"_a, "count"_a, "dtype"_a,
-           "Hooks the gradient accumulators of a DDP model's reducer (ddp.reducer). Unhooks when destroyed.")
+           "reducer"_a, "comm"_a, "op"_a, "count"_a, "dtype"_a, "on_device"_a = false,
+           "Hooks the gradient accumulators of a DDP model's reducer (ddp.reducer). Unhooks when destroyed.\n"
+           "on_device: its buckets run on a CUDA stream (NCCL): each span also ends on the device.")
       .def_property_readonly("hooked", &DdpSync::hooked,
                              "Gradient accumulators hooked: one per parameter, one per bucket once DDP's buckets "
                              "are final.")

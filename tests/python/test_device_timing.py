@@ -77,6 +77,8 @@ t = torch.ones(256)
 for step in range(4):
     dist.all_reduce(t)                           # synchronous: ends on the device
     dist.all_reduce(t, async_op=True).wait()     # async: the current stream after wait()
+    fc = torch.ops._c10d_functional              # functional (DTensor, compiled graphs): after wait_tensor()
+    fc.wait_tensor(fc.all_reduce(t, "sum", dist.group.WORLD.group_name))
     rankscope.step(step)
 dist.destroy_process_group()
 rankscope.shutdown()
@@ -92,15 +94,53 @@ def test_torch_collectives_on_a_stream_ordered_backend_are_timed_on_the_device(t
     assert len(runs) == 1, runs
     run_dir = runs[0]
     colls = [e for e in run_log_events(run_dir, "collective") if e["op"] == "all_reduce"]
-    assert len(colls) == 2 * 8, colls
+    assert len(colls) == 2 * 12, colls
     # Each has an event on the stream at issue and at its end, each behind one 3 ms "kernel":
-    # a synchronous one is exactly that; an async one also holds the wait phase's two events
-    # when wait() had to block.
+    # a synchronous one is exactly that; an async or functional one also holds the wait phase's
+    # two events when its wait had to block.
     assert all(e.get("timing") == "device" and "enqueue_ns" in e and e["dur"] % KERNEL_NS == 0 for e in colls), \
         colls[:2]
     for rank in (0, 1):
         mine = sorted((e for e in colls if e["rank"] == rank), key=lambda e: e["seq"])
-        assert [e["dur"] for e in mine[0::2]] == [KERNEL_NS] * 4, mine
+        assert [e["dur"] for e in mine[0::3]] == [KERNEL_NS] * 4, mine
+
+
+_DDP = """
+import sys
+import torch, torch.distributed as dist, torch.nn as nn
+import rankscope, rankscope.torch as rst
+rankscope.init()
+dist.init_process_group("gloo")
+rst.stream_ordered_backends.add("gloo")  # the stand-in: DDP's buckets "run on a CUDA stream"
+torch.manual_seed(0)
+ddp = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8)))
+rst.instrument_ddp(ddp, per_bucket=sys.argv[1] == "per_bucket")
+opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+for step in range(4):
+    ddp(torch.randn(16, 64)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+    rankscope.step(step)
+dist.destroy_process_group()
+rankscope.shutdown()
+"""
+
+
+@pytest.mark.parametrize("mode", ["per_backward", "per_bucket"])
+def test_ddp_gradient_all_reduce_on_a_stream_ordered_backend_ends_on_the_device(tmp_path, torchrun, fake_cudart,
+                                                                                 mode):
+    script = tmp_path / "ddp.py"
+    script.write_text(_DDP)
+    p = torchrun(script, 2, mode, env=_device_env(fake_cudart))
+    assert p.returncode == 0, p.stderr[-3000:]
+    runs = glob.glob(str(tmp_path / "rankscope-runs" / "*"))
+    assert len(runs) == 1, runs
+    colls = [e for e in run_log_events(runs[0], "collective") if e["op"] == "all_reduce"]
+    # One span per backward (per_backward) or per bucket (one bucket here), 4 steps, 2 ranks: each
+    # timed on the device, from its first event to its last behind whole 3 ms "kernels".
+    assert len(colls) == 2 * 4, colls
+    assert all(e.get("timing") == "device" and e["dur"] >= KERNEL_NS and e["dur"] % KERNEL_NS == 0 for e in colls), \
+        colls[:2]
 
 
 # NCCL's shape (tests/python/stream_ordered_backend.py): a collective is enqueued on the stream

@@ -28,14 +28,17 @@ _pending = {}   # storage address of an output -> (span, wait phase name), until
 _comms = {}     # group name -> communicator
 _communicator = None  # rankscope.torch's: process group -> communicator
 _wait_phase_name = None  # rankscope.torch's: op -> the phase of its wait
+_stream_ordered = None  # rankscope.torch's: process group -> whether it runs on a CUDA stream
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 
 
 def _communicator_named(group_name):
+    """(communicator, whether its backend is stream-ordered) of a group, by its name."""
     c = _comms.get(group_name)
     if c is None:
         pg = dist.distributed_c10d._resolve_process_group(group_name)
-        c = _comms[group_name] = _communicator(None if pg is dist.group.WORLD else pg)
+        group = None if pg is dist.group.WORLD else pg
+        c = _comms[group_name] = (_communicator(group), _stream_ordered(group))
     return c
 
 
@@ -57,8 +60,12 @@ def _functional_kernel(overload, op, group_arg):
             with below():
                 return overload(*args, **kwargs)
         group = args[group_arg] if group_arg < len(args) else kwargs.get("group_name")
-        span = _rs.collective(_communicator_named(group), op, sum(t.numel() for t in tensors),
-                              str(tensors[0].dtype) if tensors else "unknown", -1)
+        comm, stream_ordered = _communicator_named(group)
+        # On a CUDA stream (NCCL): timed there, and complete when the device is, since the
+        # wait_tensor() that ends the span only makes the current stream wait for it.
+        on_device = stream_ordered or any(t.is_cuda for t in tensors[:1])
+        span = _rs.collective(comm, op, sum(t.numel() for t in tensors),
+                              str(tensors[0].dtype) if tensors else "unknown", -1, on_device)
         wait_name = _wait_phase_name(op)
         try:
             with below():
@@ -96,12 +103,14 @@ def instrumented():
     return _lib is not None
 
 
-def instrument(communicator, wait_phase_name):
+def instrument(communicator, wait_phase_name, stream_ordered):
     """Registers the kernels; `communicator` maps a process group (None: the default) to its
-    communicator, `wait_phase_name` an op to the phase its wait_tensor() is."""
-    global _lib, _communicator, _wait_phase_name
+    communicator, `wait_phase_name` an op to the phase its wait_tensor() is, `stream_ordered`
+    a process group to whether its collectives run on a CUDA stream."""
+    global _lib, _communicator, _wait_phase_name, _stream_ordered
     _communicator = communicator
     _wait_phase_name = wait_phase_name
+    _stream_ordered = stream_ordered
     ns = torch.ops._c10d_functional
     lib = torch.library.Library("_c10d_functional", "IMPL")
     for name, op in _FUNCTIONAL_OPS.items():

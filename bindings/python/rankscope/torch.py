@@ -336,7 +336,7 @@ def instrument():
         dist.P2POp = _p2p_op_class(dist.P2POp)
     if not _functional.instrumented():
         try:
-            _functional.instrument(_communicator, _wait_phase_name)
+            _functional.instrument(_communicator, _wait_phase_name, _stream_ordered)
         except Exception as e:  # a torch without them, or another layout: say so once, record the rest
             rankscope.warning("rankscope.torch: functional collectives (DTensor, compiled graphs) are not recorded",
                               error=f"{type(e).__name__}: {e}")
@@ -410,27 +410,35 @@ def instrument_ddp(ddp_model, per_bucket=False):
         params = [p for p in ddp_model.parameters() if p.requires_grad]
         count = sum(p.numel() for p in params)
         dtype = str(params[0].dtype) if params else "float32"
+        on_device = _ddp_on_device(ddp_model, params)
         sync = None
         if _torch_hooks is not None:
             try:
-                sync = _torch_hooks.DdpSync(ddp_model.reducer, comm, "all_reduce", count, dtype)
+                sync = _torch_hooks.DdpSync(ddp_model.reducer, comm, "all_reduce", count, dtype, on_device)
             except Exception as e:  # a reducer this build cannot reach (another pybind11 ABI)
                 rankscope.warning("rankscope.torch: C++ DDP hooks unavailable, using Python hooks",
                                   error=f"{type(e).__name__}: {e}")
         if sync is None:
-            _instrument_ddp_python(ddp_model, comm, count, dtype)
+            _instrument_ddp_python(ddp_model, comm, count, dtype, on_device)
         else:
             _ddp_syncs[ddp_model] = sync  # unhooks when the model goes; a deep copy has its own reducer
     _instrumented_ddp[per_bucket].add(ddp_model)
 
 
-def _instrument_ddp_python(ddp_model, comm, count, dtype):
+def _ddp_on_device(ddp_model, params=None):
+    """Whether DDP's buckets run on a CUDA stream (NCCL): CUDA parameters, or a
+    stream-ordered backend. Its spans then end when the device has finished."""
+    params = params if params is not None else list(ddp_model.parameters())
+    return any(p.is_cuda for p in params[:1]) or _stream_ordered(getattr(ddp_model, "process_group", None))
+
+
+def _instrument_ddp_python(ddp_model, comm, count, dtype, on_device=False):
     """The same span from Python hooks (no C++ extension): ~10 us per step."""
     engine = torch.autograd.Variable._execution_engine
     enabled = rankscope.enabled
 
     def open_span():
-        span = _rs.collective(comm, "all_reduce", count, dtype)
+        span = _rs.collective(comm, "all_reduce", count, dtype, on_device=on_device)
         # Final callbacks run in order once backward is done, and DDP queues its
         # finalize (which waits for every bucket) when its last bucket is ready:
         # a callback queued from the first one runs after DDP's.
@@ -458,11 +466,15 @@ def _instrument_ddp_buckets(ddp_model, comm):
     world = comm.size
     group = ddp_model.process_group  # not the model: DDP's reducer holds this hook, unseen by the GC
 
+    on_device = _ddp_on_device(ddp_model)
+
     def hook(state, bucket):
         # What DDP's default allreduce_hook does, through the un-instrumented
-        # all_reduce so the bucket is one span, ended when its future completes.
+        # all_reduce so the bucket is one span, ended when its future completes
+        # (on NCCL at enqueue, its callback on the collective's stream: the end
+        # event recorded there completes with the collective on the device).
         buf = bucket.buffer()
-        span = _rs.collective(comm, "all_reduce", buf.numel(), str(buf.dtype))
+        span = _rs.collective(comm, "all_reduce", buf.numel(), str(buf.dtype), on_device=on_device)
         buf.div_(world)
         all_reduce = _originals.get("all_reduce", dist.all_reduce)
         fut = all_reduce(buf, async_op=True, group=group).get_future()
