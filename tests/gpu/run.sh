@@ -6,8 +6,9 @@
 #   tests/gpu/nccl_check.cpp  RANKSCOPE_NCCL on a real communicator: device timing
 #                             against CUDA events, a device-side hang seen as a stall
 #   tests/gpu/check_torch.py  the Python package: CUDA loss read back without a sync,
-#                             NVML against nvidia-smi, torch.distributed on NCCL,
-#                             phase timing against torch.cuda.Event, the step's cost
+#                             NVML against nvidia-smi, torch.distributed on NCCL timed on
+#                             the device, device phase time against torch.cuda.Event, a
+#                             GPU stuck ahead of an all-reduce named as such, the step's cost
 # Results go to $OUT (the device tool's folder; a temporary one elsewhere):
 # machine.txt, build.log, nccl_check.json, torch.json, run.log. Exit 0: every check
 # that asserts held; 1: one did not (or the build failed); 77: no GPU here (what
