@@ -14,6 +14,8 @@ S = 1_000_000_000
 T0 = 1_790_000_000_000_000_000  # wall clock at the run's start (ns since the epoch)
 MONO0 = 1_000_000_000_000       # the host's CLOCK_MONOTONIC then
 
+LAUNCH_NS = 50_000  # a device-timed phase's host time: launching its kernels
+
 # DDP's gradient all-reduce in the examples' MLP (101,386 float32 parameters, one bucket).
 DDP_COUNT = 101_386
 
@@ -72,8 +74,14 @@ class RankLog:
     def step_begin(self, at, step):
         self.line("step_begin", at, step)
 
-    def phase(self, at, step, name, kind, dur, depth=0, parent=None):
+    def phase(self, at, step, name, kind, dur, depth=0, parent=None, on_device=False):
+        """`on_device`: timed on a GPU as well - `dur` is its device time (what the step's
+        timeline spends), and the host's time on the line the same short launch for every
+        phase (LAUNCH_NS): the host's times alone tell nothing."""
         extra = {"parent": parent} if parent else {}
+        if on_device:
+            extra["dev"] = dur
+            dur = LAUNCH_NS
         self.line("phase", at, step, name=name, phase_kind=kind, dur=dur, depth=depth, **extra)
 
     def collective(self, at, step, dur, wait=0, phase=None, wait_phase=None, op="all_reduce", count=DDP_COUNT,
@@ -129,12 +137,14 @@ class RankLog:
 ALL_REDUCE_NS = 200_000  # the all-reduce's own time once the last rank has joined it
 
 
-def lockstep_run(run_dir, world_size, steps, phases, startup=500 * MS, samples=64):
+def lockstep_run(run_dir, world_size, steps, phases, startup=500 * MS, samples=64, on_device=False):
     """A DDP job's run directory: per step every rank waits for its loader, runs forward and
     backward, then waits in the gradient all-reduce (issued at the end of its backward, nested
     in it) until the last rank joins, then runs its optimizer. `phases(rank, step)` gives that
     rank's (loader_wait, forward, backward, optimizer) in ns at that step: the only thing that
-    varies, so what a rule finds is decided by it alone. Returns the run directory."""
+    varies, so what a rule finds is decided by it alone. `on_device`: forward, backward and
+    optimizer ran on a GPU, their lines' host time only the launch (RankLog.phase). Returns the
+    run directory."""
     write_run_json(run_dir, world_size)
     logs = [RankLog(run_dir, r, world_size) for r in range(world_size)]
     now = [0] * world_size  # each rank's clock position: where its next step begins
@@ -150,11 +160,11 @@ def lockstep_run(run_dir, world_size, steps, phases, startup=500 * MS, samples=6
             r, (loader, forward, backward, optimizer) = log.rank, ph[log.rank]
             begin = now[r]
             log.phase(begin, step, "loader_wait", "loader_wait", loader)
-            log.phase(begin + loader, step, "forward", "forward", forward)
+            log.phase(begin + loader, step, "forward", "forward", forward, on_device=on_device)
             bwd = begin + loader + forward
             log.collective(arrive[r], step, done - arrive[r], wait=done - arrive[r], phase="backward")
-            log.phase(bwd, step, "backward", "backward", done - bwd)
-            log.phase(done, step, "optimizer", "optimizer", optimizer)
+            log.phase(bwd, step, "backward", "backward", done - bwd, on_device=on_device)
+            log.phase(done, step, "optimizer", "optimizer", optimizer, on_device=on_device)
             now[r] = done + optimizer
             log.step_end(now[r], step, dur=now[r] - begin, samples=samples, loss=round(2.0 / (step + 1), 6),
                          lr=0.1)

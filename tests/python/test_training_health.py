@@ -97,17 +97,21 @@ def test_a_job_wide_throughput_drop_is_named_with_the_step_it_began(tmp_path):
     assert f["evidence"][0] == "what grew: loader_wait by 20.00 ms per step (the median rank's)", f
 
 
-@pytest.mark.parametrize("factor,mine,waits", [(2, "2.00 ms", "1.00 ms"), (1.2, "1.20 ms", "0.200 ms")],
-                         ids=["2x", "1.2x"])
-def test_a_rank_slower_in_forward_is_a_straggler_with_the_wait_it_costs_the_others(tmp_path, factor, mine, waits):
+@pytest.mark.parametrize("factor,mine,waits,on_device", [(2, "2.00 ms", "1.00 ms", False),
+                                                         (1.2, "1.20 ms", "0.200 ms", False),
+                                                         (2, "2.00 ms", "1.00 ms", True)],
+                         ids=["2x", "1.2x", "2x on the GPU"])
+def test_a_rank_slower_in_forward_is_a_straggler_with_the_wait_it_costs_the_others(tmp_path, factor, mine, waits,
+                                                                                    on_device):
     """Rank 1's forward takes 2x (or a subtle 1.2x) from step 40 of 120, as the DDP example's
     --fault-rank 1 --slow-factor 2: rank 0 waits for it in DDP's all-reduce at the end of its
     backward, which is communication, not backward - so rank 1 alone is named, in forward,
-    from step 40, with what it costs rank 0."""
+    from step 40, with what it costs rank 0. On a GPU the same, from the phases' device time:
+    the host's (the launch) is the same on both ranks."""
     def phases(rank, step):
         return LOADER, int(FORWARD * (factor if rank == 1 and step >= 40 else 1)), BACKWARD, OPTIMIZER
 
-    findings = _synthetic_triage(lockstep_run(tmp_path / "run", 2, 120, phases))
+    findings = _synthetic_triage(lockstep_run(tmp_path / "run", 2, 120, phases, on_device=on_device))
     assert [f["kind"] for f in findings] == ["straggler"], findings  # the job's slowdown is its consequence
     f = findings[0]
     assert f["ranks"] == [1] and f["step"] == 40, f
