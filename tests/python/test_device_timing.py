@@ -143,6 +143,48 @@ def test_ddp_gradient_all_reduce_on_a_stream_ordered_backend_ends_on_the_device(
         colls[:2]
 
 
+_FSDP2 = """
+import torch, torch.distributed as dist
+from torch.distributed.fsdp import fully_shard
+import rankscope, rankscope.torch as rst
+rankscope.init()
+dist.init_process_group("gloo")
+rst.instrument()
+rst.stream_ordered_backends.add("gloo")  # the stand-in: FSDP2's collectives "run on a CUDA stream"
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+for layer in model:
+    if isinstance(layer, torch.nn.Linear):
+        fully_shard(layer)
+fully_shard(model)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(2):
+    model(torch.randn(8, 16)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+    rankscope.step(step)
+dist.destroy_process_group()
+rankscope.shutdown()
+"""
+
+
+def test_fsdp2_all_gathers_and_reduce_scatters_on_a_stream_ordered_backend_end_on_the_device(tmp_path, torchrun,
+                                                                                            fake_cudart):
+    """FSDP2 (torch 2.10+) issues its collectives through torch.distributed's functions
+    (all_gather_single, reduce_scatter_single) on its own streams, and waits for them with
+    work.wait() on the compute stream: each is timed there and ends on the device."""
+    script = tmp_path / "fsdp2.py"
+    script.write_text(_FSDP2)
+    p = torchrun(script, 2, env=_device_env(fake_cudart))
+    assert p.returncode == 0, p.stderr[-3000:]
+    runs = glob.glob(str(tmp_path / "rankscope-runs" / "*"))
+    assert len(runs) == 1, runs
+    colls = [e for e in run_log_events(runs[0], "collective") if e["op"] in ("all_gather", "reduce_scatter")]
+    assert {e["op"] for e in colls} == {"all_gather", "reduce_scatter"}, colls
+    assert all(e.get("timing") == "device" and e["dur"] >= KERNEL_NS and e["dur"] % KERNEL_NS == 0 for e in colls), \
+        [e for e in colls if e.get("timing") != "device"][:2]
+
+
 # NCCL's shape (tests/python/stream_ordered_backend.py): a collective is enqueued on the stream
 # and the host returns at once; the host waits for its GPU at the next sync. Rank 1 never
 # enqueues all-reduce #K (it blocks in its data loading at step 8); rank 0 enqueues #K, returns,
