@@ -26,6 +26,9 @@
 #include "rank_config.hpp"
 #include "temp_dir.hpp"
 #include "watchdog.hpp"
+#include "process_identity.hpp"
+#include <fmt/format.h>
+#include <sys/wait.h>
 
 using namespace rankscope;
 using namespace std::chrono_literals;
@@ -676,6 +679,53 @@ TEST_CASE("status classifies like the runbook", "[heartbeat][status]") {
       CHECK_THAT(s->verdict, Catch::StartsWith(c.verdict_starts));
       for (const char* part : c.verdict_has) CHECK_THAT(s->verdict, Catch::Contains(part));
       CHECK_THAT(reader::format_status(*s), Catch::Contains(c.report_has));
+    }
+  }
+}
+
+// A rank killed a moment ago left a fresh heartbeat that says "running": read on its own host,
+// the process itself says it is gone (no such pid, or the pid now another process's).
+TEST_CASE("status: on the rank's own host a process that is gone is dead at once, its heartbeat fresh",
+          "[heartbeat][status]") {
+  const std::uint64_t now = 2'000'000'000'000'000'000ull;
+  const std::string ns = detail::pid_namespace("self");
+  const std::uint64_t own_start = detail::process_start_ticks(::getpid()).value();
+  char host[256] = {};
+  REQUIRE(::gethostname(host, sizeof(host) - 1) == 0);
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  REQUIRE(::waitpid(child, nullptr, 0) == child);  // reaped: its pid names no process now
+  const auto identity = [&](long pid, std::uint64_t start, const std::string& on) {
+    return fmt::format(R"("pid":{},"host":"{}","pid_start":{},"pid_ns":"{}")", pid, on, start, ns);
+  };
+  struct Case {
+    const char* name;
+    std::string identity;
+    bool alive;
+  };
+  const std::vector<Case> cases = {
+      {"its process is gone", identity(child, 12345, host), false},
+      {"its pid is another process's now", identity(::getpid(), own_start + 1, host), false},
+      {"its process runs", identity(::getpid(), own_start, host), true},
+      {"on another host only the heartbeat's age tells", identity(child, 12345, "elsewhere"), true},
+  };
+  for (const Case& c : cases) {
+    DYNAMIC_SECTION(c.name) {
+      TempDir tmp;
+      std::ofstream(tmp.path + "/run.json") << R"({"schema":1,"world_size":1})";
+      write_beat(tmp.path, 0, now, 200, 300, "running", "", "");
+      const std::string path = tmp.path + "/rank-0.heartbeat.json";
+      std::string beat = slurp(path);
+      const std::string written = R"("pid":100,"host":"node0")";
+      REQUIRE(beat.find(written) != std::string::npos);
+      beat.replace(beat.find(written), written.size(), c.identity);
+      std::ofstream(path, std::ios::trunc) << beat;
+      const auto s = reader::read_status(tmp.path, now);
+      REQUIRE(s.ok());
+      CHECK(s->ranks[0].alive == c.alive);
+      if (!c.alive) {
+        CHECK_THAT(reader::format_status(*s), Catch::Contains("rank 0 is NOT ALIVE: its process is gone (last heartbeat 0.2 s ago)"));
+      }
     }
   }
 }

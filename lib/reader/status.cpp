@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "json_util.hpp"
+#include "process_identity.hpp"
 #include "rankscope/exchange.hpp"
 #include "run_log.hpp"
 #include "schema.hpp"
@@ -47,6 +48,24 @@ std::uint64_t mtime_ns(const std::string& path) {
 
 // A heartbeat's time further ahead than this is a clock that runs ahead (or garbage), not skew.
 constexpr std::uint64_t kClockAheadNs = 2'000'000'000ull;
+
+// On the rank's own host and in its pid namespace (a container's pids are
+// another's), the process itself says whether it is gone: no such pid, or a
+// pid now held by a process that started at another time. Elsewhere only the
+// heartbeat's age can tell (3 intervals).
+bool process_gone(simdjson::dom::element doc, const RankHeartbeat& hb) {
+  const std::uint64_t start = get<std::uint64_t>(doc, Field::kPidStart, 0);
+  const std::string_view ns = get<std::string_view>(doc, Field::kPidNs, "");
+  if (start == 0 || ns.empty() || hb.pid <= 0) return false;
+  static const std::string own_ns = detail::pid_namespace("self");
+  static const std::string own_host = [] {
+    char buf[256] = {};
+    return ::gethostname(buf, sizeof(buf) - 1) == 0 ? std::string(buf) : std::string();
+  }();
+  if (ns != own_ns || hb.host != own_host) return false;
+  const auto now_start = detail::process_start_ticks(static_cast<long>(hb.pid));
+  return !now_start || *now_start != start;
+}
 
 // False only when there is no file. A file that says nothing usable (not JSON, no liveness
 // time) is present and `unreadable`: never taken for alive, nor for dead.
@@ -93,6 +112,10 @@ bool parse(const std::string& path, std::uint64_t now, RankHeartbeat& hb) {
   hb.exit_cause = std::string(get<std::string_view>(doc, Field::kExitCause, ""));
   hb.signal = std::string(get<std::string_view>(doc, Field::kSignal, ""));
   hb.alive = hb.state != "exited" && hb.state != "failed" && hb.liveness_age_ns < 3 * hb.interval_ns;
+  if (hb.alive && process_gone(doc, hb)) {
+    hb.alive = false;
+    hb.process_gone = true;
+  }
   simdjson::dom::array arr;
   if (doc[schema::field_name(Field::kOpenPhases)].get_array().get(arr) == simdjson::SUCCESS) {
     for (auto ph : arr) {
@@ -209,9 +232,11 @@ void dead_findings(StatusReport& r, const RankStates& s) {
   for (int d : s.dead) {
     const auto& h = at(r, d);
     r.findings.push_back(fmt::format(
-        "rank {} is NOT ALIVE: last heartbeat {:.1f} s ago (pid {} on {}), at step {}, inside: {} -> crash, OOM kill "
+        "rank {} is NOT ALIVE: {} (pid {} on {}), at step {}, inside: {} -> crash, OOM kill "
         "or node failure; check the scheduler's log and dmesg on {}",
-        d, secs(h.liveness_age_ns), h.pid, h.host, h.step, h.inside, h.host));
+        d, h.process_gone ? fmt::format("its process is gone (last heartbeat {:.1f} s ago)", secs(h.liveness_age_ns))
+                          : fmt::format("last heartbeat {:.1f} s ago", secs(h.liveness_age_ns)),
+        h.pid, h.host, h.step, h.inside, h.host));
   }
 }
 
@@ -414,7 +439,7 @@ std::string format_status_json(const StatusReport& r) {
   w.field("verdict", r.verdict).field("exit_code", r.exit_code);
   w.array("findings", r.findings).key("ranks").begin_array();
   for (const auto& h : r.ranks) {
-    w.begin_object().field("rank", h.rank).field("present", h.present).field("alive", h.alive);
+    w.begin_object().field("rank", h.rank).field("present", h.present).field("alive", h.alive).field("process_gone", h.process_gone);
     w.field("stalled", h.stalled()).field("state", h.state).field("step", h.step);
     w.field("liveness_age_ns", h.liveness_age_ns).field("progress_age_ns", h.progress_age_ns).field("pid", h.pid);
     w.field("host", h.host).field("inside", h.inside);

@@ -25,7 +25,8 @@ struct OpenPhaseInfo {
 struct RankHeartbeat {
   int rank = -1;
   bool present = false;   // a heartbeat file exists
-  bool alive = false;     // beat within 3 intervals
+  bool alive = false;     // beat within 3 intervals, and its process not seen gone
+  bool process_gone = false;  // read on its own host: its process no longer exists
   std::string state;      // running / slow / stalled / exited / failed (as the rank wrote it)
   std::string exit_cause;  // failed: exception / terminate / signal
   std::string signal;      // exit_cause signal: which one ("SIGTERM", "SIGSEGV")

@@ -91,7 +91,7 @@ TriageReport report_frame(const std::string& run_dir, const RunSummary& sum, con
 }
 
 // The first finding is the headline; without any, whether the run finished.
-void set_verdict(const RunSummary& sum, TriageReport& r) {
+void set_verdict(const RunSummary& sum, const StatusReport* live, TriageReport& r) {
   r.exit_code = r.findings.empty() ? 0 : 1;
   r.headline = r.findings.empty()
                    ? fmt::format("healthy, no findings: {} rank(s), every rank finished its steps, collectives agree, no straggler, "
@@ -101,6 +101,12 @@ void set_verdict(const RunSummary& sum, TriageReport& r) {
   if (r.findings.empty() && std::any_of(sum.ranks.begin(), sum.ranks.end(), [](const auto& x) { return !x.ended_cleanly; })) {
     r.headline = fmt::format("no findings so far: {} rank(s) still running (no run_end yet), collectives agree",
                              sum.ranks.size());
+    // Never "still running" of ranks whose heartbeats (or processes) say they are gone.
+    if (live != nullptr && !live->ranks.empty() &&
+        std::none_of(live->ranks.begin(), live->ranks.end(), [](const RankHeartbeat& h) { return h.alive; })) {
+      r.headline = fmt::format("no findings, but no rank is running: {} rank(s) without a run_end, none alive",
+                               sum.ranks.size());
+    }
   }
 }
 
@@ -125,7 +131,7 @@ TriageReport triage(const RunSummary& sum, const TriageOptions& opts) {
   }
   order_findings(r.findings);
   r.ranks = rank_rows(sum, live);
-  set_verdict(sum, r);
+  set_verdict(sum, live, r);
   return r;
 }
 

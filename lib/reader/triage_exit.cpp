@@ -47,8 +47,81 @@ bool is_stop_signal(std::string_view sig) { return sig == "SIGTERM" || sig == "S
 // Nothing held the run up and nothing raised, but ranks ended by a signal: a
 // stop someone sent (the whole job at a time limit, a cancel), said as such;
 // a crash among them is the dead_rank rule's.
+namespace {
+// Every rank gone without a word of its own - no run_end, no exit line, no
+// stall reported, no signal recorded: SIGKILL (a scheduler's hard limit, the
+// OOM killer, a user's kill -9), a node lost. Their last heartbeats are the
+// job's final picture: who waited in which collective, who was where outside
+// one (what the others waited for), for how long.
+bool killed_without_trace(const TriageInput& in) {
+  if (in.live == nullptr || in.sum.ranks.empty()) return false;
+  for (const RankSummary& r : in.sum.ranks) {
+    if (r.ended_cleanly || r.exit || r.last_stall || !ending_signal(r, in.live).empty()) return false;
+    const auto h = std::find_if(in.live->ranks.begin(), in.live->ranks.end(),
+                                [&](const RankHeartbeat& b) { return b.rank == r.rank; });
+    if (h == in.live->ranks.end() || !h->present || h->alive || h->state == "exited" || h->state == "failed") return false;
+  }
+  return true;
+}
+
+std::string where_in(const RankHeartbeat& h) {
+  if (!h.in_flight.empty()) {
+    const InFlight& f = h.in_flight.front();
+    return fmt::format("in {} seq {} on '{}' ({:.1f} s{})", f.op, f.seq, f.comm, f.age_ns / 1e9,
+                       f.on_device ? ", on the GPU" : "");
+  }
+  if (h.phases.empty()) return "between steps";
+  std::string names;
+  for (const auto& p : h.phases) names += (names.empty() ? "" : " > ") + p.name;
+  return fmt::format("in {} ({:.1f} s)", names, h.phases.back().age_ns / 1e9);
+}
+
+void killed_finding(const TriageInput& in, std::vector<Finding>& out) {
+  std::vector<const RankHeartbeat*> waiting, elsewhere;
+  std::int64_t step = -1;
+  for (const RankHeartbeat& h : in.live->ranks) {
+    if (!h.present) continue;
+    (h.in_flight.empty() ? elsewhere : waiting).push_back(&h);
+    step = std::max(step, h.step);
+  }
+  const auto ranks = [](const std::vector<const RankHeartbeat*>& v) {
+    std::vector<int> out;
+    for (const auto* h : v) out.push_back(h->rank);
+    return out;
+  };
+  Finding f;
+  f.kind = FindingKind::kStopped;
+  f.step = step;
+  const std::string head = fmt::format("the job was killed at step {} without a trace (SIGKILL, the OOM killer or a lost "
+                                       "node: no rank wrote a run_end, an exit or a stall)",
+                                       step);
+  if (!waiting.empty() && !elsewhere.empty()) {  // a hang in progress: the others waited for these
+    const RankHeartbeat& c = *elsewhere.front();
+    f.ranks = ranks(elsewhere);
+    f.summary = fmt::format("{} while {} waited {} for {}, {} outside any collective", head,
+                            format_ranks(ranks(waiting)), where_in(*waiting.front()), format_ranks(f.ranks),
+                            where_in(c));
+  } else {
+    f.ranks = ranks(waiting.empty() ? elsewhere : waiting);
+    f.summary = waiting.empty() ? fmt::format("{}: no collective was in flight", head)
+                                : fmt::format("{} while every rank waited in a collective", head);
+  }
+  for (const RankHeartbeat& h : in.live->ranks) {
+    if (!h.present) continue;
+    f.evidence.push_back(fmt::format("rank {}'s last heartbeat ({:.1f} s before this triage{}): step {}, {}", h.rank,
+                                     h.liveness_age_ns / 1e9, h.process_gone ? "; its process is gone" : "", h.step,
+                                     where_in(h)));
+  }
+  out.push_back(std::move(f));
+}
+}  // namespace
+
 void stopped_rule(const TriageInput& in, std::vector<Finding>& out) {
   if (in.facts.stall.verdict) return;  // a hang, a dead rank or a stall tells the story
+  if (killed_without_trace(in)) {
+    killed_finding(in, out);
+    return;
+  }
   std::vector<const RankSummary*> stopped;
   std::string sig;
   for (const RankSummary& r : in.sum.ranks) {

@@ -128,9 +128,11 @@ def kill_job(job, run_dirs):
     """SIGKILLs a torchrun job (a Popen started with start_new_session=True) and its ranks.
     torchrun starts its workers in sessions of their own: killing its group leaves them
     running (blocked in a collective), so each rank is killed by its heartbeat's pid - while
-    that pid still holds its run directory open: pids come round again."""
+    that pid still holds its run directory open: pids come round again. Returns once they
+    have died."""
     os.killpg(job.pid, signal.SIGKILL)
     job.wait()
+    killed = []
     for d in run_dirs:
         for hb in glob.glob(os.path.join(d, "rank-*.heartbeat.json")):
             try:
@@ -138,8 +140,19 @@ def kill_job(job, run_dirs):
                     pid = json.load(f)["pid"]
                 if holds_open(pid, d):
                     os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
             except (OSError, ValueError, KeyError):
                 pass
+    # Until each has died (its /proc entry gone, or a zombie nobody reaps: torchrun died first).
+    wait_for(lambda: all(_dead(pid) for pid in killed), "the killed ranks gone", guard_s=60)
+
+
+def _dead(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] in ("Z", "X")
+    except OSError:
+        return True
 
 
 @pytest.fixture

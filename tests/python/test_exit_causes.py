@@ -5,11 +5,12 @@ culprit. A real run ends either way (a race between gloo and torchrun); a run lo
 tests each ending every time."""
 import json
 import os
+import re
 import subprocess
 
 import pytest
 
-from conftest import RANKSCOPE
+from conftest import RANKSCOPE, TORCHRUN, kill_job, wait_for
 from synthetic_run import MS, S, RankLog, write_json, write_run_json
 
 RAISES = r"""
@@ -156,3 +157,63 @@ def test_whichever_way_the_peer_ends_the_rank_that_raised_is_the_culprit(tmp_pat
     else:
         assert [(f["kind"], f["ranks"]) for f in findings] == [("exception", [1]), ("dead_rank", [0])], findings
         assert any("flight dump says signal SIGTERM" in e for e in findings[1]["evidence"]), findings[1]
+
+
+KILLED_WHILE_HUNG = r"""
+import threading, torch, torch.distributed as dist
+import rankscope, rankscope.torch as rst
+rankscope.init()
+dist.init_process_group("gloo")
+rst.instrument()
+rank = dist.get_rank()
+t = torch.ones(256)
+for step in range(1000):
+    with rankscope.phase("data"):
+        if rank == 1 and step == 6:
+            threading.Event().wait()   # rank 1 blocks in its data loading; rank 0 waits in the all-reduce
+    with rankscope.phase("forward"):
+        t.fill_(1.0)
+    dist.all_reduce(t)
+    rankscope.step(step)
+"""
+
+
+def test_a_job_killed_while_hung_is_read_from_its_last_picture_at_once(tmp_path):
+    """Both ranks SIGKILLed (a scheduler's hard limit, kill -9) well before the stall timeout
+    (default settings: 15 s) while rank 1 blocks in its data loading and rank 0 waits for it in
+    an all-reduce. Read the moment they are gone: each rank is dead - its process is gone, on
+    this host, however fresh its heartbeat - never "still running", and triage names the
+    picture the ranks left: who waited in which collective for whom."""
+    script = tmp_path / "killed.py"
+    script.write_text(KILLED_WHILE_HUNG)
+    run = tmp_path / "run"
+    env = dict(os.environ, OMP_NUM_THREADS="1", RANKSCOPE_DIR=str(run))
+    job = subprocess.Popen([TORCHRUN, "--standalone", "--nproc-per-node", "2", str(script)], cwd=tmp_path, env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+    def beat(rank):
+        try:
+            with open(run / f"rank-{rank}.heartbeat.json") as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return {}
+
+    try:  # the hang as the heartbeats show it, then the kill: no stall has been reported
+        wait_for(lambda: beat(0).get("in_flight") and any(p["name"] == "data" for p in beat(1).get("open_phases", [])),
+                 "rank 0 in the all-reduce and rank 1 in data", proc=job)
+    finally:
+        kill_job(job, [str(run)])
+    assert not any(beat(r).get("stalls") for r in (0, 1))
+    status = subprocess.run([RANKSCOPE, "status", "--json", str(run)], capture_output=True, text=True, timeout=120)
+    ranks = {r["rank"]: r for r in json.loads(status.stdout)["ranks"]}
+    assert not ranks[0]["alive"] and not ranks[1]["alive"], status.stdout
+    tri = subprocess.run([RANKSCOPE, "triage", "--json", str(run)], capture_output=True, text=True, timeout=120)
+    report = json.loads(tri.stdout)
+    assert "still running" not in report["headline"], report["headline"]
+    assert {r["state"] for r in report["ranks"]} == {"dead"}, report["ranks"]
+    f = report["findings"][0]
+    assert f["kind"] == "stopped" and f["ranks"] == [1], f
+    assert f["summary"].startswith("the job was killed at step 6 without a trace"), f
+    assert re.search(r"while rank 0 waited in all_reduce seq \d+ on 'world' \([0-9.]+ s\) for rank 1, in data "
+                     r"\([0-9.]+ s\) outside any collective$", f["summary"]), f
+    assert any("its process is gone" in e for e in f["evidence"]), f

@@ -125,6 +125,8 @@
   X(kNodeRank, "node_rank")                        \
   X(kRestart, "restart")                           \
   X(kPid, "pid")                                   \
+  X(kPidStart, "pid_start")                        \
+  X(kPidNs, "pid_ns")                              \
   X(kLauncher, "launcher")                         \
   X(kRunId, "run_id")                              \
   X(kJobId, "job_id")                              \

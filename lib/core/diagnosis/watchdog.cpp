@@ -12,6 +12,7 @@
 #include "flight.hpp"
 #include "json_util.hpp"
 #include "median.hpp"
+#include "process_identity.hpp"
 #include "runtime_impl.hpp"
 #include "schema.hpp"
 #include "signals.hpp"
@@ -29,6 +30,9 @@ void Watchdog::start(const WatchdogConfig& cfg, const RunContext& ctx, std::stri
   cfg_ = cfg;
   ctx_ = ctx;
   path_ = std::move(heartbeat_path);
+  // Which process this is, beyond its pid: a reader on this host sees at once when it is gone.
+  pid_start_ = process_start_ticks(static_cast<long>(::getpid())).value_or(0);
+  pid_ns_ = pid_namespace("self");
   progress_mono_ = now_mono;  // a rank that never starts is a stall too
   last_beat_mono_ = 0;
   quiet_until_mono_ = 0;  // the previous session's shutdown silenced it for 2 s (before_exit): not this one
@@ -376,6 +380,7 @@ void Watchdog::write_heartbeat(std::uint64_t now_mono, const TickClock& clock,
   JsonWriter w;
   w.begin_object().field(schema::Field::kSchema, schema::kHeartbeatVersion).field(schema::Field::kKind, "heartbeat").field(schema::Field::kRank, ctx_.rank);
   w.field(schema::Field::kWorldSize, ctx_.world_size).field(schema::Field::kLocalRank, ctx_.local_rank).field(schema::Field::kPid, ctx_.pid);
+  if (pid_start_ != 0) w.field(schema::Field::kPidStart, pid_start_).field(schema::Field::kPidNs, pid_ns_);
   w.field(schema::Field::kHost, ctx_.host).field(schema::Field::kRunId, ctx_.run_id).field(schema::Field::kState, state);
   w.field(schema::Field::kIntervalNs, cfg_.interval_ns).field(schema::Field::kStallTimeoutNs, timeout_in_effect_ns_);
   w.field(schema::Field::kLivenessWallNs, wall(now_mono)).field(schema::Field::kProgressWallNs, wall(progress_mono_));

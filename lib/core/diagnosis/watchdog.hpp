@@ -75,6 +75,8 @@ class Watchdog {
                        const char* state);
   Event make_event(EventKind k, std::uint64_t now_mono, const TickClock& clock) const;
 
+  std::uint64_t pid_start_ = 0;  // this process's start time (process_identity.hpp), 0 unknown
+  std::string pid_ns_;
   WatchdogConfig cfg_;
   RunContext ctx_;
   std::string path_;
