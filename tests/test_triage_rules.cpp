@@ -444,12 +444,28 @@ TEST_CASE("rule run_log names a rank whose run log stopped", "[triage]") {
   CHECK_THAT(out.summary, Catch::StartsWith("rank 1: run log truncated: no space left on device at step 9"));
 }
 
-TEST_CASE("rule restart names one rank alone and several ranks together", "[triage]") {
-  auto sum = run_of(3);
-  sum.ranks[2].sessions = 3;
-  const reader::Finding out = one_finding(rules::restart_rule, sum, FindingKind::kRestart, {2});
-  CHECK(out.step == -1);
-  CHECK(out.summary == "rank 2 restarted 2 time(s) (sessions in its log)");
-  sum.ranks[0].sessions = 2;
-  one_finding(rules::restart_rule, sum, FindingKind::kRestart, {0, 2});
+TEST_CASE("rule restart says what ended the attempt: the rank that raised, not the peer that lost it", "[triage]") {
+  auto sum = run_of(2);
+  const auto ended = [](const char* how, const char* msg, std::int64_t step, std::uint64_t t) {
+    return reader::SessionEnding{how, msg, step, t, {}, 0};
+  };
+  // Rank 0 failed first in time, but because its peer was gone; rank 1 raised.
+  sum.ranks[0].ended_sessions = {ended("exception", "RuntimeError: Connection closed by peer [127.0.0.1]:4002", 5, 100)};
+  sum.ranks[1].ended_sessions = {ended("exception", "RuntimeError: bad batch 5", 5, 200)};
+  reader::Finding out = one_finding(rules::restart_rule, sum, FindingKind::kRestart, {1});
+  CHECK(out.step == 5);
+  CHECK(out.summary == "restart 1: rank 1 raised RuntimeError: bad batch 5 at step 5; ranks 0,1 restarted and resumed at step 0");
+  CHECK_THAT(out.evidence.at(0), Catch::StartsWith("then rank 0 failed at step 5 because a peer was gone (a consequence): "
+                                                   "RuntimeError: Connection closed by peer"));
+  // Nobody raised: the rank whose watchdog saw a hang ended the attempt.
+  sum.ranks[0].ended_sessions = {ended("no trace", "", 7, 100)};
+  sum.ranks[1].ended_sessions = {ended("stall", "tid 9: data (15.0 s)", 7, 200)};
+  out = one_finding(rules::restart_rule, sum, FindingKind::kRestart, {1});
+  CHECK(out.summary == "restart 1: rank 1 hung at step 7 (its watchdog: tid 9: data (15.0 s)); ranks 0,1 restarted and "
+                       "resumed at step 0");
+  // Only gone ranks: the first to go.
+  sum.ranks[1].ended_sessions = {ended("no trace", "", 7, 50)};
+  out = one_finding(rules::restart_rule, sum, FindingKind::kRestart, {1});
+  CHECK_THAT(out.summary, Catch::StartsWith("restart 1: rank 1 ended without a trace after step 7"));
+  CHECK(run_rule(rules::restart_rule, run_of(2)).empty());
 }

@@ -210,6 +210,17 @@ struct ResourcePoint {
   }
 };
 
+/// How one attempt of a restarted rank (a session of its log, before the next
+/// run_start) ended: its cause is what the restart finding explains.
+struct SessionEnding {
+  std::string how;      // "exception", "terminate", "stall" (a hang its watchdog reported), "run_end", "no trace"
+  std::string message;  // the exception's, for "exception" / "terminate"
+  std::int64_t last_step = -1;
+  std::uint64_t t = 0;  // its last event
+  EvidenceLine line;    // its exit, stall or last line
+  std::int64_t resumed_step = -1;  // the next attempt's first step
+};
+
 struct RankSummary {
   int rank = -1;
   std::uint64_t lines = 0, bad_lines = 0, unknown_kinds = 0, bytes = 0;
@@ -238,6 +249,8 @@ struct RankSummary {
   std::uint64_t events_recorded = 0, events_dropped = 0;
   bool ended_cleanly = false;  // run_end seen
   int sessions = 0;            // run_start lines (a restart appends one)
+  std::vector<SessionEnding> ended_sessions;  // how each attempt before the last ended (its first 16)
+  static constexpr std::size_t kSessionsKept = 16;
   std::string host, last_phase;
   std::string last_comm;       // where its highest collective sequence number is
   std::uint64_t last_seq = 0;

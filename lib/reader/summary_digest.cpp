@@ -118,6 +118,8 @@ class RankDigester {
  private:
   void dispatch(const LogEvent& e);  // defined after the handlers it instantiates
   void on_run_start(const Line<Kind::kRunStart>& l);
+  void note_resumed(std::int64_t step);
+  std::uint64_t stalls_at_session_start_ = 0;
   // A handler per kind the digest reads is a specialization of this (below);
   // the other kinds are skipped, and a kind this build does not know is counted.
   template <Kind K>
@@ -217,6 +219,18 @@ void RankDigester::on(const LogEvent& e, const Line<Kind::kCollective>& l) {
 
 void RankDigester::on_run_start(const Line<Kind::kRunStart>& l) {
   RankSummary& r = d_.sum;
+  if (r.sessions > 0 && r.ended_sessions.size() < RankSummary::kSessionsKept) {  // how the attempt before ended
+    SessionEnding end{"no trace", "", r.last_step, r.last_t, r.last_line, -1};
+    if (r.exit) {
+      end = {r.exit->cause, r.exit->message, r.exit->step, r.exit->t, r.exit->line, -1};
+    } else if (r.stalls > stalls_at_session_start_ && r.last_stall && !r.last_stall->ended) {
+      end = {"stall", r.last_stall->inside, r.last_stall->step, r.last_stall->t, r.last_stall->line, -1};
+    } else if (r.ended_cleanly) {
+      end.how = "run_end";
+    }
+    r.ended_sessions.push_back(std::move(end));
+  }
+  stalls_at_session_start_ = r.stalls;
   ++r.sessions;
   r.exit.reset();  // how a process ended is its last session's
   r.pid = l.pid;
@@ -267,6 +281,7 @@ void RankDigester::on_scalars(const LogEvent& e, const Line<K>& l) {
 template <>
 void RankDigester::on(const LogEvent& e, const Line<Kind::kStepEnd>& l) {
   RankSummary& r = d_.sum;
+  note_resumed(e.step);
   ++r.steps;
   if (r.first_step < 0) r.first_step = e.step;
   r.last_step = e.step;
@@ -401,8 +416,15 @@ void RankDigester::on(const LogEvent& e, const Line<Kind::kFact>& l) {
   d_.facts.push_back(std::move(f));
 }
 
+// The first step of an attempt after a restart: where it resumed.
+void RankDigester::note_resumed(std::int64_t step) {
+  auto& ended = d_.sum.ended_sessions;
+  if (!ended.empty() && ended.back().resumed_step < 0 && step >= 0) ended.back().resumed_step = step;
+}
+
 template <>
 void RankDigester::on(const LogEvent& e, const Line<Kind::kStepBegin>&) {
+  note_resumed(e.step);
   builder_.on_step_begin(e.tid, e.step, e.mono);
   host_builder_.on_step_begin(e.tid, e.step, e.mono);
 }

@@ -379,21 +379,79 @@ void run_log_rule(const TriageInput& in, std::vector<Finding>& out) {
 }
 
 // Restarts of every rank together are one finding.
+namespace {
+// What ended attempt `a` (0 = the first) across the ranks that restarted
+// after it: the rank that raised (not because a peer was gone) first, then
+// one whose watchdog reported a hang, then one that vanished without a word.
+struct AttemptEnd {
+  const RankSummary* rank = nullptr;
+  const SessionEnding* end = nullptr;
+};
+AttemptEnd cause_of(const std::vector<const RankSummary*>& ranks, std::size_t a) {
+  const auto first = [&](auto&& pick) {
+    AttemptEnd best;
+    for (const RankSummary* r : ranks) {
+      const SessionEnding& e = r->ended_sessions[a];
+      if (pick(e) && (best.end == nullptr || e.t < best.end->t)) best = {r, &e};
+    }
+    return best;
+  };
+  const auto raised = [](const SessionEnding& e) {
+    return (e.how == "exception" || e.how == "terminate") && !after_peer_lost(ExitRecord{e.how, "", e.message});
+  };
+  if (AttemptEnd c = first(raised); c.end) return c;
+  if (AttemptEnd c = first([](const SessionEnding& e) { return e.how == "stall"; }); c.end) return c;
+  if (AttemptEnd c = first([](const SessionEnding& e) { return e.how == "no trace"; }); c.end) return c;
+  return first([](const SessionEnding&) { return true; });
+}
+
+std::string ending_words(const RankSummary& r, const SessionEnding& e) {
+  if (e.how == "exception" || e.how == "terminate") {
+    return after_peer_lost(ExitRecord{e.how, "", e.message})
+               ? fmt::format("rank {} failed at step {} because a peer was gone (a consequence): {}", r.rank,
+                             e.last_step, e.message)
+               : fmt::format("rank {} raised {} at step {}", r.rank, e.message, e.last_step);
+  }
+  if (e.how == "stall") return fmt::format("rank {} hung at step {} (its watchdog: {})", r.rank, e.last_step, e.message);
+  if (e.how == "run_end") return fmt::format("rank {} had finished (step {})", r.rank, e.last_step);
+  return fmt::format("rank {} ended without a trace after step {} (killed: SIGKILL, the OOM killer, a lost node; or "
+                     "stopped by the launcher when another rank failed)",
+                     r.rank, e.last_step);
+}
+}  // namespace
+
+// A restart is explained: what ended each attempt (the exception and its
+// rank, a hang, a rank gone without a trace), when, and where the next one
+// resumed. The rank that ended it is named; the ranks stopped with it are
+// its evidence (torchrun restarts every rank when one fails).
 void restart_rule(const TriageInput& in, std::vector<Finding>& out) {
-  std::vector<int> restarted;
-  for (const auto& rk : in.sum.ranks) {
-    if (rk.sessions > 1) restarted.push_back(rk.rank);
-  }
-  if (restarted.size() > 1) {
-    out.push_back({FindingKind::kRestart, restarted,
-                   fmt::format("{} restarted (a new session in their logs)", format_ranks(restarted)), {}, 0, -1, {}});
-    return;
-  }
-  for (const auto& rk : in.sum.ranks) {
-    if (rk.sessions <= 1) continue;
-    out.push_back({FindingKind::kRestart, {rk.rank},
-                   fmt::format("rank {} restarted {} time(s) (sessions in its log)", rk.rank, rk.sessions - 1), {}, 0,
-                   -1, {}});
+  std::size_t attempts = 0;
+  for (const auto& rk : in.sum.ranks) attempts = std::max(attempts, rk.ended_sessions.size());
+  for (std::size_t a = 0; a < attempts; ++a) {
+    std::vector<const RankSummary*> ranks;
+    for (const auto& rk : in.sum.ranks) {
+      if (rk.ended_sessions.size() > a) ranks.push_back(&rk);
+    }
+    const AttemptEnd c = cause_of(ranks, a);
+    std::int64_t resumed = -1;
+    for (const RankSummary* r : ranks) {
+      const std::int64_t s = r->ended_sessions[a].resumed_step;
+      if (s >= 0 && (resumed < 0 || s < resumed)) resumed = s;
+    }
+    Finding f;
+    f.kind = FindingKind::kRestart;
+    f.ranks = {c.rank->rank};
+    f.step = c.end->last_step;
+    f.t = aligned(*c.rank, c.end->t);
+    f.summary = fmt::format("restart {}: {}; {} restarted{}", a + 1, ending_words(*c.rank, *c.end),
+                            format_ranks(ranks_of(ranks)),
+                            resumed >= 0 ? fmt::format(" and resumed at step {}", resumed) : " (no step since)");
+    if (c.end->line) f.lines.push_back(c.end->line);
+    for (const RankSummary* r : ranks) {
+      if (r == c.rank) continue;
+      f.evidence.push_back(fmt::format("then {}", ending_words(*r, r->ended_sessions[a])));
+    }
+    out.push_back(std::move(f));
   }
 }
 
