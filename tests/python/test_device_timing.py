@@ -105,61 +105,28 @@ def test_torch_collectives_on_a_stream_ordered_backend_are_timed_on_the_device(t
         assert [e["dur"] for e in mine[0::3]] == [KERNEL_NS] * 4, mine
 
 
-_DDP = """
+_WRAPPED = """
 import sys
 import torch, torch.distributed as dist, torch.nn as nn
-import rankscope, rankscope.torch as rst
-rankscope.init()
-dist.init_process_group("gloo")
-rst.stream_ordered_backends.add("gloo")  # the stand-in: DDP's buckets "run on a CUDA stream"
-torch.manual_seed(0)
-ddp = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8)))
-rst.instrument_ddp(ddp, per_bucket=sys.argv[1] == "per_bucket")
-opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
-for step in range(4):
-    ddp(torch.randn(16, 64)).sum().backward()
-    opt.step()
-    opt.zero_grad()
-    rankscope.step(step)
-dist.destroy_process_group()
-rankscope.shutdown()
-"""
-
-
-@pytest.mark.parametrize("mode", ["per_backward", "per_bucket"])
-def test_ddp_gradient_all_reduce_on_a_stream_ordered_backend_ends_on_the_device(tmp_path, torchrun, fake_cudart,
-                                                                                 mode):
-    script = tmp_path / "ddp.py"
-    script.write_text(_DDP)
-    p = torchrun(script, 2, mode, env=_device_env(fake_cudart))
-    assert p.returncode == 0, p.stderr[-3000:]
-    runs = glob.glob(str(tmp_path / "rankscope-runs" / "*"))
-    assert len(runs) == 1, runs
-    colls = [e for e in run_log_events(runs[0], "collective") if e["op"] == "all_reduce"]
-    # One span per backward (per_backward) or per bucket (one bucket here), 4 steps, 2 ranks: each
-    # timed on the device, from its first event to its last behind whole 3 ms "kernels".
-    assert len(colls) == 2 * 4, colls
-    assert all(e.get("timing") == "device" and e["dur"] >= KERNEL_NS and e["dur"] % KERNEL_NS == 0 for e in colls), \
-        colls[:2]
-
-
-_FSDP2 = """
-import torch, torch.distributed as dist
 from torch.distributed.fsdp import fully_shard
 import rankscope, rankscope.torch as rst
 rankscope.init()
 dist.init_process_group("gloo")
 rst.instrument()
-rst.stream_ordered_backends.add("gloo")  # the stand-in: FSDP2's collectives "run on a CUDA stream"
+rst.stream_ordered_backends.add("gloo")  # the stand-in: the model's collectives "run on a CUDA stream"
 torch.manual_seed(0)
-model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
-for layer in model:
-    if isinstance(layer, torch.nn.Linear):
-        fully_shard(layer)
-fully_shard(model)
+model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8))
+if sys.argv[1] == "fsdp2":
+    for layer in model:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer)
+    fully_shard(model)
+else:
+    model = nn.parallel.DistributedDataParallel(model)
+    rst.instrument_ddp(model, per_bucket=sys.argv[1] == "ddp_per_bucket")
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
-for step in range(2):
-    model(torch.randn(8, 16)).sum().backward()
+for step in range(4):
+    model(torch.randn(16, 64)).sum().backward()
     opt.step()
     opt.zero_grad()
     rankscope.step(step)
@@ -168,22 +135,26 @@ rankscope.shutdown()
 """
 
 
-def test_fsdp2_all_gathers_and_reduce_scatters_on_a_stream_ordered_backend_end_on_the_device(tmp_path, torchrun,
-                                                                                            fake_cudart):
-    """FSDP2 (torch 2.10+) issues its collectives through torch.distributed's functions
-    (all_gather_single, reduce_scatter_single) on its own streams, and waits for them with
-    work.wait() on the compute stream: each is timed there and ends on the device."""
-    script = tmp_path / "fsdp2.py"
-    script.write_text(_FSDP2)
-    p = torchrun(script, 2, env=_device_env(fake_cudart))
+@pytest.mark.parametrize("mode,ops", [("ddp_per_backward", {"all_reduce"}), ("ddp_per_bucket", {"all_reduce"}),
+                                      ("fsdp2", {"all_gather", "reduce_scatter"})])
+def test_a_wrapped_models_collectives_on_a_stream_ordered_backend_end_on_the_device(tmp_path, torchrun, fake_cudart,
+                                                                                    mode, ops):
+    """DDP's gradient all-reduce - one span per backward (C++ hooks) or per bucket (a comm
+    hook) - and FSDP2's all-gathers and reduce-scatters (torch 2.10+: dist.all_gather_single /
+    reduce_scatter_single on its own streams, waited for with work.wait()): each timed on the
+    stream, from its first event to its last behind whole 3 ms "kernels"."""
+    script = tmp_path / "wrapped.py"
+    script.write_text(_WRAPPED)
+    p = torchrun(script, 2, mode, env=_device_env(fake_cudart))
     assert p.returncode == 0, p.stderr[-3000:]
     runs = glob.glob(str(tmp_path / "rankscope-runs" / "*"))
     assert len(runs) == 1, runs
-    colls = [e for e in run_log_events(runs[0], "collective") if e["op"] in ("all_gather", "reduce_scatter")]
-    assert {e["op"] for e in colls} == {"all_gather", "reduce_scatter"}, colls
+    colls = [e for e in run_log_events(runs[0], "collective") if e["op"] in ops]
+    assert {e["op"] for e in colls} == ops, colls
+    if mode.startswith("ddp"):
+        assert len(colls) == 2 * 4, colls  # one per backward (one bucket here), 4 steps, 2 ranks
     assert all(e.get("timing") == "device" and e["dur"] >= KERNEL_NS and e["dur"] % KERNEL_NS == 0 for e in colls), \
         [e for e in colls if e.get("timing") != "device"][:2]
-
 
 # NCCL's shape (tests/python/stream_ordered_backend.py): a collective is enqueued on the stream
 # and the host returns at once; the host waits for its GPU at the next sync. Rank 1 never
