@@ -106,17 +106,30 @@ struct SpanParams {
   bool on_device;  // the buckets run on a CUDA stream (NCCL): the span ends when the device is done
 };
 
+// Whether this torch's c10::Stream names its native stream (c10::Stream::
+// native_handle, not in torch 2.6): without it rankscope.torch keeps DDP on
+// the Python hooks when its buckets run on a device (they read the stream
+// through torch._C).
+template <typename S>
+constexpr bool kNamesStreams = requires(const S& s) { s.native_handle(); };
+
 // The calling thread's current CUDA stream (a cudaStream_t), through c10's
 // device-guard registry: no CUDA library linked, and no GIL (autograd's
 // threads). Null (the legacy default stream) without CUDA or device timing.
+template <typename S = c10::Stream>
 void* current_cuda_stream() noexcept {
-  if (!rankscope::detail::g_device_timing.load(std::memory_order_relaxed)) return nullptr;
-  try {
-    if (!c10::impl::hasDeviceGuardImpl(c10::DeviceType::CUDA)) return nullptr;
-    const c10::impl::DeviceGuardImplInterface* cuda = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
-    if (cuda->deviceCount() == 0) return nullptr;
-    return cuda->getStream(cuda->getDevice()).native_handle();
-  } catch (...) {
+  if constexpr (kNamesStreams<S>) {
+    if (!rankscope::detail::g_device_timing.load(std::memory_order_relaxed)) return nullptr;
+    try {
+      if (!c10::impl::hasDeviceGuardImpl(c10::DeviceType::CUDA)) return nullptr;
+      const c10::impl::DeviceGuardImplInterface* cuda = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
+      if (cuda->deviceCount() == 0) return nullptr;
+      const S stream = cuda->getStream(cuda->getDevice());
+      return stream.native_handle();
+    } catch (...) {
+      return nullptr;
+    }
+  } else {
     return nullptr;
   }
 }
@@ -435,6 +448,7 @@ void bind_tensor_reader(py::module_& m);  // torch_scalars.cpp
 PYBIND11_MODULE(_torch_hooks, m) {
   m.doc() = "C++ autograd hooks for rankscope.torch (DDP gradient all-reduce spans with no Python in the step).";
   bind_tensor_reader(m);
+  m.attr("names_cuda_streams") = kNamesStreams<c10::Stream>;
   py::module_::import("torch.distributed");                   // registers c10d's Reducer type
   m.def(
       "use_store_for_dump_requests",

@@ -412,7 +412,9 @@ def instrument_ddp(ddp_model, per_bucket=False):
         dtype = str(params[0].dtype) if params else "float32"
         on_device = _ddp_on_device(ddp_model, params)
         sync = None
-        if _torch_hooks is not None:
+        # On a device the span's events go on the current stream: the C++ hooks name it only
+        # where this torch's c10::Stream does (2.7+); else the Python hooks, through torch._C.
+        if _torch_hooks is not None and (not on_device or getattr(_torch_hooks, "names_cuda_streams", False)):
             try:
                 sync = _torch_hooks.DdpSync(ddp_model.reducer, comm, "all_reduce", count, dtype, on_device)
             except Exception as e:  # a reducer this build cannot reach (another pybind11 ABI)
