@@ -39,7 +39,8 @@ fi
 
 # The virtualenvs: python3 on PATH (3.9+) makes them; pip installs the pinned
 # requirements only when they changed since the last successful install.
-#   .venv/            torch from requirements/torch.txt (the one everything builds against)
+#   .venv/            torch from requirements/torch.txt (the one everything builds against),
+#                     and the training frameworks the integrations are tested with (frameworks.txt)
 #   .venv-torch-min/  the oldest tested torch (requirements/torch-min.txt), for the Python tests
 py=${RANKSCOPE_SETUP_PYTHON:-python3}
 make_venv() {  # DIR REQUIREMENTS...
@@ -66,7 +67,7 @@ make_venv() {  # DIR REQUIREMENTS...
     echo "$want" >"$stamp"
   fi
 }
-make_venv .venv requirements/torch.txt requirements/dev.txt
+make_venv .venv requirements/torch.txt requirements/dev.txt requirements/frameworks.txt
 if [[ -z "${RANKSCOPE_SETUP_NO_TORCH_MIN:-}" ]]; then
   make_venv .venv-torch-min requirements/torch-min.txt requirements/dev.txt
 fi

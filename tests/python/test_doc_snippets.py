@@ -43,6 +43,41 @@ scaler.scale(loss_fn(model(x0), y0)).backward()
 scaler.step(opt)
 batches = rankscope.BatchAccounting(dataset_size=64, micro_batch=16, data_parallel=1)
 """
+# What a script using a framework has before a snippet that shows its integration: tiny models
+# from a config, a few steps on the CPU (the frameworks: requirements/frameworks.txt).
+FRAMEWORKS = {
+    "rankscope.integrations.transformers": """
+from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+model = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_positions=16, n_embd=16, n_layer=1, n_head=2))
+class _Tokens(torch.utils.data.Dataset):
+    def __len__(self):
+        return 32
+    def __getitem__(self, i):
+        ids = torch.randint(0, 64, (16,), generator=torch.Generator().manual_seed(i))
+        return {"input_ids": ids, "labels": ids}
+ds = train = val = _Tokens()
+args = TrainingArguments(output_dir="out", max_steps=3, per_device_train_batch_size=4, report_to=[], use_cpu=True,
+                         disable_tqdm=True, save_strategy="no")
+""",
+    "rankscope.integrations.lightning": """
+import lightning.pytorch as L
+class _Module(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Linear(8, 1)
+    def training_step(self, batch, batch_idx):
+        return loss_fn(self.net(batch[0]), batch[1])
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+    def train_dataloader(self):
+        return loader
+model = _Module()
+""",
+    "accelerator.prepare": """
+from accelerate import Accelerator
+accelerator = Accelerator(cpu=True)
+""",
+}
 SETUP_PG = """
 rankscope.init()
 dist.init_process_group("gloo")
@@ -77,6 +112,10 @@ def test_python_block_runs(block, tmp_path):
     src = PRELUDE
     if "init_process_group" not in code:
         src += SETUP_PG
+    for marker, prelude in FRAMEWORKS.items():  # after the process group: the frameworks find it
+        if marker in code:
+            pytest.importorskip(marker.split(".")[-1] if marker.startswith("rankscope") else "accelerate")
+            src += prelude
     src += f"# --- {path}:{line}\n" + code + EPILOGUE
     with reserved_port() as port:
         env = dict(os.environ, RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",

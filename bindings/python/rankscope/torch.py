@@ -427,6 +427,31 @@ def instrument_ddp(ddp_model, per_bucket=False):
     _instrumented_ddp[per_bucket].add(ddp_model)
 
 
+_ddp_init = None  # DistributedDataParallel.__init__ before instrument_ddp_when_built() wrapped it
+
+
+def instrument_ddp_when_built(per_bucket=False):
+    """Instruments every DistributedDataParallel built from now on, as its construction
+    returns (instrument_ddp): for code that wraps the model itself, such as a framework's
+    fit() or train(). Idempotent; a DDP built before is not touched."""
+    global _ddp_init
+    ddp_cls = torch.nn.parallel.DistributedDataParallel
+    if _ddp_init is not None:
+        return
+    _ddp_init = original = ddp_cls.__init__
+
+    @functools.wraps(original)
+    def __init__(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        try:
+            instrument_ddp(self, per_bucket=per_bucket)
+        except Exception as e:  # never into the framework's setup: said, and the rest is recorded
+            rankscope.warning("rankscope.torch: a DistributedDataParallel built here is not instrumented",
+                              error=f"{type(e).__name__}: {e}")
+
+    ddp_cls.__init__ = __init__
+
+
 def _ddp_on_device(ddp_model, params=None):
     """Whether DDP's buckets run on a CUDA stream (NCCL): CUDA parameters, or a
     stream-ordered backend. Its spans then end when the device has finished."""

@@ -67,3 +67,9 @@ class ReplicaCheck:
     mismatches: int
     def __init__(self, model: Any, every: int = 500, group: Any = None) -> None: ...
     def __call__(self) -> int: ...
+
+def instrument_ddp_when_built(per_bucket: bool = False) -> None:
+    """Instruments every DistributedDataParallel built from now on, as its construction returns
+    (instrument_ddp): for code that wraps the model itself, such as a framework's fit() or
+    train(). Idempotent; a DDP built before is not touched."""
+    ...
