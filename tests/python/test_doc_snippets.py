@@ -150,6 +150,10 @@ def _check_command(words, where):
             if a == "-r":
                 assert os.path.isfile(os.path.join(ROOT, args[i + 1])), f"{where}: no such file {args[i + 1]}"
         assert args[0] in ("install", "wheel"), f"{where}: pip {args[0]}?"
+    elif cmd == "rankscope" and args[:2] == ["run", "--"]:  # a launcher prefix: the command it runs is checked
+        p = subprocess.run([os.path.join(BIN, "rankscope"), "run", "--help"], capture_output=True, text=True)
+        assert p.returncode == 0, f"{where}: `rankscope run` is not a command:\n{p.stdout}{p.stderr}"
+        _check_command(args[2:], where)
     elif cmd == "rankscope":
         sub = args[0]
         p = subprocess.run([os.path.join(BIN, "rankscope"), sub, "--help"], capture_output=True, text=True)

@@ -6,9 +6,11 @@ one rank are each named by triage, with the rank and the step.
 
 Each fault is on rank 1 and keyed to what rank 1 has done (items it served, its step), never
 to time: what the test waits for is the stall record itself (default stall timeout)."""
+import glob
 import json
 import os
 import subprocess
+import sys
 
 import pytest
 
@@ -26,7 +28,7 @@ class Tokens(torch.utils.data.Dataset):
     def __len__(self):
         return 4096
     def __getitem__(self, i):
-        if RANK == 1 and self.served == 40:   # rank 1's 41st sample (its loader reads a batch ahead)
+        if RANK == 1 and self.served == 80:   # rank 1's 81st sample, after the warm-up steps
             if FAULT == "hang":
                 threading.Event().wait()
             if FAULT == "raise":
@@ -68,7 +70,7 @@ class Samples(torch.utils.data.Dataset):
     def __len__(self):
         return 4096
     def __getitem__(self, i):
-        if RANK == 1 and self.served == 40:   # rank 1's 41st sample
+        if RANK == 1 and self.served == 80:   # rank 1's 81st sample: past the 5 warm-up steps
             if FAULT == "hang":
                 threading.Event().wait()
             if FAULT == "raise":
@@ -123,7 +125,7 @@ class Samples(torch.utils.data.Dataset):
     def __len__(self):
         return 4096
     def __getitem__(self, i):
-        if RANK == 1 and self.served == 40:   # rank 1's 41st sample
+        if RANK == 1 and self.served == 80:   # rank 1's 81st sample: past the 5 warm-up steps
             if FAULT == "hang":
                 threading.Event().wait()
             if FAULT == "raise":
@@ -155,12 +157,59 @@ accelerator.end_training()
 """
 
 
+# No code at all: an unmodified DDP script under `rankscope run -- torchrun ...` (the hang: under
+# RANKSCOPE_AUTO=1 instead, the form for launchers that own the command line).
+PLAIN = r"""
+import os, threading, torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+FAULT, RANK = os.environ.get("FAULT", ""), int(os.environ["RANK"])
+
+class Samples(torch.utils.data.Dataset):
+    def __init__(self):
+        self.served = 0
+    def __len__(self):
+        return 4096
+    def __getitem__(self, i):
+        if RANK == 1 and self.served == 80:   # rank 1's 81st sample: past the 5 warm-up steps
+            if FAULT == "hang":
+                threading.Event().wait()
+            if FAULT == "raise":
+                raise ValueError(f"corrupt sample {i}")
+        self.served += 1
+        x = torch.randn(8, generator=torch.Generator().manual_seed(i))
+        return x, x.sum(0, keepdim=True)
+
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+model = DDP(torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1)))
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+loader = torch.utils.data.DataLoader(Samples(), batch_size=8)
+for step, (x, y) in enumerate(loader):
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    if FAULT == "nan" and RANK == 1 and step == 7:
+        loss = loss * float("nan")
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    if step + 1 == (1000 if FAULT == "hang" else 20):
+        break
+dist.destroy_process_group()
+"""
+
+
 def _job(tmp_path, script, fault):
     path = tmp_path / "train.py"
     path.write_text(script)
     run = tmp_path / "run"
     env = dict(os.environ, OMP_NUM_THREADS="1", RANKSCOPE_DIR=str(run), FAULT=fault)
-    return run, [TORCHRUN, "--standalone", "--nproc-per-node", "2", str(path)], env
+    cmd = [TORCHRUN, "--standalone", "--nproc-per-node", "2", str(path)]
+    if script is PLAIN:
+        if fault == "hang":
+            env["RANKSCOPE_AUTO"] = "1"
+        else:
+            cmd = [RANKSCOPE, "run", "--", *cmd]
+    return run, cmd, env
 
 
 def _triage(run):
@@ -227,18 +276,19 @@ def _check_nan(tmp_path, script, step):
     return f
 
 
-FRAMEWORKS = {"transformers": TRAINER, "lightning": LIGHTNING, "accelerate": ACCELERATE}
+FRAMEWORKS = {"transformers": TRAINER, "lightning": LIGHTNING, "accelerate": ACCELERATE, "no-code": PLAIN}
 
 
 @pytest.fixture(params=sorted(FRAMEWORKS))
 def framework(request):
-    pytest.importorskip(request.param)  # requirements/frameworks.txt: in .venv, not in the oldest-torch venv
+    if request.param != "no-code":  # requirements/frameworks.txt: in .venv, not in the oldest-torch venv
+        pytest.importorskip(request.param)
     return request.param, FRAMEWORKS[request.param]
 
 
 def test_a_clean_run_has_steps_phases_and_checkpoints(tmp_path, framework):
     name, script = framework
-    run = _check_clean(tmp_path, script, 20, 0 if name == "accelerate" else 1)  # the frameworks' own numbering
+    run = _check_clean(tmp_path, script, 20, 0 if name in ("accelerate", "no-code") else 1)  # their own numbering
     # Per rank: the framework's step numbering, the phases between its hooks, each rank's own loss.
     steps = [e for e in run_log_events(str(run), "step_end") if e["rank"] == 1]
     phases = {e["name"] for e in run_log_events(str(run), "phase") if e["rank"] == 1}
@@ -248,7 +298,7 @@ def test_a_clean_run_has_steps_phases_and_checkpoints(tmp_path, framework):
     ddp = [e for e in run_log_events(str(run), "collective") if e["op"] == "all_reduce" and e["rank"] == 1
            and e["count"] > 100]
     assert len(ddp) == 20, len(ddp)
-    if name != "accelerate":
+    if name in ("transformers", "lightning"):
         assert "eval" in phases, phases
         saves = [e for e in run_log_events(str(run), "fact") if e["name"] == "checkpoint_save" and e["rank"] == 0]
         ids = {"transformers": ["checkpoint-10", "checkpoint-20"], "lightning": ["step=10", "step=20"]}[name]
@@ -280,3 +330,23 @@ def test_a_nan_loss_on_one_rank_is_named(tmp_path, framework):
     # The Trainer's own log hides it (logging_nan_inf_filter, and the loss it logs is averaged
     # over ranks); each rank's own loss, read back by the callback, does not.
     _check_nan(tmp_path, framework[1], 7)
+
+
+def test_rankscope_run_says_what_is_wrong_and_leaves_children_alone(tmp_path):
+    usage = subprocess.run([RANKSCOPE, "run"], capture_output=True, text=True, timeout=60)
+    assert usage.returncode == 2 and "usage: rankscope run" in usage.stderr, usage
+    missing = subprocess.run([RANKSCOPE, "run", "--", str(tmp_path / "no-such-launcher")], capture_output=True,
+                             text=True, timeout=60)
+    assert missing.returncode == 127 and "cannot run" in missing.stderr, missing
+    # A rank is recorded; its children (DataLoader workers, subprocesses) inherit
+    # RANKSCOPE_AUTO=started and are not: one run log, from the rank.
+    child = "import rankscope, sys; sys.exit(3 if rankscope.initialized() else 0)"
+    script = tmp_path / "rank.py"
+    script.write_text("import os, subprocess, sys, rankscope\n"
+                      "assert rankscope.initialized() and os.environ['RANKSCOPE_AUTO'] == 'started'\n"
+                      f"sys.exit(subprocess.run([sys.executable, '-c', {child!r}]).returncode)\n")
+    env = dict(os.environ, RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", RANKSCOPE_DIR=str(tmp_path / "run"))
+    p = subprocess.run([RANKSCOPE, "run", "--", sys.executable, str(script)], env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert [os.path.basename(f) for f in glob.glob(str(tmp_path / "run" / "rank-*.jsonl"))] == ["rank-0.jsonl"]
