@@ -16,25 +16,39 @@ import pytest
 
 from conftest import RANKSCOPE, ROOT, TORCHRUN, kill_job, run_log_events, wait_for
 
-TRAINER = r"""
+# What every job below trains on: rank 1's 81st sample (after the warm-up steps, so the learned
+# stall timeout is the default's 15 s) hangs or raises, as FAULT says. Prepended to each script.
+DATA = r"""
 import os, threading, torch
-from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
-from rankscope.integrations.transformers import RankscopeCallback
-
 FAULT, RANK = os.environ.get("FAULT", ""), int(os.environ["RANK"])
 
-class Tokens(torch.utils.data.Dataset):
-    served = 0
+class Faulty(torch.utils.data.Dataset):
+    def __init__(self):
+        self.served = 0
     def __len__(self):
         return 4096
     def __getitem__(self, i):
-        if RANK == 1 and self.served == 80:   # rank 1's 81st sample, after the warm-up steps
+        if RANK == 1 and self.served == 80:
             if FAULT == "hang":
                 threading.Event().wait()
             if FAULT == "raise":
                 raise ValueError(f"corrupt sample {i}")
         self.served += 1
-        ids = torch.randint(0, 64, (16,), generator=torch.Generator().manual_seed(i))
+        return self.sample(i, torch.Generator().manual_seed(i))
+
+class Samples(Faulty):  # x -> sum(x)
+    def sample(self, i, g):
+        x = torch.randn(8, generator=g)
+        return x, x.sum(0, keepdim=True)
+"""
+
+TRAINER = DATA + r"""
+from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+from rankscope.integrations.transformers import RankscopeCallback
+
+class Tokens(Faulty):
+    def sample(self, i, g):
+        ids = torch.randint(0, 64, (16,), generator=g)
         return {"input_ids": ids, "labels": ids}
 
 torch.manual_seed(0)
@@ -57,28 +71,9 @@ trainer.train()
 """
 
 
-LIGHTNING = r"""
-import os, threading, torch
+LIGHTNING = DATA + r"""
 import lightning.pytorch as L
 from rankscope.integrations.lightning import RankscopeCallback
-
-FAULT, RANK = os.environ.get("FAULT", ""), int(os.environ["RANK"])
-
-class Samples(torch.utils.data.Dataset):
-    def __init__(self):
-        self.served = 0
-    def __len__(self):
-        return 4096
-    def __getitem__(self, i):
-        if RANK == 1 and self.served == 80:   # rank 1's 81st sample: past the 5 warm-up steps
-            if FAULT == "hang":
-                threading.Event().wait()
-            if FAULT == "raise":
-                raise ValueError(f"corrupt sample {i}")
-        self.served += 1
-        g = torch.Generator().manual_seed(i)
-        x = torch.randn(8, generator=g)
-        return x, x.sum(0, keepdim=True)
 
 class Regression(L.LightningModule):
     def __init__(self):
@@ -112,27 +107,9 @@ trainer.fit(Regression())
 
 # Accelerate has no callbacks (its trackers get only what the main process logs): its users
 # keep their own loop, instrumented as any loop is, plus DDP found where prepare() builds it.
-ACCELERATE = r"""
-import os, threading, torch
+ACCELERATE = DATA + r"""
 from accelerate import Accelerator
 import rankscope, rankscope.torch as rst
-
-FAULT, RANK = os.environ.get("FAULT", ""), int(os.environ["RANK"])
-
-class Samples(torch.utils.data.Dataset):
-    def __init__(self):
-        self.served = 0
-    def __len__(self):
-        return 4096
-    def __getitem__(self, i):
-        if RANK == 1 and self.served == 80:   # rank 1's 81st sample: past the 5 warm-up steps
-            if FAULT == "hang":
-                threading.Event().wait()
-            if FAULT == "raise":
-                raise ValueError(f"corrupt sample {i}")
-        self.served += 1
-        x = torch.randn(8, generator=torch.Generator().manual_seed(i))
-        return x, x.sum(0, keepdim=True)
 
 rankscope.init(); rst.instrument(); rst.instrument_ddp_when_built()     # before prepare() builds DDP
 accelerator = Accelerator(cpu=True)
@@ -159,26 +136,9 @@ accelerator.end_training()
 
 # No code at all: an unmodified DDP script under `rankscope run -- torchrun ...` (the hang: under
 # RANKSCOPE_AUTO=1 instead, the form for launchers that own the command line).
-PLAIN = r"""
-import os, threading, torch, torch.distributed as dist
+PLAIN = DATA + r"""
+import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
-
-FAULT, RANK = os.environ.get("FAULT", ""), int(os.environ["RANK"])
-
-class Samples(torch.utils.data.Dataset):
-    def __init__(self):
-        self.served = 0
-    def __len__(self):
-        return 4096
-    def __getitem__(self, i):
-        if RANK == 1 and self.served == 80:   # rank 1's 81st sample: past the 5 warm-up steps
-            if FAULT == "hang":
-                threading.Event().wait()
-            if FAULT == "raise":
-                raise ValueError(f"corrupt sample {i}")
-        self.served += 1
-        x = torch.randn(8, generator=torch.Generator().manual_seed(i))
-        return x, x.sum(0, keepdim=True)
 
 dist.init_process_group("gloo")
 torch.manual_seed(0)
