@@ -42,6 +42,7 @@ enum class Env : int {
   kRank,
   kWorldSize,
   kRunId,
+  kAuto,
   kCount
 };
 
@@ -85,6 +86,8 @@ inline constexpr std::array<EnvSpec, static_cast<int>(Env::kCount)> kEnvSpecs{{
     {Env::kRank, "RANKSCOPE_RANK", "", "x"},
     {Env::kWorldSize, "RANKSCOPE_WORLD_SIZE", "", "x"},
     {Env::kRunId, "RANKSCOPE_RUN_ID", "", "a/b"},
+    // Read by the Python package only (rankscope-auto.pth, rankscope/_auto.py): no-code mode.
+    {Env::kAuto, "RANKSCOPE_AUTO", "off", ""},
 }};
 
 constexpr const EnvSpec& env_spec(Env e) { return kEnvSpecs[static_cast<int>(e)]; }
