@@ -14,6 +14,7 @@
  *
  * Knobs from the environment (for processes a test starts):
  *   FAKE_CUDA_NO_CONTEXT=1     cuCtxGetCurrent reports no current context
+ *   FAKE_CUDA_NO_STREAMS=1     cudaStreamCreateWithFlags fails
  *   FAKE_CUDA_PHASE_KERNEL_NS=<ns>  every event recorded on the legacy default
  *                              stream (0) is preceded by a kernel of that length:
  *                              a phase's work without the test launching it */
@@ -64,6 +65,24 @@ int cudaGetDevice(int* d) { *d = 0; return kSuccess; }
 int cuCtxGetCurrent(void** ctx) {
   *ctx = env_u64("FAKE_CUDA_NO_CONTEXT") ? NULL : &context_token;
   return kSuccess;
+}
+/* A new stream, idle: an event recorded on it has device time 0, the device's
+ * "now" (the device clock never moves by itself here: kernels only queue), so
+ * the time from such an event to one on a busy stream is that stream's backlog. */
+int cudaStreamCreateWithFlags(void** stream, unsigned flags) {
+  static char handles[kMaxStreams];
+  (void)flags;
+  pthread_mutex_lock(&mu);
+  int rc = 2; /* cudaErrorMemoryAllocation */
+  if (env_u64("FAKE_CUDA_NO_STREAMS")) {
+    rc = 1; /* cudaErrorInvalidValue: a runtime that makes no streams for us */
+  } else if (nstreams < kMaxStreams) {
+    fake_stream* s = stream_of(&handles[nstreams]);
+    *stream = s->handle;
+    rc = kSuccess;
+  }
+  pthread_mutex_unlock(&mu);
+  return rc;
 }
 int cudaEventCreateWithFlags(void** event, unsigned flags) {
   (void)flags;

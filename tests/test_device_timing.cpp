@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 #include <cstdint>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -70,7 +71,62 @@ TEST_CASE("a phase on a CUDA thread carries the device's time next to the host's
   shutdown();
   const std::string log = slurp(tmp.path + "/rank-0.jsonl");
   CHECK_THAT(log, Catch::Contains(R"("name":"forward","phase_kind":"forward","dur":)") &&
-                      Catch::Contains(R"(,"depth":0,"dev":7000000})"));
+                      Catch::Contains(R"(,"depth":0,"dev":7000000,"dev_queued":0})"));
+}
+
+// The fake device's clock stands still (kernels only queue), so a span's start
+// is exactly its stream's backlog after the anchor; the host's clock moves
+// between the anchor's stamp and the phase's start, by far less than the
+// second of slack the bounds below leave.
+TEST_CASE("a device-timed phase says how long its work waited in its stream's queue", "[device]") {
+  FakeCuda cuda;
+  ScopedRuntime rt;
+  cuda.launch(stream(0x70), 100'000'000'000);  // 100 s of earlier work queued on the stream
+  {
+    RANKSCOPE_PHASE_ON("queued", stream(0x70));
+    cuda.launch(stream(0x70), 5'000'000);
+  }
+  REQUIRE(flush());
+  const auto got = phases_named(*rt.sink, "queued");
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].device_ns == 5'000'000);
+  CHECK(got[0].device_queued_ns <= 100'000'000'000);  // never more than the backlog
+  CHECK(got[0].device_queued_ns > 99'000'000'000);
+}
+
+TEST_CASE("a collective on the device says how long it waited before the device started it", "[device]") {
+  FakeCuda cuda;
+  TempDir tmp;
+  REQUIRE(init(rank_config(tmp.path)).ok());
+  Communicator& world = communicator("queued_world", 2, 0);
+  cuda.launch(stream(0x71), 100'000'000'000);  // the backward kernels the all-reduce is queued behind
+  {
+    python::PendingCollective ar(world, CollectiveOp::kAllReduce, 1024, DType::kFloat32, -1, stream(0x71), true);
+    cuda.launch(stream(0x71), 250'000);
+    ar.end(true, nullptr, stream(0x71));
+  }
+  shutdown();
+  const std::string log = slurp(tmp.path + "/rank-0.jsonl");
+  std::smatch m;
+  REQUIRE(std::regex_search(log, m, std::regex(R"rx("dur":250000,.*"timing":"device".*"dev_queued":(\d+))rx")));
+  const std::uint64_t queued = std::stoull(m[1].str());
+  CHECK(queued <= 100'000'000'000);
+  CHECK(queued > 99'000'000'000);
+}
+
+TEST_CASE("without a stream of its own a span has its device time but no device start", "[device]") {
+  FakeCuda cuda;
+  ScopedEnv no_streams("FAKE_CUDA_NO_STREAMS", "1");
+  ScopedRuntime rt;
+  {
+    RANKSCOPE_PHASE_ON("unanchored", stream(0x72));
+    cuda.launch(stream(0x72), 2'000'000);
+  }
+  REQUIRE(flush());
+  const auto got = phases_named(*rt.sink, "unanchored");
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].device_ns == 2'000'000);
+  CHECK(got[0].device_queued_ns == -1);
 }
 
 TEST_CASE("the step breakdown counts a device-timed phase at its device time", "[device]") {

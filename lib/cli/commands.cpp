@@ -85,9 +85,10 @@ Outcome timeline(const Request& r) {
   }
   if (!st.ok()) return failed("timeline", st);
   o.note = fmt::format(
-      "rankscope timeline: {} ranks, {} slices, {} instant events, {} cross-rank flows -> {} (open in "
+      "rankscope timeline: {} ranks, {} slices{}, {} instant events, {} cross-rank flows -> {} (open in "
       "https://ui.perfetto.dev or chrome://tracing)\n",
-      ts.ranks, ts.slices, ts.instants, ts.flows, r.output);
+      ts.ranks, ts.slices, ts.device_slices > 0 ? fmt::format(" ({} on GPU tracks)", ts.device_slices) : "",
+      ts.instants, ts.flows, r.output);
   return o;
 }
 

@@ -25,6 +25,12 @@ std::uint64_t flow_id(std::string_view comm, std::uint64_t seq, int link) {
   return detail::fnv1a_u64(static_cast<std::uint64_t>(link), h) >> 11;  // fits a double exactly
 }
 
+// Device tracks' thread ids: after any host thread id (Linux's are < 2^22 by
+// default, at most 2^30), one per host thread for its phases' device work and
+// one for the rank's collectives on the device.
+constexpr std::int64_t kDeviceTrack = std::int64_t{1} << 31;
+constexpr std::int64_t kDeviceCollectives = kDeviceTrack - 1;
+
 // The trace's events, streamed: one rank's log at a time.
 class TraceWriter {
  public:
@@ -53,7 +59,7 @@ class TraceWriter {
     first_ = false;
   }
   // The fields every event has, in Chrome's trace format.
-  static void where(detail::JsonWriter& w, int pid, std::int32_t tid) { w.field("pid", pid).field("tid", tid); }
+  static void where(detail::JsonWriter& w, int pid, std::int64_t tid) { w.field("pid", pid).field("tid", tid); }
   void at(detail::JsonWriter& w, double ts) const { w.key("ts").fixed(ts, 3); }
 
   void event(int rank, const LogEvent& e, std::set<std::int32_t>& threads) {
@@ -70,13 +76,7 @@ class TraceWriter {
       });
       return;
     }
-    if (tid != 0 && threads.insert(tid).second) {
-      emit([&](auto& w) {
-        w.field("ph", "M").field("name", "thread_name");
-        where(w, pid, tid);
-        w.key("args").begin_object().field("name", fmt::format("thread {}", tid)).end_object();
-      });
-    }
+    if (tid != 0 && threads.insert(tid).second) name_track(pid, tid, fmt::format("thread {}", tid), tid);
     if (const auto* phase = e.get<Kind::kPhase>()) {
       ++st_.slices;
       emit([&](auto& w) {
@@ -84,8 +84,14 @@ class TraceWriter {
         where(w, pid, tid);
         at(w, us(e.t));
         w.key("dur").fixed(static_cast<double>(phase->dur) / 1000.0, 3);
-        w.key("args").begin_object().field("step", e.step).field("phase_kind", phase_kind_name(phase->phase_kind)).end_object();
+        w.key("args").begin_object().field("step", e.step).field("phase_kind", phase_kind_name(phase->phase_kind));
+        if (phase->dev) w.field("device_ms", static_cast<double>(*phase->dev) / 1e6);
+        w.end_object();
       });
+      if (phase->dev && phase->dev_queued) {
+        on_device(pid, kDeviceTrack + tid, fmt::format("thread {} on the GPU", tid), "phase", phase->name, e,
+                  *phase->dev_queued, *phase->dev);
+      }
     } else if (const auto* c = e.get<Kind::kCollective>()) {
       collective(rank, e, *c, tid);
     } else if (e.k == Kind::kStepEnd) {
@@ -103,6 +109,36 @@ class TraceWriter {
         at(w, us(e.t));
       });
     }
+  }
+
+  // A track's name, and its place: host threads first, their device tracks after.
+  void name_track(int pid, std::int64_t tid, const std::string& name, std::int64_t sort) {
+    emit([&](auto& w) {
+      w.field("ph", "M").field("name", "thread_name");
+      where(w, pid, tid);
+      w.key("args").begin_object().field("name", name).end_object();
+    });
+    emit([&](auto& w) {
+      w.field("ph", "M").field("name", "thread_sort_index");
+      where(w, pid, tid);
+      w.key("args").begin_object().field("sort_index", sort).end_object();
+    });
+  }
+
+  // The same work where the device ran it: `queued` after the host's start, for `dev`.
+  void on_device(int pid, std::int64_t track, const std::string& track_name, const char* cat, const std::string& name,
+                 const LogEvent& e, std::uint64_t queued, std::uint64_t dev) {
+    if (device_tracks_.insert({pid, track}).second) name_track(pid, track, track_name, track);
+    ++st_.slices;
+    ++st_.device_slices;
+    emit([&](auto& w) {
+      w.field("ph", "X").field("cat", fmt::format("{} on the GPU", cat)).field("name", name);
+      where(w, pid, track);
+      at(w, us(e.t + queued));
+      w.key("dur").fixed(static_cast<double>(dev) / 1000.0, 3);
+      w.key("args").begin_object().field("step", e.step).key("queued_ms").fixed(static_cast<double>(queued) / 1e6, 3);
+      w.end_object();
+    });
   }
 
   // What an instant the timeline marks says: stalls, slow steps, violations, exits, errors.
@@ -130,8 +166,14 @@ class TraceWriter {
       at(w, ts);
       w.key("dur").fixed(static_cast<double>(c.dur) / 1000.0, 3);
       w.key("args").begin_object().field("op", c.op).field("comm", c.comm).field("seq", c.seq).field("count", c.count);
-      w.field("dtype", c.dtype).field("result", collective_result_name(c.result)).field("step", e.step).end_object();
+      w.field("dtype", c.dtype).field("result", collective_result_name(c.result)).field("step", e.step);
+      if (c.timing == "device") w.field("timing", c.timing).key("host_ms").fixed(static_cast<double>(c.enqueue_ns) / 1e6, 3);
+      w.end_object();
     });
+    if (c.timing == "device" && c.dev_queued) {
+      on_device(pid, kDeviceCollectives, "collectives on the GPU", "collective", fmt::format("{} #{}", c.op, c.seq), e,
+                *c.dev_queued, c.dur);
+    }
     const double mid = ts + static_cast<double>(c.dur) / 2000.0;
     auto flow = [&](const char* ph, std::uint64_t id) {
       emit([&](auto& w) {
@@ -155,6 +197,7 @@ class TraceWriter {
   int first_rank_, last_rank_;
   bool first_ = true;
   TimelineStats st_;
+  std::set<std::pair<int, std::int64_t>> device_tracks_;  // (rank, track) named so far
 };
 
 // The run's rank-<R>.jsonl files, by rank.

@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 
-CHECKS = ("loss_readback", "nvml", "dist_nccl", "phase_timing", "device_hang", "overhead")
+CHECKS = ("loss_readback", "nvml", "dist_nccl", "phase_timing", "device_start", "device_hang", "overhead")
 
 
 def read_log(run_dir, kind=None):
@@ -175,6 +175,40 @@ def check_phase_timing(run_dir):
     ratio = result["rankscope_device_ms_median"] / result["cuda_events_ms_median"]
     result["ratio"] = ratio
     result["pass"] = 0.95 <= ratio <= 1.05 and len(device_line_ms) == len(host_ms)
+    return result
+
+
+def check_device_start(run_dir):
+    """dev_queued against CUDA events: a phase queued behind a 20 ms spin kernel starts on the
+    device when the spin ends. Truth: the spin's device time (events around it) minus the host's
+    time from recording the first event to entering the phase."""
+    import torch
+    import rankscope
+    rankscope.init(rank=0, world_size=1, run_dir=run_dir)
+    x = torch.ones(1 << 20, device="cuda")
+    khz = getattr(torch.cuda.get_device_properties(0), "clock_rate", 2_000_000)  # SM clock, kHz
+    expect_ms = []
+    for _ in range(12):
+        torch.cuda.synchronize()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        h1 = time.perf_counter_ns()
+        a.record()
+        torch.cuda._sleep(int(0.020 * khz * 1000))
+        b.record()
+        h2 = time.perf_counter_ns()
+        with rankscope.phase("queued"):
+            x.mul_(1.0)
+        torch.cuda.synchronize()
+        expect_ms.append(a.elapsed_time(b) - (h2 - h1) / 1e6)
+    rankscope.shutdown()
+    got_ms = [e["dev_queued"] / 1e6 for e in read_log(run_dir, "phase") if e.get("name") == "queued" and "dev_queued" in e]
+    result = {"expected_ms_median": statistics.median(expect_ms), "dev_queued_ms": got_ms[:12]}
+    if len(got_ms) != len(expect_ms):
+        result["pass"] = False
+        return result
+    errors = [abs(g - e) for g, e in zip(got_ms[2:], expect_ms[2:])]  # the first two: warm-up
+    result["abs_error_ms_max"] = max(errors)
+    result["pass"] = max(errors) <= max(0.5, 0.05 * result["expected_ms_median"])
     return result
 
 

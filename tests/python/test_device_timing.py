@@ -55,6 +55,36 @@ def test_a_ddp_run_on_a_cuda_device_writes_each_phases_device_time_next_to_its_h
         assert r["median_phase_ms"]["optimizer"] == KERNEL_NS / 1e6, r
         assert r["median_host_phase_ms"]["forward"] > 0 and r["median_host_phase_ms"]["optimizer"] > 0, r
         assert r["device_timed_phases"] > 0, r
+    _check_device_tracks(run_dir, tmp_path, phases, [])
+
+
+def _check_device_tracks(run_dir, tmp_path, phases, colls):
+    """Every device-timed line says where the device started it, and the timeline draws it
+    there: on a GPU track, `dev_queued` after the host's start, for `dev`."""
+    assert all(e.get("dev_queued", -1) >= 0 for e in phases + colls), \
+        [e for e in phases + colls if "dev_queued" not in e][:2]
+    trace = tmp_path / "trace.json"
+    t = subprocess.run([RANKSCOPE, "timeline", run_dir, "-o", str(trace)], capture_output=True, text=True,
+                       timeout=120)
+    assert t.returncode == 0 and "on GPU tracks" in t.stderr + t.stdout, t.stderr
+    events = json.loads(trace.read_text())["traceEvents"]
+    tracks = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    gpu = [e for e in events if e["ph"] == "X" and tracks.get((e["pid"], e["tid"]), "").endswith("on the GPU")]
+    host = [e for e in events if e["ph"] == "X" and e not in gpu]
+    assert len(gpu) == len(phases) + len(colls), (len(gpu), len(phases), len(colls))
+    assert sum(1 for e in gpu if e["cat"] == "collective on the GPU") == len(colls)
+    # Each device slice is its line's device time, drawn `dev_queued` after the host's slice
+    # of the same work (the trace's times are µs with ns decimals; queued_ms is rounded to µs).
+    def name(e):
+        return e["name"] if e["kind"] == "phase" else f"{e['op']} #{e['seq']}"
+    assert sorted((e["rank"], name(e), e["step"], e["dev" if e["kind"] == "phase" else "dur"] / 1e3)
+                  for e in phases + colls) == sorted((e["pid"], e["name"], e["args"]["step"], e["dur"]) for e in gpu)
+    host_at = {}
+    for e in host:
+        host_at.setdefault((e["pid"], e["name"], e["args"].get("step")), []).append(e["ts"])
+    for e in gpu:
+        shifted = e["ts"] - e["args"]["queued_ms"] * 1e3
+        assert any(abs(shifted - ts) <= 1 for ts in host_at[(e["pid"], e["name"], e["args"]["step"])]), e
 
 
 def test_device_timing_off_leaves_host_time_only(tmp_path, torchrun, fake_cudart):
@@ -103,6 +133,8 @@ def test_torch_collectives_on_a_stream_ordered_backend_are_timed_on_the_device(t
     for rank in (0, 1):
         mine = sorted((e for e in colls if e["rank"] == rank), key=lambda e: e["seq"])
         assert [e["dur"] for e in mine[0::3]] == [KERNEL_NS] * 4, mine
+    _check_device_tracks(run_dir, tmp_path, [e for e in run_log_events(run_dir, "phase") if "dev" in e],
+                         [e for e in run_log_events(run_dir, "collective") if e.get("timing") == "device"])
 
 
 _WRAPPED = """

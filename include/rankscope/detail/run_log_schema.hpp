@@ -57,6 +57,7 @@
   X(kPhaseKind, "phase_kind")                      \
   X(kDur, "dur")                                   \
   X(kDev, "dev")                                   \
+  X(kDevQueued, "dev_queued")                      \
   X(kDepth, "depth")                               \
   X(kParent, "parent")                             \
   X(kLoss, "loss")                                 \
@@ -252,7 +253,8 @@
   M(kHost, host, std::string) M(kClock, clock, std::string) M(kTicksPerSecond, ticks_per_second, double)
 #define RANKSCOPE_LINE_kPhase(M)                                                                               \
   M(kName, name, std::string) M(kPhaseKind, phase_kind, PhaseKind) M(kDur, dur, std::uint64_t)                \
-  M(kDepth, depth, int) M(kParent, parent, std::string) M(kDev, dev, std::optional<std::uint64_t>)
+  M(kDepth, depth, int) M(kParent, parent, std::string) M(kDev, dev, std::optional<std::uint64_t>)          \
+  M(kDevQueued, dev_queued, std::optional<std::uint64_t>)
 #define RANKSCOPE_LINE_kStepBegin(M)
 #define RANKSCOPE_LINE_kStepEnd(M)                                                                             \
   M(kDur, dur, std::uint64_t) M(kLoss, loss, std::optional<double>) M(kLr, lr, std::optional<double>)        \
@@ -270,7 +272,8 @@
   M(kDur, dur, std::uint64_t) M(kResult, result, CollectiveResult) M(kFingerprint, fingerprint, std::string) \
   M(kAlgbwGbps, algbw_gbps, double) M(kBusbwGbps, busbw_gbps, double) M(kPhase, phase, std::string)          \
   M(kTiming, timing, std::string) M(kEnqueueNs, enqueue_ns, std::uint64_t) M(kInGroup, in_group, bool)       \
-  M(kWait, wait, std::uint64_t) M(kWaitPhase, wait_phase, std::string) M(kError, error, std::string)
+  M(kWait, wait, std::uint64_t) M(kWaitPhase, wait_phase, std::string) M(kError, error, std::string)         \
+  M(kDevQueued, dev_queued, std::optional<std::uint64_t>)
 #define RANKSCOPE_LINE_kCommError(M)                                                                           \
   M(kComm, comm, std::string) M(kCommId, comm_id, std::optional<std::int64_t>)                               \
   M(kLastSeq, last_seq, std::uint64_t) M(kError, error, std::string)

@@ -72,6 +72,10 @@ struct Event {
   bool device_timed = false;     // collectives: dur_ns measured on the device (CUDA events); phases: device_ns is
   bool in_group = false;         // issued inside an NCCL group
   std::uint64_t enqueue_ns = 0;  // host time inside the call (device-timed collectives)
+  // Device-timed phases and collectives: how long their work waited in the
+  // stream's queue, from the host's start to the device's (so the device ran
+  // it from mono_ns + device_queued_ns); -1 when the device's start is unknown.
+  std::int64_t device_queued_ns = -1;
   const char* error = nullptr;   // failed collectives / comm errors: the backend's message
   // Collectives the issuing thread blocked on at their end (DDP's gradient
   // all-reduce): the phase it waited in (of the collective kind, nested in

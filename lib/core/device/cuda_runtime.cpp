@@ -29,7 +29,8 @@ bool fill(void* runtime, void* driver, CudaRuntime& t) {
          resolve(runtime, "cudaEventCreateWithFlags", t.event_create_with_flags) &&
          resolve(runtime, "cudaEventRecord", t.event_record) && resolve(runtime, "cudaEventQuery", t.event_query) &&
          resolve(runtime, "cudaEventElapsedTime", t.event_elapsed_time) &&
-         resolve(driver, "cuCtxGetCurrent", t.ctx_get_current);
+         resolve(driver, "cuCtxGetCurrent", t.ctx_get_current) &&
+         (resolve(runtime, "cudaStreamCreateWithFlags", t.stream_create_with_flags) || true);  // optional
 }
 
 }  // namespace

@@ -26,12 +26,16 @@ struct CudaRuntime {
   int (*event_query)(void* event);
   int (*event_elapsed_time)(float* ms, void* start, void* end);
   int (*ctx_get_current)(void** context);  // the driver's cuCtxGetCurrent
+  // Optional (null if absent): makes the idle stream a device-clock anchor is
+  // recorded on (device_spans.cpp); without it spans have no device start.
+  int (*stream_create_with_flags)(void** stream, unsigned flags);
   std::string library;                      // where it came from, for the environment summary
 };
 
 inline constexpr int kCudaSuccess = 0;
 inline constexpr int kCudaErrorNotReady = 600;
 inline constexpr unsigned kCudaEventDefault = 0;
+inline constexpr unsigned kCudaStreamNonBlocking = 1;
 
 // Looks for the process's CUDA runtime: the library RANKSCOPE_CUDA_RUNTIME
 // names, else a libcudart and the driver already loaded. True once found (the

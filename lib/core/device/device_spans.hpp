@@ -27,8 +27,19 @@ std::size_t device_span_pools() noexcept;
 // True once the span's end event completed on the device (or CUDA reported an
 // error: then there is nothing to wait for).
 bool device_span_finished(DeviceSpan* span) noexcept;
-// The device's time between the span's events, in ns, if it finished without
-// error (nullopt otherwise); frees the span either way.
-std::optional<std::uint64_t> device_span_take(DeviceSpan* span) noexcept;
+// What the device says of a finished span.
+struct DeviceTime {
+  std::uint64_t dur_ns = 0;  // the device's time between the span's start and end events
+  // Where the device started it, against the host's clock: the span's start
+  // event `start_after_anchor_ns` after an anchor event recorded on an idle
+  // stream at host tick `anchor_ticks`. False when no anchor was usable (no
+  // stream of our own, or the anchor was recorded again since).
+  bool has_start = false;
+  std::uint64_t anchor_ticks = 0;
+  std::int64_t start_after_anchor_ns = 0;
+};
+// The device's time of the span if it finished without error (nullopt
+// otherwise); frees the span either way.
+std::optional<DeviceTime> device_span_take(DeviceSpan* span) noexcept;
 
 }  // namespace rankscope::detail

@@ -51,6 +51,14 @@ DeviceSpan* span_to_wait_for(const Record& r, const Record* next) {
   if (r.kind == RecordKind::kPhase) return static_cast<DeviceSpan*>(const_cast<void*>(r.v[1].ptr));
   return r.kind == RecordKind::kCollective ? collective_span(next) : nullptr;
 }
+// How long the span's work waited in its stream's queue: from the host's
+// start (`host_mono`) to the device's, which device_span_take gives against
+// an anchor stamped with the host's clock. -1: the device's start is unknown.
+std::int64_t queued_on_device(const DeviceTime& d, const TickClock& clock, std::uint64_t host_mono) {
+  if (!d.has_start) return -1;
+  const auto start = static_cast<std::int64_t>(clock.convert(d.anchor_ticks).mono_ns) + d.start_after_anchor_ns;
+  return std::max<std::int64_t>(0, start - static_cast<std::int64_t>(host_mono));  // never before the host asked
+}
 }  // namespace
 
 // A collective that ends on the device: once its span has finished there, its
@@ -66,8 +74,9 @@ void Runtime::complete_on_device(Event& e, DeviceSpan* span, const Record& extra
   }
   if (const auto dev = device_span_take(span)) {
     e.enqueue_ns = e.dur_ns;
-    e.dur_ns = *dev;
+    e.dur_ns = dev->dur_ns;
     e.device_timed = true;
+    e.device_queued_ns = queued_on_device(*dev, clock_, e.mono_ns);
   }
   detail::flight_complete(flight, detail::now_ticks(), e.result);
   if (e.comm != nullptr) const_cast<Communicator*>(e.comm)->note_completed(e.seq);
@@ -97,7 +106,8 @@ void Runtime::decode(ThreadState* st, const Record& r, const Record* next, std::
       if (r.v[1].ptr != nullptr) {  // device-timed (drain_all waited for the device, or gave up)
         const auto dev = device_span_take(static_cast<DeviceSpan*>(const_cast<void*>(r.v[1].ptr)));
         e.device_timed = dev.has_value();
-        e.device_ns = dev.value_or(0);
+        e.device_ns = dev ? dev->dur_ns : 0;
+        if (dev) e.device_queued_ns = queued_on_device(*dev, clock_, e.mono_ns);
       }
       // On a GPU the phase's work took the device's time; the host's is its launch.
       const std::uint64_t work_ns = e.device_timed ? e.device_ns : e.dur_ns;

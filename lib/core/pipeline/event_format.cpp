@@ -198,7 +198,7 @@ const std::string& EventFormatter::quoted_slow(const Site* s) {
 void EventFormatter::format_phase(const Event& e, fmt::memory_buffer& out) {
   const std::string& name = quoted(e.site);
   const std::string* parent = e.parent != nullptr ? &quoted(e.parent) : nullptr;
-  RawLine o(out, kBeginMost + 96 + name.size() + (parent ? parent->size() : 0));
+  RawLine o(out, kBeginMost + 160 + name.size() + (parent ? parent->size() : 0));
   begin_raw<Kind::kPhase>(o, repeats_, e.wall_ns, e.mono_ns, rank_, e.step, e.tid);
   o << next_key<Field::kName>() << name << next_key<Field::kPhaseKind>() << '"' << phase_kind_name(e.site->kind) << '"'
     << next_key<Field::kDur>();
@@ -206,6 +206,7 @@ void EventFormatter::format_phase(const Event& e, fmt::memory_buffer& out) {
   o.num(static_cast<int>(e.depth));
   if (parent != nullptr) o << next_key<Field::kParent>() << *parent;
   if (e.device_timed) (o << next_key<Field::kDev>()).num(e.device_ns);
+  if (e.device_timed && e.device_queued_ns >= 0) (o << next_key<Field::kDevQueued>()).num(e.device_queued_ns);
 }
 
 void EventFormatter::format_step_end(const Event& e, fmt::memory_buffer& out) {
@@ -249,6 +250,7 @@ void EventFormatter::format_collective(const Event& e, fmt::memory_buffer& out) 
     (o << next_key<Field::kBusbwGbps>()).rate(bw.busbw_gbps);
     if (phase != nullptr) o << next_key<Field::kPhase>() << *phase;
     if (e.device_timed) (o << next_key<Field::kTiming>() << "\"device\"" << next_key<Field::kEnqueueNs>()).num(e.enqueue_ns);
+    if (e.device_timed && e.device_queued_ns >= 0) (o << next_key<Field::kDevQueued>()).num(e.device_queued_ns);
     if (e.in_group) o << next_key<Field::kInGroup>() << "true";
     if (wait != nullptr) (o << next_key<Field::kWait>()).num(e.wait_ns) << next_key<Field::kWaitPhase>() << *wait;
   }
