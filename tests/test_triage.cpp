@@ -17,6 +17,7 @@
 #include "rankscope/exchange.hpp"
 #include "temp_dir.hpp"
 #include "terminal_text.hpp"
+#include "torch_flight.hpp"
 #include "triage.hpp"
 #include "triage_rules.hpp"
 
@@ -522,3 +523,27 @@ TEST_CASE("FIFOs where a run's files should be are skipped with a warning / neve
   CHECK(st.ok());
 }
 
+
+// The shape PyTorch 2.15's _dump_fr_trace_json writes (pg_status's numbers are strings),
+// wrapped as bindings/python/rankscope/_torch_flight.py writes it.
+TEST_CASE("PyTorch's flight recorder copy is read per process group, for its own process only", "[triage]") {
+  TempDir tmp;
+  const std::string path = tmp.path + "/rank-1.torch-flight.json";
+  std::ofstream(path) << R"({"pid":4242,"flight_mtime_ns":1,"torch":{"gloo":{"entries":[)"
+                         R"({"collective_seq_id":11,"process_group":["0","default_pg"],"profiling_name":"gloo:all_reduce","input_sizes":[[4]]},)"
+                         R"({"collective_seq_id":12,"process_group":["0","default_pg"],"profiling_name":"gloo:broadcast","input_sizes":[[2, 3]]}],)"
+                         R"("pg_status":{"0":{"last_completed_collective":"11","last_enqueued_collective":"12","last_started_collective":"-1"}}}}})";
+  const auto got = reader::read_torch_flight(path, 4242);
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].backend == "gloo");
+  CHECK(got[0].group == "default_pg");
+  CHECK(got[0].enqueued == 12);
+  CHECK(got[0].started == -1);
+  CHECK(got[0].completed == 11);
+  CHECK(got[0].op == "gloo:broadcast");
+  CHECK(got[0].sizes == "[[2,3]]");
+  CHECK(reader::read_torch_flight(path, 17).empty());  // an earlier session's file: not this process's
+  CHECK(reader::read_torch_flight(tmp.path + "/absent.json", 4242).empty());
+  std::ofstream(path) << R"({"pid":4242,"torch":{"gloo":{"pg_status":{"0":{"last_enq)";  // torn
+  CHECK(reader::read_torch_flight(path, 4242).empty());
+}

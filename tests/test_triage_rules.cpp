@@ -140,6 +140,28 @@ TEST_CASE("rule hang names the rank that never enqueued the collective a GPU is 
   }
 }
 
+TEST_CASE("rule hang adds PyTorch's flight recorder: how far each rank got by its count", "[triage]") {
+  auto sum = run_of(3);
+  stalled(sum.ranks[0], "", false);
+  stalled(sum.ranks[1], "world", false);
+  stalled(sum.ranks[2], "world", false);
+  const auto at = [](std::int64_t enqueued, std::int64_t completed, std::string op) {
+    return reader::TorchGroupPosition{"gloo", "default_pg", enqueued, -1, completed, std::move(op), "[[4]]"};
+  };
+  sum.ranks[0].torch_flight = {at(11, 11, "gloo:all_reduce")};
+  sum.ranks[1].torch_flight = {at(12, 11, "gloo:all_reduce")};
+  sum.ranks[2].torch_flight = {at(12, 11, "gloo:all_reduce")};
+  const reader::Finding out = one_finding(rules::hang_rule, sum, FindingKind::kHang, {0});
+  CHECK(std::count(out.evidence.begin(), out.evidence.end(),
+                   "PyTorch's flight recorder on default_pg (gloo): rank 0 completed #11, nothing pending; ranks 1,2 "
+                   "enqueued #12 (gloo:all_reduce [[4]]) and completed #11") == 1);
+  // Ranks alike with nothing pending: PyTorch's count adds nothing.
+  for (auto& r : sum.ranks) r.torch_flight = {at(11, 11, "gloo:all_reduce")};
+  for (const std::string& e : one_finding(rules::hang_rule, sum, FindingKind::kHang, {0}).evidence) {
+    CHECK_THAT(e, !Catch::Contains("PyTorch"));
+  }
+}
+
 TEST_CASE("rule dead_rank names a rank behind the others whose log ends in a torn line", "[triage]") {
   auto sum = run_with_dead_rank_2();
   const reader::Finding out = one_finding(rules::dead_rank_rule, sum, FindingKind::kDeadRank, {2});

@@ -26,6 +26,9 @@ std::string heartbeat_path(std::string_view run_dir, int rank) {
   return fmt::format("{}/rank-{}.heartbeat.json", run_dir, rank);
 }
 std::string flight_path(std::string_view run_dir, int rank) { return fmt::format("{}/rank-{}.flight.json", run_dir, rank); }
+std::string torch_flight_path(std::string_view run_dir, int rank) {
+  return fmt::format("{}/rank-{}.torch-flight.json", run_dir, rank);
+}
 std::string position_path(std::string_view run_dir, int rank) { return fmt::format("{}/rank-{}.position", run_dir, rank); }
 
 namespace {

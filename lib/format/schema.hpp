@@ -81,6 +81,7 @@ std::string run_log_name(int rank);  // "rank-<R>.jsonl"
 std::string run_log_path(std::string_view run_dir, int rank);
 std::string heartbeat_path(std::string_view run_dir, int rank);
 std::string flight_path(std::string_view run_dir, int rank);
+std::string torch_flight_path(std::string_view run_dir, int rank);  // PyTorch's recorder, copied at each dump
 std::string position_path(std::string_view run_dir, int rank);  // "rank-<R>.position" (position.hpp)
 /// The rank a file name belongs to, if it is exactly a rank's run log
 /// ("rank-3.jsonl") or heartbeat ("rank-3.heartbeat.json").

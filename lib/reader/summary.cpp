@@ -289,6 +289,7 @@ std::vector<RankDigest> digest_files(const std::string& run_dir, const std::vect
     digests[i] = digest::digest_rank(files[i].path, schema::flight_path(run_dir, files[i].rank), files[i].rank, opts);
     RankDigest& d = digests[i];
     if (d.status.ok()) d.sum.clock_offset_ms = merger.merge(files[i].rank, d.colls);
+    if (d.status.ok()) d.sum.torch_flight = read_torch_flight(schema::torch_flight_path(run_dir, files[i].rank), d.sum.pid);
     d.colls.clear();
     if (opts.progress) {
       std::lock_guard<std::mutex> lock(progress_mu);

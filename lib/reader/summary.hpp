@@ -16,6 +16,7 @@
 #include "goodput_format.hpp"
 #include "rankscope/runtime.hpp"
 #include "run_log.hpp"
+#include "torch_flight.hpp"
 
 namespace rankscope::reader {
 
@@ -288,6 +289,7 @@ struct RankSummary {
   static constexpr std::size_t kResourcesKept = 512;
   std::optional<StackRecord> stacks;  // its last stacks capture
   std::string dump_reason;  // its flight dump's reason ("signal SIGPIPE", "stall", ...), from that process
+  std::vector<TorchGroupPosition> torch_flight;  // PyTorch's flight recorder at that dump (its last session's)
 };
 
 /// Cross-rank check of one communicator's collectives, from the run logs

@@ -6,8 +6,10 @@
 // each word the verdict that is theirs.
 #include <algorithm>
 #include <iterator>
+#include <map>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "rankscope/exchange.hpp"
 #include "triage_rules.hpp"
@@ -287,6 +289,42 @@ void add_on_device_evidence(const StallFacts& s, Finding& f) {
   }
 }
 
+// PyTorch's own flight recorder, where the ranks' dumps carried it: per
+// process group, how far each rank got by PyTorch's count (ranks alike
+// together), for groups where the ranks differ or a collective is pending.
+void add_torch_flight_evidence(const RunSummary& sum, Finding& f) {
+  struct Seen {
+    std::int64_t enqueued, completed;
+    std::string op, sizes;
+    std::vector<int> ranks;
+  };
+  std::map<std::pair<std::string, std::string>, std::vector<Seen>> groups;  // (group, backend) -> positions
+  for (const auto& r : sum.ranks) {
+    for (const TorchGroupPosition& p : r.torch_flight) {
+      auto& seen = groups[{p.group, p.backend}];
+      auto it = std::find_if(seen.begin(), seen.end(), [&](const Seen& s) {
+        return s.enqueued == p.enqueued && s.completed == p.completed && s.op == p.op && s.sizes == p.sizes;
+      });
+      if (it == seen.end()) it = seen.insert(seen.end(), Seen{p.enqueued, p.completed, p.op, p.sizes, {}});
+      it->ranks.push_back(r.rank);
+    }
+  }
+  int shown = 0;
+  for (const auto& [key, seen] : groups) {
+    const bool pending = std::any_of(seen.begin(), seen.end(), [](const Seen& s) { return s.enqueued > s.completed; });
+    if ((seen.size() < 2 && !pending) || ++shown > 3) continue;
+    std::vector<std::string> parts;
+    for (const Seen& s : seen) {
+      parts.push_back(s.enqueued > s.completed
+                          ? fmt::format("{} enqueued #{} ({}{}{}) and completed #{}", format_ranks(s.ranks), s.enqueued,
+                                        s.op, s.sizes.empty() ? "" : " ", s.sizes, s.completed)
+                          : fmt::format("{} completed #{}, nothing pending", format_ranks(s.ranks), s.completed));
+    }
+    f.evidence.push_back(fmt::format("PyTorch's flight recorder on {} ({}): {}", key.first, key.second,
+                                     fmt::join(parts, "; ")));
+  }
+}
+
 // What every stall verdict adds after its own words: the bystanders, the
 // SIGPIPE deaths, where the others wait, who is behind, the heartbeats, and
 // the slow-step events it explains.
@@ -311,6 +349,7 @@ void add_context(const TriageInput& in, Finding& f) {
           fmt::format("rank {} reached seq {} of {} on '{}'", rk, seq, s.where->max_seq, s.where->comm));
     }
   }
+  add_torch_flight_evidence(in.sum, f);
   add_heartbeat_evidence(in.live, f);
   add_slow_step_evidence(in.sum, f);
 }

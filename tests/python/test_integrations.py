@@ -6,7 +6,6 @@ one rank are each named by triage, with the rank and the step.
 
 Each fault is on rank 1 and keyed to what rank 1 has done (items it served, its step), never
 to time: what the test waits for is the stall record itself (default stall timeout)."""
-import glob
 import json
 import os
 import subprocess
@@ -201,12 +200,20 @@ def _check_hang(tmp_path, script, where):
     try:  # both ranks report their stall (default settings), then triage reads the hung job
         wait_for(lambda: all(any(e["kind"] == "stall" for e in _events(run, r)) for r in (0, 1)),
                  "a stall reported by both ranks", proc=job, guard_s=600)
+        # Each stall's flight dump brings PyTorch's own flight recorder along (within a second).
+        wait_for(lambda: all((run / f"rank-{r}.torch-flight.json").exists() for r in (0, 1)),
+                 "PyTorch's flight recorder copied by both ranks", proc=job, guard_s=600)
         rc, report = _triage(run)
     finally:
         kill_job(job, [str(run)])
     f = report["findings"][0]
     assert rc == 1 and f["kind"] == "hang" and f["ranks"] == [1], report["findings"]
     assert where in f["summary"], f
+    # By PyTorch's count too: rank 0 has a collective pending (which one depends on the framework:
+    # DDP's all-reduce, Lightning's all-gather) that rank 1 never enqueued.
+    torch_fr = [e for e in f["evidence"] if e.startswith("PyTorch's flight recorder on ")]
+    assert torch_fr and "(gloo): rank 0 enqueued #" in torch_fr[0] and "(gloo:" in torch_fr[0] and \
+        "rank 1 completed #" in torch_fr[0], f["evidence"]
     return f
 
 

@@ -25,6 +25,7 @@ import torch.distributed as dist
 
 import rankscope
 from . import _functional
+from . import _torch_flight
 from ._amp import AmpSkips  # noqa: F401  (rst.AmpSkips)
 from . import _rankscope as _rs
 
@@ -323,9 +324,11 @@ def _p2p_op_class(base):
 def instrument():
     """Records every collective as a span (idempotent): torch.distributed's functions (wrapped),
     and the functional collectives that DTensor and torch.compile'd graphs issue (at the dispatcher).
-    DDP's gradient all-reduce runs in C++: instrument_ddp() records it."""
+    DDP's gradient all-reduce runs in C++: instrument_ddp() records it. PyTorch's own flight
+    recorder is copied next to each of rankscope's flight dumps (rank-<R>.torch-flight.json)."""
     rankscope._time_process_group_init()
     _use_store_for_dump_requests()
+    _torch_flight.start()  # PyTorch's flight recorder next to each of rankscope's dumps
     for name in _OPS:
         if name in _originals or not hasattr(dist, name):
             continue

@@ -11,7 +11,8 @@ def instrument() -> None:
     """Wraps torch.distributed's collectives (all_reduce, broadcast, reduce, all_gather,
     all_gather_into_tensor, reduce_scatter, all_to_all, barrier, send/recv and the *_object
     variants) with rankscope collective spans; async work is measured to completion via wait().
-    Idempotent."""
+    Also copies PyTorch's own flight recorder next to each of rankscope's flight dumps
+    (rank-<R>.torch-flight.json), which triage reads. Idempotent."""
     ...
 
 def uninstrument() -> None:
