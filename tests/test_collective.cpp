@@ -541,7 +541,9 @@ TEST_CASE("SIGTERM during heavy logging leaves only whole lines in the run log",
       if (end == at || log[at] != '{' || log[end - 1] != '}') ++torn;
       at = end + 1;
     }
-    INFO("run " << run << ": " << torn << " torn of " << lines << " lines");
+    INFO("run " << run << ": " << torn << " torn of " << lines << " lines; size " << log.size() << " (mod 4096: "
+                << log.size() % 4096 << "); the log ends with: "
+                << log.substr(log.size() - std::min<std::size_t>(log.size(), 1500)));
     CHECK(torn == 0);
   }
 }

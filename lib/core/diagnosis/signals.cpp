@@ -100,9 +100,11 @@ void handler(int sig, siginfo_t* info, void* uctx) {
     timespec step{0, 5'000'000};
     for (int i = 0; i < 400 && g_signal_acks.load(std::memory_order_acquire) == acks; ++i) nanosleep(&step, nullptr);
   }
-  // The background thread wrote nothing since its ack (handle_signal); an error line another
-  // thread writes inline must not be cut by the kill either.
-  if (idx >= 0 && ends_process(sig, g_previous[idx])) end_inline_writes(200);
+  // The background thread wrote nothing since its ack (handle_signal), or, when its drain
+  // outlasted the wait above (a loaded machine, a long backlog), the batch it is writing is
+  // waited for and no other starts; an error line another thread writes inline must not be
+  // cut by the kill either. The bound only guards against a write that never returns.
+  if (idx >= 0 && ends_process(sig, g_previous[idx])) end_inline_writes(2000);
   // Chain: restore whatever was there before us and deliver again.
   if (idx >= 0) {
     const struct sigaction& prev = g_previous[idx];

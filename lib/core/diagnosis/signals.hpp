@@ -35,8 +35,9 @@ void set_background_thread_self();
 extern std::atomic<int> g_terminal_tid;
 extern std::atomic<std::uintptr_t> g_terminal_pc;
 
-// Before a signal ends the process: no thread starts an inline run-log line, and those on
-// their way are waited for (nanosleep, at most `max_ms`), so the kill does not cut one short
+// Before a signal ends the process: no thread starts an inline run-log line (nor the
+// background thread a batch: write_run_log), and those on their way are waited for
+// (nanosleep, at most `max_ms`), so the kill does not cut one short
 // (a fatal signal ends a write(2) to a file between two pages). Async-signal-safe (log.cpp).
 void end_inline_writes(int max_ms) noexcept;
 

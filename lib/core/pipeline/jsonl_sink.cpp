@@ -262,7 +262,7 @@ class JsonlSink final : public detail::RunLogSink {
       stop(ENOSPC);
       return;
     }
-    if (fd_ < 0 || !write_all(fd_, buf_.data(), buf_.size())) {
+    if (fd_ < 0 || !detail::write_run_log(fd_, buf_.data(), buf_.size())) {
       const int err = fd_ < 0 ? EBADF : errno;
       ++errors_;
       drop_pending();
@@ -282,7 +282,7 @@ class JsonlSink final : public detail::RunLogSink {
   }
   // Writes what is in buf_ (one marker or run_end line) into the tail reserve.
   void write_reserved() {
-    if (fd_ >= 0 && write_all(fd_, buf_.data(), buf_.size())) end_ += static_cast<off_t>(buf_.size());
+    if (fd_ >= 0 && detail::write_run_log(fd_, buf_.data(), buf_.size())) end_ += static_cast<off_t>(buf_.size());
     else ++errors_;
     pending_lines_ = 0;
     pending_step_ = -1;

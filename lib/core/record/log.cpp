@@ -52,7 +52,34 @@ bool wait_inline_writers(std::chrono::steady_clock::time_point deadline) {
   return true;
 }
 
+// Set once a signal is about to end the process: the background thread's
+// batches are not started any more either (write_run_log).
+std::atomic<bool> g_run_log_writes_ended{false};
+
+// In pieces of whole lines of at most kPiece bytes, each counted like an
+// inline line: a kill waits for the piece on its way (a short write even on a
+// loaded machine) and no later piece starts. One write(2) of a whole batch
+// (megabytes after a backlog) could outlast the wait and be cut at a page.
+bool write_run_log(int fd, const char* p, std::size_t n) {
+  constexpr std::size_t kPiece = 256 * 1024;
+  while (n > 0) {
+    std::size_t len = n;
+    if (len > kPiece) {
+      const void* nl = std::memchr(p + kPiece / 2, '\n', kPiece / 2);  // a line ends in the second half
+      len = nl != nullptr ? static_cast<std::size_t>(static_cast<const char*>(nl) - p) + 1 : n;  // else whole
+    }
+    g_inline_writers.fetch_add(1);
+    const bool ok = g_run_log_writes_ended.load() || write_all(fd, p, len);  // ended: the process is going
+    g_inline_writers.fetch_sub(1);
+    if (!ok) return false;
+    p += len;
+    n -= len;
+  }
+  return true;
+}
+
 void end_inline_writes(int max_ms) noexcept {
+  g_run_log_writes_ended.store(true);
   g_runlog_fd.store(-1);  // sequentially consistent, as in wait_inline_writers
   timespec step{0, 1'000'000};
   for (int i = 0; i < max_ms && g_inline_writers.load() != 0; ++i) nanosleep(&step, nullptr);
@@ -188,7 +215,10 @@ void write_inline(const Event& e) {
   fmt_.format(e, line);
   line.push_back('\n');
   g_inline_writers.fetch_add(1);
-  const int fd = g_runlog_fd.load();
+  // Ended (a signal is ending the process) wins over an fd the run log's
+  // before_exit put back meanwhile: checked after counting in, as the handler
+  // sets it before it counts the writers.
+  const int fd = g_run_log_writes_ended.load() ? -1 : g_runlog_fd.load();
   if (fd >= 0) write_all(fd, line.data(), line.size());
   g_inline_writers.fetch_sub(1);
   // Facts are data, not console news; an exit's traceback is on stderr already

@@ -47,6 +47,10 @@ extern std::atomic<int> g_runlog_fd;
 // Waits until no thread is writing an inline line to g_runlog_fd's file;
 // false if the deadline passed first.
 bool wait_inline_writers(std::chrono::steady_clock::time_point deadline);
+// The background thread's write of a batch of run-log lines, counted with the
+// inline writers so that a signal ending the process waits for it to finish
+// (end_inline_writes) instead of cutting it at a page; after that none starts.
+bool write_run_log(int fd, const char* p, std::size_t n);
 // The run log: a Sink with two more duties (jsonl_sink.cpp).
 class RunLogSink : public Sink {
  public:
