@@ -6,6 +6,7 @@ one rank are each named by triage, with the rank and the step.
 
 Each fault is on rank 1 and keyed to what rank 1 has done (items it served, its step), never
 to time: what the test waits for is the stall record itself (default stall timeout)."""
+import glob
 import json
 import os
 import subprocess

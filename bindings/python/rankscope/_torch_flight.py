@@ -14,14 +14,17 @@ and, when it changed, writes PyTorch's dump next to it as `rank-<R>.torch-flight
 triage` reads.
 Nothing happens on the training thread; a torch without the dump call is told once and skipped.
 """
+import atexit
 import json
 import os
+import sys
 import threading
 
 import rankscope
 
 _started = False
 _lock = threading.Lock()
+_stop = threading.Event()
 _POLL_S = 1.0
 
 
@@ -42,16 +45,26 @@ def start():
             _started = True
             return
         _started = True
-        threading.Thread(target=_watch, args=(dump,), name="rankscope-torch-flight", daemon=True).start()
+        watcher = threading.Thread(target=_watch, args=(dump,), name="rankscope-torch-flight", daemon=True)
+        watcher.start()
+        # Stopped at exit, before the interpreter finalizes: a daemon thread that is inside a C++
+        # call releasing the GIL then (PyTorch's dump of a shutdown-time flight dump) is unwound by
+        # pthread_exit through a noexcept destructor, and the process aborts ("terminate called
+        # without an active exception"). atexit runs in reverse: before rankscope's own shutdown.
+        atexit.register(_stop_watching, watcher)
+
+
+def _stop_watching(watcher):
+    _stop.set()
+    watcher.join(timeout=10)
 
 
 def _watch(dump):
-    stop = threading.Event()
     seen = _flight_mtime()  # a dump already there is an earlier process's (a restart): not ours
-    while not stop.wait(_POLL_S):
+    while not _stop.wait(_POLL_S):
         try:
             mtime = _flight_mtime()
-            if mtime is None or mtime == seen:
+            if mtime is None or mtime == seen or _stop.is_set() or sys.is_finalizing():
                 continue
             seen = mtime
             _write(mtime, {b: _as_json(dump(True, False, backend=b)) for b in _backends()})
