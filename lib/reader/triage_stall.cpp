@@ -320,6 +320,16 @@ void add_torch_flight_evidence(const RunSummary& sum, Finding& f) {
                                         s.op, s.sizes.empty() ? "" : " ", s.sizes, s.completed)
                           : fmt::format("{} completed #{}, nothing pending", format_ranks(s.ranks), s.completed));
     }
+    // The ranks that never enqueued the newest collective are what the others wait for -
+    // said outright, since "completed" lags on backends that retire work lazily (gloo).
+    std::int64_t newest = 0;
+    for (const Seen& s : seen) newest = std::max(newest, s.enqueued);
+    std::vector<int> short_of;
+    for (const Seen& s : seen) {
+      if (s.enqueued < newest) short_of.insert(short_of.end(), s.ranks.begin(), s.ranks.end());
+    }
+    std::sort(short_of.begin(), short_of.end());
+    if (!short_of.empty()) parts.push_back(fmt::format("{} never enqueued #{}", format_ranks(short_of), newest));
     f.evidence.push_back(fmt::format("PyTorch's flight recorder on {} ({}): {}", key.first, key.second,
                                      fmt::join(parts, "; ")));
   }
