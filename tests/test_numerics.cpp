@@ -163,6 +163,54 @@ TEST_CASE("config_drift: the odd rank out of four, both ranks of two, hosts and 
   one_finding(rules::config_drift_rule, shape, FindingKind::kConfigDrift, {1});
 }
 
+namespace {
+// Steps [0, n) with learning rate lr(step) on rank r.
+template <typename Lr>
+void steps_with_lr(rankscope::reader::RankSummary& r, std::int64_t n, Lr lr) {
+  const double ms[rankscope::kPhaseKindCount] = {};
+  for (std::int64_t s = 0; s < n; ++s) r.series.add(s, ms, 10, 0, 0, {std::nullopt, lr(s), std::nullopt});
+}
+}  // namespace
+
+TEST_CASE("config_drift: a rank whose learning rate leaves the others' schedule is named from that step", "[numerics]") {
+  auto sum = ranks(4);
+  const auto cosine = [](std::int64_t s) { return 0.1 * std::cos(static_cast<double>(s) / 100); };
+  for (auto& r : sum.ranks) steps_with_lr(r, 50, cosine);
+  CHECK(run_rule(rules::config_drift_rule, sum).empty());  // one schedule: nothing to say
+  for (auto& r : sum.ranks) r.series = {};
+  for (auto& r : sum.ranks) {  // rank 2's scheduler skipped a step at 20: it runs one step ahead from there
+    steps_with_lr(r, 50, [&](std::int64_t s) { return cosine(r.rank == 2 && s >= 20 ? s + 1 : s); });
+  }
+  const reader::Finding f = one_finding(rules::config_drift_rule, sum, FindingKind::kConfigDrift, {2});
+  CHECK(f.step == 20);
+  CHECK(f.summary == "rank 2 reported a different learning rate from the other ranks from step 20: 0.0978031 on rank "
+                     "2, 0.0980067 on the other 3");
+  CHECK(f.evidence.front() == "they reported the same learning rate through step 19");
+
+  // Two ranks, different from the first step: both named, and why no side is chosen.
+  auto two = ranks(2);
+  steps_with_lr(two.ranks[0], 10, [](std::int64_t) { return 0.1; });
+  steps_with_lr(two.ranks[1], 10, [](std::int64_t) { return 0.05; });
+  const reader::Finding t = one_finding(rules::config_drift_rule, two, FindingKind::kConfigDrift, {0, 1});
+  CHECK(t.summary == "ranks 0,1 reported different learning rates from step 0 (no value holds a majority, so every "
+                     "rank is named): 0.05 on rank 1, 0.1 on rank 0");
+  CHECK(t.evidence.front() == "they never reported the same learning rate");
+
+  // The same ranks' run config differs in lr too: one finding, the steps as its evidence.
+  two.ranks[0].environment.emplace_back("config.lr", "0.1");
+  two.ranks[1].environment.emplace_back("config.lr", "0.05");
+  const reader::Finding both = one_finding(rules::config_drift_rule, two, FindingKind::kConfigDrift, {0, 1});
+  CHECK_THAT(both.summary, Catch::Contains("config.lr: 0.05 on rank 1, 0.1 on rank 0"));
+  CHECK(both.evidence.front() == t.summary);
+  CHECK(both.step == 0);
+
+  // A rank that reported no learning rate, or fewer steps, is not a different one.
+  auto partial = ranks(3);
+  steps_with_lr(partial.ranks[0], 30, [](std::int64_t) { return 0.1; });
+  steps_with_lr(partial.ranks[1], 20, [](std::int64_t) { return 0.1; });
+  CHECK(run_rule(rules::config_drift_rule, partial).empty());
+}
+
 TEST_CASE("numerics rule: the first rank with a NaN loss is the culprit, a spike on every rank says so", "[numerics]") {
   auto sum = ranks(3);
   sum.ranks[1].first_bad_loss = rankscope::reader::BadLossRecord{NAN, 10, 5'000, {}};

@@ -281,6 +281,53 @@ TEST_CASE("rule desync merges one violation recorded by several ranks", "[triage
   CHECK(out.t == 100);
 }
 
+namespace {
+reader::FactRecord checkpoint_fact(int rank, int session, std::string name, std::int64_t step, std::uint64_t t) {
+  reader::FactRecord f;
+  f.rank = rank;
+  f.session = session;
+  f.name = std::move(name);
+  f.seq = 1;
+  f.step = step;
+  f.t = t;
+  f.values = {{"id", fmt::format("ckpt-{}", step)}, {"step", std::to_string(step)},
+              {"consumed_samples", std::to_string(step * 128)}, {"optimizer_step", std::to_string(step)}};
+  return f;
+}
+}  // namespace
+
+TEST_CASE("rule desync names the rank that resumed older than every rank's last save", "[triage]") {
+  // Attempt 0: both ranks saved steps 4 and 8; attempt 1: rank 1 resumed from 4.
+  auto sum = run_of(2);
+  for (int rank = 0; rank < 2; ++rank) {
+    sum.facts.push_back(checkpoint_fact(rank, 0, "checkpoint_save", 4, 100));
+    sum.facts.push_back(checkpoint_fact(rank, 0, "checkpoint_save", 8, 200));
+  }
+  sum.facts.push_back(checkpoint_fact(0, 1, "resume", 8, 300));
+  sum.facts.push_back(checkpoint_fact(1, 1, "resume", 4, 310));
+  const reader::Finding out = one_finding(rules::desync_rule, sum, FindingKind::kDesync, {1});
+  CHECK(out.summary == "resume: rank 1 resumed from an older checkpoint than the one every rank had saved, step 8 "
+                       "('ckpt-8'): rank 1 from step 4 ('ckpt-4'); rank 0 from step 8");
+  CHECK(out.evidence.front() == "the save history: steps 4,8 saved by every rank that saved (ranks 0,1) before the resume");
+  // The comparison of the resume points alone, which had no majority, is its evidence now.
+  REQUIRE(out.evidence.size() == 2);
+  CHECK_THAT(out.evidence[1], Catch::StartsWith("resume: ranks 0,1 disagree on id"));
+  CHECK(out.t == 300);
+  CHECK(out.step == 4);  // where it resumed
+
+  // Rank 1's save of step 8 failed (no save recorded): resuming from 4 was its only choice,
+  // and the history breaks no tie.
+  std::erase_if(sum.facts, [](const reader::FactRecord& f) { return f.rank == 1 && f.name == "checkpoint_save" && f.step == 8; });
+  CHECK_THAT(one_finding(rules::desync_rule, sum, FindingKind::kDesync, {0, 1}).summary,
+             Catch::Contains("no majority says which is right"));
+
+  // Every rank resumed from 4 (a rollback): they agree, nothing to say.
+  sum.facts.back() = checkpoint_fact(1, 1, "resume", 4, 310);
+  sum.facts[sum.facts.size() - 2] = checkpoint_fact(0, 1, "resume", 4, 300);
+  sum.facts.push_back(checkpoint_fact(1, 0, "checkpoint_save", 8, 200));
+  CHECK(run_rule(rules::desync_rule, sum).empty());
+}
+
 TEST_CASE("rule straggler names the rank far slower than the others in one phase kind", "[triage]") {
   auto sum = run_of(3);
   const int fwd = static_cast<int>(rankscope::PhaseKind::kForward);

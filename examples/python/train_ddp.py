@@ -28,7 +28,8 @@ def train(args):
     if args.env and rank == args.fault_rank:  # fault: one rank's knob differs (a node with another profile)
         name, _, value = args.env.partition("=")
         os.environ[name] = value
-    rankscope.init(run_config={"model": "mlp", "batch": str(args.batch)})  # run id agreed through torchrun's store
+    lr = args.fault_lr if args.fault_lr and rank == args.fault_rank else args.lr  # fault: one rank's lr differs
+    rankscope.init(run_config={"model": "mlp", "batch": args.batch, "lr": lr})  # run id agreed through torchrun's store
     dist.init_process_group("gloo")
     rst.instrument()             # torch.distributed calls -> collective spans
     rst.use_torch_exchange(30)   # invariant checks compare ranks online over the job's store
@@ -50,7 +51,7 @@ def train(args):
                                     torch.nn.Linear(args.hidden, args.hidden), torch.nn.ReLU(),
                                     torch.nn.Linear(args.hidden, 10)))
     rst.instrument_ddp(model)    # DDP's gradient all-reduce -> one collective span per backward
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
     scaler = torch.amp.GradScaler("cuda", enabled=torch.cuda.is_available())
     amp = rst.AmpSkips(scaler)
     replicas = rst.ReplicaCheck(model, every=args.check_replicas)  # silent data corruption: replicas must agree
@@ -94,7 +95,8 @@ def train(args):
                     w[7] ^= 1 << 12
             replicas()
             rst.record_cuda_memory()
-            rankscope.step(step, loss=loss, lr=0.1, grad_norm=grad_norm, samples=len(xb))  # tensors: no GPU sync
+            rankscope.step(step, loss=loss, lr=opt.param_groups[0]["lr"], grad_norm=grad_norm,
+                           samples=len(xb))  # tensors: no GPU sync
             step += 1
             if ab:
                 ab.step_done(step)  # this step's time, loader wait included; then the next step's arm
@@ -238,6 +240,7 @@ def main():
     p.add_argument("--hidden", type=int, default=256, help="hidden width of the MLP (larger = longer steps)")
     p.add_argument("--bind", action="store_true", help="pin rank r to the r-th CPU it may use")
     p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--lr", type=float, default=0.1, help="SGD's learning rate")
     p.add_argument("--ab-block", type=int, default=0, help="A/B: alternate blocks of K steps on/off")
     p.add_argument("--ab-control", action="store_true", help="A/B schedule with both arms off (noise floor)")
     p.add_argument("--check-replicas", type=int, default=50, help="compare the replicas' parameters every N steps")
@@ -258,6 +261,7 @@ def main():
     f.add_argument("--hang", choices=["loader", "forward", "checkpoint"], default="",
                    help="it blocks forever at --fault-step in its Dataset's __getitem__ (with --workers 0) or "
                         "forward, or in the first checkpoint save (the others wait in the next collective)")
+    f.add_argument("--fault-lr", type=float, default=0, help="its learning rate (config drift)")
     f.add_argument("--env", default="", help="NAME=VALUE set on that rank only (config drift), e.g. NCCL_ALGO=Tree")
     train(p.parse_args())
 

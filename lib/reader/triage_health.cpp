@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <set>
 #include <string_view>
 
@@ -187,6 +188,101 @@ std::map<std::string, std::string> drift_view(const RankSummary& r) {
 
 std::string display_key(std::string_view k) { return std::string(k.starts_with("env.") ? k.substr(4) : k); }
 
+// Per block of steps, the learning rate each rank reported with its steps
+// (a block's mean over steps that all reported one; blocks of ranks with
+// finer series coarsened to the coarsest, so they line up).
+struct LrBlocks {
+  std::int64_t block_steps = 1, lo = 0, hi = 0;  // absolute block indices [lo, hi)
+  std::vector<PhaseSeries> coarsened;             // only for ranks whose series were finer
+  std::vector<const PhaseSeries*> series;         // per rank, in sum.ranks order
+  std::optional<double> mean(std::size_t rank_index, std::int64_t i) const {
+    const PhaseSeries::Block* b = series[rank_index]->at(i);
+    if (b == nullptr || b->lr_n == 0 || b->lr_n != b->steps || !std::isfinite(b->lr)) return std::nullopt;
+    return static_cast<double>(b->lr) / b->lr_n;
+  }
+};
+LrBlocks lr_blocks(const RunSummary& sum) {
+  LrBlocks out;
+  for (const auto& r : sum.ranks) out.block_steps = std::max(out.block_steps, r.series.block_steps);
+  out.coarsened.reserve(sum.ranks.size());  // stable addresses for `series`
+  bool any = false;
+  for (const auto& r : sum.ranks) {
+    const PhaseSeries* s = &r.series;
+    if (s->block_steps != out.block_steps) {
+      out.coarsened.push_back(r.series);
+      out.coarsened.back().coarsen_to(out.block_steps);
+      s = &out.coarsened.back();
+    }
+    out.series.push_back(s);
+    if (s->blocks.empty()) continue;
+    const std::int64_t end = s->first_block + static_cast<std::int64_t>(s->blocks.size());
+    out.lo = any ? std::min(out.lo, s->first_block) : s->first_block;
+    out.hi = any ? std::max(out.hi, end) : end;
+    any = true;
+  }
+  return out;
+}
+
+// Data-parallel ranks step one schedule, so their learning rates agree at
+// every step. The first block of steps where they do not: the odd rank out
+// (every rank when no value holds a majority), with the values and how long
+// they had agreed before. A float sum per block: equal within 1e-4.
+std::optional<Finding> lr_drift(const RunSummary& sum) {
+  if (sum.ranks.size() < 2) return std::nullopt;
+  const LrBlocks lr = lr_blocks(sum);
+  std::optional<std::int64_t> agreed_through;  // the last block where they agreed
+  for (std::int64_t i = lr.lo; i < lr.hi; ++i) {
+    std::vector<std::pair<double, int>> at;  // (mean lr, rank)
+    for (std::size_t k = 0; k < sum.ranks.size(); ++k) {
+      if (auto m = lr.mean(k, i)) at.emplace_back(*m, sum.ranks[k].rank);
+    }
+    if (at.size() < 2) continue;
+    std::sort(at.begin(), at.end());
+    std::vector<std::pair<double, std::vector<int>>> values;  // clusters of equal rates
+    for (const auto& [v, rank] : at) {
+      if (values.empty() || std::abs(v - values.back().first) > 1e-4 * std::max(std::abs(v), std::abs(values.back().first))) {
+        values.push_back({v, {}});
+      }
+      values.back().second.push_back(rank);
+    }
+    if (values.size() == 1) {
+      agreed_through = i;
+      continue;
+    }
+    auto major = std::max_element(values.begin(), values.end(),
+                                  [](const auto& a, const auto& b) { return a.second.size() < b.second.size(); });
+    const bool majority = 2 * major->second.size() > at.size();
+    std::vector<int> odd;
+    std::vector<std::string> parts;
+    for (auto it = values.begin(); it != values.end(); ++it) {
+      if (majority && it == major) continue;
+      odd.insert(odd.end(), it->second.begin(), it->second.end());
+      parts.push_back(fmt::format("{:.6g} on {}", it->first, format_ranks(it->second)));
+    }
+    if (majority) parts.push_back(fmt::format("{:.6g} on the other {}", major->first, major->second.size()));
+    std::sort(odd.begin(), odd.end());
+    const std::int64_t from = i * lr.block_steps;
+    const std::string when = lr.block_steps == 1 ? fmt::format("from step {}", from)
+                                                 : fmt::format("in steps {}-{}", from, from + lr.block_steps - 1);
+    Finding f{FindingKind::kConfigDrift, odd,
+              majority ? fmt::format("{} reported a different learning rate from the other ranks {}: {}", format_ranks(odd),
+                                     when, absl::StrJoin(parts, ", "))
+                       : fmt::format("{} reported different learning rates {} (no value holds a majority, so every "
+                                     "rank is named): {}",
+                                     format_ranks(odd), when, absl::StrJoin(parts, ", ")),
+              {}, 0, from, {}};
+    f.evidence.push_back(agreed_through
+                             ? fmt::format("they reported the same learning rate through step {}",
+                                           (*agreed_through + 1) * lr.block_steps - 1)
+                             : std::string("they never reported the same learning rate"));
+    f.evidence.push_back("from the lr each rank reported with its steps: data-parallel ranks step one schedule, so a "
+                         "rank-local value in the optimizer or scheduler (or a resume that restored another state) "
+                         "trains the replicas differently");
+    return f;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 void numerics_rule(const TriageInput& in, std::vector<Finding>& out) {
@@ -255,11 +351,12 @@ void checkpoint_failed_rule(const TriageInput& in, std::vector<Finding>& out) {
   }
 }
 
-// Ranks whose versions or knobs (NCCL_*, TORCH_*, OMP_NUM_THREADS, ...) differ
-// from the others': the odd rank out when most agree, every rank when no
-// value holds a majority (two ranks that differ are both named).
-void config_drift_rule(const TriageInput& in, std::vector<Finding>& out) {
-  if (in.sum.ranks.size() < 2) return;
+namespace {
+
+// Ranks whose versions, knobs (NCCL_*, TORCH_*, OMP_NUM_THREADS, ...) or run
+// config differ from the others': the odd rank out when most agree, every
+// rank when no value holds a majority (two ranks that differ are both named).
+void environment_drift(const TriageInput& in, std::vector<Finding>& out) {
   std::vector<std::map<std::string, std::string>> views;
   std::set<std::string> keys;
   for (const auto& r : in.sum.ranks) {
@@ -305,8 +402,30 @@ void config_drift_rule(const TriageInput& in, std::vector<Finding>& out) {
               {}, 0, -1, {}};
     for (std::size_t i = 0; i < diffs.size() && i < 16; ++i) f.evidence.push_back(diffs[i]);
     if (diffs.size() > 16) f.evidence.push_back(fmt::format("... and {} more differences", diffs.size() - 16));
-    f.evidence.push_back("from each rank's run_start environment summary");
+    f.evidence.push_back("from each rank's run_start environment summary (config.*: the run_config given to init)");
     out.push_back(std::move(f));
+  }
+}
+
+}  // namespace
+
+// Configuration drift: the environments and run configs of the ranks, and the
+// learning rate they reported step by step; one finding where both name the same ranks.
+void config_drift_rule(const TriageInput& in, std::vector<Finding>& out) {
+  if (in.sum.ranks.size() < 2) return;
+  const std::size_t first = out.size();
+  environment_drift(in, out);
+  if (auto lr = lr_drift(in.sum)) {
+    // The ranks a differing run config already names: one story, the steps its evidence.
+    auto same = std::find_if(out.begin() + static_cast<std::ptrdiff_t>(first), out.end(),
+                             [&](const Finding& f) { return f.ranks == lr->ranks; });
+    if (same == out.end()) {
+      out.push_back(std::move(*lr));
+    } else {
+      same->evidence.insert(same->evidence.begin(), lr->summary);
+      same->evidence.push_back(lr->evidence.front());
+      if (same->step < 0) same->step = lr->step;
+    }
   }
 }
 

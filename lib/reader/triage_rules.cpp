@@ -41,6 +41,95 @@ std::optional<LogStopRecord> log_stop_of(const RankSummary& r, const StatusRepor
 
 constexpr std::string_view kReplicasCheck = "replicas";  // record_replica_mismatch (invariants.hpp)
 
+std::string fact_value(const FactRecord& f, schema::Field key) {
+  for (const auto& [k, v] : f.values) {
+    if (k == schema::field_name(key)) return v;
+  }
+  return {};
+}
+// The model step a checkpoint fact names (its `step` value; the line's step if absent).
+std::int64_t checkpoint_step(const FactRecord& f) {
+  const std::string v = fact_value(f, schema::Field::kStep);
+  return v.empty() ? f.step : std::strtoll(v.c_str(), nullptr, 10);
+}
+
+// A rank that resumed from an older checkpoint than the newest one every
+// saving rank had recorded saving: the save history names it, even where the
+// resume points alone hold no majority (two ranks). A failed save is no save
+// (record_checkpoint_failure), so a rank that resumed from its last good one
+// is right. Every rank resuming older (a deliberate rollback) is not named.
+// The resume findings of the same ranks fold into this one as evidence.
+void stale_resume_findings(const RunSummary& sum, std::vector<Finding>& out) {
+  std::map<int, std::vector<const FactRecord*>> saves;                             // rank -> its saves
+  std::map<std::pair<int, std::int64_t>, std::vector<const FactRecord*>> resumes;  // (session, call) -> facts
+  for (const auto& f : sum.facts) {
+    if (f.name == "checkpoint_save") saves[f.rank].push_back(&f);
+    else if (f.name == "resume") resumes[{f.session, f.seq}].push_back(&f);
+  }
+  for (const auto& [call, rs] : resumes) {
+    if (rs.size() < 2) continue;
+    std::uint64_t t = rs.front()->t;
+    for (const FactRecord* r : rs) t = std::min(t, r->t);
+    // The steps every rank that saved before this resume saved.
+    std::optional<std::set<std::int64_t>> common;
+    std::map<std::int64_t, std::string> ids;
+    for (const auto& [rank, fs] : saves) {
+      std::set<std::int64_t> mine;
+      for (const FactRecord* f : fs) {
+        if (f->session > call.first || (f->session == call.first && f->t >= t)) continue;
+        mine.insert(checkpoint_step(*f));
+        ids[checkpoint_step(*f)] = fact_value(*f, schema::Field::kId);
+      }
+      if (mine.empty()) continue;
+      if (!common) {
+        common = std::move(mine);
+      } else {
+        std::erase_if(*common, [&](std::int64_t s) { return !mine.contains(s); });
+      }
+    }
+    if (!common || common->empty()) continue;
+    const std::int64_t newest = *common->rbegin();
+    std::vector<const FactRecord*> stale;
+    std::map<std::int64_t, std::vector<int>> others;  // resume step -> the ranks not stale
+    for (const FactRecord* r : rs) {
+      if (checkpoint_step(*r) < newest) stale.push_back(r);
+      else others[checkpoint_step(*r)].push_back(r->rank);
+    }
+    if (stale.empty() || stale.size() == rs.size()) continue;
+    std::sort(stale.begin(), stale.end(), [](auto* a, auto* b) { return a->rank < b->rank; });
+    std::vector<int> ranks;
+    std::vector<std::string> stale_parts, other_parts;
+    for (const FactRecord* r : stale) {
+      ranks.push_back(r->rank);
+      stale_parts.push_back(fmt::format("rank {} from step {} ('{}')", r->rank, checkpoint_step(*r),
+                                        fact_value(*r, schema::Field::kId)));
+    }
+    for (auto& [step, rk] : others) {
+      std::sort(rk.begin(), rk.end());
+      other_parts.push_back(fmt::format("{} from step {}", format_ranks(rk), step));
+    }
+    Finding f{FindingKind::kDesync, ranks,
+              fmt::format("resume: {} resumed from an older checkpoint than the one every rank had saved, step {} "
+                          "('{}'): {}; {}",
+                          format_ranks(ranks), newest, ids[newest], absl::StrJoin(stale_parts, ", "),
+                          absl::StrJoin(other_parts, ", ")),
+              {}, t, checkpoint_step(*stale.front()), {}};
+    std::vector<int> savers;
+    for (const auto& [rank, fs] : saves) savers.push_back(rank);
+    f.evidence.push_back(fmt::format("the save history: steps {} saved by every rank that saved ({}) before the "
+                                     "resume",
+                                     absl::StrJoin(*common, ","), format_ranks(savers)));
+    // What the resume comparison said of the same ranks (or of all of them, with no majority).
+    std::erase_if(out, [&](const Finding& d) {
+      const bool covers = std::includes(d.ranks.begin(), d.ranks.end(), ranks.begin(), ranks.end());
+      if (d.kind != FindingKind::kDesync || !d.summary.starts_with("resume: ") || !covers) return false;
+      f.evidence.push_back(d.summary);
+      return true;
+    });
+    out.push_back(std::move(f));
+  }
+}
+
 // Desync: the violations the ranks recorded, plus the cross-rank rules
 // applied offline to their facts (which catches what no online check saw).
 std::vector<Finding> desync_findings(const RunSummary& sum) {
@@ -97,6 +186,7 @@ std::vector<Finding> desync_findings(const RunSummary& sum) {
                      t, step, {}});
     }
   }
+  stale_resume_findings(sum, out);
   return out;
 }
 
@@ -433,10 +523,18 @@ void restart_rule(const TriageInput& in, std::vector<Finding>& out) {
       if (rk.ended_sessions.size() > a) ranks.push_back(&rk);
     }
     const AttemptEnd c = cause_of(ranks, a);
-    std::int64_t resumed = -1;
+    std::map<std::int64_t, std::vector<int>> resumed_at;  // step -> the ranks whose next attempt began there
     for (const RankSummary* r : ranks) {
       const std::int64_t s = r->ended_sessions[a].resumed_step;
-      if (s >= 0 && (resumed < 0 || s < resumed)) resumed = s;
+      if (s >= 0) resumed_at[s].push_back(r->rank);
+    }
+    std::string resumed = " (no step since)";
+    if (resumed_at.size() == 1) {
+      resumed = fmt::format(" and resumed at step {}", resumed_at.begin()->first);
+    } else if (resumed_at.size() > 1) {  // not where they stopped together: the desync rule says who is wrong
+      std::vector<std::string> parts;
+      for (const auto& [s, rs] : resumed_at) parts.push_back(fmt::format("{} at {}", format_ranks(rs), s));
+      resumed = fmt::format(" and resumed at different steps: {}", absl::StrJoin(parts, ", "));
     }
     Finding f;
     f.kind = FindingKind::kRestart;
@@ -444,8 +542,7 @@ void restart_rule(const TriageInput& in, std::vector<Finding>& out) {
     f.step = c.end->last_step;
     f.t = aligned(*c.rank, c.end->t);
     f.summary = fmt::format("restart {}: {}; {} restarted{}", a + 1, ending_words(*c.rank, *c.end),
-                            format_ranks(ranks_of(ranks)),
-                            resumed >= 0 ? fmt::format(" and resumed at step {}", resumed) : " (no step since)");
+                            format_ranks(ranks_of(ranks)), resumed);
     if (c.end->line) f.lines.push_back(c.end->line);
     for (const RankSummary* r : ranks) {
       if (r == c.rank) continue;

@@ -178,6 +178,31 @@ def test_disabled_at_runtime_records_no_phases(run_py, tmp_path):
     assert sum(1 for e in events(tmp_path / "run") if e["kind"] == "phase") == 1
 
 
+def test_run_config_reaches_every_rank_log_flat_and_without_secrets(run_py, tmp_path):
+    p = run_py("""
+        import argparse, os, rankscope
+        cfg = {"optim": {"lr": 0.1, "betas": (0.9, 0.95)}, "batch": 64, "wandb_api_key": "s3cret",
+               "data": "s3://user:pw@bucket/shards"}
+        rankscope.init(rank=0, world_size=1, run_dir=os.environ["RUN_DIR"], run_config=cfg)
+        rankscope.shutdown()
+        try:
+            rankscope.init(rank=0, world_size=1, run_dir=os.environ["RUN_DIR"], run_config=["lr", 0.1])
+        except TypeError as e:
+            print(e)
+        rankscope.init(rank=0, world_size=1, run_dir=os.environ["RUN_DIR"],
+                       run_config=argparse.Namespace(lr=0.2, epochs=3))
+        rankscope.shutdown()
+    """)
+    starts = [e for e in events(tmp_path / "run") if e["kind"] == "run_start"]
+    assert starts[0]["environment"]["config"] == {"optim.lr": "0.1", "optim.betas": "(0.9, 0.95)", "batch": "64",
+                                                  "wandb_api_key": "<redacted>", "data": "s3://bucket/shards"}
+    assert starts[-1]["environment"]["config"] == {"lr": "0.2", "epochs": "3"}
+    with open(tmp_path / "run" / "run.json") as f:
+        assert json.load(f)["config"] == {"lr": "0.2", "epochs": "3"}
+    assert "s3cret" not in open(tmp_path / "run" / "rank-0.jsonl").read()
+    assert "run_config=...) takes a mapping, not list" in p.stdout
+
+
 def test_bad_init_raises_value_error_naming_the_variable(run_py):
     p = run_py("""
         import rankscope

@@ -242,6 +242,63 @@ rankscope.shutdown()
 """
 
 
+STALE_RESUME = r"""
+import os, torch, torch.distributed as dist
+import rankscope
+rankscope.init()
+attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+dist.init_process_group("gloo", init_method=f"file://{os.environ['RDZV_DIR']}/attempt-{attempt}",
+                        rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
+rank = dist.get_rank()
+def meta(step):
+    return dict(id=f"ckpt-{step}", step=step, consumed_samples=step * 8, world_size=2, global_batch=8,
+                optimizer_step=step)
+start, steps = 0, 12
+if attempt == 1:  # the newest checkpoint is step 8; rank 1's resume path still names step 4's
+    start, steps = (4 if rank == 1 else 8), 4
+    rankscope.check_resume(**meta(start))
+x = torch.ones(4)
+for step in range(start, start + steps):
+    with rankscope.phase("forward"):
+        if rank == 1 and attempt == 0 and step == 10:
+            raise RuntimeError("bad batch 10")
+    dist.all_reduce(x)
+    rankscope.step(step)
+    if step + 1 in (4, 8):
+        with rankscope.checkpoint("save", f"ckpt-{step + 1}"):
+            pass
+        rankscope.record_checkpoint_save(**meta(step + 1))
+dist.destroy_process_group()
+rankscope.shutdown()
+"""
+
+
+def test_a_rank_that_resumed_older_than_every_rank_saved_is_named(tmp_path, torchrun):
+    """torchrun --max-restarts=1: both ranks save steps 4 and 8, rank 1 raises at step 10; in the
+    second attempt rank 0 resumes from 8 and rank 1 from 4. The resume points alone hold no
+    majority (two ranks); the save history says rank 1 resumed wrong."""
+    script = tmp_path / "resume.py"
+    script.write_text(STALE_RESUME)
+    (tmp_path / "rdzv").mkdir()
+    p = torchrun(script, 2, extra=["--max-restarts", "1"], timeout=300,
+                 env={"RANKSCOPE_DIR": str(tmp_path / "run"), "RDZV_DIR": str(tmp_path / "rdzv")})
+    assert p.returncode == 0, p.stderr[-3000:]
+    tri = subprocess.run([RANKSCOPE, "triage", "--json", str(tmp_path / "run")], capture_output=True, text=True,
+                         timeout=120)
+    findings = json.loads(tri.stdout)["findings"]
+    assert sorted(f["kind"] for f in findings) == ["desync", "restart"], findings
+    f = next(f for f in findings if f["kind"] == "desync")
+    assert f["ranks"] == [1], f
+    assert f["summary"] == ("resume: rank 1 resumed from an older checkpoint than the one every rank had saved, step 8 "
+                            "('ckpt-8'): rank 1 from step 4 ('ckpt-4'); rank 0 from step 8"), f
+    assert f["evidence"][0] == ("the save history: steps 4,8 saved by every rank that saved (ranks 0,1) before the "
+                                "resume"), f
+    assert any(e.startswith("resume: ranks 0,1 disagree on id") for e in f["evidence"]), f
+    restart = next(f for f in findings if f["kind"] == "restart")
+    assert restart["summary"].endswith("ranks 0,1 restarted and resumed at different steps: rank 1 at 4, rank 0 at 8"), \
+        restart
+
+
 def test_an_elastic_restart_is_explained_by_the_exception_that_caused_it(tmp_path, torchrun):
     """torchrun --max-restarts=1: rank 1 raises in the first attempt, torchrun restarts both
     ranks, the second attempt finishes. The restart finding names rank 1 and its exception

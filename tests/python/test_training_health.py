@@ -66,6 +66,23 @@ def test_a_corrupt_batch_a_failed_save_and_a_different_knob_on_one_rank_are_each
     assert saved == ["epoch-0-rank-0.pt", "epoch-1-rank-0.pt"], saved
 
 
+def test_a_rank_started_with_another_learning_rate_is_named_by_its_config_and_its_steps(tmp_path, torchrun):
+    """Rank 1 trains with lr 0.05 where rank 0 has 0.1 (a per-node launch script with a stale
+    value): its run config and the lr it reports with every step both differ. Two ranks: no
+    majority, so both are named and the finding says why."""
+    p = torchrun(EXAMPLE, 2, "--epochs", "1", "--fault-rank", "1", "--fault-lr", "0.05")
+    _, findings = _triage(tmp_path, p)
+    assert [f["kind"] for f in findings if f["kind"] not in TIME_ONLY] == ["config_drift"], findings
+    drift = findings[0]
+    # Step 0 has no duration (rankscope.step() alone: nothing began it), so the series that
+    # carries the learning rates starts at step 1.
+    assert drift["ranks"] == [0, 1] and drift["step"] == 1, drift
+    assert drift["summary"] == ("ranks 0,1 have a different configuration (no value holds a majority, so every rank "
+                                "is named): config.lr: 0.05 on rank 1, 0.1 on rank 0"), drift
+    assert drift["evidence"][0] == ("ranks 0,1 reported different learning rates from step 1 (no value holds a "
+                                    "majority, so every rank is named): 0.05 on rank 1, 0.1 on rank 0"), drift
+
+
 # What a rule decides from time alone is tested on run logs written here (synthetic_run.py),
 # where nothing varies but the injected slowdown: a real run's timing depends on the machine
 # (this host's cores slow down 1.3-2x for tens of steps at a time). How often real runs of the

@@ -84,6 +84,25 @@ def shutdown(timeout_s=5.0):
         _rankscope.shutdown(timeout_s)
 
 
+def _flat_config(config, prefix=""):
+    """{"optim": {"lr": 0.1}, "batch": 64} -> {"optim.lr": "0.1", "batch": "64"}: what a Hydra or
+    argparse config holds, as the strings every rank's run log carries."""
+    if hasattr(config, "items"):
+        items = config.items()
+    elif hasattr(config, "__dict__"):  # an argparse.Namespace, a dataclass instance
+        items = vars(config).items()
+    else:
+        raise TypeError(f"rankscope.init(run_config=...) takes a mapping, not {type(config).__name__}")
+    out = {}
+    for k, v in items:
+        key = f"{prefix}{k}"
+        if hasattr(v, "items"):
+            out.update(_flat_config(v, key + "."))
+        else:
+            out[key] = str(v)
+    return out
+
+
 def init(rank=None, world_size=None, local_rank=None, run_dir=None, run_id=None, enabled=None, run_config=None):
     """Starts recording. Unset arguments come from the environment (torchrun's RANK, WORLD_SIZE,
     LOCAL_RANK, ...; Slurm's; RANKSCOPE_*). Exporters too: RANKSCOPE_PROMETHEUS_PORT (/metrics on
@@ -102,7 +121,7 @@ def init(rank=None, world_size=None, local_rank=None, run_dir=None, run_id=None,
                              f"using the environment's (set RANKSCOPE_RUN_ID to choose one)\n")
     _add_versions()
     _rankscope.init(rank=rank, world_size=world_size, local_rank=local_rank, run_dir=run_dir, run_id=run_id,
-                    enabled=enabled, run_config=run_config)
+                    enabled=enabled, run_config=None if run_config is None else _flat_config(run_config))
     _install_exit_hooks()
     _install_stack_capture()
     _time_process_group_init()

@@ -238,7 +238,16 @@ std::vector<std::pair<std::string, std::string>> environment_knobs() {
   return out;
 }
 
-std::string environment_json(const RunContext& c, std::chrono::milliseconds gpu_deadline) {
+std::vector<std::pair<std::string, std::string>> shown_run_config(
+    const std::vector<std::pair<std::string, std::string>>& run_config) {
+  std::vector<std::pair<std::string, std::string>> out;
+  out.reserve(run_config.size());
+  for (const auto& [k, v] : run_config) out.emplace_back(k, shown_value(k, v));
+  return out;
+}
+
+std::string environment_json(const RunContext& c, std::chrono::milliseconds gpu_deadline,
+                             const std::vector<std::pair<std::string, std::string>>& run_config) {
   const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   const double mem_gib =
       static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE)) / (1u << 30);
@@ -249,6 +258,7 @@ std::string environment_json(const RunContext& c, std::chrono::milliseconds gpu_
   w.key(schema::Field::kMemoryGib).fixed(mem_gib, 1).field(schema::Field::kLauncher, launcher_name(c.launcher)).field(schema::Field::kJobId, c.job_id);
   w.field(schema::Field::kRestartCount, c.restart_count).field(schema::Field::kWorldSize, c.world_size);
   w.field(schema::Field::kLocalWorldSize, c.local_world_size);
+  if (!run_config.empty()) w.object(schema::Field::kConfig, shown_run_config(run_config));  // before the GPUs: the reader keeps 512 keys
   {
     std::lock_guard<std::mutex> lk(entries_mu());
     for (const auto& [k, v] : entries()) w.field(k, v);

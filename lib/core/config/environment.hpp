@@ -25,9 +25,17 @@ std::vector<std::pair<std::string, std::string>> environment_knobs();
 // threads only: it reads a file.
 int process_threads();
 
+// Config::run_config as it may be stored: secret-looking keys' values
+// "<redacted>", user information cut out of URLs (secrets.hpp).
+std::vector<std::pair<std::string, std::string>> shown_run_config(
+    const std::vector<std::pair<std::string, std::string>>& run_config);
+
 // The summary as a JSON object. The GPU list waits for NVML at most
 // gpu_deadline (RANKSCOPE_RESOURCE_DEADLINE), then says NVML did not answer.
-std::string environment_json(const RunContext& ctx, std::chrono::milliseconds gpu_deadline);
+// `run_config` (Config::run_config: what the user trains with) goes in as
+// `config`, so every rank's run_start carries it and triage compares ranks.
+std::string environment_json(const RunContext& ctx, std::chrono::milliseconds gpu_deadline,
+                             const std::vector<std::pair<std::string, std::string>>& run_config = {});
 // One or two lines for the console (empty when this rank does not print it).
 std::string environment_console(const RunContext& ctx);
 

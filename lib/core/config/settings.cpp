@@ -281,8 +281,10 @@ absl::Status write_run_json(const std::string& run_dir, const RunContext& c, con
                             std::uint64_t wall, const std::string& environment) {
   // The config hash lets triage and tools see at a glance whether two runs (or
   // a run and its resume) used the same configuration.
+  // Over the values as stored: a secret in the config never reaches the file, hashed or not.
+  const auto config = shown_run_config(cfg.run_config);
   std::uint64_t h = detail::kStableIdSeed;
-  for (const auto& [k, v] : cfg.run_config) h = detail::fnv1a(absl::StrCat(k, "=", v, "\n"), h);
+  for (const auto& [k, v] : config) h = detail::fnv1a(absl::StrCat(k, "=", v, "\n"), h);
   JsonWriter w;
   w.indented(2).begin_object().field(schema::Field::kSchema, RANKSCOPE_SCHEMA_VERSION).field(schema::Field::kLibrary, "rankscope");
   w.field(schema::Field::kVersion, RANKSCOPE_VERSION_STRING).field(schema::Field::kRunId, c.run_id).field(schema::Field::kWorldSize, c.world_size);
@@ -290,7 +292,7 @@ absl::Status write_run_json(const std::string& run_dir, const RunContext& c, con
   w.field(schema::Field::kLauncher, launcher_name(c.launcher)).field(schema::Field::kRestartCount, c.restart_count).field(schema::Field::kJobId, c.job_id);
   w.field(schema::Field::kMasterAddr, c.master_addr).field(schema::Field::kHost, c.host);
   w.key(schema::Field::kEnvironment).json(environment).key(schema::Field::kConfigHash).hex(h);
-  w.object(schema::Field::kConfig, cfg.run_config).end_object();
+  w.object(schema::Field::kConfig, config).end_object();
   return write_file_atomic(schema::run_json_path(run_dir), w.take());
 }
 

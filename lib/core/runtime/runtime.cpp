@@ -134,7 +134,7 @@ absl::Status Runtime::init(const Config& cfg) {
   clock_.start(/*allow_tsc=*/true);
   const std::uint64_t wall0 = detail::realtime_ns();
   const std::uint64_t mono0 = mono_now();
-  std::string environment = detail::environment_json(context_, set->resource_deadline);
+  std::string environment = detail::environment_json(context_, set->resource_deadline, cfg.run_config);
   if (cfg.write_run_log && context_.rank == 0) {
     if (auto st = detail::write_run_json(run_dir_, context_, cfg, wall0, environment); !st.ok()) return st;
   }
