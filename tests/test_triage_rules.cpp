@@ -241,6 +241,43 @@ TEST_CASE("rule exception names the rank that raised and counts peer-lost errors
   CHECK(run_rule(rules::peer_lost_rule, sum).empty());
 }
 
+TEST_CASE("rule exception: a lost-peer message with no rank gone before it is the rank's own cause", "[triage]") {
+  // A DataLoader worker of rank 1 died mid-transfer: its main thread raised "Connection reset
+  // by peer" while every rank was there; rank 0 then lost rank 1. The words alone decided
+  // nothing: the order of the ends does.
+  auto sum = run_of(2);
+  for (auto& r : sum.ranks) r.ended_cleanly = false;
+  sum.ranks[1].exit = reader::ExitRecord{"exception", "ConnectionResetError",
+                                         "ConnectionResetError: [Errno 104] Connection reset by peer", 5, 1000, {}};
+  sum.ranks[0].exit = reader::ExitRecord{
+      "exception", "RuntimeError", "RuntimeError: [pair.cc:561] Connection closed by peer [127.0.0.1]:1", 5, 1500, {}};
+  const reader::Finding out = one_finding(rules::exception_rule, sum, FindingKind::kException, {1});
+  CHECK(out.summary == "rank 1 died of an uncaught exception at step 5: ConnectionResetError: [Errno 104] Connection "
+                       "reset by peer (rank 0 failed after it: a consequence)");
+  CHECK_THAT(one_finding(rules::peer_lost_rule, sum, FindingKind::kPeerLost, {}).summary,
+             Catch::StartsWith("rank 0 failed because a peer was gone"));
+  // A peer's own exception a moment later on its clock (hosts' clocks, an exit line written
+  // late) still came first: rank 0's lost peer is its consequence.
+  sum.ranks[1].exit->message = "RuntimeError: bad batch 5";
+  sum.ranks[1].exit->t = 1'000'000'000 + 1500;
+  one_finding(rules::exception_rule, sum, FindingKind::kException, {1});
+  // A rank alive by its heartbeat has not ended, whatever its last record's time.
+  sum.ranks[1].exit.reset();
+  sum.ranks[1].last_t = 100;
+  reader::StatusReport live;
+  live.ranks.resize(2);
+  for (int r = 0; r < 2; ++r) live.ranks[r].rank = r, live.ranks[r].present = true;
+  live.ranks[1].alive = true;
+  std::vector<reader::Finding> found;
+  rules::exception_rule(rules::make_triage_input(sum, &live, {}), found);
+  REQUIRE(found.size() == 1);
+  CHECK(found[0].ranks == std::vector<int>{0});
+  live.ranks[1].alive = false;  // gone without a word before rank 0's error: a consequence
+  found.clear();
+  rules::exception_rule(rules::make_triage_input(sum, &live, {}), found);
+  CHECK(found.empty());
+}
+
 TEST_CASE("rule stall names a rank that held the others up and recovered", "[triage]") {
   auto sum = run_of(3);
   stalled(sum.ranks[0], "", true);

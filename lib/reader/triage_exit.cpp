@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <optional>
 #include <string_view>
 
 #include "rankscope/exchange.hpp"
@@ -19,12 +20,31 @@ constexpr std::array<std::string_view, 7> kPeerLost = {
     "Connection closed by peer", "Connection reset by peer", "Broken pipe",       "communicator was aborted",
     "NCCL communicator was aborted", "Socket Timeout",       "peer closed connection"};
 
-std::vector<const RankSummary*> ended_by(const RunSummary& sum, bool peer_lost) {
+std::vector<const RankSummary*> ended_by(const TriageInput& in, bool peer_lost) {
   std::vector<const RankSummary*> out;
-  for (const RankSummary& r : sum.ranks) {
-    if (r.exit && after_peer_lost(*r.exit) == peer_lost) out.push_back(&r);
+  for (const RankSummary& r : in.sum.ranks) {
+    if (r.exit && after_peer_lost(in.sum, in.live, r) == peer_lost) out.push_back(&r);
   }
   return out;
+}
+
+// When rank `p` ended, on the reference clock, if it did: its exit line, its run_end, or -
+// gone without a word (SIGKILL, a lost node) - its last record. A rank whose heartbeat is
+// still alive has not ended; without heartbeats, a rank's last record is taken as its end.
+struct Ending {
+  std::uint64_t t = 0;
+  bool own = false;  // an exit or run_end line not itself worded as a lost peer
+};
+std::optional<Ending> ended_at(const RankSummary& p, const StatusReport* live) {
+  if (p.exit) return Ending{aligned(p, p.exit->t), !says_peer_lost(p.exit->message)};
+  if (p.ended_cleanly) return Ending{aligned(p, p.last_t), true};
+  if (live != nullptr) {
+    for (const auto& h : live->ranks) {
+      if (h.rank == p.rank && h.present && h.alive) return std::nullopt;
+    }
+  }
+  if (p.last_t == 0) return std::nullopt;
+  return Ending{aligned(p, p.last_t), false};
 }
 }  // namespace
 
@@ -85,9 +105,9 @@ void killed_finding(const TriageInput& in, std::vector<Finding>& out) {
     step = std::max(step, h.step);
   }
   const auto ranks = [](const std::vector<const RankHeartbeat*>& v) {
-    std::vector<int> out;
-    for (const auto* h : v) out.push_back(h->rank);
-    return out;
+    std::vector<int> rs;
+    for (const auto* h : v) rs.push_back(h->rank);
+    return rs;
   };
   Finding f;
   f.kind = FindingKind::kStopped;
@@ -154,14 +174,28 @@ void stopped_rule(const TriageInput& in, std::vector<Finding>& out) {
   out.push_back(std::move(f));
 }
 
-bool after_peer_lost(const ExitRecord& e) {
+bool says_peer_lost(std::string_view message) {
   return std::any_of(kPeerLost.begin(), kPeerLost.end(),
-                     [&](std::string_view p) { return e.message.find(p) != std::string::npos; });
+                     [&](std::string_view p) { return message.find(p) != std::string_view::npos; });
+}
+
+// The words alone do not make a consequence: a DataLoader worker that dies mid-transfer
+// surfaces in the main thread as "ConnectionResetError: Connection reset by peer" while
+// every peer rank is fine. Only a rank that ended before it makes it one. Two errors both
+// worded as a lost peer are ordered strictly: the earlier one is the cause.
+bool after_peer_lost(const RunSummary& sum, const StatusReport* live, const RankSummary& r) {
+  if (!r.exit || !says_peer_lost(r.exit->message)) return false;
+  const std::uint64_t t = aligned(r, r.exit->t);
+  return std::any_of(sum.ranks.begin(), sum.ranks.end(), [&](const RankSummary& p) {
+    if (&p == &r) return false;
+    const auto end = ended_at(p, live);
+    return end && (end->t < t || (end->own && end->t < t + kEndingSkewNs));
+  });
 }
 
 void exception_rule(const TriageInput& in, std::vector<Finding>& out) {
-  const auto followers = ended_by(in.sum, /*peer_lost=*/true);
-  for (const RankSummary* r : ended_by(in.sum, /*peer_lost=*/false)) {
+  const auto followers = ended_by(in, /*peer_lost=*/true);
+  for (const RankSummary* r : ended_by(in, /*peer_lost=*/false)) {
     const ExitRecord& e = *r->exit;
     Finding f;
     f.kind = FindingKind::kException;
@@ -184,7 +218,7 @@ void exception_rule(const TriageInput& in, std::vector<Finding>& out) {
 }
 
 void peer_lost_rule(const TriageInput& in, std::vector<Finding>& out) {
-  const auto followers = ended_by(in.sum, /*peer_lost=*/true);
+  const auto followers = ended_by(in, /*peer_lost=*/true);
   if (followers.empty()) return;
   const RankSummary& first = *followers.front();
   Finding f;

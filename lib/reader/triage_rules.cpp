@@ -477,27 +477,45 @@ struct AttemptEnd {
   const RankSummary* rank = nullptr;
   const SessionEnding* end = nullptr;
 };
+// Attempt `a`'s ending of rank `r` is a consequence of a peer's: it says a peer was lost and
+// another rank's attempt ended before it (as after_peer_lost, within one attempt).
+bool attempt_after_peer_lost(const std::vector<const RankSummary*>& ranks, std::size_t a, const RankSummary& r) {
+  const SessionEnding& e = r.ended_sessions[a];
+  if ((e.how != "exception" && e.how != "terminate") || !says_peer_lost(e.message)) return false;
+  const std::uint64_t t = aligned(r, e.t);
+  return std::any_of(ranks.begin(), ranks.end(), [&](const RankSummary* p) {
+    if (p == &r) return false;
+    const SessionEnding& pe = p->ended_sessions[a];
+    const bool own = pe.how != "no trace" && !says_peer_lost(pe.message);
+    const std::uint64_t pt = aligned(*p, pe.t);
+    return pt < t || (own && pt < t + kEndingSkewNs);
+  });
+}
+
 AttemptEnd cause_of(const std::vector<const RankSummary*>& ranks, std::size_t a) {
   const auto first = [&](auto&& pick) {
     AttemptEnd best;
     for (const RankSummary* r : ranks) {
       const SessionEnding& e = r->ended_sessions[a];
-      if (pick(e) && (best.end == nullptr || e.t < best.end->t)) best = {r, &e};
+      if (pick(*r, e) && (best.end == nullptr || e.t < best.end->t)) best = {r, &e};
     }
     return best;
   };
-  const auto raised = [](const SessionEnding& e) {
-    return (e.how == "exception" || e.how == "terminate") && !after_peer_lost(ExitRecord{e.how, "", e.message});
+  const auto raised = [&](const RankSummary& r, const SessionEnding& e) {
+    return (e.how == "exception" || e.how == "terminate") && !attempt_after_peer_lost(ranks, a, r);
   };
   if (AttemptEnd c = first(raised); c.end) return c;
-  if (AttemptEnd c = first([](const SessionEnding& e) { return e.how == "stall"; }); c.end) return c;
-  if (AttemptEnd c = first([](const SessionEnding& e) { return e.how == "no trace"; }); c.end) return c;
-  return first([](const SessionEnding&) { return true; });
+  if (AttemptEnd c = first([](const RankSummary&, const SessionEnding& e) { return e.how == "stall"; }); c.end) return c;
+  if (AttemptEnd c = first([](const RankSummary&, const SessionEnding& e) { return e.how == "no trace"; }); c.end) {
+    return c;
+  }
+  return first([](const RankSummary&, const SessionEnding&) { return true; });
 }
 
-std::string ending_words(const RankSummary& r, const SessionEnding& e) {
+std::string ending_words(const std::vector<const RankSummary*>& ranks, std::size_t a, const RankSummary& r) {
+  const SessionEnding& e = r.ended_sessions[a];
   if (e.how == "exception" || e.how == "terminate") {
-    return after_peer_lost(ExitRecord{e.how, "", e.message})
+    return attempt_after_peer_lost(ranks, a, r)
                ? fmt::format("rank {} failed at step {} because a peer was gone (a consequence): {}", r.rank,
                              e.last_step, e.message)
                : fmt::format("rank {} raised {} at step {}", r.rank, e.message, e.last_step);
@@ -541,12 +559,12 @@ void restart_rule(const TriageInput& in, std::vector<Finding>& out) {
     f.ranks = {c.rank->rank};
     f.step = c.end->last_step;
     f.t = aligned(*c.rank, c.end->t);
-    f.summary = fmt::format("restart {}: {}; {} restarted{}", a + 1, ending_words(*c.rank, *c.end),
+    f.summary = fmt::format("restart {}: {}; {} restarted{}", a + 1, ending_words(ranks, a, *c.rank),
                             format_ranks(ranks_of(ranks)), resumed);
     if (c.end->line) f.lines.push_back(c.end->line);
     for (const RankSummary* r : ranks) {
       if (r == c.rank) continue;
-      f.evidence.push_back(fmt::format("then {}", ending_words(*r, r->ended_sessions[a])));
+      f.evidence.push_back(fmt::format("then {}", ending_words(ranks, a, *r)));
     }
     out.push_back(std::move(f));
   }

@@ -171,9 +171,16 @@ using detail::median_of;  // 0 when there are no values
 /// "slow_step events: rank 1 (3, forward grew)" added to the finding that names their cause.
 void add_slow_step_evidence(const RunSummary& sum, Finding& cause);
 std::vector<int> ranks_of(const std::vector<const RankSummary*>& rs);
-/// An exit because a peer's connection went away (gloo's "Connection closed by peer", an aborted
-/// NCCL communicator): a consequence of another rank's end (triage_exit.cpp).
-bool after_peer_lost(const ExitRecord& e);
+/// Words a backend uses when the other side of a connection is gone (gloo's "Connection closed
+/// by peer", an aborted NCCL communicator, "Connection reset by peer") (triage_exit.cpp).
+bool says_peer_lost(std::string_view message);
+/// Rank `r`'s exit is a consequence of another rank's end: its message says a peer was lost
+/// and another rank ended before it (an exit line, a run_end, or gone without a word and not
+/// alive by its heartbeat). The same words with every peer still there are its own cause.
+bool after_peer_lost(const RunSummary& sum, const StatusReport* live, const RankSummary& r);
+/// How far after a lost-peer error another rank's own end (an exception, a run_end) may be
+/// recorded and still count as first: clocks of different hosts, an exit line written late.
+inline constexpr std::uint64_t kEndingSkewNs = 2'000'000'000;
 /// The signal that ended a rank that did not finish ("SIGTERM", "SIGSEGV"; "" if none did): its
 /// last heartbeat's exit_cause "signal", else its flight dump's reason (not SIGUSR1's: a dump on
 /// demand). A rank with an exit line (an exception) ended by that, whatever signal followed.

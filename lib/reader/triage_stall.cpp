@@ -96,8 +96,8 @@ bool ended_while_blocked(const RankSummary& r, const std::vector<const RankSumma
 // Its process ended with an exception of its own (an exit line; not a
 // thread's, after which the process went on, nor one a lost peer caused):
 // what the exception rule names.
-bool raised(const RankSummary& r) {
-  return r.exit && r.exit->cause != "thread_exception" && !after_peer_lost(*r.exit);
+bool raised(const RunSummary& sum, const StatusReport* live, const RankSummary& r) {
+  return r.exit && r.exit->cause != "thread_exception" && !after_peer_lost(sum, live, r);
 }
 
 // Culprits: stalled outside a collective, else behind on the sequence. A
@@ -120,7 +120,7 @@ void find_culprits(const RunSummary& sum, const StatusReport* live, std::vector<
   // names it (with them as evidence); no stall verdict of their own.
   if (dead.empty() && s.waiting.empty() && s.behind.empty()) {
     for (const auto& r : sum.ranks) {
-      if (raised(r) && !r.last_stall && ended_while_blocked(r, blocked)) s.raised.push_back(&r);
+      if (raised(sum, live, r) && !r.last_stall && ended_while_blocked(r, blocked)) s.raised.push_back(&r);
     }
     if (!s.raised.empty()) {
       s.bystanders = std::move(blocked);
