@@ -54,6 +54,21 @@ struct FakeGpuRank {
 };
 }  // namespace
 
+TEST_CASE("resource snapshots: a run shorter than the interval has its start and its end", "[resources]") {
+  TempDir tmp;
+  ScopedEnv deadline{"RANKSCOPE_RESOURCE_DEADLINE", "60"};  // the end snapshot's wait: a hang guard only
+  Config cfg = resource_config(tmp.path);
+  cfg.resource_interval = std::chrono::hours(1);
+  REQUIRE(init(cfg).ok());
+  shutdown(std::chrono::minutes(4));
+  const std::string text = slurp(tmp.path + "/rank-0.jsonl");
+  CHECK_THAT(text, Catch::Contains(R"("kind":"resources")"));
+  CHECK_THAT(text, Catch::Contains(R"("reason":"start")"));
+  CHECK_THAT(text, Catch::Contains(R"("reason":"end")"));
+  CHECK(text.find(R"("reason":"end")") < text.find(R"("kind":"run_end")"));
+  CHECK_THAT(text, !Catch::Contains(R"("reason":"interval")"));
+}
+
 TEST_CASE("resource snapshots: the process, the host and the rank's GPU, in the run log and the metrics",
           "[resources]") {
   ScopedEnv xid("FAKE_NVML_XID", "79");
@@ -171,12 +186,14 @@ TEST_CASE("a snapshot taken at a stall is not replaced by a periodic one before 
   while (detail::resources_finished() < n0 + 3 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(1ms);
   }
-  const std::optional<detail::ResourceSample> s = detail::resources_take();
+  std::vector<std::string> reasons;
+  for (const auto& s : detail::resources_take()) reasons.push_back(s.reason);
   const std::uint64_t finished = detail::resources_finished();
   detail::resources_stop();
   REQUIRE(finished >= n0 + 3);
-  REQUIRE(s.has_value());
-  CHECK(s->reason == "stall");
+  // The start and the stall snapshots are kept for the run log; of the periodic ones only the newest.
+  CHECK(std::count(reasons.begin(), reasons.end(), "stall") == 1);
+  CHECK(std::count(reasons.begin(), reasons.end(), "interval") <= 1);
 }
 
 TEST_CASE("a GPU list query that hangs at init is given up after the deadline - init returns and says so",

@@ -269,7 +269,7 @@ void write_resources(detail::JsonWriter& w, const RunSummary& s) {
   }
   w.key("resources").begin_object();
   if (t1 <= t0) {
-    w.field("note", "No resource snapshots in this run (RANKSCOPE_RESOURCE_INTERVAL, 30 s by default, and at every stall).");
+    w.field("note", "No resource snapshots in this run (RANKSCOPE_RESOURCE_INTERVAL, 30 s by default, at start, at every stall and at shutdown).");
     w.key("series").begin_array().end_array().end_object();
     return;
   }

@@ -610,6 +610,7 @@ void Runtime::answer_requests(const BackgroundWake& w, std::uint64_t& flush_seen
 
 void Runtime::finish_background(std::vector<Event>& batch, Deadline deadline) {
   device_wait_over_ = true;  // a phase the device has not finished keeps its host time now
+  write_resources();  // shutdown's "end" snapshot
   drain_all(batch);  // records made while we were flushing
   if (dump_on_shutdown_) (void)dump_now("shutdown");
   watchdog_.finish(clock_, threads_);

@@ -17,16 +17,16 @@ namespace rankscope::detail {
 // once - this thread, the heartbeat and stall detection go on regardless.
 void Runtime::write_resources() {
   std::vector<Event> out;
-  if (auto s = detail::resources_take()) {
+  for (const detail::ResourceSample& s : detail::resources_take()) {
     Event& e = out.emplace_back();
     e.kind = EventKind::kResources;
     e.step = detail::g_step.load(std::memory_order_relaxed);
-    e.mono_ns = s->mono_ns;
-    e.wall_ns = s->wall_ns;
-    e.text = s->reason;
-    if (s->gpu >= 0) e.attributes.add(schema::field_name(schema::Field::kGpu), static_cast<std::int64_t>(s->gpu));
+    e.mono_ns = s.mono_ns;
+    e.wall_ns = s.wall_ns;
+    e.text = s.reason;
+    if (s.gpu >= 0) e.attributes.add(schema::field_name(schema::Field::kGpu), static_cast<std::int64_t>(s.gpu));
     for (int i = 0; i < detail::kResourceCount; ++i) {
-      if (s->has[i]) e.attributes.add(schema::field_name(detail::resource_info(static_cast<detail::Resource>(i)).key), s->value[i]);
+      if (s.has[i]) e.attributes.add(schema::field_name(detail::resource_info(static_cast<detail::Resource>(i)).key), s.value[i]);
     }
   }
   if (auto stuck = detail::resources_stuck(mono_now())) {

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <charconv>
 #include <condition_variable>
+#include <deque>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -385,7 +386,7 @@ class Sampler {
     cfg_ = cfg;
     const std::uint64_t gen = ++generation_;
     pending_reason_ = "start";
-    latest_.reset();
+    kept_.clear();
     if (cfg.interval.count() <= 0) return;
     try {
       std::thread([this, gen] { loop(gen); }).detach();
@@ -403,10 +404,21 @@ class Sampler {
     pending_reason_ = reason;
     cv_.notify_all();
   }
-  std::optional<ResourceSample> take() {
+  bool request_and_wait(const char* reason, std::chrono::milliseconds budget) {
+    std::unique_lock<std::mutex> lk(mu_);
+    if (cfg_.interval.count() <= 0) return false;  // no sampler thread
+    const auto until = std::chrono::steady_clock::now() + budget;
+    // A request not taken yet (a short run's start) is served first: a sample each.
+    if (!done_cv_.wait_until(lk, until, [&] { return pending_reason_.empty(); })) return false;
+    const std::uint64_t asked = ++asked_;
+    pending_reason_ = reason;
+    cv_.notify_all();
+    return done_cv_.wait_until(lk, until, [&] { return served_ >= asked; });
+  }
+  std::vector<ResourceSample> take() {
     std::lock_guard<std::mutex> lk(mu_);
-    std::optional<ResourceSample> out;
-    out.swap(latest_);
+    std::vector<ResourceSample> out(std::make_move_iterator(kept_.begin()), std::make_move_iterator(kept_.end()));
+    kept_.clear();
     return out;
   }
   std::optional<std::string> stuck(std::uint64_t now) {
@@ -463,6 +475,7 @@ class Sampler {
         cfg = cfg_;
         reason = pending_reason_.empty() ? "interval" : pending_reason_;
         pending_reason_.clear();
+        serving_ = asked_;  // this sample answers every request made so far
       }
       cfg_deadline_ms_.store(cfg.deadline.count(), std::memory_order_relaxed);
       if (retry_nvml_.exchange(false)) nvml.retry();
@@ -515,18 +528,23 @@ class Sampler {
       std::lock_guard<std::mutex> lk(mu_);
       if (generation_ != gen) return;
       finished_.fetch_add(1, std::memory_order_release);
-      // A snapshot asked for (start, stall) is evidence; a periodic one finishing before the
-      // background thread took it must not replace it (the next periodic one will come).
-      if (latest_ && latest_->reason != "interval" && s.reason == "interval") continue;
-      latest_ = std::move(s);
+      served_ = serving_;
+      done_cv_.notify_all();
+      // Snapshots asked for (start, stall, end) are evidence: each is kept until the background
+      // thread takes it (at most 4). A periodic one replaces only a periodic one not taken yet.
+      if (s.reason == "interval" && !kept_.empty() && kept_.back().reason == "interval") kept_.pop_back();
+      kept_.push_back(std::move(s));
+      if (kept_.size() > 4) kept_.pop_front();
     }
   }
 
   std::condition_variable cv_;
+  std::condition_variable done_cv_;    // a sample finished (request_and_wait)
+  std::uint64_t asked_ = 0, serving_ = 0, served_ = 0;  // request_and_wait's requests. Require mu_ held.
   ResourceConfig cfg_;                 // Requires mu_ held.
   std::uint64_t generation_ = 0;       // Requires mu_ held.
   std::string pending_reason_;         // Requires mu_ held.
-  std::optional<ResourceSample> latest_;  // Requires mu_ held.
+  std::deque<ResourceSample> kept_;     // finished, not taken yet. Requires mu_ held.
   std::atomic<std::uint64_t> busy_since_{0};
   std::atomic<const char*> current_{nullptr};
   std::atomic<bool> reported_{false};
@@ -546,7 +564,10 @@ const ResourceInfo& resource_info(Resource r) { return kInfo[static_cast<int>(r)
 void resources_start(const ResourceConfig& cfg) { sampler().start(cfg); }
 void resources_stop() { sampler().stop(); }
 void resources_request(const char* reason) { sampler().request(reason); }
-std::optional<ResourceSample> resources_take() { return sampler().take(); }
+bool resources_request_and_wait(const char* reason, std::chrono::milliseconds budget) {
+  return sampler().request_and_wait(reason, budget);
+}
+std::vector<ResourceSample> resources_take() { return sampler().take(); }
 std::uint64_t resources_finished() { return sampler().finished(); }
 std::optional<std::string> resources_stuck(std::uint64_t now_mono_ns) { return sampler().stuck(now_mono_ns); }
 void resources_retry_nvml() { sampler().retry_nvml(); }

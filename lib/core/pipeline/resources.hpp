@@ -66,8 +66,13 @@ void resources_start(const ResourceConfig& cfg);
 void resources_stop();
 /// Asks for a snapshot now (the watchdog, at a stall).
 void resources_request(const char* reason);
-/// The newest finished sample not yet taken (the background thread writes it out).
-std::optional<ResourceSample> resources_take();
+/// Asks for one and waits at most `budget` for the sampler's thread to finish it (shutdown's
+/// "end" snapshot: a run of any length has a first and a last one). False: none running, or
+/// not in time (a hung driver call) - the caller goes on without it.
+bool resources_request_and_wait(const char* reason, std::chrono::milliseconds budget);
+/// The finished samples not yet taken, oldest first (the background thread writes them out):
+/// every one asked for (start, stall, end; at most 4) and the newest periodic one.
+std::vector<ResourceSample> resources_take();
 /// Samples finished since the process started, kept or not (tests: a sync point).
 std::uint64_t resources_finished();
 /// When the sample in progress has run past the deadline: "nvmlDeviceGetPowerUsage for 7.0 s";

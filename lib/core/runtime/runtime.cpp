@@ -287,8 +287,19 @@ void Runtime::wake_for_retired() noexcept {
 }
 
 void Runtime::shutdown(std::chrono::milliseconds deadline) noexcept {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (phase_ != Phase::kRunning || owner_pid_ != ::getpid()) return;
+  }
+  // The last resource snapshot, while recording is still on (the drain below writes it): a
+  // run shorter than the interval has its start and its end. It takes ~1 ms; bounded by a
+  // quarter of the deadline (500 ms at exit) and the snapshot deadline, which only a hung
+  // driver call reaches.
+  (void)detail::resources_request_and_wait(
+      "end", std::min(std::chrono::duration_cast<std::chrono::milliseconds>(deadline / 4),
+                      std::chrono::milliseconds(resource_deadline_ns_ / 1'000'000)));
   std::unique_lock<std::mutex> lk(mu_);
-  if (phase_ != Phase::kRunning || owner_pid_ != ::getpid()) return;
+  if (phase_ != Phase::kRunning || owner_pid_ != ::getpid()) return;  // another thread's shutdown came first
   stop_deadline_ = std::chrono::steady_clock::now() + deadline;
   // The drain stops a quarter of the deadline early (at most 250 ms): the time kept is for
   // run_end and the sinks' last writes. What is still in the rings then is dropped and counted,
