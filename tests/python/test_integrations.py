@@ -6,14 +6,16 @@ one rank are each named by triage, with the rank and the step.
 
 Each fault is on rank 1 and keyed to what rank 1 has done (items it served, its step), never
 to time: what the test waits for is the stall record itself (default stall timeout)."""
+import collections
 import glob
 import json
-import re
 import os
+import re
 import subprocess
 import sys
 
 import pytest
+import torch
 
 from conftest import RANKSCOPE, ROOT, TORCHRUN, kill_job, run_log_events, wait_for
 
@@ -159,13 +161,38 @@ dist.destroy_process_group()
 """
 
 
+# FSDP2 without code: fully_shard found where the script calls it (layers, then the root).
+PLAIN_FSDP2 = DATA + r"""
+import torch.distributed as dist
+from torch.distributed.fsdp import fully_shard
+
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+for layer in model:
+    if isinstance(layer, torch.nn.Linear):
+        fully_shard(layer)
+fully_shard(model)
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+loader = torch.utils.data.DataLoader(Samples(), batch_size=8)
+for step, (x, y) in enumerate(loader):
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    if step + 1 == 20:
+        break
+dist.destroy_process_group()
+"""
+
+
 def _job(tmp_path, script, fault):
     path = tmp_path / "train.py"
     path.write_text(script)
     run = tmp_path / "run"
     env = dict(os.environ, OMP_NUM_THREADS="1", RANKSCOPE_DIR=str(run), FAULT=fault)
     cmd = [TORCHRUN, "--standalone", "--nproc-per-node", "2", str(path)]
-    if script is PLAIN:
+    if script is PLAIN or script is PLAIN_FSDP2:
         if fault == "hang":
             env["RANKSCOPE_AUTO"] = "1"
         else:
@@ -286,6 +313,18 @@ def test_a_clean_run_has_steps_phases_and_checkpoints(tmp_path, framework):
         assert all(e["tokens"] == 128 for e in steps), steps[:3]
         scalars = [e for e in run_log_events(str(run), "step_scalars") if e["rank"] == 1]
         assert [e["step"] for e in scalars if "grad_norm" in e] == [5, 10, 15, 20], scalars
+
+
+@pytest.mark.skipif(tuple(int(v) for v in torch.__version__.split(".")[:2]) < (2, 7),
+                    reason="FSDP2 on CPU needs torch >= 2.7 (2.6's CPU stream has no record_event)")
+def test_no_code_finds_fsdp2_where_fully_shard_is_called(tmp_path):
+    run = _check_clean(tmp_path, PLAIN_FSDP2, 20, 0)
+    events = [e for e in run_log_events(str(run), "phase") if e["rank"] == 1]
+    # One forward per step: the root's; the layers sharded inside it run within it.
+    assert sum(1 for e in events if e["name"] == "forward") == 20, sorted({e["name"] for e in events})
+    assert {"loader_wait", "forward", "backward", "optimizer"} <= {e["name"] for e in events}
+    ops = collections.Counter(e["op"] for e in run_log_events(str(run), "collective") if e["rank"] == 1)
+    assert ops["all_gather"] >= 20 and ops["reduce_scatter"] >= 20, ops  # FSDP2's, every step
 
 
 def test_a_rank_hung_in_its_data_is_named(tmp_path, framework):

@@ -12,6 +12,8 @@ What it finds without code, all through torch's own public hooks:
   run identity, heartbeats, exit causes     rankscope.init()
   every collective                         rankscope.torch.instrument()
   DDP's gradient all-reduce; forward       DDP found where it is built; its forward hooks
+  FSDP2's collectives; forward             fully_shard found where it is called; the outermost
+                                           sharded module's forward hooks
   loader_wait                              every DataLoader iterator (time blocked in next())
   backward, the step's loss                Tensor.backward(): what it was called on, when 0-d
   optimizer, the step boundary, lr         the global optimizer step hooks (the first optimizer)
@@ -24,7 +26,7 @@ def _say_not_found(rankscope):
     if int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")) or 0) == 0:
         rankscope.info("rankscope run: no-code mode: steps end at each optimizer.step() of the first optimizer, "
                        "the loss is what backward() was called on (scaled, under AMP's GradScaler), forward is "
-                       "timed for DDP models; evaluation, checkpoints and invariant checks need the API or a "
+                       "timed for DDP and FSDP2 (fully_shard) models; evaluation, checkpoints and invariant checks need the API or a "
                        "framework callback (docs/python.md)")
 
 
@@ -37,6 +39,7 @@ class _Steps:
         self.optimizer = None   # the first optimizer that steps: its steps are the training steps
         self.losses = []
         self.samples = 0
+        self.forward_depth = 0  # sharded modules inside a sharded root: only the outermost times forward
         self.optimizer_phase = rankscope.phase("optimizer")
         self.backward_phase = rankscope.phase("backward")
         self.forward_phase = rankscope.phase("forward")
@@ -52,11 +55,9 @@ class _Steps:
             return
         self.optimizer_phase.__exit__(None, None, None)
         try:
-            loss = None
-            if self.losses:
-                import torch
-                loss = self.losses[0] if len(self.losses) == 1 else torch.stack(self.losses).mean()
-            self.rs.step(self.n, loss=loss, lr=optimizer.param_groups[0].get("lr"), samples=self.samples or None)
+            from .torch import _mean_loss
+            self.rs.step(self.n, loss=_mean_loss(self.losses), lr=optimizer.param_groups[0].get("lr"),
+                         samples=self.samples or None)
         except Exception as e:
             self.rs.warning("rankscope run: a step is not recorded", error=f"{type(e).__name__}: {e}")
         self.n += 1
@@ -78,7 +79,10 @@ class _Steps:
         steps = self
 
         def before(module, args):
-            if module.training:
+            if not module.training:
+                return
+            steps.forward_depth += 1
+            if steps.forward_depth == 1:
                 steps.forward_phase.__enter__()
                 for a in args:
                     if hasattr(a, "shape") and len(a.shape) > 0:
@@ -86,11 +90,13 @@ class _Steps:
                         break
 
         def after(module, args, output):
-            if module.training:
-                steps.forward_phase.__exit__(None, None, None)
+            if module.training and steps.forward_depth > 0:
+                steps.forward_depth -= 1
+                if steps.forward_depth == 0:
+                    steps.forward_phase.__exit__(None, None, None)
 
         model.register_forward_pre_hook(before)
-        model.register_forward_hook(after)
+        model.register_forward_hook(after, always_call=True)  # a forward that raised closes it too
 
 
 def start():
@@ -121,6 +127,7 @@ def start():
 
         torch.utils.data.DataLoader.__iter__ = timed_iter
         _on_ddp_built(rst, steps)
+        _on_fully_shard(steps)
         _say_not_found(rankscope)
     except Exception as e:  # torch absent or another layout: the run is recorded without it
         rankscope.warning("rankscope run: torch is not instrumented", error=f"{type(e).__name__}: {e}")
@@ -128,16 +135,37 @@ def start():
 
 def _on_ddp_built(rst, steps):
     """DDP instrumented where it is built, and its forward timed."""
+    rst._after_ddp_built("timed in forward (rankscope run)", steps.watch_forward)
+
+
+def _on_fully_shard(steps):
+    """FSDP2 found where fully_shard() is called: each module it returns gets the forward hooks
+    (its collectives are recorded by instrument() already). Layers sharded inside a sharded root
+    run within the root's forward: only the outermost opens the phase. The module attribute is
+    replaced before the script imports it; `fully_shard.state` and the like are kept."""
+    import functools
+    import importlib
     import torch
-    rst.instrument_ddp_when_built()
-    ddp_cls = torch.nn.parallel.DistributedDataParallel
-    init = ddp_cls.__init__
-
-    def __init__(self, *args, **kwargs):
-        init(self, *args, **kwargs)
+    for name in ("torch.distributed.fsdp", "torch.distributed._composable.fsdp"):
         try:
-            steps.watch_forward(self)
-        except Exception as e:
-            steps.rs.warning("rankscope run: DDP's forward is not timed", error=f"{type(e).__name__}: {e}")
+            mod = importlib.import_module(name)
+        except ImportError:
+            continue
+        original = getattr(mod, "fully_shard", None)
+        if original is None or getattr(original, "_rankscope", False):
+            continue
 
-    ddp_cls.__init__ = __init__
+        @functools.wraps(original)
+        def fully_shard(module, *args, _original=original, **kwargs):
+            out = _original(module, *args, **kwargs)
+            try:
+                for m in out if isinstance(out, (list, tuple)) else [out]:
+                    if isinstance(m, torch.nn.Module):
+                        steps.watch_forward(m)
+            except Exception as e:
+                steps.rs.warning("rankscope run: an FSDP2 module's forward is not timed",
+                                 error=f"{type(e).__name__}: {e}")
+            return out
+
+        fully_shard._rankscope = True
+        setattr(mod, "fully_shard", fully_shard)

@@ -431,6 +431,7 @@ def instrument_ddp(ddp_model, per_bucket=False):
 
 
 _ddp_init = None  # DistributedDataParallel.__init__ before instrument_ddp_when_built() wrapped it
+_ddp_built_hooks = []  # more to do with each DDP as it is built (_after_ddp_built)
 
 
 def instrument_ddp_when_built(per_bucket=False):
@@ -446,13 +447,30 @@ def instrument_ddp_when_built(per_bucket=False):
     @functools.wraps(original)
     def __init__(self, *args, **kwargs):
         original(self, *args, **kwargs)
-        try:
-            instrument_ddp(self, per_bucket=per_bucket)
-        except Exception as e:  # never into the framework's setup: said, and the rest is recorded
-            rankscope.warning("rankscope.torch: a DistributedDataParallel built here is not instrumented",
-                              error=f"{type(e).__name__}: {e}")
+        for what, act in [("instrumented", lambda m: instrument_ddp(m, per_bucket=per_bucket))] + \
+                [(name, hook) for name, hook in _ddp_built_hooks]:
+            try:
+                act(self)
+            except Exception as e:  # never into the framework's setup: said, and the rest is recorded
+                rankscope.warning(f"rankscope.torch: a DistributedDataParallel built here is not {what}",
+                                  error=f"{type(e).__name__}: {e}")
 
     ddp_cls.__init__ = __init__
+
+
+def _after_ddp_built(what, hook):
+    """hook(ddp_model) runs for every DDP built from now on, after it is instrumented (the one
+    wrapper of DistributedDataParallel.__init__); its failure is said as "not <what>"."""
+    instrument_ddp_when_built()
+    _ddp_built_hooks.append((what, hook))
+
+
+def _mean_loss(losses):
+    """One loss for a step from its micro-batches' (gradient accumulation): the mean, as a
+    tensor (no GPU sync); None without any."""
+    if not losses:
+        return None
+    return losses[0] if len(losses) == 1 else torch.stack(losses).mean()
 
 
 def _ddp_on_device(ddp_model, params=None):

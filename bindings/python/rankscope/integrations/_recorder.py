@@ -210,10 +210,8 @@ class StepRecorder:
             import torch
             total = self.losses[0] if len(self.losses) == 1 else torch.stack(self.losses).sum()
             return total * self.items_scale if self.items_scale != 1 else total
-        if len(self.losses) == 1:
-            return self.losses[0]
-        import torch
-        return torch.stack(self.losses).mean()
+        from rankscope.torch import _mean_loss
+        return _mean_loss(self.losses)
 
     def end_step(self, n, loss=None, lr=None):
         """Closes the open phase and ends step n with what the step gathered (`loss`/`lr`
