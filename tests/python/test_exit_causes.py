@@ -227,7 +227,8 @@ def test_a_job_killed_while_hung_is_read_from_its_last_picture_at_once(tmp_path)
     assert any("its process is gone" in e for e in f["evidence"]), f
 
 
-ELASTIC = r"""
+# An elastic job's attempt: RDZV_DIR holds its rendezvous files.
+ELASTIC_ATTEMPT = r"""
 import os, torch, torch.distributed as dist
 import rankscope
 rankscope.init()
@@ -238,6 +239,9 @@ attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
 dist.init_process_group("gloo", init_method=f"file://{os.environ['RDZV_DIR']}/attempt-{attempt}",
                         rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
 rank = dist.get_rank()
+"""
+
+ELASTIC = ELASTIC_ATTEMPT + r"""
 x = torch.ones(4)
 for step in range(10):
     with rankscope.phase("forward"):
@@ -250,14 +254,7 @@ rankscope.shutdown()
 """
 
 
-STALE_RESUME = r"""
-import os, torch, torch.distributed as dist
-import rankscope
-rankscope.init()
-attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
-dist.init_process_group("gloo", init_method=f"file://{os.environ['RDZV_DIR']}/attempt-{attempt}",
-                        rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
-rank = dist.get_rank()
+STALE_RESUME = ELASTIC_ATTEMPT + r"""
 def meta(step):
     return dict(id=f"ckpt-{step}", step=step, consumed_samples=step * 8, world_size=2, global_batch=8,
                 optimizer_step=step)
@@ -281,19 +278,24 @@ rankscope.shutdown()
 """
 
 
-def test_a_rank_that_resumed_older_than_every_rank_saved_is_named(tmp_path, torchrun):
-    """torchrun --max-restarts=1: both ranks save steps 4 and 8, rank 1 raises at step 10; in the
-    second attempt rank 0 resumes from 8 and rank 1 from 4. The resume points alone hold no
-    majority (two ranks); the save history says rank 1 resumed wrong."""
-    script = tmp_path / "resume.py"
-    script.write_text(STALE_RESUME)
+def _elastic_findings(tmp_path, torchrun, script_text):
+    """The script on 2 ranks under torchrun --max-restarts=1, then triage's findings."""
+    script = tmp_path / "elastic.py"
+    script.write_text(script_text)
     (tmp_path / "rdzv").mkdir()
     p = torchrun(script, 2, extra=["--max-restarts", "1"], timeout=300,
                  env={"RANKSCOPE_DIR": str(tmp_path / "run"), "RDZV_DIR": str(tmp_path / "rdzv")})
     assert p.returncode == 0, p.stderr[-3000:]
     tri = subprocess.run([RANKSCOPE, "triage", "--json", str(tmp_path / "run")], capture_output=True, text=True,
                          timeout=120)
-    findings = json.loads(tri.stdout)["findings"]
+    return json.loads(tri.stdout)["findings"]
+
+
+def test_a_rank_that_resumed_older_than_every_rank_saved_is_named(tmp_path, torchrun):
+    """torchrun --max-restarts=1: both ranks save steps 4 and 8, rank 1 raises at step 10; in the
+    second attempt rank 0 resumes from 8 and rank 1 from 4. The resume points alone hold no
+    majority (two ranks); the save history says rank 1 resumed wrong."""
+    findings = _elastic_findings(tmp_path, torchrun, STALE_RESUME)
     assert sorted(f["kind"] for f in findings) == ["desync", "restart"], findings
     f = next(f for f in findings if f["kind"] == "desync")
     assert f["ranks"] == [1], f
@@ -312,17 +314,9 @@ def test_an_elastic_restart_is_explained_by_the_exception_that_caused_it(tmp_pat
     ranks, the second attempt finishes. The restart finding names rank 1 and its exception
     (rank 0's own end - a lost peer, or torchrun's stop - is its evidence), and where the new
     attempt resumed."""
-    script = tmp_path / "elastic.py"
-    script.write_text(ELASTIC)
-    (tmp_path / "rdzv").mkdir()
-    p = torchrun(script, 2, extra=["--max-restarts", "1"], timeout=300,
-                 env={"RANKSCOPE_DIR": str(tmp_path / "run"), "RDZV_DIR": str(tmp_path / "rdzv")})
-    assert p.returncode == 0, p.stderr[-3000:]
-    tri = subprocess.run([RANKSCOPE, "triage", "--json", str(tmp_path / "run")], capture_output=True, text=True,
-                         timeout=120)
-    report = json.loads(tri.stdout)
-    assert [f["kind"] for f in report["findings"]] == ["restart"], report["findings"]
-    f = report["findings"][0]
+    findings = _elastic_findings(tmp_path, torchrun, ELASTIC)
+    assert [f["kind"] for f in findings] == ["restart"], findings
+    f = findings[0]
     assert f["ranks"] == [1] and f["step"] == 5, f
     assert f["summary"] == ("restart 1: rank 1 raised RuntimeError: bad batch 5 at step 5; ranks 0,1 restarted and "
                             "resumed at step 0"), f
