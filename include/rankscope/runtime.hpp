@@ -83,7 +83,9 @@ struct Config {
   /// `sinks` already holds one of that kind (Sink::name()). A malformed
   /// variable fails init() with a message naming it.
   bool exporters_from_env = true;
-  /// Free-form run configuration recorded in run.json (e.g. global batch).
+  /// Free-form run configuration (e.g. global batch, learning rate): in run.json and in every
+  /// rank's run_start, where triage compares the ranks (config_drift). Values of keys that look
+  /// like credentials are stored as "<redacted>", URLs without their user information.
   std::vector<std::pair<std::string, std::string>> run_config;
 };
 
