@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <optional>
 #include <thread>
+#include <vector>
 
 #include "rankscope/export/prometheus.hpp"
 #include "rankscope/rankscope.hpp"
@@ -327,14 +328,31 @@ TEST_CASE("prometheus: resource snapshots on /metrics - the rank's GPU by its in
   cfg.context.local_rank = 1;  // GPU 1 of the fake's two
   cfg.context.world_size = 2;
   cfg.sinks.push_back(*sink);
+  // The host's network interfaces, lo aside.
+  std::vector<std::string> interfaces;
+  const std::string dev = slurp("/proc/net/dev");
+  for (std::size_t at = dev.find('\n', dev.find('\n') + 1); at != std::string::npos && at + 1 < dev.size();
+       at = dev.find('\n', at + 1)) {
+    const std::size_t colon = dev.find(':', at);
+    if (colon == std::string::npos) break;
+    std::string name = dev.substr(at + 1, colon - at - 1);
+    name.erase(0, name.find_first_not_of(' '));
+    if (name != "lo") interfaces.push_back(name);
+  }
   REQUIRE(init(cfg).ok());
-  // The start snapshot is sampled on its own thread: wait for it (60 s is a hang guard).
+  // The start snapshot is sampled on its own thread, which sets the GPU gauges first and the
+  // per-interface counters last: wait for both on the page (a metrics export may fall between
+  // them). 60 s is a hang guard.
+  const auto sampled = [&](const std::string& text) {
+    return text.find("rankscope_gpu_power_watts{") != std::string::npos &&
+           (interfaces.empty() || text.find("rankscope_host_network_receive_bytes_total{") != std::string::npos);
+  };
   std::string text;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (text.find("rankscope_gpu_power_watts{") == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+  while (!sampled(text) && std::chrono::steady_clock::now() < deadline) {
     REQUIRE(flush());
     text = prometheus_text(**sink);
-    if (text.find("rankscope_gpu_power_watts{") == std::string::npos) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    if (!sampled(text)) std::this_thread::sleep_for(std::chrono::milliseconds(25));
   }
   const std::string page = http_get(port, "/metrics");
   shutdown();
@@ -353,14 +371,7 @@ TEST_CASE("prometheus: resource snapshots on /metrics - the rank's GPU by its in
                        Catch::Contains("rankscope_process_open_fds{") &&
                        Catch::Contains("rankscope_host_memory_available_bytes{"));
   // One series per network interface of the host (lo excluded), where it has any.
-  const std::string dev = slurp("/proc/net/dev");
-  for (std::size_t at = dev.find('\n', dev.find('\n') + 1); at != std::string::npos && at + 1 < dev.size();
-       at = dev.find('\n', at + 1)) {
-    const std::size_t colon = dev.find(':', at);
-    if (colon == std::string::npos) break;
-    std::string name = dev.substr(at + 1, colon - at - 1);
-    name.erase(0, name.find_first_not_of(' '));
-    if (name == "lo") continue;
+  for (const std::string& name : interfaces) {
     CHECK_FALSE(line("rankscope_host_network_receive_bytes_total", "interface=\"" + name + "\"").empty());
   }
 }
