@@ -20,6 +20,7 @@ PACKAGES=(
   libjs-chart.js                   # Chart.js, embedded into `rankscope report` pages at build time
   chromium                         # headless: the report test renders the page and screenshots it
   stress-ng                        # tests/stress_ci.sh: the suite while every core is kept busy
+  debootstrap                      # tests/check_binary_wheel.sh: a clean Debian 12 for the binary wheel
 )
 
 missing=()

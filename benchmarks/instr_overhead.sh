@@ -10,6 +10,8 @@
 #   benchmarks/instr_overhead.sh python            # examples/python/train_ddp.py (.venv, pip-installed package)
 #   benchmarks/instr_overhead.sh cpp BUILD_DIR     # examples/cpp/train.cpp
 #   benchmarks/instr_overhead.sh ddp               # plain DDP against rst.instrument_ddp (python/ddp_steps.py)
+#   benchmarks/instr_overhead.sh nocode            # an unmodified loop (python/plain_steps.py): RANKSCOPE_AUTO=1
+#                                                  # (on) and instrumented by hand (hand) against as is (off)
 #
 # One rank (world size 1 over gloo: valgrind runs threads one at a time, and
 # a peer under valgrind only adds waiting). Periodic work that depends on the
@@ -19,13 +21,16 @@
 # idle process costs 0.21 ms of CPU per second). Four runs, two at a time:
 # ~10 minutes for python, ~4 for cpp.
 set -euo pipefail
-what=${1:?usage: instr_overhead.sh python | cpp BUILD_DIR | ddp}
+what=${1:?usage: instr_overhead.sh python | cpp BUILD_DIR | ddp | nocode}
 here=$(cd "$(dirname "$0")/.." && pwd)
 short=${SHORT:-100} long=${LONG:-600}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export PYTHONHASHSEED=0 RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 GROUP_RANK=0 MASTER_ADDR=127.0.0.1 OMP_NUM_THREADS=1
 export RANKSCOPE_HEARTBEAT_INTERVAL=600 RANKSCOPE_METRICS_INTERVAL=3600 RANKSCOPE_RESOURCE_INTERVAL=0 RANKSCOPE_CONSOLE=none
+# At valgrind's pace the end of a run (interpreter teardown) outlasts the learned stall timeout:
+# a stall dump there is not per-step work.
+export RANKSCOPE_STALL_TIMEOUT=100000
 # The background thread wakes at least every 20 ms: at valgrind's pace that is dozens of nearly
 # empty drains per step where a real run drains ~7 steps' records at once. 1 s (the longest
 # allowed) brings the records per drain back near a real run's.
@@ -36,6 +41,7 @@ command_for() {  # ARM STEPS -> the trainer's command line
     python) echo "$here/.venv/bin/python $here/examples/python/train_ddp.py --epochs 1 --samples $(($2 * 64)) --check-replicas 1000000000" ;;
     cpp) echo "${BUILD:?cpp needs BUILD_DIR}/examples/cpp/rankscope_example_train --steps $2 --checkpoint-every 0 --no-online-checks" ;;
     ddp) echo "$here/.venv/bin/python $here/benchmarks/python/ddp_steps.py $2 $([[ $1 == on ]] && echo --instrument)" ;;
+    nocode) echo "$here/.venv/bin/python $here/benchmarks/python/plain_steps.py $2 $([[ $1 == hand ]] && echo --by-hand)" ;;
     *) echo "unknown trainer '$what'" >&2; exit 2 ;;
   esac
 }
@@ -44,14 +50,19 @@ run() {  # ARM STEPS PORT
   local enabled=1  # ddp: rankscope on in both arms; the arms differ in instrument_ddp
   [[ $arm == off && $what != ddp ]] && enabled=0
   # shellcheck disable=SC2046
-  RANKSCOPE_ENABLED=$enabled RANKSCOPE_DIR="$work/run-$arm-$steps" MASTER_PORT=$3 \
+  local auto=""  # nocode: the no-code mode is the on arm; off runs the script as is, hand by hand
+  [[ $what == nocode && $arm == on ]] && auto=1
+  RANKSCOPE_AUTO=$auto RANKSCOPE_ENABLED=$enabled RANKSCOPE_DIR="$work/run-$arm-$steps" MASTER_PORT=$3 \
     valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file="$work/$arm-$steps.out" $(command_for "$arm" "$steps") \
     > "$work/$arm-$steps.log" 2>&1 || { echo "run $arm $steps failed:"; tail -5 "$work/$arm-$steps.log"; exit 1; }
 }
 BUILD=${2:-}
+arms="on off"
+[[ $what == nocode ]] && arms="on off hand"
 for steps in "$short" "$long"; do
-  for arm in on off; do run "$arm" "$steps" $((29860 + RANDOM % 100)) & done
-  wait
+  pids=()
+  for arm in $arms; do run "$arm" "$steps" $((29860 + RANDOM % 100)) & pids+=($!); done
+  for p in "${pids[@]}"; do wait "$p" || exit 1; done  # a failed run stops the measurement
 done
 
 total() { grep -o 'refs: *[0-9,]*' "$work/$1.log" | tr -d ', ' | cut -d: -f2; }
@@ -73,6 +84,10 @@ ours_per_step() { echo $(( ($(ours "$1-$long") - $(ours "$1-$short")) / (long - 
 echo "all threads, instructions per step: on $(per_step on), off $(per_step off)"
 on=$(ours_per_step on) off=$(ours_per_step off)
 echo "training thread + rankscope's threads, instructions per step ($what, $((long - short)) steps): on $on, off $off, on - off $((on - off)) = $(python3 -c "print(f'{100 * ($on - $off) / $off:.3f}')") %"
+if [[ $what == nocode ]]; then
+  hand=$(ours_per_step hand)
+  echo "by hand (the README's lines): $hand, hand - off $((hand - off)) = $(python3 -c "print(f'{100 * ($hand - $off) / $off:.3f}')") %; no-code - by hand: $((on - hand))"
+fi
 # Where rankscope's share goes: the functions of its libraries, per step (inclusive).
 for arm in on; do
   for n in "$short" "$long"; do

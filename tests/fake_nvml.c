@@ -1,5 +1,6 @@
 /* A stand-in for libnvidia-ml with NVML's call shape: two fake GPUs. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -41,6 +42,9 @@ int nvmlDeviceGetComputeRunningProcesses(void* d, unsigned* n, fake_process* p) 
   (void)d;
   if (*n < 2) { *n = 2; return 7; /* NVML_ERROR_INSUFFICIENT_SIZE */ }
   p[0].pid = 1; p[0].used = 1ull << 30;
+  /* This process, unless FAKE_NVML_PROCESS_MIB=0 (a rank training on the CPU beside the GPUs). */
+  const char* mib = getenv("FAKE_NVML_PROCESS_MIB");
+  if (mib && strcmp(mib, "0") == 0) { *n = 1; return 0; }
   p[1].pid = (unsigned)getpid(); p[1].used = 123ull << 20;
   *n = 2;
   return 0;
@@ -52,7 +56,10 @@ int nvmlDeviceGetComputeRunningProcesses(void* d, unsigned* n, fake_process* p) 
  *   FAKE_NVML_HANG_MS=<ms>     nvmlDeviceGetPowerUsage blocks that long (a wedged driver)
  *   FAKE_NVML_HANG_NAME_MS=<ms> nvmlDeviceGetName blocks that long (the GPU list at init)
  *   FAKE_NVML_XID=<code>       one critical XID event of that code, on the next wait (once per
- *                              code: a test process can set another code for its next run) */
+ *                              code: a test process can set another code for its next run)
+ *   FAKE_NVML_ECC=<n>,<m>      uncorrected, corrected volatile ECC errors (default 0,0)
+ *   FAKE_NVML_PCIE_REPLAYS=<n> PCIe replays (default 0)
+ *   FAKE_NVML_NVLINK_ERRORS=<n> NVLink CRC data errors on GPU 0 (default 0; the other error totals 1 each) */
 #include <stdlib.h>
 #include <time.h>
 static unsigned env_or(const char* name, unsigned fallback) {
@@ -91,8 +98,16 @@ int nvmlDeviceGetTemperature(void* d, int sensor, unsigned* c) { (void)d; (void)
 int nvmlDeviceGetClockInfo(void* d, int type, unsigned* mhz) { (void)d; (void)type; *mhz = 1410; return 0; }
 int nvmlDeviceGetCurrentClocksThrottleReasons(void* d, unsigned long long* bits) { (void)d; *bits = 0; return 0; }
 int nvmlDeviceGetTotalEccErrors(void* d, int type, int counter, unsigned long long* n) {
-  (void)d; (void)type; (void)counter; *n = 0; return 0;
+  (void)d; (void)counter;
+  const char* v = getenv("FAKE_NVML_ECC");
+  *n = 0;
+  if (v && *v) {
+    const char* comma = strchr(v, ',');
+    *n = type == 1 ? strtoull(v, NULL, 10) : comma ? strtoull(comma + 1, NULL, 10) : 0; /* 1: uncorrected */
+  }
+  return 0;
 }
+int nvmlDeviceGetPcieReplayCounter(void* d, unsigned* n) { (void)d; *n = env_or("FAKE_NVML_PCIE_REPLAYS", 0); return 0; }
 int nvmlDeviceGetPcieThroughput(void* d, int counter, unsigned* kbs) { (void)d; *kbs = counter ? 2048 : 1024; return 0; }
 typedef struct { void* device; unsigned long long type, data; unsigned gi, ci; } fake_event;
 static int event_set;
@@ -110,15 +125,18 @@ int nvmlEventSetWait_v2(void* set, fake_event* e, unsigned timeout_ms) {
   return 0;
 }
 
-/* NVLink data counters through field values: 4 MiB sent, 8 MiB received on GPU 0; no NVLink on GPU 1. */
+/* NVLink through field values, GPU 0 only (none on GPU 1): data counters 4 MiB sent, 8 MiB received;
+ * error totals (CRC flit 38, CRC data 45, replay 52, recovery 59): 1 each, CRC data FAKE_NVML_NVLINK_ERRORS. */
 typedef struct { unsigned field_id, scope_id; long long timestamp, latency_us; int value_type, result; unsigned long long value; } fake_field;
 int nvmlDeviceGetFieldValues(void* d, int n, fake_field* f) {
   int gpu = (int)((int*)d - devices);
   for (int i = 0; i < n; ++i) {
-    if (gpu != 0 || (f[i].field_id != 138 && f[i].field_id != 139)) { f[i].result = 3; continue; } /* NOT_SUPPORTED */
+    const unsigned id = f[i].field_id;
+    const int known = id == 138 || id == 139 || id == 38 || id == 45 || id == 52 || id == 59;
+    if (gpu != 0 || !known) { f[i].result = 3; continue; } /* NOT_SUPPORTED */
     f[i].result = 0;
     f[i].value_type = 1; /* unsigned long long */
-    f[i].value = f[i].field_id == 138 ? 4096 : 8192;
+    f[i].value = id == 138 ? 4096 : id == 139 ? 8192 : id == 45 ? env_or("FAKE_NVML_NVLINK_ERRORS", 0) : 1;
   }
   return 0;
 }

@@ -27,4 +27,8 @@ set -e
 [[ $rc == 1 ]] || { echo "triage exit $rc, expected 1"; exit 1; }
 grep -q "\[collective_mismatch\] ranks issued different collectives at seq 6 on 'world'" <<<"$tri" ||
   { echo "triage did not name the mismatch: $tri"; exit 1; }
+# Two ranks, no majority: the history breaks the tie (rank 0's all-reduce is the one of seqs 1-5).
+grep -q "the one that changed: rank 1" <<<"$tri" || { echo "triage did not break the tie by history: $tri"; exit 1; }
+grep -q "rank 1's all_reduce count=101385 float32 was never issued on 'world' before seq 6; rank 0's had been, 5 time(s)" \
+  <<<"$tri" || { echo "no history evidence: $tri"; exit 1; }
 echo "mismatch test: ok"

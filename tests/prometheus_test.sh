@@ -2,7 +2,8 @@
 # A real Prometheus server scrapes a running 2-rank example trainer:
 #  - promtool accepts the shipped alert rules and a live /metrics page;
 #  - the server's step series advances while the ranks train;
-#  - promtool's unit tests of the training-health alerts pass (tests/prometheus/rules_test.yml);
+#  - promtool's unit tests of every shipped alert pass (tests/prometheus/rules_test.yml), each
+#    rule has one, and each says what to do (a remediation annotation);
 #  - rank 0's loss goes NaN at step 50: the NaN stays on the page and
 #    RankscopeNonFiniteLoss fires in the server;
 #  - after rank 1 blocks (forever, inside checkpoint_save), the stall rule's
@@ -10,18 +11,29 @@
 #    RankscopeRankStalled fires on the watchdog's own verdict (its learned
 #    timeout's floor lowered from 15 s to 3 s for the test);
 #  - a second job whose rank 1 never joins init_process_group: RankscopeRankStalled fires
-#    for its rank 0 before any step (4 x the floor inside init_process_group: 12 s here).
+#    for its rank 0 before any step (4 x the floor inside init_process_group: 12 s here);
+#  - the server runs the shipped examples/prometheus/prometheus.yml (file_sd targets: the
+#    ranks' base port + local rank), and every query of the shipped Grafana dashboard
+#    (examples/grafana/rankscope-dashboard.json) returns series from it (the first job samples
+#    its resources every second through the fake NVML, so the GPU panels have data too).
 # Every wait is for an event of the run or the server (tests/wait.sh), never for a time.
 set -euo pipefail
 source "$(dirname "$0")/ranks.sh"
 source "$(dirname "$0")/wait.sh"
-trainer=$1 work=$2 rules=$3
+trainer=$1 work=$2 rules=$3 fake_nvml=$4
+examples=$(cd "$(dirname "$0")/../examples" && pwd)
 rm -rf "$work"; mkdir -p "$work"
 fail() { echo "prometheus test: $*"; tail -20 "$work/train.log" "$work/prometheus.log" 2>/dev/null; exit 1; }
 promtool check rules "$rules" >/dev/null || fail "promtool rejects $rules"
 (cd "$(dirname "$0")/prometheus" && promtool test rules rules_test.yml) || fail "promtool test rules failed"
+# Every shipped rule has a promtool test that fires it and says what to do about it.
+for alert in $(sed -n 's/^ *- alert: //p' "$rules"); do
+  grep -q "alertname: $alert\$" "$(dirname "$0")/prometheus/rules_test.yml" || fail "$alert has no promtool test"
+done
+[[ $(grep -c '^ *- alert: ' "$rules") == $(grep -c '^ *remediation: ' "$rules") ]] || fail "a rule of $rules has no remediation"
 
 base=$((20000 + ($$ % 2000) * 4)) prom_port=$((base + 2))
+RANKSCOPE_NVML_LIBRARY=$fake_nvml RANKSCOPE_RESOURCE_INTERVAL=1 \
 RANKSCOPE_STALL_FLOOR=3 RANKSCOPE_PROMETHEUS_PORT=$base bash "$(dirname "$0")/../examples/cpp/launch.sh" --ranks 2 --steps 100000 \
   --trainer "$trainer" --dir "$work/runs" -- --slow-rank 0 --slow-ms 25 --block-rank 1 --block-step 400 --nan-rank 0 --nan-step 50 \
   --timeout 600 >"$work/train.log" 2>&1 &
@@ -48,13 +60,13 @@ grep -q '^rankscope_global_step{host=' "$work/metrics.txt" || fail "no rankscope
 
 # The stall rule with a 3 s threshold and no `for`, so the test is short.
 sed -e 's/> 600/> 3/' -e 's/for: 2m/for: 0s/' "$rules" >"$work/rules.yml"
-cat >"$work/prometheus.yml" <<YML
-global: {scrape_interval: 1s, evaluation_interval: 1s}
-rule_files: [rules.yml]
-scrape_configs:
-  - job_name: rankscope
-    static_configs: [{targets: ["127.0.0.1:$base", "127.0.0.1:$((base + 1))", "127.0.0.1:$base2", "127.0.0.1:$((base2 + 1))"]}]
-YML
+# The shipped configuration, scraping every second; its file_sd targets: both jobs' ranks.
+promtool check config "$examples/prometheus/prometheus.yml" >/dev/null || fail "promtool rejects prometheus.yml"
+sed -e 's/_interval: 15s/_interval: 1s/' -e 's/rankscope.rules.yml/rules.yml/' "$examples/prometheus/prometheus.yml" \
+  >"$work/prometheus.yml"
+mkdir -p "$work/targets"
+echo "[{\"targets\": [\"127.0.0.1:$base\", \"127.0.0.1:$((base + 1))\", \"127.0.0.1:$base2\", \"127.0.0.1:$((base2 + 1))\"]}]" \
+  >"$work/targets/job.json"
 prometheus --config.file="$work/prometheus.yml" --storage.tsdb.path="$work/tsdb" \
   --web.listen-address="127.0.0.1:$prom_port" >"$work/prometheus.log" 2>&1 &
 prom=$!
@@ -94,4 +106,19 @@ echo "rank stall rule firing for $rank_stalled series"
 before_first=$(firing RankscopeRankStalled "instance=\"127.0.0.1:$base2\"")
 [[ -n "$before_first" ]] || fail "RankscopeRankStalled never fired for the rank waiting in init_process_group"
 echo "rank stall rule firing before the first step (rank 0 waits in init_process_group for rank 1)"
+
+# Every query of the shipped dashboard returns series ($run_id: all runs; $__rate_interval: 30 s).
+series() {  # how many series an instant query returns
+  curl -sf "http://127.0.0.1:$prom_port/api/v1/query" --data-urlencode "query=$1" | grep -o '"metric":' | wc -l
+}
+while IFS=$'\t' read -r title expr; do
+  expr=${expr//'$run_id'/.*}
+  expr=${expr//'$__rate_interval'/30s}
+  has_series() { [[ $(series "$expr") -gt 0 ]]; }
+  wait_for "the dashboard's '$title'" has_series || fail "dashboard panel '$title' has no data: $expr"
+done < <(python3 -c 'import json, sys
+for p in json.load(open(sys.argv[1]))["panels"]:
+    for t in p["targets"]:
+        print(p["title"] + "\t" + t["expr"])' "$examples/grafana/rankscope-dashboard.json")
+echo "dashboard: every panel's query returns series"
 echo "prometheus test: ok"

@@ -31,13 +31,22 @@ launch() {  # DIR [trainer args]
 a=$(launch "$work/a")
 rc=0; tri_a=$("$cli" triage --json "$a") || rc=$?
 "$py" "$here/triage_expect.py" "$rc" clean <<<"$tri_a" || fail "a fault in the clean run A: $tri_a"
-# B also samples resources every 0.1 s through the fake NVML, whose GPUs report one critical XID;
+# B also samples resources every 0.1 s through the fake NVML, whose GPUs report one critical XID,
+# and reads its host under a fake /proc whose node waits on I/O (RANKSCOPE_HOST_ROOT);
 # rank 1 sleeps 20 ms in forward (its forward is ~1-3 ms: far above the host's own swings).
+host=$work/host
+mkdir -p "$host/proc/pressure"
+printf 'some avg10=35.00 avg60=20.00 avg300=5.00 total=1\nfull avg10=9.00 avg60=4.00 avg300=1.00 total=1\n' >"$host/proc/pressure/io"
+printf 'MemTotal: 16000000 kB\nMemAvailable: 8000000 kB\nDirty: 1048576 kB\nWriteback: 0 kB\n' >"$host/proc/meminfo"
+printf 'procs_running 3\nprocs_blocked 2\n' >"$host/proc/stat"
 b=$(NCCL_ALGO=Tree RANKSCOPE_NVML_LIBRARY=$fake_nvml RANKSCOPE_RESOURCE_INTERVAL=0.1 FAKE_NVML_XID=79 \
-    launch "$work/b" --slow-rank 1 --slow-ms 20)
+    RANKSCOPE_HOST_ROOT=$host launch "$work/b" --slow-rank 1 --slow-ms 20)
 tri=$("$cli" triage "$b" || true)
-grep -q "\[gpu_error\] rank 1: its GPU 1 reported 1 critical XID error(s)" <<<"$tri" || fail "triage did not report the XID: $tri"
+grep -qE "\[gpu_error\] rank 1: its GPU 1 reported XID 79 at step [0-9]+: the GPU fell off the bus or its firmware stopped: reboot the node" \
+  <<<"$tri" || fail "triage did not report the XID and what to do: $tri"
 grep -q "\[straggler\] rank 1 is a straggler in forward" <<<"$tri" || fail "triage did not name rank 1's forward: $tri"
+grep -qE "rank 1's host [^ ]+ was under I/O pressure from step [0-9]+: some task waited on I/O 35 %" <<<"$tri" ||
+  fail "the straggler's node pressure is not its evidence: $tri"
 tri_b=$("$cli" triage --json "$b" || true)
 
 # diff's findings, both ways, are the two triages' findings keyed by kind and ranks.

@@ -10,7 +10,8 @@
 // 'p' arrives on stdin, "parked" after the next number and no further step: the
 // test kills it there, so the last number is the truth whatever the machine's speed), or
 // `blocked_in_collective` (ten steps, then an all-gather that never completes; "blocked" on stdout), or
-// `term_logging` (four threads logging long lines, errors among them, until a SIGTERM; "logging" on stdout).
+// `term_logging` (four threads logging long lines, errors among them, until a SIGTERM; "logging" on stdout),
+// or `exit3` / `exit0` (a step, then `return 3` / `return 0` from main, no shutdown() of its own).
 #include <poll.h>
 #include <unistd.h>
 
@@ -132,6 +133,10 @@ int main(int argc, char** argv) {
   }
   if (mode == "throw") {  // an uncaught C++ exception: std::terminate, then SIGABRT
     throw std::runtime_error("checkpoint shard 3 is corrupt");
+  }
+  if (mode == "exit3" || mode == "exit0") {  // a program that fails by its own choice, or ends well
+    { RANKSCOPE_PHASE("forward"); }
+    return mode == "exit3" ? 3 : 0;
   }
   if (mode == "error_abort") {
     RANKSCOPE_LOG_ERROR("about to crash: {}", 42);

@@ -36,9 +36,10 @@ inline std::string slurp(const std::string& path) {
 
 // Sets an environment variable for the scope.
 struct ScopedEnv {
-  ScopedEnv(const char* n, const char* v) : name(n) {
+  ScopedEnv(const char* n, const char* v) : name(n) {  // v nullptr: unset
     if (const char* old = std::getenv(n)) prev = old, had = true;
-    ::setenv(n, v, 1);
+    if (v != nullptr) ::setenv(n, v, 1);
+    else ::unsetenv(n);
   }
   ~ScopedEnv() {
     if (had) ::setenv(name.c_str(), prev.c_str(), 1);

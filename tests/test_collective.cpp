@@ -483,6 +483,28 @@ TEST_CASE("an uncaught C++ exception is an exit line naming it / then aborts as 
              Catch::Contains(R"("state":"failed")") && Catch::Contains(R"("exit_cause":"terminate")"));
 }
 
+TEST_CASE("a nonzero exit status is an exit line naming it / and the last heartbeat says failed", "[flight][signals]") {
+  // No exception reached a hook: the program caught its error and chose to exit with
+  // status 3 (sys.exit(3) in Python, `return 3` from main). The run ends normally
+  // otherwise: run_end follows, and the status is the process's as before.
+  TempDir tmp;
+  const int status = run_helper(tmp.path, "exit3");
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 3);
+  const std::string log = slurp(tmp.path + "/rank-5.jsonl");
+  CHECK_THAT(log, Catch::Contains(R"("kind":"exit")") && Catch::Contains(R"("cause":"exit_status")") &&
+                      Catch::Contains(R"("msg":"exited with status 3")") && Catch::Contains(R"("exit_status":3)") &&
+                      Catch::Contains(R"("kind":"run_end")"));
+  CHECK_THAT(slurp(tmp.path + "/rank-5.heartbeat.json"), Catch::Contains(R"("state":"failed")") &&
+                                                             Catch::Contains(R"("exit_cause":"exit_status")") &&
+                                                             Catch::Contains(R"("exit_status":3)"));
+  // Status 0: a clean end, no exit line.
+  TempDir clean;
+  REQUIRE(run_helper(clean.path, "exit0") == 0);
+  CHECK_THAT(slurp(clean.path + "/rank-5.jsonl"), !Catch::Contains(R"("kind":"exit")") && Catch::Contains(R"("kind":"run_end")"));
+  CHECK_THAT(slurp(clean.path + "/rank-5.heartbeat.json"), Catch::Contains(R"("state":"exited")"));
+}
+
 TEST_CASE("SIGTERM flushes and dumps / then terminates as before", "[flight][signals]") {
   TempDir tmp;
   const int status = run_helper(tmp.path, "term");
@@ -516,7 +538,14 @@ TEST_CASE("SIGTERM leaves no spare files and no disk reserved ahead of the run l
 // by the threads themselves): ten kills, and each run log holds only whole lines. The issue saw a
 // torn last line in 4 of 30: the kill cut a write between two pages.
 TEST_CASE("SIGTERM during heavy logging leaves only whole lines in the run log", "[flight][signals]") {
-  for (int run = 0; run < 10; ++run) {
+  // Each run kills it at another point of its writes. Under a sanitizer the four logging
+  // threads run 5-20x slower, so fewer runs (its race checks are per run, not per count).
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+  constexpr int kRuns = 4;
+#else
+  constexpr int kRuns = 10;
+#endif
+  for (int run = 0; run < kRuns; ++run) {
     TempDir tmp;
     auto h = rankscope::test::spawn_signal_helper(tmp.path, "term_logging", nullptr, false);
     const pid_t pid = h.pid;

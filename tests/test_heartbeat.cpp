@@ -105,6 +105,14 @@ class WatchdogRig {
     wd.on_event(step_marker(EventKind::kStepEnd, n, end));
     return slow;
   }
+  // Steps 0..n-1 of 3 ms each (2 forward, 1 backward) from `t`, none of them slow: the usual
+  // step the slow-step rule compares with. Returns where the next step begins.
+  std::uint64_t usual_steps(int n, std::uint64_t t) {
+    for (int s = 0; s < n; ++s, t += 3 * kMs) {
+      CHECK(step(s, t, t + 3 * kMs, {{PhaseKind::kForward, 2 * kMs}, {PhaseKind::kBackward, kMs}}).empty());
+    }
+    return t;
+  }
   // A step's begin or end on the stepping thread.
   static Event step_marker(EventKind kind, std::int64_t n, std::uint64_t mono_ns) {
     Event e;
@@ -331,10 +339,7 @@ TEST_CASE("watchdog - a much slower step is slow with the phase that grew / how 
   cfg.stall_timeout_ns = 10 * kSec;
   cfg.slow_factor = 5;
   WatchdogRig rig(cfg);
-  std::uint64_t t = kStart;
-  for (int s = 0; s < 11; ++s, t += 3 * kMs) {
-    CHECK(rig.step(s, t, t + 3 * kMs, {{PhaseKind::kForward, 2 * kMs}, {PhaseKind::kBackward, kMs}}).empty());
-  }
+  const std::uint64_t t = rig.usual_steps(11, kStart);
   const auto slow = rig.step(11, t, t + 41 * kMs, {{PhaseKind::kForward, 40 * kMs}, {PhaseKind::kBackward, kMs}});
   REQUIRE(slow.size() == 1);
   const Event& e = slow[0];
@@ -354,6 +359,24 @@ TEST_CASE("watchdog - a much slower step is slow with the phase that grew / how 
   CHECK(rig.out.empty());  // not a stall
   CHECK(rig.wd.status().slow_steps == 1);
   CHECK_THAT(rig.beat, Catch::Contains(R"("state":"slow")"));
+}
+
+TEST_CASE("watchdog - a step slow because it saved a checkpoint is not a slow step", "[heartbeat]") {
+  detail::WatchdogConfig cfg;
+  cfg.stall_timeout_ns = 10 * kSec;
+  cfg.slow_factor = 5;
+  WatchdogRig rig(cfg);
+  std::uint64_t t = rig.usual_steps(11, kStart);
+  // 200 ms of checkpoint save in step 11: 67x the usual step, by design.
+  CHECK(rig.step(11, t, t + 203 * kMs,
+                 {{PhaseKind::kForward, 2 * kMs}, {PhaseKind::kBackward, kMs}, {PhaseKind::kCheckpoint, 200 * kMs}})
+            .empty());
+  CHECK_FALSE(rig.tick(t + 203 * kMs));
+  CHECK(rig.wd.status().slow_steps == 0);
+  CHECK_THAT(rig.beat, !Catch::Contains(R"("state":"slow")"));
+  // The same step slow in forward is one.
+  t += 203 * kMs;
+  CHECK(rig.step(12, t, t + 203 * kMs, {{PhaseKind::kForward, 202 * kMs}, {PhaseKind::kBackward, kMs}}).size() == 1);
 }
 
 TEST_CASE("watchdog - a microsecond step that takes under 10 ms more is a hiccup / 10 ms more is slow", "[heartbeat]") {

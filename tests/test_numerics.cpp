@@ -118,6 +118,27 @@ TEST_CASE("numerics: a GradScaler skip now and then is normal, a storm is one ep
   CHECK(m.counts().skip_storms == 2);
 }
 
+TEST_CASE("numerics: a gradient norm that vanishes for 16 steps is one episode, a dip is not", "[numerics]") {
+  NumericsMonitor m;
+  std::vector<Event> out;
+  std::int64_t s = 0;
+  for (; s < 100; ++s) m.on_step_end(step_end(s, 1.0, 0.5), out);
+  for (; s < 115; ++s) m.on_step_end(step_end(s, 1.0, 1e-9), out);  // 15 steps: a dip
+  for (; s < 130; ++s) m.on_step_end(step_end(s, 1.0, 0.5), out);
+  CHECK(out.empty());
+  for (; s < 200; ++s) m.on_step_end(step_end(s, 1.0, s % 2 ? 5e-9 : -0.0), out);  // vanished, and stays so
+  REQUIRE(out.size() == 1);
+  CHECK(attr(out[0], "what") == "vanishing");
+  CHECK(attr(out[0], "signal") == "grad_norm");
+  CHECK(out[0].step == 145);
+  CHECK(out[0].text == "grad_norm vanished at step 145: under 1e-07 for 16 steps in a row (5e-09): nothing is learned "
+                       "any more (frozen or dead layers, a learning rate or loss scale far too small, a detached loss)");
+  CHECK(m.counts().vanishing_grad_norm == 1);
+  for (; s < 210; ++s) m.on_step_end(step_end(s, 1.0, 0.5), out);  // it came back: a new episode may begin
+  for (; s < 230; ++s) m.on_step_end(step_end(s, 1.0, 0.0), out);
+  CHECK(m.counts().vanishing_grad_norm == 2);
+}
+
 TEST_CASE("numerics: a constant loss (MAD 0) flags a jump but not equal values", "[numerics]") {
   NumericsMonitor m;
   std::vector<Event> out;

@@ -60,11 +60,13 @@ int free_port() {
   return ntohs(a.sin_port);
 }
 // A sink serving on a free port, started for run "r": its events come straight from the test.
-std::shared_ptr<Sink> started_sink() {
+std::shared_ptr<Sink> started_sink(double flops_per_step = 0, double peak_flops = 0) {
   auto sink = make_prometheus_sink({.base_port = free_port(), .local_rank = 0});
   REQUIRE(sink.ok());
   RunInfo info;
   info.context.run_id = "r";
+  info.flops_per_step = flops_per_step;
+  info.peak_flops = peak_flops;
   (*sink)->start(info);
   return *sink;
 }
@@ -200,6 +202,28 @@ TEST_CASE("a step end's time is when it ended whatever its duration / the rate a
   const auto value = [&](std::string_view name) { return series_value(text, name); };
   CHECK(value("rankscope_samples_per_second") == Approx(60 / 0.006).epsilon(0.001));  // 60 samples after the first, in 6 ms
   CHECK(value("rankscope_last_step_timestamp_seconds") == Approx(static_cast<double>(ends[2]) * 1e-9).margin(1e-4));
+}
+
+TEST_CASE("model FLOP/s and MFU from the FLOPs per step and the peak the user gave", "[prometheus]") {
+  // 2e11 FLOPs per step, a step every 10 ms: 2e13 FLOP/s, 20 % of a 1e14 FLOP/s device.
+  const auto steps = [](Sink& sink) {
+    const std::uint64_t t0 = 1'700'000'000'000'000'000ull;
+    std::vector<Event> batch(1);
+    batch[0].kind = EventKind::kStepEnd;
+    for (int s = 0; s < 4; ++s) {
+      batch[0].step = s;
+      batch[0].wall_ns = t0 + static_cast<std::uint64_t>(s) * 10'000'000;
+      sink.export_events(batch);
+    }
+    return prometheus_text(sink);
+  };
+  const std::string both = steps(*started_sink(2e11, 1e14));
+  CHECK(series_value(both, "rankscope_model_flops_per_second") == Approx(2e13).epsilon(1e-4));  // wall seconds as doubles
+  CHECK(series_value(both, "rankscope_mfu_ratio") == Approx(0.2).epsilon(1e-4));
+  CHECK_THAT(both, !Catch::Contains("rankscope_samples_per_second"));  // no samples reported: no rate of them
+  const std::string no_peak = steps(*started_sink(2e11));
+  CHECK_THAT(no_peak, Catch::Contains("rankscope_model_flops_per_second") && !Catch::Contains("rankscope_mfu_ratio"));
+  CHECK_THAT(steps(*started_sink()), !Catch::Contains("rankscope_model_flops_per_second"));
 }
 
 TEST_CASE("prometheus: a scrape is served while 100 idle and half-sent connections are held open", "[prometheus]") {

@@ -4,6 +4,8 @@
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include <fmt/format.h>
@@ -72,6 +74,9 @@ TEST_CASE("resource snapshots: a run shorter than the interval has its start and
 TEST_CASE("resource snapshots: the process, the host and the rank's GPU, in the run log and the metrics",
           "[resources]") {
   ScopedEnv xid("FAKE_NVML_XID", "79");
+  ScopedEnv ecc("FAKE_NVML_ECC", "2,340");  // uncorrected, corrected
+  ScopedEnv replays("FAKE_NVML_PCIE_REPLAYS", "17");
+  ScopedEnv nvlink("FAKE_NVML_NVLINK_ERRORS", "5");  // CRC data errors; the fake's other three totals are 1 each
   FakeGpuRank rank;
   CHECK(eventually(rank.log, R"("reason":"interval")"));
   REQUIRE(flush());
@@ -84,13 +89,103 @@ TEST_CASE("resource snapshots: the process, the host and the rank's GPU, in the 
                           "\"gpu_mem_used_ratio\":0.125,", "\"gpu_power_w\":70,", "\"gpu_temp_c\":61,",
                           "\"gpu_sm_hz\":1410000000,", "\"gpu_throttle\":0,", "\"gpu_xid\":1,",
                           "\"gpu_pcie_tx_bytes_s\":1048576,", "\"gpu_nvlink_tx_bytes\":4194304,",
-                          "\"gpu_nvlink_rx_bytes\":8388608"}) {
+                          "\"gpu_nvlink_rx_bytes\":8388608", "\"gpu_ecc_uncorrected\":2,",
+                          "\"gpu_ecc_corrected\":340,", "\"gpu_pcie_replays\":17,", "\"gpu_nvlink_errors\":8"}) {
     CHECK_THAT(text, Catch::Contains(key));
   }
   CHECK_THAT(text, Catch::Contains(R"("name":"rankscope_gpu_xid_errors_total","type":"counter","labels":{"gpu":"0"},"value":1)"));
   CHECK_THAT(text, Catch::Contains(R"("name":"rankscope_gpu_nvlink_receive_bytes_total","type":"counter","labels":{"gpu":"0"},"value":8388608)"));
+  CHECK_THAT(text, Catch::Contains(R"("name":"rankscope_gpu_ecc_uncorrected_errors_total","type":"counter","labels":{"gpu":"0"},"value":2)"));
+  CHECK_THAT(text, Catch::Contains(R"("name":"rankscope_gpu_ecc_corrected_errors_total","type":"counter","labels":{"gpu":"0"},"value":340)"));
+  CHECK_THAT(text, Catch::Contains(R"("name":"rankscope_gpu_pcie_replays_total","type":"counter","labels":{"gpu":"0"},"value":17)"));
+  CHECK_THAT(text, Catch::Contains(R"("name":"rankscope_gpu_nvlink_errors_total","type":"counter","labels":{"gpu":"0"},"value":8)"));
   CHECK_THAT(text, Catch::Contains(R"("name":"rankscope_process_resident_memory_bytes","type":"gauge")"));
   CHECK_THAT(text, Catch::Contains(R"("name":"rankscope_host_memory_available_bytes","type":"gauge")"));
+}
+
+TEST_CASE("resource snapshots: host pressure, dirty memory, blocked processes, TCP, NICs and RDMA ports from "
+          "RANKSCOPE_HOST_ROOT", "[resources]") {
+  // A fake host tree: an I/O-pressured node retransmitting on its links, a NIC with errors, two RDMA ports.
+  TempDir host;
+  const auto write = [](const std::string& path, const char* text) { std::ofstream(path) << text; };
+  for (const char* d : {"/proc/pressure", "/proc/net", "/sys/class/infiniband/mlx5_0/ports/1/counters",
+                        "/sys/class/infiniband/mlx5_0/ports/1/hw_counters", "/sys/class/infiniband/mlx5_1/ports/1/counters"}) {
+    std::filesystem::create_directories(host.path + d);
+  }
+  write(host.path + "/proc/net/dev",
+        "Inter-|   Receive                                                |  Transmit\n"
+        " face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed\n"
+        "    lo: 5000 50 0 0 0 0 0 0 5000 50 0 0 0 0 0 0\n"
+        "  eth0: 1000000 900 12 30 0 0 0 0 2000000 800 3 4 0 0 0 0\n"
+        "  ib0: 500 5 0 1 0 0 0 0 700 7 0 0 0 0 0 0\n");
+  const std::string ib = host.path + "/sys/class/infiniband/";
+  write(ib + "mlx5_0/ports/1/state", "4: ACTIVE\n");
+  write(ib + "mlx5_0/ports/1/counters/symbol_error", "7\n");
+  write(ib + "mlx5_0/ports/1/counters/port_rcv_errors", "3\n");
+  write(ib + "mlx5_0/ports/1/counters/link_downed", "2\n");
+  write(ib + "mlx5_0/ports/1/hw_counters/local_ack_timeout_err", "40\n");
+  write(ib + "mlx5_0/ports/1/hw_counters/out_of_sequence", "5\n");
+  write(ib + "mlx5_0/ports/1/hw_counters/np_cnp_sent", "100\n");
+  write(ib + "mlx5_0/ports/1/hw_counters/rp_cnp_handled", "20\n");
+  write(ib + "mlx5_1/ports/1/state", "1: DOWN\n");
+  write(ib + "mlx5_1/ports/1/counters/symbol_error", "1\n");
+  write(ib + "mlx5_1/ports/1/counters/link_downed", "0\n");
+  write(host.path + "/proc/pressure/cpu", "some avg10=3.50 avg60=2.00 avg300=1.00 total=100\n"
+                                          "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n");
+  write(host.path + "/proc/pressure/io", "some avg10=42.00 avg60=30.00 avg300=10.00 total=900\n"
+                                         "full avg10=12.50 avg60=5.00 avg300=1.00 total=400\n");
+  write(host.path + "/proc/pressure/memory", "some avg10=1.00 avg60=0.50 avg300=0.10 total=10\n"
+                                             "full avg10=0.25 avg60=0.10 avg300=0.00 total=5\n");
+  write(host.path + "/proc/meminfo", "MemTotal:       16000000 kB\nMemAvailable:    8000000 kB\n"
+                                     "Dirty:           2048000 kB\nWriteback:         10240 kB\n");
+  write(host.path + "/proc/stat", "cpu  1 2 3 4\nintr 5 6 7\nprocs_running 9\nprocs_blocked 4\n");
+  write(host.path + "/proc/loadavg", "7.50 6.00 5.00 9/300 12345\n");
+  write(host.path + "/proc/net/snmp", "Ip: Forwarding DefaultTTL\nIp: 1 64\n"
+                                      "Tcp: RtoAlgorithm ActiveOpens OutSegs RetransSegs InErrs\nTcp: 1 10 100000 2500 0\n");
+  write(host.path + "/proc/net/netstat", "TcpExt: SyncookiesSent TCPTimeouts\nTcpExt: 0 37\n");
+  ScopedEnv root("RANKSCOPE_HOST_ROOT", host.path.c_str());
+  TempDir tmp;
+  REQUIRE(init(resource_config(tmp.path)).ok());
+  REQUIRE(flush());
+  shutdown();
+  const std::string text = slurp(tmp.path + "/rank-0.jsonl");
+  for (const char* key : {"\"load1\":7.5,", "\"mem_total_bytes\":16384000000,", "\"psi_cpu_some\":0.035,",
+                          "\"psi_io_some\":0.42,", "\"psi_io_full\":0.125,", "\"psi_mem_some\":0.01,",
+                          "\"psi_mem_full\":0.0025,", "\"mem_dirty_bytes\":2097152000,",
+                          "\"mem_writeback_bytes\":10485760,", "\"procs_running\":9,", "\"procs_blocked\":4,",
+                          "\"tcp_out_segs\":100000,", "\"tcp_retrans_segs\":2500,", "\"tcp_timeouts\":37,",
+                          "\"net_rx_bytes\":1000500,", "\"net_errors\":15,", "\"net_drops\":35,",
+                          "\"rdma_port_errors\":11,", "\"rdma_link_downed\":2,", "\"rdma_retries\":45,",
+                          "\"rdma_cnp\":120,", "\"rdma_ports_down\":1"}) {
+    CHECK_THAT(text, Catch::Contains(key));
+  }
+  // Per NIC and per RDMA port in the metrics (lo is not a link).
+  CHECK_THAT(text, Catch::Contains(R"("name":"rankscope_host_network_errors_total","type":"counter","labels":{"interface":"eth0"},"value":15)"));
+  CHECK_THAT(text, Catch::Contains(R"("name":"rankscope_host_network_drops_total","type":"counter","labels":{"interface":"ib0"},"value":1)"));
+  CHECK_THAT(text, !Catch::Contains(R"({"interface":"lo"})"));
+  CHECK_THAT(text, Catch::Contains(R"("name":"rankscope_host_rdma_port_errors_total","type":"counter","labels":{"device":"mlx5_0","port":"1"},"value":10)"));
+  CHECK_THAT(text, Catch::Contains(R"("name":"rankscope_host_rdma_port_errors_total","type":"counter","labels":{"device":"mlx5_1","port":"1"},"value":1)"));
+  CHECK_THAT(text, Catch::Contains(R"("name":"rankscope_host_rdma_link_downed_total","type":"counter","labels":{"device":"mlx5_0","port":"1"},"value":2)"));
+  CHECK_THAT(text, Catch::Contains(R"("name":"rankscope_host_rdma_transport_retries_total","type":"counter","labels":{"device":"mlx5_0","port":"1"},"value":45)"));
+  CHECK_THAT(text, Catch::Contains(R"("name":"rankscope_host_rdma_congestion_notifications_total","type":"counter","labels":{"device":"mlx5_0","port":"1"},"value":120)"));
+  CHECK_THAT(text, Catch::Contains(R"("name":"rankscope_host_rdma_ports_down","type":"gauge","value":1)"));
+  // The metrics too (Prometheus and OTLP export the registry alike).
+  CHECK_THAT(text, Catch::Contains(R"("name":"rankscope_host_pressure_io_some_ratio","type":"gauge","value":0.42)"));
+  CHECK_THAT(text, Catch::Contains(R"("name":"rankscope_host_tcp_retransmitted_segments_total","type":"counter","value":2500)"));
+  // A host without PSI (an older kernel, no /proc/pressure): the values are absent, nothing else changes.
+  std::filesystem::remove_all(host.path + "/proc/pressure");
+  TempDir tmp2;
+  REQUIRE(init(resource_config(tmp2.path)).ok());
+  shutdown();
+  const std::string without = slurp(tmp2.path + "/rank-0.jsonl");
+  CHECK_THAT(without, Catch::Contains(R"("procs_blocked":4)") && !Catch::Contains("psi_io_some"));
+  // Nor one without RDMA: no rdma_* values at all (a zero would claim ports that are not there).
+  CHECK_THAT(without, Catch::Contains(R"("rdma_port_errors")"));
+  std::filesystem::remove_all(host.path + "/sys/class/infiniband");
+  TempDir tmp3;
+  REQUIRE(init(resource_config(tmp3.path)).ok());
+  shutdown();
+  CHECK_THAT(slurp(tmp3.path + "/rank-0.jsonl"), Catch::Contains(R"("net_errors":15)") && !Catch::Contains(R"("rdma_)"));
 }
 
 // The XID itself, not only its count: a line of its own with what to do about it,
@@ -223,4 +318,35 @@ TEST_CASE("the rank's GPU is its CUDA_VISIBLE_DEVICES entry - local rank 0 with 
   const std::string text = rank.stopped_log();
   CHECK_THAT(text, Catch::Contains(R"("reason":"start","gpu":1,)"));
   CHECK_THAT(text, Catch::Contains(R"("gpu_power_w":350,)"));
+}
+
+TEST_CASE("a rank that uses none of its node's GPUs ten steps in is warned once (CPU training)",
+          "[resources]") {
+  ScopedEnv cpu_only("FAKE_NVML_PROCESS_MIB", "0");  // the fake lists another process, not this one
+  ScopedEnv visible("CUDA_VISIBLE_DEVICES", nullptr);
+  FakeGpuRank rank;
+  for (int s = 0; s < 12; ++s) step(s);
+  const char* said = "this rank uses none of the node's 2 GPU(s) at step ";  // 10-12: when a snapshot came
+  CHECK(eventually(rank.log, said));
+  // Once per run, whatever the snapshots that follow.
+  const std::uint64_t seen = detail::resources_finished();
+  while (detail::resources_finished() < seen + 3) std::this_thread::sleep_for(20ms);
+  REQUIRE(flush());
+  const std::string text = slurp(rank.log);
+  CHECK(text.find(said) == text.rfind(said));
+  CHECK_THAT(text, Catch::Contains(": it trains on the CPU, often ~100x slower - move the model and its batches to the "
+                                   "rank's GPU (model.to(f'cuda:{local_rank}')), or hide the GPUs "
+                                   "(CUDA_VISIBLE_DEVICES=) if CPU training is meant"));
+
+  // A rank on its GPU, or one whose GPUs are hidden on purpose: nothing said.
+  for (const char* knob : {"123", "hidden"}) {
+    INFO(knob);
+    ScopedEnv on_gpu("FAKE_NVML_PROCESS_MIB", std::string_view(knob) == "hidden" ? "0" : knob);
+    ScopedEnv hidden("CUDA_VISIBLE_DEVICES", std::string_view(knob) == "hidden" ? "" : nullptr);
+    FakeGpuRank other;
+    for (int s = 0; s < 12; ++s) step(s);
+    const std::uint64_t now = detail::resources_finished();
+    while (detail::resources_finished() < now + 3) std::this_thread::sleep_for(20ms);
+    CHECK_THAT(other.stopped_log(), !Catch::Contains("uses none of the node's"));
+  }
 }

@@ -2,6 +2,8 @@
 // arguments, rank lists, hostile heartbeat files, and schema/version warnings.
 #include <catch2/catch.hpp>
 
+#include <functional>
+
 #include <sys/stat.h>
 
 #include <filesystem>
@@ -162,15 +164,31 @@ TEST_CASE("a mismatch behind a hang is named first / from the flight dumps' fing
   CHECK_THAT(r->findings[0].summary, Catch::Contains("seq 3") && Catch::Contains("the odd one out: rank 1"));
   CHECK(r->findings[1].kind == reader::FindingKind::kHang);
 
-  // Two ranks that differ: no majority says which is right, so both are named (not one picked).
+  // Two ranks that differ: no majority, but the history both agreed on breaks the tie. Rank 0's
+  // all-reduce (count 10) is the one of seqs 1-2; rank 1's (count 9) was never issued before.
   std::filesystem::remove(tmp.path + "/rank-2.jsonl");
   std::filesystem::remove(tmp.path + "/rank-2.flight.json");
   auto two = reader::triage(tmp.path);
   REQUIRE(two.ok());
   REQUIRE_FALSE(two->findings.empty());
   CHECK(two->findings[0].kind == reader::FindingKind::kCollectiveMismatch);
-  CHECK(two->findings[0].ranks == std::vector<int>{0, 1});
-  CHECK_THAT(two->findings[0].summary, Catch::Contains("no majority says which is right: ranks 0,1"));
+  CHECK(two->findings[0].ranks == std::vector<int>{1});
+  CHECK_THAT(two->findings[0].summary, Catch::Contains("the one that changed: rank 1"));
+  CHECK_THAT(two->findings[0].evidence.back(),
+             Catch::Equals("by the history before it: rank 1's all_reduce count=9 float32 was never issued on 'world' "
+                           "before seq 3; rank 0's had been, 2 time(s)"));
+
+  // Neither side's collective was issued before (rank 0's is count 11 now): no side can be
+  // chosen, so both are named, and why.
+  write(tmp.path + "/rank-0.flight.json",
+        R"({"collectives":[{"state":"issued","op":"all_reduce","comm":"world","seq":3,"count":11,)"
+        R"("dtype":"float32","fingerprint":"00000000000000cc","t":3000000}]})");
+  auto neither = reader::triage(tmp.path);
+  REQUIRE(neither.ok());
+  REQUIRE_FALSE(neither->findings.empty());
+  CHECK(neither->findings[0].ranks == std::vector<int>{0, 1});
+  CHECK_THAT(neither->findings[0].summary, Catch::Contains("no majority says which is right: ranks 0,1"));
+  CHECK_THAT(neither->findings[0].evidence.back(), Catch::StartsWith("no side can be chosen: two sides of equal size"));
 }
 
 TEST_CASE("a rank that SIGPIPE killed after a peer died is a consequence and not the culprit", "[triage]") {
@@ -435,10 +453,147 @@ TEST_CASE("resource snapshots: a rank that vanished while its host ran out of me
         log_through(2, 3) + resources_line(2, 1500000, 1.0, 20.0) + resources_line(2, 2500000, 14.0, 5.0));
   CHECK_THAT(first_finding(tmp.path, now).second,
              Catch::Contains("likely killed by the OOM killer: its host's available memory fell 20.0 GiB -> 5.0 GiB"));
+  // Its memory's shape says which: a steady ramp is a leak; spikes that came back, host staging.
+  std::string ramp = log_through(2, 3), spikes = ramp;
+  const double ramp_gib[] = {1, 4, 7, 10, 13, 16, 19.5}, spike_gib[] = {1, 6, 1, 1, 6.5, 1, 1.1};
+  for (int i = 0; i < 7; ++i) {
+    const std::uint64_t t = 1500000 + static_cast<std::uint64_t>(i) * 600'000'000'000ull;  // 10 minutes apart
+    ramp += resources_line(2, t, ramp_gib[i], 20.0 - ramp_gib[i]);
+    spikes += resources_line(2, t, spike_gib[i], i == 6 ? 0.4 : 18.0);
+  }
+  write(tmp.path + "/rank-2.jsonl", ramp);
+  CHECK_THAT(first_finding(tmp.path, now).second,
+             Catch::Contains("its own resident memory grew steadily 1.0 GiB -> 19.5 GiB (18.5 GiB/h: a leak)"));
+  write(tmp.path + "/rank-2.jsonl", spikes);
+  CHECK_THAT(first_finding(tmp.path, now).second,
+             Catch::Contains("its own resident memory spiked 2 times to as much as 6.5 GiB and came back to 1.0 GiB "
+                             "(host staging: a checkpoint's copy, an evaluation pass)"));
   // A host with memory to spare says nothing of the kind.
   std::string log2 = log_through(2, 3) + resources_line(2, 1500000, 1.0, 20.0) + resources_line(2, 2500000, 1.2, 19.0);
   write(tmp.path + "/rank-2.jsonl", log2);
   CHECK_THAT(first_finding(tmp.path, now).second, !Catch::Contains("OOM"));
+}
+
+namespace {
+// 2 ranks on 2 hosts (node-a, node-b), resource snapshots at steps 0, 10 and 20 holding what
+// `values(rank, step)` gives; a straggler finding for rank 1 from step 10, with the evidence the
+// resource snapshots add to it.
+using ResourceValues = std::vector<std::pair<rankscope::schema::Field, double>>;
+reader::RunSummary two_hosts(const std::function<ResourceValues(int, std::int64_t)>& values) {
+  reader::RunSummary sum;
+  sum.ranks.resize(2);
+  for (int r = 0; r < 2; ++r) {
+    sum.ranks[r].rank = r;
+    sum.ranks[r].host = r == 0 ? "node-a" : "node-b";
+    for (std::int64_t step : {0, 10, 20}) {
+      reader::ResourcePoint p{static_cast<std::uint64_t>(1000 + step), step, step == 0 ? "start" : "interval", values(r, step)};
+      sum.ranks[r].resources.push_back(p);
+      sum.ranks[r].last_resources = p;
+    }
+  }
+  return sum;
+}
+std::vector<std::string> straggler_evidence(const reader::RunSummary& sum) {
+  namespace rules = rankscope::reader::rules;
+  std::vector<reader::Finding> findings{{reader::FindingKind::kStraggler, {1}, "rank 1 is a straggler", {}, 0, 10, {}}};
+  rules::add_resource_evidence(rules::make_triage_input(sum, nullptr, {}), findings);
+  return findings[0].evidence;
+}
+}  // namespace
+
+TEST_CASE("resource snapshots: a rank held up by its node's I/O pressure or its link's retransmits says so",
+          "[triage][resources]") {
+  using F = rankscope::schema::Field;
+  // Rank 1 is a straggler from step 10 while its host waits on I/O (a checkpoint writer) and
+  // retransmits 2 % of its TCP segments.
+  auto values = [](int r, std::int64_t step) {
+    const bool bad = r == 1 && step >= 10;
+    return ResourceValues{{F::kPsiIo, bad ? 0.42 : 0.01}, {F::kPsiIoFull, bad ? 0.125 : 0.0},
+                          {F::kPsiMem, 0.0}, {F::kPsiCpu, 0.05},
+                          {F::kMemDirty, bad ? 2.0 * (1 << 30) : 1e6}, {F::kMemWriteback, 0.0},
+                          {F::kProcsBlocked, bad ? 4.0 : 0.0},
+                          {F::kTcpOutSegs, 10000.0 * (1 + static_cast<double>(step))},
+                          {F::kTcpRetransSegs, r == 1 ? 20.0 * static_cast<double>(step * step) : 3.0}};
+  };
+  const std::vector<std::string> evidence = straggler_evidence(two_hosts(values));
+  REQUIRE(evidence.size() == 2);
+  CHECK(evidence[0] ==
+        "rank 1's host node-b was under I/O pressure from step 10: some task waited on I/O 42 % of the last 10 s (PSI io "
+        "some avg10; every task 12 %), 2.0 GiB dirty + 0.0 GiB writeback, 4 process(es) blocked on I/O, the other "
+        "ranks' hosts at most 1 %; its disk may have held it up (a checkpoint write, swapping, another job's I/O): look at what "
+        "writes on node-b");
+  // From the last snapshot before step 10 (step 0) to the last: 8,000 of 200,000 segments.
+  CHECK(evidence[1] ==
+        "rank 1's host node-b retransmitted 4.0 % of its TCP segments (8000 of 200000; 0 retransmission timeout(s)) "
+        "from step 10 - a degraded link or a congested path under its collectives: check its NIC and switch port "
+        "(ethtool -S, the switch's error counters)");
+  // A quiet node and a clean link: nothing said.
+  CHECK(straggler_evidence(two_hosts([&](int, std::int64_t step) { return values(0, step); })).empty());
+}
+
+TEST_CASE("resource snapshots: a straggler whose RDMA port or GPU links count errors says so", "[triage][resources]") {
+  using F = rankscope::schema::Field;
+  // Rank 1's HCA port: symbol errors climb and the link went down once from step 10, its transport
+  // retries; its GPU's PCIe link replays. Congestion notifications alone would say nothing.
+  auto values = [](int r, std::int64_t step) {
+    const double k = r == 1 && step >= 10 ? static_cast<double>(step) : 0;
+    return ResourceValues{{F::kGpu, r},
+                          {F::kRdmaPortErrors, 3 + 4 * k}, {F::kRdmaLinkDowned, k > 0 ? 1 : 0},
+                          {F::kRdmaRetries, 2 * k}, {F::kRdmaCnp, 500.0 * static_cast<double>(step)},
+                          {F::kNetDrops, k}, {F::kGpuPcieReplays, 30 * k}, {F::kGpuNvlinkErrors, 0},
+                          {F::kGpuEccCorrected, 7}};
+  };
+  const std::vector<std::string> evidence = straggler_evidence(two_hosts(values));
+  REQUIRE(evidence.size() == 2);
+  CHECK(evidence[0] ==
+        "rank 1's host node-b had an RDMA link go down 1 time(s), counted 80 RDMA port error(s) (symbol, receive, "
+        "integrity), made 40 RDMA transport retries (ACK timeouts, out of sequence), dropped 20 packet(s) and saw 10000 "
+        "congestion notification(s) from step 10 - a degraded link or a congested path under its collectives: check its "
+        "HCA port and cable (ibstat, perfquery -x, the switch port's error counters)");
+  CHECK(evidence[1] ==
+        "rank 1's GPU 1 on node-b counted 600 PCIe replays from step 10: its links or memory are failing and retrying - "
+        "have the node checked (nvidia-smi -q -d PCIE,ECC; nvidia-smi nvlink -e) and drain it if they keep rising");
+  // Congestion alone (every host's notifications climb): a busy fabric, not a broken link.
+  CHECK(straggler_evidence(two_hosts([&](int, std::int64_t step) { return values(0, step); })).empty());
+}
+
+TEST_CASE("resource snapshots: a straggler on the odd GPU out - a lower clock, a hotter die - says so", "[triage][resources]") {
+  using F = rankscope::schema::Field;
+  // No throttle reason given: rank 1's GPU runs at 1.41 GHz and 87 °C where rank 0's runs at 1.98 GHz and 62 °C.
+  auto values = [](int r, std::int64_t) {
+    return ResourceValues{{F::kGpu, r}, {F::kGpuSmClock, r == 1 ? 1.41e9 : 1.98e9}, {F::kGpuTemp, r == 1 ? 87.0 : 62.0}};
+  };
+  const std::vector<std::string> evidence = straggler_evidence(two_hosts(values));
+  REQUIRE(evidence.size() == 1);
+  CHECK(evidence[0] == "rank 1's GPU 1 on node-b is the odd one out: SM clock 1.41 GHz against the others' 1.98 GHz, 87 °C "
+                       "against 62 °C (medians over the run; the others: 1 GPU(s)) - a slower device, not a slower "
+                       "program: look at node-b's cooling and power (nvidia-smi -q -d CLOCK,TEMPERATURE,PERFORMANCE) "
+                       "and cordon it if it persists");
+  // 10 % slower and 5 °C warmer is within what GPUs of one model differ by: nothing said.
+  CHECK(straggler_evidence(two_hosts([](int r, std::int64_t) {
+          return ResourceValues{{F::kGpu, r}, {F::kGpuSmClock, r == 1 ? 1.8e9 : 1.98e9}, {F::kGpuTemp, r == 1 ? 67.0 : 62.0}};
+        })).empty());
+}
+
+TEST_CASE("resource snapshots: uncorrectable ECC errors during the run are a gpu_error finding: drain the node",
+          "[triage][resources]") {
+  namespace rules = rankscope::reader::rules;
+  using F = rankscope::schema::Field;
+  // Rank 1's count rises between steps 10 and 20; rank 0's was 2 before the run and stays (not this run's).
+  const reader::RunSummary sum = two_hosts([](int r, std::int64_t step) {
+    return ResourceValues{{F::kGpu, r}, {F::kGpuEcc, r == 0 ? 2.0 : step >= 20 ? 3.0 : 0.0}};
+  });
+  std::vector<reader::Finding> findings;
+  rules::gpu_error_rule(rules::make_triage_input(sum, nullptr, {}), findings);
+  REQUIRE(findings.size() == 1);
+  CHECK(findings[0].kind == reader::FindingKind::kGpuError);
+  CHECK(findings[0].ranks == std::vector<int>{1});
+  CHECK(findings[0].step == 20);
+  CHECK(findings[0].summary == "rank 1: its GPU 1 counted uncorrectable ECC errors by step 20: its memory lost data, so "
+                               "what the rank computed since is suspect; drain the node (node-b), have the GPU reset or "
+                               "replaced, and resume from a checkpoint saved before");
+  CHECK(findings[0].evidence == std::vector<std::string>{"3 uncorrectable ECC error(s) on rank 1's GPU during the run "
+                                                         "(0 -> 3, the volatile count since the driver loaded)"});
 }
 
 TEST_CASE("resource snapshots: a straggler whose GPU throttles says so, critical XID errors are a gpu_error finding",
@@ -463,6 +618,31 @@ TEST_CASE("resource snapshots: a straggler whose GPU throttles says so, critical
   CHECK(findings[0].kind == reader::FindingKind::kGpuError);
   CHECK(findings[0].ranks == std::vector<int>{1});
   CHECK_THAT(findings[0].summary, Catch::StartsWith("rank 1: its GPU 1 reported 2 critical XID error(s), the first by step 7"));
+
+  // With its xid lines the finding names the code and the next step: a GPU that fell off the bus
+  // (79) asks for a reboot of its node, whatever else it reported; an application fault (13)
+  // alone is the program's, and the node is not drained for it.
+  auto xid = [](std::uint64_t code, const char* action, const char* what, std::int64_t step) {
+    return reader::XidRecord{1, code, action, fmt::format("XID {} on GPU 1: {}", code, what), step, 2000, {}};
+  };
+  const reader::XidRecord app = xid(13, "application", "an application fault (a bad kernel or memory access): not the node", 7);
+  sum.ranks[1].xids = {app, xid(79, "reboot", "the GPU fell off the bus or its firmware stopped: reboot the node", 9), app};
+  sum.ranks[1].xid_count = 3;
+  std::vector<reader::Finding> by_code;
+  rules::gpu_error_rule(rules::make_triage_input(sum, nullptr, opts), by_code);
+  REQUIRE(by_code.size() == 1);
+  CHECK(by_code[0].summary == "rank 1: its GPU 1 reported XID 79 at step 9: the GPU fell off the bus or its firmware "
+                              "stopped: reboot the node (node-b) before relaunching on it");
+  CHECK(by_code[0].evidence == std::vector<std::string>{"3 critical XID error(s) on rank 1's GPU: XID 13 x2, XID 79"});
+  sum.ranks[1].xids = {app};
+  sum.ranks[1].xid_count = 1;
+  by_code.clear();
+  rules::gpu_error_rule(rules::make_triage_input(sum, nullptr, opts), by_code);
+  REQUIRE(by_code.size() == 1);
+  CHECK(by_code[0].summary == "rank 1: its GPU 1 reported XID 13 at step 7: an application fault (a bad kernel or "
+                              "memory access): not the node; do not drain the node: fix the program (compute-sanitizer "
+                              "names the bad access)");
+  sum.ranks[1].xids.clear();
   findings.push_back({reader::FindingKind::kStraggler, {1}, "rank 1 is a straggler", {}, 0, 7, {}});
   rules::add_resource_evidence(in, findings);
   REQUIRE(findings[1].evidence.size() == 1);
@@ -550,4 +730,139 @@ TEST_CASE("PyTorch's flight recorder copy is read per process group, for its own
   CHECK(reader::read_torch_flight(tmp.path + "/absent.json", 4242).empty());
   std::ofstream(path) << R"({"pid":4242,"torch":{"gloo":{"pg_status":{"0":{"last_enq)";  // torn
   CHECK(reader::read_torch_flight(path, 4242).empty());
+}
+
+#include "diff.hpp"
+#include "goodput_format.hpp"
+
+namespace {
+// A 2-rank run: `steps` steps of `step_ms` after `startup_ms`; each step a forward phase, an
+// all-gather in flight 30 ms behind it (no phase waits for it: overlapped), then a 10 ms
+// collective phase waiting on a second collective (exposed).
+void overlapped_run(const std::string& dir, int steps, std::uint64_t step_ms, std::uint64_t startup_ms) {
+  constexpr std::uint64_t kMs = 1'000'000, kBase = 1'800'000'000'000'000'000ull;
+  for (int rank = 0; rank < 2; ++rank) {
+    std::string log = fmt::format(R"({{"kind":"run_start","t":{},"mono":{},"rank":{},"host":"h"}})" "\n", kBase,
+                                  kBase, rank);
+    std::uint64_t seq = 0;
+    for (int s = 0; s < steps; ++s) {
+      const std::uint64_t t0 = kBase + startup_ms * kMs + static_cast<std::uint64_t>(s) * step_ms * kMs;
+      auto line = [&](std::string_view kind, std::uint64_t t, std::string_view rest) {
+        log += fmt::format(R"({{"kind":"{}","t":{},"mono":{},"rank":{},"step":{},"tid":7{}}})" "\n", kind, t, t, rank, s,
+                           rest);
+      };
+      auto collective = [&](std::uint64_t t, std::uint64_t dur) {
+        line("collective", t,
+             fmt::format(R"(,"op":"all_gather","comm":"world","seq":{},"count":1024,"dtype":"float32","bytes":4096,)"
+                         R"("dur":{},"result":"ok","fingerprint":"00000000000000aa")",
+                         ++seq, dur));
+      };
+      line("step_begin", t0, "");
+      collective(t0 + 5 * kMs, 30 * kMs);
+      line("phase", t0 + 1 * kMs,
+           fmt::format(R"(,"name":"forward","phase_kind":"forward","dur":{},"depth":0)", (step_ms - 20) * kMs));
+      collective(t0 + (step_ms - 15) * kMs, 10 * kMs);
+      line("phase", t0 + (step_ms - 15) * kMs, fmt::format(R"(,"name":"wait","phase_kind":"collective","dur":{},"depth":0)", 10 * kMs));
+      line("step_end", t0 + step_ms * kMs, "");
+    }
+    log += fmt::format(R"({{"kind":"run_end","t":{},"mono":1,"rank":{}}})" "\n",
+                       kBase + (startup_ms + static_cast<std::uint64_t>(steps) * step_ms) * kMs, rank);
+    write(fmt::format("{}/rank-{}.jsonl", dir, rank), log);
+  }
+}
+}  // namespace
+
+TEST_CASE("collectives overlapped with compute are in flight, not exposed / diff judges per step, not by goodput",
+          "[triage][goodput]") {
+  TempDir a;
+  overlapped_run(a.path, 10, 100, 1000);
+  auto sa = reader::summarize_run(a.path);
+  REQUIRE(sa.ok());
+  for (const auto& r : sa->ranks) {
+    CHECK(r.median_step_ms == Approx(100));
+    CHECK(r.median_kind_ms[static_cast<int>(rankscope::PhaseKind::kCollective)] == Approx(10));  // exposed
+    CHECK(r.median_comm_ms == Approx(40));  // 30 overlapped + 10 exposed
+    CHECK(r.goodput.overlapped_comm_seconds == Approx(0.3));  // 10 steps x 30 ms
+  }
+  CHECK_THAT(reader::format_summary(*sa), Catch::Matches(R"((.|\n)*\|    40\.00 \|(.|\n)*)"));
+  CHECK_THAT(reader::format_goodput(*sa), Catch::Matches(R"((.|\n)*overlapped communication +0\.300 +15\.0 %(.|\n)*)"));
+
+  // B: steps 20 % slower (the forward grew), a shorter start-up and half the steps: its goodput
+  // rises, per step it is worse, and the verdict says both.
+  TempDir b;
+  overlapped_run(b.path, 5, 120, 100);
+  auto ra = reader::analyze_run(a.path), rb = reader::analyze_run(b.path);
+  REQUIRE(ra.ok());
+  REQUIRE(rb.ok());
+  const auto d = reader::diff_runs(*ra, *rb);
+  CHECK(d.goodput.b > d.goodput.a);
+  REQUIRE(d.verdict.size() == 3);
+  CHECK(d.verdict[0] == "per step (steady state, median): B is 20.0 % slower (100.000 -> 120.000 ms)");
+  CHECK_THAT(d.verdict[1], Catch::StartsWith("goodput rose (") && Catch::Contains("although B's steps are slower"));
+  CHECK(d.verdict[2] == "the runs differ in length (10 and 5 steps per rank): start-up and warm-up weigh differently "
+                        "in their goodput");
+  CHECK(d.comm_ms.a == Approx(40));
+  const std::string text = reader::format_diff(d, *ra, *rb);
+  CHECK_THAT(text, Catch::StartsWith("rankscope diff") && Catch::Contains("  per step (steady state, median): B is 20.0 % slower"));
+  CHECK_THAT(text, Catch::Contains("collectives in flight"));
+
+  // The same run on both sides: the same per step, nothing else said.
+  const auto same = reader::diff_runs(*ra, *ra);
+  REQUIRE(same.verdict.size() == 1);
+  CHECK_THAT(same.verdict[0], Catch::StartsWith("per step (steady state, median): the same within 3 %"));
+}
+
+#include "absl/strings/escaping.h"
+#include "report.hpp"
+
+TEST_CASE("the report shows communication overlapped with compute / in flight beside the phases", "[triage][report]") {
+  // Each step: a 30 ms all-gather behind forward (overlapped), then a 10 ms exposed one.
+  TempDir tmp;
+  overlapped_run(tmp.path, 10, 100, 0);
+  auto run = reader::analyze_run(tmp.path);
+  REQUIRE(run.ok());
+  const std::string json = reader::report_data_json(*run);
+  CHECK_THAT(json, Catch::Contains(R"("in_flight_ms":[40.0000,40.0000])"));  // 30 overlapped + 10 exposed, per rank
+  const auto at = json.find(R"("overlapped":)");
+  REQUIRE(at != std::string::npos);
+  CHECK(std::stod(json.substr(at + 13)) == Approx(0.3).margin(0.01));  // 10 steps x 30 ms per rank
+}
+
+TEST_CASE("the report's heat map draws a step's usual jitter as the median / a slow rank in colour", "[triage][report]") {
+  // 4 ranks x 40 steps; each step's forward jitters by up to +-10 % (rank and step dependent);
+  // rank 2's forward is 2x from step 20.
+  TempDir tmp;
+  constexpr std::uint64_t kMs = 1'000'000, kBase = 1'800'000'000'000'000'000ull;
+  for (int rank = 0; rank < 4; ++rank) {
+    std::string log = fmt::format(R"({{"kind":"run_start","t":{},"mono":{},"rank":{},"host":"h"}})" "\n", kBase, kBase, rank);
+    for (int s = 0; s < 40; ++s) {
+      const std::uint64_t t0 = kBase + static_cast<std::uint64_t>(s) * 100 * kMs;
+      const double jitter = 1.0 + 0.10 * std::sin(1.7 * s + 2.3 * rank);
+      const auto fwd = static_cast<std::uint64_t>(40.0 * jitter * (rank == 2 && s >= 20 ? 2 : 1) * kMs);
+      log += fmt::format(R"({{"kind":"step_begin","t":{},"mono":{},"rank":{},"step":{},"tid":7}})" "\n", t0, t0, rank, s);
+      log += fmt::format(R"({{"kind":"phase","t":{},"mono":{},"rank":{},"step":{},"tid":7,"name":"forward",)"
+                         R"("phase_kind":"forward","dur":{},"depth":0}})" "\n", t0, t0, rank, s, fwd);
+      log += fmt::format(R"({{"kind":"step_end","t":{},"mono":{},"rank":{},"step":{},"tid":7}})" "\n", t0 + fwd, t0 + fwd,
+                         rank, s);
+    }
+    write(fmt::format("{}/rank-{}.jsonl", tmp.path, rank), log);
+  }
+  auto run = reader::analyze_run(tmp.path);
+  REQUIRE(run.ok());
+  const std::string json = reader::report_data_json(*run);
+  const auto at = json.find("\"heat\":");
+  REQUIRE(at != std::string::npos);
+  const auto data = json.find("\"data\":\"", at) + 8;
+  std::string bytes;
+  REQUIRE(absl::Base64Unescape(json.substr(data, json.find('"', data) - data), &bytes));
+  REQUIRE(bytes.size() == 4 * 40);  // a row per rank, a column per step
+  constexpr int kNeutral = 85;       // ratio 1: (0 + 1) / 3 * 254, rounded
+  for (int rank = 0; rank < 4; ++rank) {
+    for (int s = 0; s < 40; ++s) {
+      const int b = static_cast<unsigned char>(bytes[static_cast<std::size_t>(rank * 40 + s)]);
+      INFO("rank " << rank << ", step " << s);
+      if (rank == 2 && s >= 20) CHECK(b > kNeutral + 50);  // ~1.7-2.3x: well into the red
+      else CHECK(b == kNeutral);
+    }
+  }
 }

@@ -241,6 +241,21 @@ TEST_CASE("rule exception names the rank that raised and counts peer-lost errors
   CHECK(run_rule(rules::peer_lost_rule, sum).empty());
 }
 
+TEST_CASE("rule exception names a rank that exited with a nonzero status and no exception", "[triage]") {
+  // sys.exit(3) after catching an error: the exit handler's line; the peer's gloo error follows it.
+  auto sum = run_of(2);
+  sum.ranks[1].exit = reader::ExitRecord{"exit_status", "", "exited with status 3", 5, 1000, {}, 3};
+  sum.ranks[0].exit = reader::ExitRecord{
+      "exception", "RuntimeError", "RuntimeError: [pair.cc:561] Connection closed by peer [127.0.0.1]:1", 5, 2000, {}};
+  const reader::Finding out = one_finding(rules::exception_rule, sum, FindingKind::kException, {1});
+  CHECK_THAT(out.summary, Catch::StartsWith("rank 1 exited with status 3 at step 5, no uncaught exception: the "
+                                            "program ended itself in failure") &&
+                              Catch::EndsWith("(rank 0 failed after it: a consequence)"));
+  CHECK(out.evidence.front() ==
+        "rank 1: its exit line says exit status 3; no exception reached rankscope's hooks (sys.excepthook, "
+        "std::terminate)");
+}
+
 TEST_CASE("rule exception: a lost-peer message with no rank gone before it is the rank's own cause", "[triage]") {
   // A DataLoader worker of rank 1 died mid-transfer: its main thread raised "Connection reset
   // by peer" while every rank was there; rank 0 then lost rank 1. The words alone decided
@@ -487,6 +502,38 @@ TEST_CASE("rule resource_growth names a rank whose threads grow with each restor
   CHECK_THAT(out.summary, Catch::Contains("process threads and live communicators grow"));
 }
 
+namespace {
+// Resident-memory snapshots 10 minutes apart, 10 steps apart, GiB each; the host's available memory.
+void rss_snapshots(reader::RankSummary& r, std::initializer_list<double> gib, double avail_gib = 40) {
+  constexpr double kGiB = 1024.0 * 1024 * 1024;
+  std::int64_t i = 0;
+  for (double g : gib) {
+    r.resources.push_back({static_cast<std::uint64_t>(i) * 600'000'000'000ull, i * 10, i == 0 ? "start" : "interval",
+                           {{rankscope::schema::Field::kRssBytes, g * kGiB}, {rankscope::schema::Field::kMemAvailable, avail_gib * kGiB}}});
+    ++i;
+  }
+  r.last_resources = r.resources.back();
+}
+}  // namespace
+
+TEST_CASE("rule resource_growth names a rank whose resident memory ramps up: a leak, with the host's runway",
+          "[triage]") {
+  auto sum = run_of(3);
+  rss_snapshots(sum.ranks[0], {2.0, 2.1, 2.0, 2.1, 2.0, 2.1, 2.0});            // flat
+  rss_snapshots(sum.ranks[1], {2.0, 2.5, 3.0, 3.4, 4.1, 4.5, 5.0}, 12.0);      // +3 GiB in 1 h
+  rss_snapshots(sum.ranks[2], {2.0, 6.0, 2.1, 2.0, 6.2, 2.0, 2.1});            // spikes that come back
+  sum.ranks.push_back(finished_rank(3));                                       // caches grow, then level off
+  rss_snapshots(sum.ranks.back(), {2.0, 4.0, 6.0, 6.1, 6.1, 6.1, 6.1, 6.1, 6.1});
+  const reader::Finding out = one_finding(rules::resource_growth_rule, sum, FindingKind::kResourceGrowth, {1});
+  CHECK(out.step == 0);
+  CHECK(out.summary == "rank 1: resident memory grows steadily - rank 1 2.0 GiB -> 5.0 GiB from step 0 to step 60 "
+                       "(3.0 GiB/h): a leak (tensors kept across steps, such as a loss history that holds the graph - "
+                       "keep loss.item(); a cache that never evicts); at this rate its host's 12.0 GiB available run "
+                       "out in ~4.0 h");
+  CHECK(out.evidence == std::vector<std::string>{"rank 1: resident memory 2.0 GiB at step 0 -> 5.0 GiB at step 60, "
+                                                 "rising between most snapshots (3.0 GiB/h)"});
+}
+
 TEST_CASE("rule numerics names the rank whose loss went NaN first", "[triage]") {
   auto sum = run_of(3);
   sum.ranks[0].first_bad_loss = reader::BadLossRecord{NAN, 11, 2'000, {}};
@@ -574,4 +621,72 @@ TEST_CASE("rule restart says what ended the attempt: the rank that raised, not t
   out = one_finding(rules::restart_rule, sum, FindingKind::kRestart, {1});
   CHECK_THAT(out.summary, Catch::StartsWith("restart 1: rank 1 ended without a trace after step 7"));
   CHECK(run_rule(rules::restart_rule, run_of(2)).empty());
+}
+
+TEST_CASE("rule straggler dates a gross straggler from its first step - the peers' warm-up does not move it",
+          "[triage]") {
+  // As in a failed CI run of the C++ example: rank 1 sleeps 20 ms in forward
+  // from step 0 (forward ~0.4 ms), 80 steps. Rank 0 warms up in steps 0-1 (4.0
+  // and 1.4 ms), so rank 1 is "only" 6x and 15x slower there: under halfway
+  // (in log) between 1x and its 48x. Dated from step 2, rank 0's wait for it in
+  // steps 0-1 became the usual wait, which cancelled the one it causes.
+  auto sum = run_of(2);
+  const int fwd = static_cast<int>(rankscope::PhaseKind::kForward);
+  const int coll = static_cast<int>(rankscope::PhaseKind::kCollective);
+  std::mt19937_64 rng(5);
+  std::normal_distribution<double> noise(0.0, 0.1);
+  for (auto& r : sum.ranks) r.median_step_ms = 23;
+  const double warm0[] = {4.0, 1.4}, slow1[] = {24.3, 21.1}, wait0[] = {39.1, 23.0}, wait1[] = {10.1, 2.3};
+  for (std::int64_t s = 0; s < 80; ++s) {
+    for (auto& r : sum.ranks) {
+      double ms[rankscope::kPhaseKindCount] = {};
+      const bool warm = s < 2;
+      if (r.rank == 0) {
+        ms[fwd] = warm ? warm0[s] : 0.4 * std::exp(noise(rng));
+        ms[coll] = warm ? wait0[s] : 21 * std::exp(noise(rng));
+      } else {
+        ms[fwd] = warm ? slow1[s] : 20.7;
+        ms[coll] = warm ? wait1[s] : 1.2 * std::exp(noise(rng));
+      }
+      r.series.add(s, ms);
+    }
+  }
+  const auto out = run_rule(rules::straggler_rule, sum);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].ranks == std::vector<int>{1});
+  CHECK(out[0].step == 0);
+  CHECK_THAT(out[0].summary, Catch::StartsWith("rank 1 is a straggler in forward"));
+}
+
+TEST_CASE("rule collective_timeout names the rank the timed-out ranks waited for, not them", "[triage]") {
+  // Rank 0's gloo all-reduce #5 timed out: rank 1 never reached seq 5 (it was stuck in its forward).
+  auto sum = run_of(2);
+  sum.ranks[0].exit = reader::ExitRecord{
+      "exception", "RuntimeError",
+      "RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 5000ms for recv "
+      "operation to complete", 5, 1000, {}};
+  reader::CommunicatorCheck c;
+  c.comm = "world";
+  c.max_seq = 5;
+  c.ranks = {0, 1};
+  c.behind = {{1, 4}};
+  sum.communicators.push_back(c);
+  const reader::Finding out = one_finding(rules::collective_timeout_rule, sum, FindingKind::kCollectiveTimeout, {1});
+  CHECK_THAT(out.summary, Catch::StartsWith("rank 0 gave up waiting in a collective at step 5 for rank 1, which never "
+                                            "joined it: RuntimeError: [../third_party/gloo") &&
+                              Catch::EndsWith("a consequence; why it was late is its own finding (a hang, a stall, a "
+                                              "straggler)"));
+  CHECK(out.evidence.front() == "rank 1 reached seq 4 of 5 on 'world'");
+  // Rank 0 is no culprit of its own: the exception rule leaves it to this one.
+  CHECK(run_rule(rules::exception_rule, sum).empty());
+  // NCCL's watchdog says it so; with no rank behind, nobody is blamed.
+  sum.communicators.clear();
+  sum.ranks[0].exit->message =
+      "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, Timeout(ms)=600000) "
+      "ran for 600018 milliseconds before timing out.";
+  const reader::Finding none = one_finding(rules::collective_timeout_rule, sum, FindingKind::kCollectiveTimeout, {});
+  CHECK_THAT(none.summary, Catch::Contains("no rank is known to be behind"));
+  // Any other exception is not this rule's.
+  sum.ranks[0].exit->message = "RuntimeError: bad batch 5";
+  CHECK(run_rule(rules::collective_timeout_rule, sum).empty());
 }

@@ -41,6 +41,9 @@ std::string_view time_category_label(TimeCategory c);
 struct Goodput {
   std::array<double, kTimeCategoryCount> seconds{};
   double wall_seconds = 0;  // the rank's first run_start to its last event
+  // Inside steps, time a collective was in flight beyond the exposed waits: communication hidden
+  // behind compute (counted in kCompute; not a category of its own). The reader's pass only.
+  double overlapped_comm_seconds = 0;
   double sum() const {
     double s = 0;
     for (double v : seconds) s += v;

@@ -85,6 +85,40 @@ std::string finding_key(const Finding& f) {
   return k;
 }
 
+// Steps are the unit both runs share: the per-step medians decide which run is faster. Goodput
+// is a ratio over a whole run: a shorter run weighs start-up more, and a slower step still counts
+// as productive compute, so it is read only beside the per-step verdict.
+constexpr double kSamePerStep = 0.03;  // within 3 %: the same (a run's median moves ~1 % between runs)
+
+std::vector<std::string> diff_verdict(const RunDiff& d) {
+  std::vector<std::string> out;
+  if (d.step_ms.a <= 0 || d.step_ms.b <= 0) return out;
+  const double c = d.step_ms.change();
+  if (std::abs(c) < kSamePerStep) {
+    out.push_back(fmt::format("per step (steady state, median): the same within {:.0f} % ({:.3f} -> {:.3f} ms)",
+                              100 * kSamePerStep, d.step_ms.a, d.step_ms.b));
+  } else {
+    out.push_back(fmt::format("per step (steady state, median): B is {:.1f} % {} ({:.3f} -> {:.3f} ms)", 100 * std::abs(c),
+                              c > 0 ? "slower" : "faster", d.step_ms.a, d.step_ms.b));
+  }
+  const double g = d.goodput.b - d.goodput.a;
+  if (c >= kSamePerStep && g > 0.005) {
+    out.push_back(fmt::format("goodput rose ({:.1f} -> {:.1f} %) although B's steps are slower: goodput counts a slower "
+                              "step as productive compute; compare per step",
+                              100 * d.goodput.a, 100 * d.goodput.b));
+  } else if (c <= -kSamePerStep && g < -0.005) {
+    out.push_back(fmt::format("goodput fell ({:.1f} -> {:.1f} %) although B's steps are faster: its steps take less of "
+                              "the wall time beside the same start-up and pauses; compare per step",
+                              100 * d.goodput.a, 100 * d.goodput.b));
+  }
+  if (d.steps.a > 0 && d.steps.b > 0 && std::max(d.steps.a, d.steps.b) > 1.2 * std::min(d.steps.a, d.steps.b)) {
+    out.push_back(fmt::format("the runs differ in length ({:.0f} and {:.0f} steps per rank): start-up and warm-up weigh "
+                              "differently in their goodput",
+                              d.steps.a, d.steps.b));
+  }
+  return out;
+}
+
 }  // namespace
 
 std::vector<CollectiveStat> pooled_collectives(const RunSummary& s) {
@@ -116,6 +150,10 @@ RunDiff diff_runs(const AnalyzedRun& a, const AnalyzedRun& b) {
   auto step = [](const RankSummary& r, int) { return r.median_step_ms; };
   auto kind = [](const RankSummary& r, int k) { return r.median_kind_ms[k]; };
   d.step_ms = {median_over_ranks(sa, step, 0), median_over_ranks(sb, step, 0)};
+  auto comm = [](const RankSummary& r, int) { return r.median_comm_ms; };
+  auto steps = [](const RankSummary& r, int) { return static_cast<double>(r.steps); };
+  d.comm_ms = {median_over_ranks(sa, comm, 0), median_over_ranks(sb, comm, 0)};
+  d.steps = {median_over_ranks(sa, steps, 0), median_over_ranks(sb, steps, 0)};
   for (int k = 0; k < kPhaseKindCount; ++k) d.phase_ms[k] = {median_over_ranks(sa, kind, k), median_over_ranks(sb, kind, k)};
   d.named_phases = named_phase_diff(sa, sb);
   d.goodput = {mean_goodput(sa).fraction(), mean_goodput(sb).fraction()};
@@ -147,6 +185,8 @@ RunDiff diff_runs(const AnalyzedRun& a, const AnalyzedRun& b) {
     if (va != vb) d.environment.push_back({k, va, vb});
   }
 
+  d.verdict = diff_verdict(d);
+
   std::set<std::string> in_a, in_b;
   for (const auto& f : a.triage.findings) in_a.insert(finding_key(f));
   for (const auto& f : b.triage.findings) in_b.insert(finding_key(f));
@@ -173,6 +213,8 @@ std::string ranks_text(const std::vector<int>& r) { return r.empty() ? "" : " ("
 std::string format_diff(const RunDiff& d, const AnalyzedRun& a, const AnalyzedRun& b) {
   std::string o = fmt::format("rankscope diff\n  A: {} ({} ranks)\n  B: {} ({} ranks)\n\n", a.summary.run_dir,
                               a.summary.ranks.size(), b.summary.run_dir, b.summary.ranks.size());
+  for (const auto& v : d.verdict) o += fmt::format("  {}\n", v);
+  if (!d.verdict.empty()) o += "\n";
   o += fmt::format("  {:<26} {:>12} {:>12} {:>10}\n", "per step (median rank)", "A", "B", "change");
   o += fmt::format("  {:<26} {:>9.3f} ms {:>9.3f} ms {:>10}\n", "step time", d.step_ms.a, d.step_ms.b, pct(d.step_ms));
   for (int k = 0; k < kPhaseKindCount; ++k) {
@@ -180,6 +222,10 @@ std::string format_diff(const RunDiff& d, const AnalyzedRun& a, const AnalyzedRu
     if (v.a == 0 && v.b == 0) continue;
     o += fmt::format("  {:<26} {:>9.3f} ms {:>9.3f} ms {:>10}\n", fmt::format("  {}", phase_kind_name(static_cast<PhaseKind>(k))),
                      v.a, v.b, pct(v));
+  }
+  if (d.comm_ms.a > 0 || d.comm_ms.b > 0) {
+    o += fmt::format("  {:<26} {:>9.3f} ms {:>9.3f} ms {:>10}\n", "collectives in flight", d.comm_ms.a, d.comm_ms.b,
+                     pct(d.comm_ms));
   }
   if (!d.named_phases.empty()) {
     o += fmt::format("  {:<26}\n", "phases by name (mean/step)");
@@ -190,8 +236,9 @@ std::string format_diff(const RunDiff& d, const AnalyzedRun& a, const AnalyzedRu
     }
     if (d.named_phases.size() > kShown) o += fmt::format("    ... {} more (--json)\n", d.named_phases.size() - kShown);
   }
-  o += fmt::format("  {:<26} {:>10.1f} % {:>10.1f} % {:>10}\n", "goodput", 100 * d.goodput.a, 100 * d.goodput.b,
-                   fmt::format("{:+.1f} pts", 100 * (d.goodput.b - d.goodput.a)));
+  o += fmt::format("  {:<26} {:>12.0f} {:>12.0f} {:>10}\n", "steps per rank", d.steps.a, d.steps.b, "");
+  o += fmt::format("  {:<26} {:>10.1f} % {:>10.1f} % {:>10}\n", "goodput (whole run)", 100 * d.goodput.a,
+                   100 * d.goodput.b, fmt::format("{:+.1f} pts", 100 * (d.goodput.b - d.goodput.a)));
   if (!d.collectives.empty()) {
     o += fmt::format("\n  {:<26} {:>8} {:>8} {:>10} {:>10} {:>10}\n", "collectives (op, size)", "calls A", "calls B",
                      "GB/s A", "GB/s B", "change");
@@ -224,6 +271,11 @@ std::string format_diff_json(const RunDiff& d, const AnalyzedRun& a, const Analy
   w.begin_object().field("schema", "rankscope.diff/1").field("a", a.summary.run_dir).field("b", b.summary.run_dir);
   value("ranks", d.ranks);
   value("step_ms", d.step_ms);
+  value("comm_in_flight_ms", d.comm_ms);
+  value("steps", d.steps);
+  w.key("verdict").begin_array();
+  for (const auto& v : d.verdict) w.value(v);
+  w.end_array();
   w.key("phase_ms").begin_object();
   for (int k = 0; k < kPhaseKindCount; ++k) value(phase_kind_name(static_cast<PhaseKind>(k)), d.phase_ms[k]);
   w.end_object();

@@ -25,7 +25,9 @@ struct RunDiff {
     double a = 0, b = 0;
     double change() const { return a != 0 ? (b - a) / a : 0; }  // relative
   };
-  Value step_ms;                      // median over ranks of each rank's median step
+  Value step_ms;                      // median over ranks of each rank's median step (steady state)
+  Value comm_ms;                      // likewise, time with a collective in flight (exposed or overlapped)
+  Value steps;                        // steps per rank (median rank)
   Value phase_ms[kPhaseKindCount];    // likewise, per phase kind
   struct NamedPhase {
     std::string name;
@@ -50,6 +52,9 @@ struct RunDiff {
     std::vector<int> ranks;
   };
   std::vector<FindingDiff> only_a, only_b, both;
+  // What to read first, like with like: the per-step verdict, and why a whole-run ratio
+  // (goodput) may point the other way (runs of different lengths, slower steps counted as compute).
+  std::vector<std::string> verdict;
 };
 
 RunDiff diff_runs(const AnalyzedRun& a, const AnalyzedRun& b);

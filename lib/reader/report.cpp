@@ -31,6 +31,7 @@ constexpr std::size_t kSlowestDrawn = 3;    // beyond: a p10-p90 band and the sl
 constexpr std::size_t kPhaseGroups = 64;    // phase bars: one per rank, or per group of ranks
 constexpr std::size_t kEvidenceShown = 8;
 constexpr std::size_t kHeatRows = 256;      // heat-map rows: beyond, groups of ranks
+constexpr double kHeatJitter = 1.25;         // heat-map cells within 0.8x..1.25x of the median rank: neutral
 
 double quantile_of(std::vector<double> v, double q) {
   if (v.empty()) return NAN;
@@ -97,7 +98,10 @@ void write_heat(detail::JsonWriter& w, const RunSummary& s, const Grid& g) {
     for (std::size_t i = 0; i < n; ++i) {
       if (std::isnan(busy[i])) continue;
       const double ratio = (std::max(0.0, busy[i]) + eps) / (std::max(0.0, med) + eps);
-      const double level = (std::log2(ratio) + 1) / 3 * 254;  // 0.5x .. 4x
+      // A step's usual jitter (within kHeatJitter of the median rank either way) is drawn as the
+      // median itself: a clean run is a white map, and colour means a rank that is off.
+      const double l2 = std::fabs(std::log2(ratio)) < std::log2(kHeatJitter) ? 0.0 : std::log2(ratio);
+      const double level = (l2 + 1) / 3 * 254;  // 0.5x .. 4x
       bytes[i * static_cast<std::size_t>(g.cols) + static_cast<std::size_t>(c)] =
           static_cast<char>(static_cast<unsigned char>(std::clamp(std::lround(level), 0L, 254L)));
     }
@@ -219,6 +223,7 @@ void write_phases(detail::JsonWriter& w, const RunSummary& s) {
   const std::size_t per = (n + kPhaseGroups - 1) / kPhaseGroups;  // ranks per bar
   std::vector<std::string> groups;
   std::vector<std::vector<double>> ms(kPhaseKindCount);
+  std::vector<double> in_flight;  // collectives issue to completion, overlapped with compute or not
   for (std::size_t i = 0; i < n; i += std::max<std::size_t>(per, 1)) {
     const std::size_t end = std::min(n, i + std::max<std::size_t>(per, 1));
     groups.push_back(end - i == 1 ? fmt::format("rank {}", s.ranks[i].rank)
@@ -228,6 +233,9 @@ void write_phases(detail::JsonWriter& w, const RunSummary& s) {
       for (std::size_t j = i; j < end; ++j) sum += s.ranks[j].median_kind_ms[k];
       ms[k].push_back(sum / static_cast<double>(end - i));
     }
+    double comm = 0;
+    for (std::size_t j = i; j < end; ++j) comm += s.ranks[j].median_comm_ms;
+    in_flight.push_back(comm / static_cast<double>(end - i));
   }
   w.key("phases").begin_object().array("groups", groups);
   w.field("note", per > 1 ? fmt::format("Median ms per step by phase kind, mean over groups of {} ranks", per)
@@ -240,6 +248,8 @@ void write_phases(detail::JsonWriter& w, const RunSummary& s) {
     for (double x : v) w.fixed(x, 4);
     w.end_array();
   }
+  w.end_array().key("in_flight_ms").begin_array();
+  for (double x : in_flight) w.fixed(x, 4);
   w.end_array().end_object();
 }
 
@@ -358,7 +368,8 @@ std::string report_data_json(const AnalyzedRun& run) {
   for (int c = 0; c < kTimeCategoryCount; ++c) w.value(time_category_label(static_cast<TimeCategory>(c)));
   w.end_array().key("seconds").begin_array();
   for (double v : m.seconds) w.fixed(v, 4);
-  w.end_array().field("wall", m.wall_seconds).field("fraction", m.fraction()).end_object();
+  w.end_array().field("wall", m.wall_seconds).field("fraction", m.fraction());
+  w.field("overlapped", m.overlapped_comm_seconds).end_object();
   write_resources(w, s);
   return w.end_object().take();
 }

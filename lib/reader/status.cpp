@@ -111,6 +111,7 @@ bool parse(const std::string& path, std::uint64_t now, RankHeartbeat& hb) {
   hb.inside = std::string(get<std::string_view>(doc, Field::kInside, ""));
   hb.exit_cause = std::string(get<std::string_view>(doc, Field::kExitCause, ""));
   hb.signal = std::string(get<std::string_view>(doc, Field::kSignal, ""));
+  hb.exit_status = get<std::int64_t>(doc, Field::kExitStatus, 0);
   hb.alive = hb.state != "exited" && hb.state != "failed" && hb.liveness_age_ns < 3 * hb.interval_ns;
   if (hb.alive && process_gone(doc, hb)) {
     hb.alive = false;
@@ -156,11 +157,13 @@ bool is_stop_signal(std::string_view sig) { return sig == "SIGTERM" || sig == "S
 // Ranks whose last heartbeat says failed: how, the worst first (a crash, an
 // exception, then a stop that someone sent).
 std::string failed_verdict(const StatusReport& r, const std::vector<int>& failed) {
-  std::vector<int> crashed, raised, stopped;
+  std::vector<int> crashed, raised, exited, stopped;
   std::string crash_signal, stop_signal;
   for (int f : failed) {
     const auto& h = at(r, f);
-    if (h.exit_cause != "signal") {
+    if (h.exit_cause == "exit_status") {
+      exited.push_back(f);
+    } else if (h.exit_cause != "signal") {
       raised.push_back(f);
     } else if (is_stop_signal(h.signal)) {
       stopped.push_back(f);
@@ -173,6 +176,7 @@ std::string failed_verdict(const StatusReport& r, const std::vector<int>& failed
   const auto ranks = [](const std::vector<int>& v) { return fmt::format("rank{} {}", v.size() > 1 ? "s" : "", join_ranks(v)); };
   if (!crashed.empty()) return fmt::format("{} died of {}: crash", ranks(crashed), crash_signal);
   if (!raised.empty()) return fmt::format("{} failed: uncaught exception", ranks(raised));
+  if (!exited.empty()) return fmt::format("{} failed: a nonzero exit status", ranks(exited));
   if (stopped.size() == r.ranks.size()) {
     return fmt::format("stopped: all {} ranks by {} (the scheduler, the launcher or a person; not a crash)",
                        stopped.size(), stop_signal);
@@ -222,6 +226,12 @@ void dead_findings(StatusReport& r, const RankStates& s) {
                                : fmt::format("rank {} DIED of {} at step {} (pid {} on {}): a crash; its stacks and "
                                              "flight dump say where (rankscope stacks, triage)",
                                              f, h.signal, h.step, h.pid, h.host));
+      continue;
+    }
+    if (h.exit_cause == "exit_status") {
+      r.findings.push_back(fmt::format("rank {} FAILED: it exited with status {} at step {} (pid {} on {}), no uncaught "
+                                       "exception: the program ended itself (sys.exit, exit()); its own output says why",
+                                       f, h.exit_status, h.step, h.pid, h.host));
       continue;
     }
     r.findings.push_back(fmt::format("rank {} FAILED: it exited after an uncaught {} at step {} (pid {} on {}); the "

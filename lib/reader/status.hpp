@@ -28,7 +28,8 @@ struct RankHeartbeat {
   bool alive = false;     // beat within 3 intervals, and its process not seen gone
   bool process_gone = false;  // read on its own host: its process no longer exists
   std::string state;      // running / slow / stalled / exited / failed (as the rank wrote it)
-  std::string exit_cause;  // failed: exception / terminate / signal
+  std::string exit_cause;  // failed: exception / terminate / exit_status / signal
+  std::int64_t exit_status = 0;  // exit_cause exit_status: the status the program gave exit()
   std::string signal;      // exit_cause signal: which one ("SIGTERM", "SIGSEGV")
   std::uint64_t liveness_age_ns = 0, progress_age_ns = 0;
   std::uint64_t interval_ns = 0, stall_timeout_ns = 0, last_step_ns = 0, usual_step_ns = 0;

@@ -109,14 +109,40 @@ class CollectiveMerger {
         // right: every rank is named rather than one picked.
         const bool majority = groups.size() == 1 || groups.back().first.size() > groups[groups.size() - 2].first.size();
         k.mismatch_no_majority = !majority;
+        // A tie of two sides, broken by the history they agreed on: a training
+        // loop repeats its collectives, so the side issuing one this
+        // communicator had issued before (same fingerprint: op, count, dtype) is
+        // going on as before, and the side issuing one never seen changed.
+        std::size_t changed = groups.size();
+        if (!majority && groups.size() == 2) {
+          const Comm& comm = c;  // a structured binding cannot be captured before C++20's P1091 (clang 15)
+          const auto seen = [&comm](std::uint64_t fp) {
+            std::size_t n = 0;
+            for (const auto& [seq, r] : comm.seqs) n += seq < comm.mismatch_seq && r.rec.fp == fp;
+            return n;
+          };
+          const std::size_t seen0 = seen(groups[0].second->fp), seen1 = seen(groups[1].second->fp);
+          if ((seen0 == 0) != (seen1 == 0)) {
+            changed = seen0 == 0 ? 0 : 1;
+            const auto& as_before = groups[1 - changed];
+            k.mismatch_no_majority = false;
+            k.mismatch_by_history = fmt::format(
+                "by the history before it: {}'s {} count={} {} was never issued on '{}' before seq {}; {}'s had been, "
+                "{} time(s)",
+                format_ranks(groups[changed].first), groups[changed].second->op, groups[changed].second->count,
+                groups[changed].second->dtype, name, c.mismatch_seq, format_ranks(as_before.first),
+                std::max(seen0, seen1));
+          }
+        }
         for (std::size_t i = 0; i < groups.size(); ++i) {
-          if (majority && i + 1 == groups.size()) break;
+          if (changed < groups.size() ? i != changed : majority && i + 1 == groups.size()) continue;
           k.mismatch_minority.insert(k.mismatch_minority.end(), groups[i].first.begin(), groups[i].first.end());
         }
         std::sort(k.mismatch_minority.begin(), k.mismatch_minority.end());
-        if (!groups.empty()) {
-          k.mismatch_t = groups.front().second->t;  // on the clock of the smallest group's first rank
-          k.mismatch_t_rank = groups.front().first.front();
+        if (!groups.empty()) {  // on the clock of the smallest group's (or the changed side's) first rank
+          const auto& g = changed < groups.size() ? groups[changed] : groups.front();
+          k.mismatch_t = g.second->t;
+          k.mismatch_t_rank = g.first.front();
         }
       }
       out.push_back(std::move(k));

@@ -75,13 +75,21 @@ inline constexpr std::size_t kSlowStepsKept = 1024;
 
 /// A process that ended abnormally said how: an `exit` line.
 struct ExitRecord {
-  std::string cause;      // exception, terminate (thread_exception: a thread's, the process went on)
+  std::string cause;      // exception, terminate, exit_status (thread_exception: a thread's, the process went on)
   std::string exception;  // its type ("RuntimeError", "std::runtime_error")
-  std::string message;    // "RuntimeError: boom"
+  std::string message;    // "RuntimeError: boom"; "exited with status 3"
   std::int64_t step = -1;
   std::uint64_t t = 0;
   EvidenceLine line;
+  std::int64_t status = 0;  // exit_status: the status the program gave exit()
 };
+
+/// The rank ended by its own failure: an uncaught exception, std::terminate,
+/// or a nonzero exit status (a caught error, then sys.exit(1)). `how` is an
+/// exit line's cause (ExitRecord::cause, SessionEnding::how).
+inline bool failed_by_itself(std::string_view how) {
+  return how == "exception" || how == "terminate" || how == "exit_status";
+}
 
 /// Where every thread of a rank was: the last `stacks` line of its run log
 /// (a stall, a dump, a signal). Texts as the runtime wrote them (stacks.hpp).
@@ -197,6 +205,17 @@ struct CollectiveStat {
   double gbps() const { return seconds > 0 ? static_cast<double>(bytes) / seconds * 1e-9 : 0; }  // algorithm bandwidth
 };
 
+/// A critical XID the rank's GPU reported (an `xid` line): NVIDIA's code and
+/// what it asks of whoever runs the node (application, drain, reboot, unknown).
+struct XidRecord {
+  int gpu = -1;
+  std::uint64_t code = 0;
+  std::string action, message;
+  std::int64_t step = -1;
+  std::uint64_t t = 0;
+  EvidenceLine line;
+};
+
 /// One resource snapshot of a rank (a `resources` line).
 struct ResourcePoint {
   std::uint64_t t = 0;
@@ -214,8 +233,8 @@ struct ResourcePoint {
 /// How one attempt of a restarted rank (a session of its log, before the next
 /// run_start) ended: its cause is what the restart finding explains.
 struct SessionEnding {
-  std::string how;      // "exception", "terminate", "stall" (a hang its watchdog reported), "run_end", "no trace"
-  std::string message;  // the exception's, for "exception" / "terminate"
+  std::string how;      // "exception", "terminate", "exit_status", "stall" (a hang its watchdog reported), "run_end", "no trace"
+  std::string message;  // the exit line's, for "exception" / "terminate" / "exit_status"
   std::int64_t last_step = -1;
   std::uint64_t t = 0;  // its last event
   EvidenceLine line;    // its exit, stall or last line
@@ -236,7 +255,10 @@ struct RankSummary {
   std::uint64_t first_t = 0, last_t = 0;  // wall ns of the first and last event in range
   double median_step_ms = 0;
   double median_kind_ms[kPhaseKindCount] = {};
-  double median_collective_ms = 0;  // time waiting in collectives per step (median)
+  double median_collective_ms = 0;  // time waiting in collectives per step (median): exposed communication
+  // Time with a collective in flight per step (median), issue to completion, exposed or overlapped
+  // with compute (FSDP2's prefetched all-gathers, DDP's bucket all-reduces during backward).
+  double median_comm_ms = 0;
   // median_kind_ms counts a phase timed on the GPU (`dev`) at its device time. With any such
   // phase the host's own time of the same phases (launching their work) is kept beside it, by
   // kind (per-step medians; other = the rest of the step). 0 device-timed phases: a CPU run.
@@ -286,6 +308,9 @@ struct RankSummary {
   // (stall snapshots always kept), and the last one as it was.
   std::vector<ResourcePoint> resources;
   std::optional<ResourcePoint> last_resources;
+  static constexpr std::size_t kXidsKept = 8;
+  std::vector<XidRecord> xids;  // the first kXidsKept, in order
+  std::uint64_t xid_count = 0;  // every xid line
   static constexpr std::size_t kResourcesKept = 512;
   std::optional<StackRecord> stacks;  // its last stacks capture
   std::string dump_reason;  // its flight dump's reason ("signal SIGPIPE", "stall", ...), from that process
@@ -303,6 +328,7 @@ struct CommunicatorCheck {
   std::vector<std::string> mismatch_detail;  // "rank 1: all_reduce count=101385 float32 (in flight)"
   std::vector<int> mismatch_minority;        // the ranks outside the largest group at mismatch_seq (all: a tie)
   bool mismatch_no_majority = false;         // no single largest group (2 ranks that differ, a 2-2 split)
+  std::string mismatch_by_history;           // a 2-sided tie broken by the history: why that side (else empty)
   int mismatch_t_rank = -1;                  // whose clock mismatch_t is on
   std::uint64_t mismatch_t = 0;              // when the minority issued it (its clock)
   // Ranks that stopped before max_seq: rank -> last sequence number it reached.

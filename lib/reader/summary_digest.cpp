@@ -130,6 +130,24 @@ class RankDigester {
   template <Kind K>  // stats, run_end
   void on_stats(const Line<K>& l);
 
+  // The union of the collectives seen since the last step end, inside [from, to]; then forgets them.
+  double comm_in_step(std::uint64_t from, std::uint64_t to) {
+    std::sort(comm_spans_.begin(), comm_spans_.end());
+    double ns = 0;
+    std::uint64_t reached = from;
+    for (auto [a, b] : comm_spans_) {
+      a = std::max(a, reached);
+      b = std::min(b, to);
+      if (b > a) {
+        ns += static_cast<double>(b - a);
+        reached = b;
+      }
+    }
+    comm_spans_.clear();
+    return ns;
+  }
+  static constexpr std::size_t kCommSpansKept = 4096;  // per step: FSDP2 issues a few per layer
+
   std::string comm_key(const std::string& comm) const {
     return d_.sum.sessions > 1 ? fmt::format("{} (session {})", comm, d_.sum.sessions) : comm;
   }
@@ -140,6 +158,12 @@ class RankDigester {
   GoodputBuilder goodput_;
   std::map<std::pair<std::string, int>, CollectiveStat> coll_stats_;  // (op, size class): a few dozen at most
   std::vector<double> step_ms_, kind_ms_[kPhaseKindCount];
+  // Collectives in flight (issue to completion, wall ns) and collective phases since the last step
+  // end: each step's communication, overlapped with its compute or not, is their union inside the
+  // step, so it is never less than the exposed part (the collective phases).
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> comm_spans_;
+  std::vector<double> comm_ms_;
+  double overlapped_comm_ns_ = 0;
   std::map<std::int64_t, std::string> comm_names_;
   absl::flat_hash_map<std::string, double> name_ns_;  // time per phase name (the first kNamedPhasesKept)
   // The host time of the outermost phases of the step being read, by kind (the breakdown counts a
@@ -210,6 +234,7 @@ void RankDigester::on(const LogEvent& e, const Line<Kind::kCollective>& l) {
     c.bytes += l.bytes;
     c.seconds += static_cast<double>(l.dur) * 1e-9;
   }
+  if (ok && l.dur > 0 && comm_spans_.size() < kCommSpansKept) comm_spans_.emplace_back(e.t, e.t + l.dur);
   if (l.comm_id && *l.comm_id >= 0 && !comm_names_.contains(*l.comm_id)) comm_names_.emplace(*l.comm_id, l.comm);
   const bool device_timed = l.timing == "device";
   d_.colls[comm_key(l.comm)].push_back({l.seq, parse_fp(l.fingerprint), l.count, e.t, ok && !device_timed ? e.t + l.dur : 0,
@@ -253,6 +278,9 @@ void RankDigester::on(const LogEvent& e, const Line<Kind::kPhase>& l) {
   builder_.on_phase(e.tid, l.depth, l.phase_kind, e.mono, work);
   if (d_.sum.device_timed_phases > 0) host_builder_.on_phase(e.tid, l.depth, l.phase_kind, e.mono, l.dur);
   goodput_.on_phase(e.tid, l.depth, l.phase_kind, e.t, work);
+  if (l.phase_kind == PhaseKind::kCollective && work > 0 && comm_spans_.size() < kCommSpansKept) {
+    comm_spans_.emplace_back(e.t, e.t + work);  // waiting in a collective is communicating, too
+  }
   if (auto it = name_ns_.find(l.name); it != name_ns_.end()) {
     it->second += static_cast<double>(l.dur);
   } else if (name_ns_.size() < RankSummary::kNamedPhasesKept) {
@@ -295,6 +323,9 @@ void RankDigester::on(const LogEvent& e, const Line<Kind::kStepEnd>& l) {
       ms[k] = static_cast<double>(b->by_kind_ns[k]) / 1e6;
       kind_ms_[k].push_back(ms[k]);
     }
+    const double in_flight_ns = comm_in_step(e.t - std::min<std::uint64_t>(e.t, b->total_ns), e.t);
+    comm_ms_.push_back(in_flight_ns / 1e6);
+    overlapped_comm_ns_ += std::max(0.0, in_flight_ns - static_cast<double>(b->by_kind_ns[static_cast<int>(PhaseKind::kCollective)]));
     if (e.step >= 0) {
       r.series.add(e.step, ms, static_cast<double>(b->total_ns) / 1e6, static_cast<double>(l.samples.value_or(0)),
                    static_cast<double>(l.tokens.value_or(0)), {l.loss, l.lr, l.grad_norm});
@@ -374,7 +405,15 @@ void RankDigester::on(const LogEvent& e, const Line<Kind::kExit>& l) {
     ++d_.sum.errors;
     return;
   }
-  d_.sum.exit = ExitRecord{l.cause, l.exception, l.msg, e.step, e.t, evidence(d_.sum.rank, e)};
+  d_.sum.exit = ExitRecord{l.cause, l.exception, l.msg, e.step, e.t, evidence(d_.sum.rank, e), l.exit_status.value_or(0)};
+}
+
+template <>
+void RankDigester::on(const LogEvent& e, const Line<Kind::kXid>& l) {
+  RankSummary& r = d_.sum;
+  if (r.xid_count++ < RankSummary::kXidsKept) {
+    r.xids.push_back({l.gpu, l.code, l.action, l.msg, e.step, e.t, evidence(r.rank, e)});
+  }
 }
 
 template <>
@@ -462,6 +501,8 @@ RankDigest RankDigester::finish(const absl::StatusOr<ReadResult>& res, const std
   r.torn_tail = res->torn_tail || cut_by_kill_ > 0;
   r.bytes = res->bytes;
   r.goodput = goodput_.finish();
+  r.goodput.overlapped_comm_seconds = overlapped_comm_ns_ * 1e-9;
+  r.median_comm_ms = median_in_place(comm_ms_);
   for (auto& [key, c] : coll_stats_) {
     c.op = key.first;
     c.size_log2 = key.second;

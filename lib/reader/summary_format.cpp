@@ -17,17 +17,17 @@ std::string format_evidence(const EvidenceLine& e) {
 
 std::string format_summary(const RunSummary& s) {
   std::string o = fmt::format("run {}  world_size={}  ranks with logs={}\n", s.run_dir, s.world_size, s.ranks.size());
-  o += fmt::format("{:>4} {:>6} {:>11} {:>9} | {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} | {:>9} {:>8} {:>7}\n", "rank",
-                   "steps", "step range", "step ms", "loader", "forward", "backward", "optim", "ckpt", "coll", "other",
-                   "last loss", "events", "dropped");
+  o += fmt::format("{:>4} {:>6} {:>11} {:>9} | {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} | {:>8} | {:>9} {:>8} {:>7}\n",
+                   "rank", "steps", "step range", "step ms", "loader", "forward", "backward", "optim", "ckpt", "coll",
+                   "other", "in-flight", "last loss", "events", "dropped");
   for (const auto& r : s.ranks) {
     const auto& k = r.median_kind_ms;
-    o += fmt::format("{:>4} {:>6} {:>11} {:>9.2f} | {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f} | {:>9} {:>8} {:>7}{}\n",
+    o += fmt::format("{:>4} {:>6} {:>11} {:>9.2f} | {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f} | {:>8.2f} | {:>9} {:>8} {:>7}{}\n",
                      r.rank, r.steps, fmt::format("{}..{}", r.first_step, r.last_step), r.median_step_ms,
                      k[static_cast<int>(PhaseKind::kLoaderWait)], k[static_cast<int>(PhaseKind::kForward)],
                      k[static_cast<int>(PhaseKind::kBackward)], k[static_cast<int>(PhaseKind::kOptimizer)],
                      k[static_cast<int>(PhaseKind::kCheckpoint)], k[static_cast<int>(PhaseKind::kCollective)],
-                     k[static_cast<int>(PhaseKind::kOther)],
+                     k[static_cast<int>(PhaseKind::kOther)], r.median_comm_ms,
                      r.last_loss ? fmt::format("{:.4f}", *r.last_loss) : std::string("-"), r.events_recorded,
                      r.events_dropped,
                      std::string(r.ended_cleanly ? "" : "  (no run_end: still running or died)") +
@@ -35,7 +35,8 @@ std::string format_summary(const RunSummary& s) {
                          (r.bad_lines ? fmt::format("  ({} corrupt lines skipped)", r.bad_lines) : ""));
   }
   o += "(step ms and phase columns are per-step medians; phases by kind: loader wait, forward, backward, optimizer,\n"
-       " checkpoint, collectives, other = step time outside those)\n";
+       " checkpoint, collectives (the step waiting in them: exposed), other = step time outside those; in-flight = time\n"
+       " a collective was in flight, issue to completion, exposed or overlapped with compute as FSDP2's and DDP's are)\n";
   bool device = false;
   for (const auto& r : s.ranks) device = device || r.device_timed_phases > 0;
   if (device) {  // the host only launched those phases' work: its own time, beside the device's above
@@ -94,6 +95,7 @@ std::string format_summary_json(const RunSummary& s) {
       w.key(phase_kind_name(static_cast<PhaseKind>(k))).fixed(r.median_kind_ms[k], 3);
     }
     w.end_object();
+    w.key("median_comm_in_flight_ms").fixed(r.median_comm_ms, 3);
     w.field("device_timed_phases", r.device_timed_phases);
     if (r.device_timed_phases > 0) {
       w.key("median_host_phase_ms").begin_object();

@@ -25,7 +25,9 @@ std::vector<RankRow> rank_rows(const RunSummary& sum, const StatusReport* live) 
   const double typical = rules::median_of(steps);
   std::vector<RankRow> rows;
   for (const auto& r : sum.ranks) {
-    const std::string ended = r.exit ? (r.exit->cause == "terminate" ? "terminate" : "exception")
+    const std::string ended = r.exit ? (r.exit->cause == "terminate"     ? std::string("terminate")
+                                        : r.exit->cause == "exit_status" ? fmt::format("exit {}", r.exit->status)
+                                                                         : std::string("exception"))
                               : r.ended_cleanly ? "finished"
                                                 : "no run_end";
     RankRow row{r.rank, r.host, ended, r.last_step, r.last_phase, r.last_comm,

@@ -36,6 +36,7 @@ namespace rankscope::reader {
   X(kNumerics, "numerics")                   \
   X(kException, "exception")                 \
   X(kPeerLost, "peer_lost")                  \
+  X(kCollectiveTimeout, "collective_timeout") \
   X(kCheckpointFailed, "checkpoint_failed")  \
   X(kConfigDrift, "config_drift")            \
   X(kThroughput, "throughput")                \

@@ -20,6 +20,12 @@ constexpr std::array<std::string_view, 7> kPeerLost = {
     "Connection closed by peer", "Connection reset by peer", "Broken pipe",       "communicator was aborted",
     "NCCL communicator was aborted", "Socket Timeout",       "peer closed connection"};
 
+// What backends say when they give up waiting for a collective a peer never joined.
+constexpr std::array<std::string_view, 3> kCollectiveTimeout = {
+    "Watchdog caught collective operation timeout",  // NCCL's watchdog (ProcessGroupNCCL)
+    "Timed out waiting",                             // gloo: "Timed out waiting 30000ms for recv operation"
+    "collective operation timeout"};
+
 std::vector<const RankSummary*> ended_by(const TriageInput& in, bool peer_lost) {
   std::vector<const RankSummary*> out;
   for (const RankSummary& r : in.sum.ranks) {
@@ -174,6 +180,15 @@ void stopped_rule(const TriageInput& in, std::vector<Finding>& out) {
   out.push_back(std::move(f));
 }
 
+bool says_collective_timeout(std::string_view message) {
+  return std::any_of(kCollectiveTimeout.begin(), kCollectiveTimeout.end(),
+                     [&](std::string_view p) { return message.find(p) != std::string_view::npos; });
+}
+
+bool ended_as_consequence(const RunSummary& sum, const StatusReport* live, const RankSummary& r) {
+  return after_peer_lost(sum, live, r) || (r.exit && says_collective_timeout(r.exit->message));
+}
+
 bool says_peer_lost(std::string_view message) {
   return std::any_of(kPeerLost.begin(), kPeerLost.end(),
                      [&](std::string_view p) { return message.find(p) != std::string_view::npos; });
@@ -197,18 +212,28 @@ void exception_rule(const TriageInput& in, std::vector<Finding>& out) {
   const auto followers = ended_by(in, /*peer_lost=*/true);
   for (const RankSummary* r : ended_by(in, /*peer_lost=*/false)) {
     const ExitRecord& e = *r->exit;
+    if (says_collective_timeout(e.message)) continue;  // the collective_timeout rule's
     Finding f;
     f.kind = FindingKind::kException;
     f.ranks = {r->rank};
-    f.summary = fmt::format("rank {} died of an uncaught exception at step {}: {}", r->rank, e.step, e.message);
+    f.summary = e.cause == "exit_status"
+                    ? fmt::format("rank {} exited with status {} at step {}, no uncaught exception: the program ended "
+                                  "itself in failure (sys.exit or exit() with a nonzero code, typically after catching "
+                                  "an error); its own output says why",
+                                  r->rank, e.status, e.step)
+                    : fmt::format("rank {} died of an uncaught exception at step {}: {}", r->rank, e.step, e.message);
     if (!followers.empty()) {
       f.summary += fmt::format(" ({} failed after it: a consequence)", format_ranks(ranks_of(followers)));
     }
     f.step = e.step;
     f.t = aligned(*r, e.t);
     f.lines.push_back(e.line);
-    f.evidence.push_back(fmt::format("rank {}: {} ({}), the traceback is in its exit line", r->rank,
-                                     e.cause == "terminate" ? "std::terminate" : "uncaught", e.exception));
+    f.evidence.push_back(e.cause == "exit_status"
+                             ? fmt::format("rank {}: its exit line says exit status {}; no exception reached "
+                                           "rankscope's hooks (sys.excepthook, std::terminate)",
+                                           r->rank, e.status)
+                             : fmt::format("rank {}: {} ({}), the traceback is in its exit line", r->rank,
+                                           e.cause == "terminate" ? "std::terminate" : "uncaught", e.exception));
     const StallFacts& stall = in.facts.stall;
     if (std::find(stall.raised.begin(), stall.raised.end(), r) != stall.raised.end()) {
       add_bystander_evidence(stall, ranks_of(stall.raised), f);
@@ -228,6 +253,49 @@ void peer_lost_rule(const TriageInput& in, std::vector<Finding>& out) {
   f.step = first.exit->step;
   f.t = aligned(first, first.exit->t);
   for (const auto* r : followers) f.lines.push_back(r->exit->line);
+  out.push_back(std::move(f));
+}
+
+// Ranks that gave up waiting in a collective (a backend's timeout): they
+// waited for the ranks that had not reached it - the ones behind on that
+// communicator's sequence - and those are named; the timed-out ones are the
+// evidence. With no rank known to be behind, nobody is blamed.
+void collective_timeout_rule(const TriageInput& in, std::vector<Finding>& out) {
+  std::vector<const RankSummary*> timed_out;
+  for (const RankSummary& r : in.sum.ranks) {
+    if (r.exit && failed_by_itself(r.exit->cause) && says_collective_timeout(r.exit->message)) timed_out.push_back(&r);
+  }
+  if (timed_out.empty()) return;
+  const RankSummary& first = *timed_out.front();
+  Finding f;
+  f.kind = FindingKind::kCollectiveTimeout;
+  std::vector<std::string> behind;
+  for (const auto& c : in.sum.communicators) {
+    for (const auto& [rank, seq] : c.behind) {
+      const int late = rank;  // a structured binding cannot be captured before C++20's P1091 (clang 15)
+      if (std::any_of(timed_out.begin(), timed_out.end(), [late](const RankSummary* t) { return t->rank == late; })) {
+        continue;
+      }
+      if (std::find(f.ranks.begin(), f.ranks.end(), rank) == f.ranks.end()) f.ranks.push_back(rank);
+      behind.push_back(fmt::format("rank {} reached seq {} of {} on '{}'", rank, seq, c.max_seq, c.comm));
+    }
+  }
+  std::sort(f.ranks.begin(), f.ranks.end());
+  const std::string who = format_ranks(ranks_of(timed_out));
+  f.summary = f.ranks.empty()
+                  ? fmt::format("{} gave up waiting in a collective at step {}: {} - no rank is known to be behind "
+                                "(a lost path between hosts, or a peer that hung inside it); the hang or stall "
+                                "findings and `rankscope stacks` say more",
+                                who, first.exit->step, first.exit->message)
+                  : fmt::format("{} gave up waiting in a collective at step {} for {}, which never joined it: {} - "
+                                "a consequence; why {} was late is its own finding (a hang, a stall, a straggler)",
+                                who, first.exit->step, format_ranks(f.ranks), first.exit->message,
+                                f.ranks.size() == 1 ? "it" : "they");
+  f.evidence = std::move(behind);
+  f.evidence.push_back("raising the backend's timeout only hides this unless the late rank is merely slow");
+  f.step = first.exit->step;
+  f.t = aligned(first, first.exit->t);
+  for (const auto* r : timed_out) f.lines.push_back(r->exit->line);
   out.push_back(std::move(f));
 }
 

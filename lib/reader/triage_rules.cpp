@@ -243,9 +243,19 @@ void collective_mismatch_rule(const TriageInput& in, std::vector<Finding>& out) 
                    fmt::format("ranks issued different collectives at seq {} on '{}' (the classic cause of a hang or "
                                "silent corruption); {}: {}",
                                c.mismatch_seq, c.comm,
-                               c.mismatch_no_majority ? "no majority says which is right" : "the odd one out",
+                               c.mismatch_no_majority      ? "no majority says which is right"
+                               : c.mismatch_by_history.empty() ? "the odd one out"
+                                                               : "the one that changed",
                                format_ranks(c.mismatch_minority)),
                    c.mismatch_detail, c.mismatch_t, -1, {}});
+    if (!c.mismatch_by_history.empty()) out.back().evidence.push_back(c.mismatch_by_history);
+    if (c.mismatch_no_majority) {
+      out.back().evidence.push_back(
+          c.mismatch_detail.size() == 2
+              ? "no side can be chosen: two sides of equal size, and the history does not tell (neither side's "
+                "collective, or both, had been issued on it before)"
+              : "no side can be chosen: no group of ranks is larger than every other");
+    }
     for (const auto& rk : in.sum.ranks) {
       if (rk.rank == c.mismatch_t_rank) out.back().t = aligned(rk, c.mismatch_t);
     }
@@ -369,6 +379,7 @@ void straggler_rule(const TriageInput& in, std::vector<Finding>& out) {
 // Threads and communicators that grow with each in-process restore: the
 // process groups of the previous attempt were never destroyed.
 void resource_growth_rule(const TriageInput& in, std::vector<Finding>& out) {
+  memory_ramp_rule(in, out);
   std::vector<int> ranks;
   std::vector<std::string> evidence;
   bool comms = false;
@@ -481,7 +492,7 @@ struct AttemptEnd {
 // another rank's attempt ended before it (as after_peer_lost, within one attempt).
 bool attempt_after_peer_lost(const std::vector<const RankSummary*>& ranks, std::size_t a, const RankSummary& r) {
   const SessionEnding& e = r.ended_sessions[a];
-  if ((e.how != "exception" && e.how != "terminate") || !says_peer_lost(e.message)) return false;
+  if (!failed_by_itself(e.how) || !says_peer_lost(e.message)) return false;
   const std::uint64_t t = aligned(r, e.t);
   return std::any_of(ranks.begin(), ranks.end(), [&](const RankSummary* p) {
     if (p == &r) return false;
@@ -502,7 +513,7 @@ AttemptEnd cause_of(const std::vector<const RankSummary*>& ranks, std::size_t a)
     return best;
   };
   const auto raised = [&](const RankSummary& r, const SessionEnding& e) {
-    return (e.how == "exception" || e.how == "terminate") && !attempt_after_peer_lost(ranks, a, r);
+    return failed_by_itself(e.how) && !attempt_after_peer_lost(ranks, a, r) && !says_collective_timeout(e.message);
   };
   if (AttemptEnd c = first(raised); c.end) return c;
   if (AttemptEnd c = first([](const RankSummary&, const SessionEnding& e) { return e.how == "stall"; }); c.end) return c;
@@ -514,7 +525,12 @@ AttemptEnd cause_of(const std::vector<const RankSummary*>& ranks, std::size_t a)
 
 std::string ending_words(const std::vector<const RankSummary*>& ranks, std::size_t a, const RankSummary& r) {
   const SessionEnding& e = r.ended_sessions[a];
-  if (e.how == "exception" || e.how == "terminate") {
+  if (e.how == "exit_status") return fmt::format("rank {} {} at step {} (no uncaught exception)", r.rank, e.message, e.last_step);
+  if (failed_by_itself(e.how) && says_collective_timeout(e.message)) {
+    return fmt::format("rank {} gave up waiting in a collective at step {} (a consequence): {}", r.rank, e.last_step,
+                       e.message);
+  }
+  if (failed_by_itself(e.how)) {
     return attempt_after_peer_lost(ranks, a, r)
                ? fmt::format("rank {} failed at step {} because a peer was gone (a consequence): {}", r.rank,
                              e.last_step, e.message)

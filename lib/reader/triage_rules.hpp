@@ -132,7 +132,11 @@ void run_log_rule(const TriageInput& in, std::vector<Finding>& out);
 void restart_rule(const TriageInput& in, std::vector<Finding>& out);
 void exception_rule(const TriageInput& in, std::vector<Finding>& out);  // triage_exit.cpp
 void peer_lost_rule(const TriageInput& in, std::vector<Finding>& out);
+void collective_timeout_rule(const TriageInput& in, std::vector<Finding>& out);  // triage_exit.cpp
 void gpu_error_rule(const TriageInput& in, std::vector<Finding>& out);  // triage_resources.cpp
+/// A rank whose resident memory ramps up steadily over its snapshots: a leak (triage_resources.cpp;
+/// resource_growth_rule's second cause).
+void memory_ramp_rule(const TriageInput& in, std::vector<Finding>& out);
 void stopped_rule(const TriageInput& in, std::vector<Finding>& out);    // triage_exit.cpp
 /// What the ranks' resource snapshots add to the findings (triage_resources.cpp):
 /// a hung rank's GPU busy at low power, a dead rank's host out of memory, a
@@ -148,6 +152,7 @@ inline constexpr std::array<Rule, kFindingKindCount> kTriageRules{{
     {FindingKind::kGpuError, "gpu_error", gpu_error_rule, Listing::kRunWide},
     {FindingKind::kException, "exception", exception_rule, Listing::kRunWide},
     {FindingKind::kPeerLost, "peer_lost", peer_lost_rule, Listing::kRunWide},
+    {FindingKind::kCollectiveTimeout, "collective_timeout", collective_timeout_rule, Listing::kRunWide},
     {FindingKind::kStall, "stall", stall_rule, Listing::kRunWide},
     {FindingKind::kMissingRank, "missing_rank", missing_rank_rule, Listing::kRunWide},
     {FindingKind::kDesync, "desync", desync_rule, Listing::kRunWide},
@@ -178,6 +183,13 @@ bool says_peer_lost(std::string_view message);
 /// and another rank ended before it (an exit line, a run_end, or gone without a word and not
 /// alive by its heartbeat). The same words with every peer still there are its own cause.
 bool after_peer_lost(const RunSummary& sum, const StatusReport* live, const RankSummary& r);
+/// A backend gave up waiting for a collective ("Watchdog caught collective operation timeout",
+/// gloo's "Timed out waiting 30000ms for recv"): the rank that raised it waited for a peer
+/// that never joined - a consequence, never the culprit (triage_exit.cpp).
+bool says_collective_timeout(std::string_view message);
+/// Rank `r` ended of an exception that another rank caused: a lost peer after it ended, or a
+/// collective that timed out waiting for one.
+bool ended_as_consequence(const RunSummary& sum, const StatusReport* live, const RankSummary& r);
 /// How far after a lost-peer error another rank's own end (an exception, a run_end) may be
 /// recorded and still count as first: clocks of different hosts, an exit line written late.
 inline constexpr std::uint64_t kEndingSkewNs = 2'000'000'000;

@@ -97,7 +97,7 @@ bool ended_while_blocked(const RankSummary& r, const std::vector<const RankSumma
 // thread's, after which the process went on, nor one a lost peer caused):
 // what the exception rule names.
 bool raised(const RunSummary& sum, const StatusReport* live, const RankSummary& r) {
-  return r.exit && r.exit->cause != "thread_exception" && !after_peer_lost(sum, live, r);
+  return r.exit && r.exit->cause != "thread_exception" && !ended_as_consequence(sum, live, r);
 }
 
 // Culprits: stalled outside a collective, else behind on the sequence. A

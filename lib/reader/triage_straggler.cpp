@@ -24,6 +24,10 @@ constexpr double kMinShareOfStep = 0.02;   // what it costs the others per step,
 constexpr double kConsistent = 0.8;        // the share of a window's steps slower than the peers
 constexpr std::int64_t kShortSteps = 8;    // a log shorter than a window: one window of all of it, from this many steps
 constexpr double kShortRatio = 1.5;        // ... with less evidence, a higher bar
+// The peers' usual wait before a slow period counts against their wait during
+// it from this many steps: under it two standard errors bound nothing (and
+// such a short "before" is mostly warm-up steps).
+constexpr std::size_t kMinBaselineSteps = 5;
 
 using detail::median_in_place;
 
@@ -212,7 +216,12 @@ std::optional<StragglerFact> straggler_in(const std::vector<Sample>& s, std::int
       for (std::size_t k = onset; k < end; ++k) during.push_back(s[k].log_ratio);
       before.clear();
       for (std::size_t k = 0; k < onset; ++k) before.push_back(s[k].log_ratio);
-      const double ref = (median_in_place(during) + (before.empty() ? 0.0 : median_in_place(before))) / 2;
+      // Halfway, but never more than the bar above before: from a 1x start a 40x
+      // straggler's halfway is 6x, and its first steps, 6-15x slow while the
+      // peers warm up, would count as before it (and the peers' wait for it
+      // there as their usual wait, which then cancels the one it causes).
+      const double base = before.empty() ? 0.0 : median_in_place(before);
+      const double ref = base + std::min((median_in_place(during) - base) / 2, bar);
       std::size_t found = onset;
       double best = -1e300, sum = 0;
       for (std::size_t k = end; k-- > 0;) {
@@ -290,7 +299,7 @@ bool peers_waited(const std::vector<const PhaseSeries*>& series, std::size_t r, 
     return std::pair{mean, var / n};
   };
   auto [shift, se2] = mean_se2(during);
-  if (before.size() >= 2) {
+  if (before.size() >= kMinBaselineSteps) {
     const auto [base, base_se2] = mean_se2(before);
     shift -= base, se2 += base_se2;
   }

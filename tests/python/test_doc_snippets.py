@@ -138,8 +138,15 @@ def _commands(code):
 def _check_command(words, where):
     env = [w for w in words if re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", w)]
     words = words[len(env):] if words[:len(env)] == env else words
+    words = words[1:] if words[0] == "sudo" else words
     cmd, args = words[0], words[1:]
-    if cmd == "bash" or cmd.endswith(".sh") or cmd.startswith("build/"):
+    if cmd == "apt-get" and args[:1] == ["install"]:  # what the docs ask for is what .ci/setup.sh installs
+        setup = open(os.path.join(ROOT, ".ci", "setup.sh")).read()
+        block = setup[setup.index("PACKAGES=(") + len("PACKAGES=("):setup.index("\n)\n")]
+        packages = {p for line in block.splitlines() for p in line.split("#")[0].split()}
+        for a in args[1:]:
+            assert a.startswith("-") or a in packages, f"{where}: {a} is not among .ci/setup.sh's packages"
+    elif cmd == "bash" or cmd.endswith(".sh") or cmd.startswith("build/"):
         script = args[0] if cmd == "bash" else cmd
         if script.startswith("build/"):
             return  # made by the build the block itself starts with

@@ -25,6 +25,12 @@ for step in range(1, 50):
         if rank == 1 and step == 5:
             if sys.argv[1:] == ["reset"]:  # how a DataLoader worker's death can reach the main thread
                 raise ConnectionResetError(104, "Connection reset by peer")
+            if sys.argv[1:] == ["exit"]:  # caught and printed, then a failure of the program's own choosing
+                try:
+                    raise RuntimeError("bad batch 5")
+                except RuntimeError as e:
+                    print(f"giving up: {e}", file=sys.stderr)
+                    sys.exit(3)
             raise RuntimeError("bad batch 5")
     dist.all_reduce(x)
     rankscope.step(step, loss=1.0)
@@ -52,6 +58,27 @@ def _rank_0_followed(findings):
                                             f["summary"].startswith("rank stopped by SIGTERM: ")), findings
 
 
+def _cli(*args):
+    return subprocess.run([os.path.join(os.path.dirname(os.sys.executable), "rankscope"), *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+def _triage(run_dir):
+    """`rankscope triage --json` of the run, which must report findings (exit 1): (the report,
+    its rank rows by rank)."""
+    t = _cli("triage", "--json", run_dir)
+    assert t.returncode == 1, t.stdout + t.stderr
+    report = json.loads(t.stdout)
+    return report, {r["rank"]: r for r in report["ranks"]}
+
+
+def _status(run_dir):
+    """`rankscope status` of a run that failed (exit 1): its output."""
+    st = _cli("status", run_dir)
+    assert st.returncode == 1, st.stdout + st.stderr
+    return st.stdout
+
+
 @pytest.mark.parametrize("how,exception,msg", [
     ("", "RuntimeError", "RuntimeError: bad batch 5"),
     # Worded as a lost peer, yet no peer was gone: once in a few runs a DataLoader worker's death
@@ -71,19 +98,77 @@ def test_an_uncaught_exception_is_the_culprit_and_not_finished(tmp_path, torchru
     assert "raise " + exception in ex[0]["traceback"]
     beat = json.load(open(os.path.join(run_dir, "rank-1.heartbeat.json")))
     assert beat["state"] == "failed" and beat["exit_cause"] == "exception"
-    cli = [os.path.join(os.path.dirname(os.sys.executable), "rankscope")]
-    t = subprocess.run(cli + ["triage", "--json", run_dir], capture_output=True, text=True, timeout=120)
-    assert t.returncode == 1, t.stdout + t.stderr
-    report = json.loads(t.stdout)
+    report, rows = _triage(run_dir)
+    status = _status(run_dir)
     first = report["findings"][0]
-    assert first["kind"] == "exception" and first["ranks"] == [1], t.stdout
+    assert first["kind"] == "exception" and first["ranks"] == [1], report
     assert msg in first["summary"]
     # Rank 0 is never a culprit of its own: gloo's error or torchrun's SIGTERM followed rank 1.
     _rank_0_followed(report["findings"])
-    rows = {r["rank"]: r for r in report["ranks"]}
     assert rows[1]["state"] == "exception"
-    st = subprocess.run(cli + ["status", run_dir], capture_output=True, text=True, timeout=120)
-    assert st.returncode == 1 and "rank 1 FAILED: it exited after an uncaught exception" in st.stdout, st.stdout
+    assert "rank 1 FAILED: it exited after an uncaught exception" in status, status
+
+
+def test_a_caught_error_then_sys_exit_3_is_the_culprit_and_not_finished(tmp_path, torchrun):
+    """No exception reaches sys.excepthook: rank 1 catches its error and calls sys.exit(3).
+    rankscope's exit handler learns the status from exit() (Python calls it after finalizing):
+    an `exit` line of cause exit_status, a heartbeat that says failed, and triage names rank 1."""
+    script = tmp_path / "raises.py"
+    script.write_text(RAISES)
+    p = torchrun(script, 2, "exit", env={"RANKSCOPE_DIR": str(tmp_path / "run")})
+    assert p.returncode != 0
+    assert "giving up: bad batch 5" in p.stderr
+    run_dir = str(tmp_path / "run")
+    ex = _exit_lines(run_dir, 1)
+    assert len(ex) == 1, p.stderr[-3000:]
+    assert ex[0]["cause"] == "exit_status" and ex[0]["exit_status"] == 3, ex
+    assert ex[0]["msg"] == "exited with status 3" and ex[0]["step"] == 5, ex
+    beat = json.load(open(os.path.join(run_dir, "rank-1.heartbeat.json")))
+    assert beat["state"] == "failed" and beat["exit_cause"] == "exit_status" and beat["exit_status"] == 3, beat
+    report, rows = _triage(run_dir)
+    status = _status(run_dir)
+    first = report["findings"][0]
+    assert first["kind"] == "exception" and first["ranks"] == [1], report
+    assert first["summary"].startswith("rank 1 exited with status 3 at step 5, no uncaught exception"), first
+    _rank_0_followed(report["findings"])
+    assert rows[1]["state"] == "exit 3"
+    assert "rank 1 FAILED: it exited with status 3 at step 5" in status, status
+
+
+TIMES_OUT = r"""
+import datetime, time, torch, torch.distributed as dist
+import rankscope, rankscope.torch
+rankscope.init()
+rankscope.torch.instrument()
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=5))
+rank = dist.get_rank()
+x = torch.ones(4)
+for step in range(1, 50):
+    with rankscope.phase("forward"):
+        if rank == 1 and step == 5:
+            time.sleep(120)  # stuck in its forward: rank 0's all-reduce gives up after 5 s
+    dist.all_reduce(x)
+    rankscope.step(step, loss=1.0)
+"""
+
+
+def test_a_collective_timeout_names_the_rank_that_never_joined_not_the_one_that_timed_out(tmp_path, torchrun):
+    """gloo's timeout (5 s here) ends rank 0 with "Timed out waiting 5000ms for recv ...": an uncaught
+    exception, but a consequence. triage names rank 1, which never reached that all-reduce."""
+    script = tmp_path / "times_out.py"
+    script.write_text(TIMES_OUT)
+    p = torchrun(script, 2, env={"RANKSCOPE_DIR": str(tmp_path / "run")})
+    assert p.returncode != 0
+    run_dir = str(tmp_path / "run")
+    ex = _exit_lines(run_dir, 0)
+    assert len(ex) == 1 and "Timed out waiting" in ex[0]["msg"], (ex, p.stderr[-3000:])
+    report, _ = _triage(run_dir)
+    kinds = [f["kind"] for f in report["findings"]]
+    assert "exception" not in kinds, report["findings"]  # rank 0 is not a culprit of its own
+    f = next(f for f in report["findings"] if f["kind"] == "collective_timeout")
+    assert f["ranks"] == [1], report["findings"]
+    assert f["summary"].startswith("rank 0 gave up waiting in a collective at step 5 for rank 1, which never joined it"), f
+    assert report["findings"][0]["ranks"] == [1], report["findings"]
 
 
 def test_an_uncaught_exception_in_a_thread_is_recorded_and_the_process_goes_on(run_py, tmp_path):

@@ -323,6 +323,14 @@ def test_no_code_finds_fsdp2_where_fully_shard_is_called(tmp_path):
     assert {"loader_wait", "forward", "backward", "optimizer"} <= {e["name"] for e in events}
     ops = collections.Counter(e["op"] for e in run_log_events(str(run), "collective") if e["rank"] == 1)
     assert ops["all_gather"] >= 20 and ops["reduce_scatter"] >= 20, ops  # FSDP2's, every step
+    # Its communication overlaps compute: in flight every step, beyond what the ranks waited in it.
+    summary = json.loads(subprocess.run([RANKSCOPE, "summary", "--json", str(run)], capture_output=True, text=True,
+                                        check=True).stdout)
+    for r in summary["ranks"]:
+        assert r["median_comm_in_flight_ms"] > r["median_phase_ms"]["collective"], r
+    goodput = json.loads(subprocess.run([RANKSCOPE, "goodput", "--json", str(run)], capture_output=True, text=True,
+                                        check=True).stdout)
+    assert goodput["overlapped_comm_seconds"] > 0, goodput
 
 
 def test_a_rank_hung_in_its_data_is_named(tmp_path, framework):

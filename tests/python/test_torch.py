@@ -417,6 +417,74 @@ def test_an_async_handle_dropped_without_wait_ends_its_span_ok(tmp_path, port):
         (1, "all_reduce", "ok"), (2, "all_reduce", "ok"), (3, "barrier", "ok")]
 
 
+def test_backend_warnings_say_what_an_nccl_job_would_not_be_told():
+    import rankscope.torch as rst
+    quiet = {"NCCL_DEBUG": "WARN"}
+    assert rst._backend_warnings("gloo", {}) == []                      # not NCCL: nothing to say
+    assert rst._backend_warnings("nccl", quiet) == []
+    said = rst._backend_warnings("cpu:gloo,cuda:nccl", {})
+    assert [f["variable"] for _, f in said] == ["NCCL_DEBUG"]
+    assert said[0][0].startswith("NCCL_DEBUG is not set: NCCL's own warnings")
+    said = rst._backend_warnings("nccl", dict(quiet, TORCH_NCCL_ASYNC_ERROR_HANDLING="0"))
+    assert [f["variable"] for _, f in said] == ["TORCH_NCCL_ASYNC_ERROR_HANDLING"]
+    assert "leaves this rank hanging instead of ending it" in said[0][0]
+    assert rst._backend_warnings("nccl", dict(quiet, NCCL_ASYNC_ERROR_HANDLING="0"))[0][1] == {
+        "variable": "NCCL_ASYNC_ERROR_HANDLING"}
+    assert rst._backend_warnings("nccl", dict(quiet, TORCH_NCCL_ASYNC_ERROR_HANDLING="3")) == []
+
+
+BACKEND_WARNINGS = r"""
+import os, sys, torch, torch.distributed as dist
+import rankscope, rankscope.torch as rst
+
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[2], TORCH_NCCL_ASYNC_ERROR_HANDLING="0")
+os.environ.pop("NCCL_DEBUG", None)
+rankscope.init(rank=0, world_size=1, run_dir=sys.argv[1])
+# No NCCL without a GPU: the job's backend, as torch would name a GPU job's, is all that differs.
+dist.get_backend = lambda group=None: "cpu:gloo,cuda:nccl"
+dist.init_process_group("gloo", rank=0, world_size=1)    # wrapped by rankscope: checks once here
+rst.instrument()                                          # and not again here
+rankscope.shutdown()
+"""
+
+
+def test_an_nccl_job_is_told_once_on_rank_0_what_its_environment_hides(tmp_path, port):
+    _run_script(tmp_path, BACKEND_WARNINGS, port)
+    warned = [e for e in run_log_events(str(tmp_path / "run"), "log") if e["level"] == "warn"]
+    assert [e["fields"]["variable"] for e in warned] == ["NCCL_DEBUG", "TORCH_NCCL_ASYNC_ERROR_HANDLING"], warned
+
+
+def test_torch_compile_compilations_are_phases_and_a_recompilation_is_said(run_py, tmp_path):
+    # Instrumented before TorchDynamo is loaded (the usual order): registered at torch.compile.
+    p = run_py("""
+        import os, sys, torch, rankscope, rankscope.torch as rst
+        rankscope.init(rank=0, world_size=1, run_dir=os.environ["RUN_DIR"])
+        rst.instrument()
+        assert "torch._dynamo" not in sys.modules               # instrument() did not import it
+        f = torch.compile(lambda x: torch.relu(x) * 2, backend="eager", dynamic=False)
+        rankscope.step(0)                                       # step(n) ends n and begins n + 1
+        f(torch.ones(4))                                        # step 1 compiles: frame 0, compilation 0/0
+        rankscope.step(1)
+        f(torch.ones(4))                                        # step 2: cached...
+        f(torch.ones(7))                                        # ... then a new shape: recompiled, 0/1
+        rankscope.step(2)
+        rst.uninstrument()
+        f(torch.ones(9))                                        # not recorded any more
+        rankscope.shutdown()
+    """)
+    compiles = [e for e in run_log_events(str(tmp_path / "run"), "phase") if e["name"] == "compile"]
+    assert [e["step"] for e in compiles] == [1, 2], compiles    # the first compilation and the recompilation
+    from torch._dynamo import callback
+    if not hasattr(callback, "CallbackArgs"):  # torch before 2.8 gives its callbacks no compile id
+        return
+    recompiles = [e["value"] for e in run_log_events(str(tmp_path / "run"), "metric")
+                  if e["name"] == "rankscope_torch_recompilations_total"]
+    assert recompiles and recompiles[-1] == 1, recompiles
+    said = [e for e in run_log_events(str(tmp_path / "run"), "log") if "recompiled" in e["msg"]]
+    assert [(e["step"], e["fields"]["compile_id"]) for e in said] == [(2, "0/1")], said
+    assert said[0]["msg"].startswith("torch.compile recompiled frame 0 (compilation 2 of it): a guard failed")
+
+
 def test_record_cuda_memory_asks_torch_for_cuda_once_and_sets_each_devices_gauges(run_py):
     # No GPU here: torch.cuda's four calls are replaced by counting fakes of the same shape.
     p = run_py("""

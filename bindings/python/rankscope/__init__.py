@@ -152,6 +152,7 @@ def _time_process_group_init():
                     try:
                         from . import torch as rst
                         rst._use_store_for_dump_requests()
+                        rst._check_backend_settings()
                     except Exception:  # never into the training script
                         pass
                 return result

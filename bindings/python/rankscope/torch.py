@@ -15,6 +15,10 @@ Tested with torch 2.6 and 2.15. Nothing in torch is changed except the
 torch.distributed functions instrument() wraps (restored by uninstrument()).
 """
 import collections
+import re
+import sys
+import threading
+import os
 import functools
 import itertools
 import time
@@ -40,7 +44,8 @@ def _load_torch_hooks():
     if not built:
         return None, f"the C++ part was not built: {torch_missing or 'RANKSCOPE_WITH_TORCH was off'}"
     if built != torch.__version__:
-        return None, f"it was built against torch {built}, this is torch {torch.__version__} (reinstall rankscope)"
+        return None, (f"it was built against torch {built}, this is torch {torch.__version__} (to build them against "
+                      "this torch: pip install --no-build-isolation from the source)")
     try:
         from . import _torch_hooks as hooks
     except ImportError as e:
@@ -321,6 +326,126 @@ def _p2p_op_class(base):
     return P2POp
 
 
+def _backend_warnings(backend, env):
+    """What a job on `backend` (dist.get_backend(): "nccl", "cpu:gloo,cuda:nccl", ...) with the
+    environment `env` should be told at start-up, as (message, fields) pairs."""
+    if "nccl" not in str(backend):
+        return []
+    out = []
+    if not env.get("NCCL_DEBUG"):
+        out.append(("NCCL_DEBUG is not set: NCCL's own warnings (an InfiniBand port that fails, a fallback "
+                    "to sockets, why a collective timed out) will not reach the job's output; NCCL_DEBUG=WARN "
+                    "costs nothing while all is well", {"variable": "NCCL_DEBUG"}))
+    for name in ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING"):
+        if env.get(name, "").strip() == "0":
+            out.append((f"{name}=0: a collective that fails or times out leaves this rank hanging instead of "
+                        "ending it, so the job stalls rather than restarts; unset it (torch's default ends the "
+                        "process)", {"variable": name}))
+            break
+    return out
+
+
+_backend_checked = False
+
+
+def _check_backend_settings():
+    """Once per process, on global rank 0 (one warning for the job, not one per rank): the
+    settings of the default process group's backend that decide what a failure will say."""
+    global _backend_checked
+    if _backend_checked or not dist.is_available() or not dist.is_initialized():
+        return
+    _backend_checked = True
+    try:
+        if dist.get_rank() != 0:
+            return
+        for msg, fields in _backend_warnings(dist.get_backend(), os.environ):
+            rankscope.warning(msg, **fields)
+    except Exception:  # never into the training script
+        pass
+
+
+class _CompileWatch:
+    """torch.compile's compilations (TorchDynamo's start/end callbacks): each is a `compile`
+    phase, so the step breakdown, goodput and a hang's position show time spent compiling; each
+    recompilation of a frame (its compile id "F/N", N > 0: a guard failed on new shapes, dtypes
+    or Python values) is an info line and counts in rankscope_torch_recompilations_total."""
+
+    def __init__(self):
+        self._local = threading.local()
+        self._recompiles = rankscope.counter("rankscope_torch_recompilations_total",
+                                             "Frames torch.compile compiled again (a guard failed)")
+        self.registered = False
+
+    def start(self, *args):
+        try:
+            ph = rankscope.phase("compile")
+            ph.__enter__()
+            stack = getattr(self._local, "open", None)
+            if stack is None:
+                stack = self._local.open = []
+            stack.append(ph)
+        except Exception:  # never into the compiler
+            pass
+
+    def end(self, *args):
+        try:
+            stack = getattr(self._local, "open", None)
+            if stack:
+                stack.pop().__exit__(None, None, None)
+            compile_id = str(getattr(args[0], "compile_id", "")) if args else ""  # torch 2.8+ only
+            m = re.fullmatch(r"(\d+)/(\d+)", compile_id)
+            if m and int(m.group(2)) > 0:
+                self._recompiles.add(1)
+                rankscope.info(f"torch.compile recompiled frame {m.group(1)} (compilation {int(m.group(2)) + 1} of "
+                               "it): a guard failed on a new input shape, dtype or Python value; TORCH_LOGS=recompiles "
+                               "says which", compile_id=compile_id)
+        except Exception:
+            pass
+
+    def register(self):
+        """Once TorchDynamo is imported (importing it here would cost seconds every run)."""
+        if self.registered or "torch._dynamo" not in sys.modules:
+            return
+        try:
+            from torch._dynamo import callback
+            callback.on_compile_start(self.start)
+            callback.on_compile_end(self.end)
+            self.registered = True
+        except Exception as e:  # another torch layout: compilations are not phases
+            rankscope.warning("rankscope.torch: torch.compile's compilations are not recorded",
+                              error=f"{type(e).__name__}: {e}")
+
+    def unregister(self):
+        if not self.registered:
+            return
+        from torch._dynamo import callback
+        callback.callback_handler.remove_start_callback(self.start)
+        callback.callback_handler.remove_end_callback(self.end)
+        self.registered = False
+
+
+_compile_watch = None
+
+
+def _watch_compilations():
+    """Registers _CompileWatch now if TorchDynamo is loaded, else at the first torch.compile call."""
+    global _compile_watch
+    if _compile_watch is None:
+        _compile_watch = _CompileWatch()
+    _compile_watch.register()
+    if _compile_watch.registered or "compile" in _originals:
+        return
+    _originals["compile"] = torch.compile
+
+    @functools.wraps(torch.compile)
+    def compile(*args, **kwargs):
+        result = _originals["compile"](*args, **kwargs)  # imports TorchDynamo
+        _compile_watch.register()
+        return result
+
+    torch.compile = compile
+
+
 def instrument():
     """Records every collective as a span (idempotent): torch.distributed's functions (wrapped),
     and the functional collectives that DTensor and torch.compile'd graphs issue (at the dispatcher).
@@ -328,6 +453,8 @@ def instrument():
     recorder is copied next to each of rankscope's flight dumps (rank-<R>.torch-flight.json)."""
     rankscope._time_process_group_init()
     _use_store_for_dump_requests()
+    _check_backend_settings()
+    _watch_compilations()
     _torch_flight.start()  # PyTorch's flight recorder next to each of rankscope's dumps
     for name in _OPS:
         if name in _originals or not hasattr(dist, name):
@@ -348,8 +475,10 @@ def instrument():
 def uninstrument():
     """Restores every function instrument() wrapped and removes its dispatcher kernels."""
     for name, fn in _originals.items():
-        setattr(dist, name, fn)
+        setattr(torch if name == "compile" else dist, name, fn)
     _originals.clear()
+    if _compile_watch is not None:
+        _compile_watch.unregister()
     _functional.uninstrument()
 
 

@@ -197,6 +197,7 @@
   X(kMedian, "median")                             \
   X(kScore, "score")                               \
   X(kExitCause, "exit_cause")                    \
+  X(kExitStatus, "exit_status")                  \
   X(kCpuSeconds, "cpu_s")                        \
   X(kRssBytes, "rss_bytes")                      \
   X(kOpenFds, "open_fds")                        \
@@ -209,6 +210,25 @@
   X(kNetTx, "net_tx_bytes")                      \
   X(kDiskRead, "disk_read_bytes")                \
   X(kDiskWritten, "disk_written_bytes")          \
+  X(kPsiCpu, "psi_cpu_some")                     \
+  X(kPsiIo, "psi_io_some")                       \
+  X(kPsiIoFull, "psi_io_full")                   \
+  X(kPsiMem, "psi_mem_some")                     \
+  X(kPsiMemFull, "psi_mem_full")                 \
+  X(kMemDirty, "mem_dirty_bytes")                \
+  X(kMemWriteback, "mem_writeback_bytes")        \
+  X(kProcsRunning, "procs_running")              \
+  X(kProcsBlocked, "procs_blocked")              \
+  X(kTcpOutSegs, "tcp_out_segs")                 \
+  X(kTcpRetransSegs, "tcp_retrans_segs")         \
+  X(kTcpTimeouts, "tcp_timeouts")                \
+  X(kNetErrors, "net_errors")                    \
+  X(kNetDrops, "net_drops")                      \
+  X(kRdmaPortErrors, "rdma_port_errors")         \
+  X(kRdmaLinkDowned, "rdma_link_downed")         \
+  X(kRdmaRetries, "rdma_retries")                \
+  X(kRdmaCnp, "rdma_cnp")                        \
+  X(kRdmaPortsDown, "rdma_ports_down")           \
   X(kGpu, "gpu")                                 \
   X(kGpuUtil, "gpu_util")                        \
   X(kGpuMemUsed, "gpu_mem_used_ratio")           \
@@ -222,6 +242,9 @@
   X(kGpuPcieRx, "gpu_pcie_rx_bytes_s")                \
   X(kGpuNvlinkTx, "gpu_nvlink_tx_bytes")               \
   X(kGpuNvlinkRx, "gpu_nvlink_rx_bytes")                          \
+  X(kGpuEccCorrected, "gpu_ecc_corrected")                        \
+  X(kGpuPcieReplays, "gpu_pcie_replays")                          \
+  X(kGpuNvlinkErrors, "gpu_nvlink_errors")                        \
   X(kNative, "native")                                            \
   X(kPython, "python")                                            \
   X(kAnswered, "answered")                                        \
@@ -312,7 +335,8 @@
 #define RANKSCOPE_LINE_kLogResumed(M) M(kLinesDropped, lines_dropped, std::uint64_t)
 #define RANKSCOPE_LINE_kExit(M)                                                                                \
   M(kMsg, msg, std::string) M(kCause, cause, std::string)                                                    \
-  M(kException, exception, std::string) M(kTraceback, traceback, std::string)
+  M(kException, exception, std::string) M(kTraceback, traceback, std::string)                                \
+  M(kExitStatus, exit_status, std::optional<std::int64_t>)
 #define RANKSCOPE_LINE_kNumerics(M)                                                                            \
   M(kLevel, level, Level) M(kMsg, msg, std::string) M(kWhat, what, std::string) M(kSignal, signal, std::string) \
   M(kValue, value, std::optional<double>) M(kMedian, median, std::optional<double>)                          \
@@ -325,7 +349,17 @@
   M(kMemAvailable, mem_available_bytes, std::optional<double>)                                               \
   M(kMemTotal, mem_total_bytes, std::optional<double>) M(kNetRx, net_rx_bytes, std::optional<double>)        \
   M(kNetTx, net_tx_bytes, std::optional<double>) M(kDiskRead, disk_read_bytes, std::optional<double>)        \
-  M(kDiskWritten, disk_written_bytes, std::optional<double>) M(kGpu, gpu, std::optional<double>)             \
+  M(kDiskWritten, disk_written_bytes, std::optional<double>) M(kPsiCpu, psi_cpu_some, std::optional<double>) \
+  M(kPsiIo, psi_io_some, std::optional<double>) M(kPsiIoFull, psi_io_full, std::optional<double>)            \
+  M(kPsiMem, psi_mem_some, std::optional<double>) M(kPsiMemFull, psi_mem_full, std::optional<double>)        \
+  M(kMemDirty, mem_dirty_bytes, std::optional<double>) M(kMemWriteback, mem_writeback_bytes, std::optional<double>) \
+  M(kProcsRunning, procs_running, std::optional<double>) M(kProcsBlocked, procs_blocked, std::optional<double>) \
+  M(kTcpOutSegs, tcp_out_segs, std::optional<double>) M(kTcpRetransSegs, tcp_retrans_segs, std::optional<double>) \
+  M(kTcpTimeouts, tcp_timeouts, std::optional<double>) M(kNetErrors, net_errors, std::optional<double>)       \
+  M(kNetDrops, net_drops, std::optional<double>) M(kRdmaPortErrors, rdma_port_errors, std::optional<double>) \
+  M(kRdmaLinkDowned, rdma_link_downed, std::optional<double>) M(kRdmaRetries, rdma_retries, std::optional<double>) \
+  M(kRdmaCnp, rdma_cnp, std::optional<double>) M(kRdmaPortsDown, rdma_ports_down, std::optional<double>)     \
+  M(kGpu, gpu, std::optional<double>)                                                                        \
   M(kGpuUtil, gpu_util, std::optional<double>) M(kGpuMemUsed, gpu_mem_used_ratio, std::optional<double>)     \
   M(kGpuPower, gpu_power_w, std::optional<double>) M(kGpuTemp, gpu_temp_c, std::optional<double>)            \
   M(kGpuSmClock, gpu_sm_hz, std::optional<double>) M(kGpuThrottle, gpu_throttle, std::optional<double>)      \
@@ -333,7 +367,10 @@
   M(kGpuPcieTx, gpu_pcie_tx_bytes_s, std::optional<double>)                                                  \
   M(kGpuPcieRx, gpu_pcie_rx_bytes_s, std::optional<double>)                                                  \
   M(kGpuNvlinkTx, gpu_nvlink_tx_bytes, std::optional<double>)                                                \
-  M(kGpuNvlinkRx, gpu_nvlink_rx_bytes, std::optional<double>)
+  M(kGpuNvlinkRx, gpu_nvlink_rx_bytes, std::optional<double>)                                                \
+  M(kGpuEccCorrected, gpu_ecc_corrected, std::optional<double>)                                              \
+  M(kGpuPcieReplays, gpu_pcie_replays, std::optional<double>)                                                \
+  M(kGpuNvlinkErrors, gpu_nvlink_errors, std::optional<double>)
 #define RANKSCOPE_LINE_kStacks(M)                                                                              \
   M(kReason, reason, std::string) M(kThreads, threads, std::uint64_t) M(kAnswered, answered, std::uint64_t)  \
   M(kCaptureUs, capture_us, std::uint64_t) M(kNative, native, std::string) M(kPython, python, std::string)   \

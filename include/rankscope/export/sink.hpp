@@ -107,6 +107,8 @@ struct RunInfo {
   std::uint64_t start_wall_ns = 0;
   std::uint64_t start_mono_ns = 0;
   std::string environment_json;  // the environment summary (a JSON object, secrets redacted)
+  double flops_per_step = 0;     // RANKSCOPE_FLOPS_PER_STEP: one rank's model FLOPs per step (0: not given)
+  double peak_flops = 0;         // RANKSCOPE_PEAK_FLOPS: one device's peak FLOP/s (0: not given)
 };
 
 /// A point-in-time view of every metric, taken by the background thread.

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <cmath>
 #include <filesystem>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -237,6 +238,21 @@ absl::Status resolve_snapshots(const Config& cfg, Settings& out) {
                               ? cfg.resource_interval
                               : std::chrono::milliseconds(std::llround(*resource_s * 1e3));
   out.resource_deadline = std::chrono::milliseconds(std::max<std::int64_t>(1, std::llround(*resource_deadline_s * 1e3)));
+  // Model FLOP/s and MFU: what a step computes and what the device could, both from the user.
+  for (auto [e, field, what] : {std::tuple{Env::kFlopsPerStep, &Settings::flops_per_step,
+                                           "the FLOPs one rank computes per step (about 6 x parameters x tokens "
+                                           "per rank per step for a transformer's training step)"},
+                                std::tuple{Env::kPeakFlops, &Settings::peak_flops,
+                                           "one device's peak FLOP/s at the training's precision (989e12 for an "
+                                           "H100 SXM's dense BF16)"}}) {
+    const char* v = env_raw(e);
+    if (v == nullptr || *v == '\0') continue;
+    double x = 0;
+    if (!absl::SimpleAtod(v, &x) || !(x > 0) || !std::isfinite(x)) {
+      return absl::InvalidArgumentError(fmt::format("{}='{}' must be a positive number: {}", env_spec(e).name, v, what));
+    }
+    out.*field = x;
+  }
   return absl::OkStatus();
 }
 

@@ -50,6 +50,8 @@ struct Settings {
   std::chrono::milliseconds metrics_interval{10000};  // metric snapshots and stats lines
   std::chrono::milliseconds resource_interval{30000};  // resource snapshots (0 = off)
   std::chrono::milliseconds resource_deadline{5000};   // a snapshot taking longer is reported stuck
+  double flops_per_step = 0;  // the model's FLOPs per step on one rank (0: not given)
+  double peak_flops = 0;      // one device's peak FLOP/s (0: not given)
   std::string run_dir;  // empty without a run log; created (and checked writable) when set
 };
 

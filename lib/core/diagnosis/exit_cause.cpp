@@ -7,6 +7,7 @@
 #include <cxxabi.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <string>
@@ -19,6 +20,7 @@
 namespace rankscope::detail {
 namespace {
 std::atomic<ExitCause> g_cause{ExitCause::kNone};
+std::atomic<int> g_exit_status{0};
 std::terminate_handler g_previous_terminate = nullptr;
 
 // A traceback's end is what matters (the raising frame); the fields budget
@@ -71,26 +73,46 @@ std::string_view exit_cause_name(ExitCause c) {
     case ExitCause::kException: return "exception";
     case ExitCause::kThreadException: return "thread_exception";
     case ExitCause::kTerminate: return "terminate";
+    case ExitCause::kExitStatus: return "exit_status";
   }
   return "";
 }
 
 ExitCause exit_cause() noexcept { return g_cause.load(std::memory_order_acquire); }
 
-void record_exit(ExitCause cause, std::string_view exception, std::string_view message,
-                 std::string_view traceback) noexcept {
+namespace {
+void write_exit(ExitCause cause, std::string_view exception, std::string_view message, std::string_view traceback,
+                int status) noexcept {
   try {
     // A thread's exception does not end the process: it does not name the end.
     if (cause != ExitCause::kThreadException) g_cause.store(cause, std::memory_order_release);
     Attributes a;
     a.add(schema::field_name(schema::Field::kCause), exit_cause_name(cause));
-    a.add(schema::field_name(schema::Field::kException), exception);
+    if (!exception.empty()) a.add(schema::field_name(schema::Field::kException), exception);
     if (!traceback.empty()) a.add(schema::field_name(schema::Field::kTraceback), traceback_tail(traceback));
+    if (status != 0) a.add(schema::field_name(schema::Field::kExitStatus), static_cast<std::int64_t>(status));
     const std::string text = exception.empty() ? std::string(message) : std::string(exception) + ": " + std::string(message);
     emit_payload(RecordKind::kExit, Level::kFatal, nullptr, 0, text, a, /*write_now=*/true);
   } catch (...) {
   }
 }
+}  // namespace
+
+void record_exit(ExitCause cause, std::string_view exception, std::string_view message,
+                 std::string_view traceback) noexcept {
+  write_exit(cause, exception, message, traceback, 0);
+}
+
+void record_exit_status(int status) noexcept {
+  // An uncaught exception exits with status 1 too: it is already the cause.
+  if (status == 0 || g_cause.load(std::memory_order_acquire) != ExitCause::kNone) return;
+  g_exit_status.store(status, std::memory_order_relaxed);
+  char msg[48];
+  std::snprintf(msg, sizeof msg, "exited with status %d", status);
+  write_exit(ExitCause::kExitStatus, "", msg, "", status);
+}
+
+int exit_status() noexcept { return g_exit_status.load(std::memory_order_relaxed); }
 
 void install_terminate_handler() noexcept {
   static std::atomic<bool> installed{false};

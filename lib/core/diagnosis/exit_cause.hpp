@@ -13,6 +13,7 @@ enum class ExitCause : std::uint8_t {
   kException,        // an uncaught exception ended the program (Python's sys.excepthook)
   kThreadException,  // an exception ended a thread (threading.excepthook); the process goes on
   kTerminate,        // std::terminate: an uncaught C++ exception, or an explicit call
+  kExitStatus,       // exit() with a nonzero status, nothing above recorded: sys.exit(1) after a caught error
 };
 
 std::string_view exit_cause_name(ExitCause c);
@@ -23,6 +24,14 @@ ExitCause exit_cause() noexcept;
 /// for the final heartbeat.
 void record_exit(ExitCause cause, std::string_view exception, std::string_view message,
                  std::string_view traceback) noexcept;
+/// The process is ending through exit(status). A nonzero status with no cause
+/// recorded before is a failure of the program's own choosing (a caught error,
+/// then sys.exit(1) or `return 1` from main): an `exit` line of cause
+/// exit_status with the status. Called by the runtime's exit handler, before
+/// the shutdown that writes the final heartbeat.
+void record_exit_status(int status) noexcept;
+/// The status record_exit_status recorded (0: none).
+int exit_status() noexcept;
 /// std::set_terminate(ours), chaining to the previous handler; once per process.
 void install_terminate_handler() noexcept;
 

@@ -134,32 +134,36 @@ void Watchdog::on_step(const StepBreakdown& b, std::int32_t, std::uint64_t mono_
         const double d = static_cast<double>(b.by_kind_ns[k]) - static_cast<double>(median_of(v));
         if (d > grown_by) grown_by = d, grown = k;
       }
-      last_step_slow_ = true;
-      ++slow_steps_;
-      Event e;
-      e.kind = EventKind::kSlowStep;
-      e.step = b.step;
-      e.mono_ns = mono_ns;
-      e.wall_ns = wall_ns;  // was left 0: timelines of a run with a slow step spanned 1970 to now
-      e.dur_ns = b.total_ns;
-      const double factor = static_cast<double>(b.total_ns) / static_cast<double>(usual);
-      e.attributes.add(schema::field_name(schema::Field::kUsualNs), std::uint64_t{usual})
-          .add(schema::field_name(schema::Field::kFactor), std::round(factor * 100.0) / 100.0)
-          .add(schema::field_name(schema::Field::kGrownPhase), phase_kind_name(static_cast<PhaseKind>(grown)))
-          .add(schema::field_name(schema::Field::kGrownByNs), static_cast<std::uint64_t>(std::max(0.0, grown_by)));
-      // Every slow step is in the run log; the console gets one line per 10 s.
-      if (slow_printed_mono_ == 0 || mono_ns - slow_printed_mono_ >= 10'000'000'000ull) {
-        const std::string more =
-            slow_unprinted_ > 0 ? fmt::format(" (+{} more slow steps in the run log)", slow_unprinted_) : "";
-        diagnose(Topic::kProgress, "rank {}: step {} was slow: {:.1f} ms, {:.1f}x the usual {:.1f} ms ({} grew by {:.1f} ms){}",
-                 ctx_.rank, b.step, secs(b.total_ns) * 1e3, factor, secs(usual) * 1e3,
-                 phase_kind_name(static_cast<PhaseKind>(grown)), grown_by / 1e6, more);
-        slow_printed_mono_ = mono_ns;
-        slow_unprinted_ = 0;
-      } else {
-        ++slow_unprinted_;
+      // A step that saved a checkpoint is slow by design: no slow_step line, no
+      // warning, no "slow" heartbeat for it (triage leaves it out too).
+      if (grown != static_cast<int>(PhaseKind::kCheckpoint)) {
+        last_step_slow_ = true;
+        ++slow_steps_;
+        Event e;
+        e.kind = EventKind::kSlowStep;
+        e.step = b.step;
+        e.mono_ns = mono_ns;
+        e.wall_ns = wall_ns;  // was left 0: timelines of a run with a slow step spanned 1970 to now
+        e.dur_ns = b.total_ns;
+        const double factor = static_cast<double>(b.total_ns) / static_cast<double>(usual);
+        e.attributes.add(schema::field_name(schema::Field::kUsualNs), std::uint64_t{usual})
+            .add(schema::field_name(schema::Field::kFactor), std::round(factor * 100.0) / 100.0)
+            .add(schema::field_name(schema::Field::kGrownPhase), phase_kind_name(static_cast<PhaseKind>(grown)))
+            .add(schema::field_name(schema::Field::kGrownByNs), static_cast<std::uint64_t>(std::max(0.0, grown_by)));
+        // Every slow step is in the run log; the console gets one line per 10 s.
+        if (slow_printed_mono_ == 0 || mono_ns - slow_printed_mono_ >= 10'000'000'000ull) {
+          const std::string more =
+              slow_unprinted_ > 0 ? fmt::format(" (+{} more slow steps in the run log)", slow_unprinted_) : "";
+          diagnose(Topic::kProgress, "rank {}: step {} was slow: {:.1f} ms, {:.1f}x the usual {:.1f} ms ({} grew by {:.1f} ms){}",
+                   ctx_.rank, b.step, secs(b.total_ns) * 1e3, factor, secs(usual) * 1e3,
+                   phase_kind_name(static_cast<PhaseKind>(grown)), grown_by / 1e6, more);
+          slow_printed_mono_ = mono_ns;
+          slow_unprinted_ = 0;
+        } else {
+          ++slow_unprinted_;
+        }
+        out.push_back(e);
       }
-      out.push_back(e);
     }
   }
   history_[history_next_] = b;
@@ -389,6 +393,7 @@ void Watchdog::write_heartbeat(std::uint64_t now_mono, const TickClock& clock,
   w.field(schema::Field::kSlowSteps, slow_steps_).field(schema::Field::kInside, inside);
   if (const ExitCause c = exit_cause(); c != ExitCause::kNone) {
     w.field(schema::Field::kExitCause, exit_cause_name(c));
+    if (c == ExitCause::kExitStatus) w.field(schema::Field::kExitStatus, static_cast<std::int64_t>(exit_status()));
   } else if (fatal_signal_ != 0) {
     w.field(schema::Field::kExitCause, "signal").field(schema::Field::kSignal, signal_name(fatal_signal_));
   }

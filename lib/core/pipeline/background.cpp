@@ -179,6 +179,7 @@ void Runtime::watch_numerics(const Event& step) {
   add(loss_spikes_total_, before.loss_spikes, now.loss_spikes);
   add(grad_explosions_total_, before.grad_norm_explosions, now.grad_norm_explosions);
   add(skip_storms_total_, before.skip_storms, now.skip_storms);
+  add(vanishing_total_, before.vanishing_grad_norm, now.vanishing_grad_norm);
 }
 
 // A log record: the header, then its payload bytes in the following records.

@@ -1,7 +1,9 @@
 // The background thread's evidence beyond the rings: resource snapshots and
 // stack captures become run-log lines here (split from background.cpp).
 #include <chrono>
+#include <cstdlib>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -29,6 +31,7 @@ void Runtime::write_resources() {
       if (s.has[i]) e.attributes.add(schema::field_name(detail::resource_info(static_cast<detail::Resource>(i)).key), s.value[i]);
     }
   }
+  if (!out.empty()) warn_if_gpus_unused(out);
   if (auto stuck = detail::resources_stuck(mono_now())) {
     if (resource_timeouts_ == nullptr) {
       resource_timeouts_ = &counter("rankscope_resource_sample_timeouts_total",
@@ -49,6 +52,32 @@ void Runtime::write_resources() {
   deliver(out);
 }
 
+
+// A node with GPUs and a rank that, ten steps in, holds memory on none of
+// them trains on the CPU - silently, and often ~100x slower. Said once per run
+// (on the console by rank 0 under the default policy), unless the GPUs are
+// hidden on purpose (CUDA_VISIBLE_DEVICES empty or -1).
+void Runtime::warn_if_gpus_unused(std::vector<Event>& out) {
+  const std::int64_t step = detail::g_step.load(std::memory_order_relaxed);
+  if (gpu_unused_said_ || step < 10) return;
+  if (const char* cvd = std::getenv("CUDA_VISIBLE_DEVICES");
+      cvd != nullptr && (*cvd == '\0' || std::string_view(cvd) == "-1")) {
+    return;
+  }
+  const detail::GpuUse use = detail::gpu_use();
+  if (use.devices <= 0 || !use.uses.has_value() || *use.uses) return;
+  gpu_unused_said_ = true;
+  Event& e = out.emplace_back();
+  e.kind = EventKind::kLog;
+  e.level = Level::kWarn;
+  e.step = step;
+  e.mono_ns = mono_now();
+  e.wall_ns = detail::realtime_ns();
+  e.text = absl::StrCat("this rank uses none of the node's ", use.devices, " GPU(s) at step ", step,
+                        ": it trains on the CPU, often ~100x slower - move the model and its batches to the "
+                        "rank's GPU (model.to(f'cuda:{local_rank}')), or hide the GPUs "
+                        "(CUDA_VISIBLE_DEVICES=) if CPU training is meant");
+}
 
 // Where every thread is (stacks.hpp): a run-log line and, through the
 // recent-events history, the flight dump. Only when signal handlers are ours

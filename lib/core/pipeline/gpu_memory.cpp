@@ -14,10 +14,12 @@
 #include <atomic>
 #include <cstdlib>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "rankscope/metrics.hpp"
+#include "resources.hpp"
 #include "settings_table.hpp"
 
 namespace rankscope::detail {
@@ -48,6 +50,7 @@ class GpuMemory {
       state_ = State::kUnavailable;
       return;
     }
+    bool answered = false, uses = false;
     for (unsigned i = 0; i < devices_.size(); ++i) {
       void* dev = devices_[i];
       NvmlMemory m{};
@@ -60,12 +63,26 @@ class GpuMemory {
       unsigned n = 64;
       double mine = 0;
       if (processes_(dev, &n, procs) == 0) {
+        bool listed = false;
         for (unsigned k = 0; k < n && k < 64; ++k) {
-          if (procs[k].pid == static_cast<unsigned>(::getpid())) mine += static_cast<double>(procs[k].used);
+          if (procs[k].pid == static_cast<unsigned>(::getpid())) {
+            mine += static_cast<double>(procs[k].used);
+            listed = true;
+          }
         }
         process_[i]->set(mine);
+        answered = true;
+        uses |= listed;
       }
     }
+    // Every device answered for its processes or none did: a device that
+    // cannot list them (no permission) leaves the answer unknown.
+    if (answered) use_.store(uses ? kUses : kUsesNone, std::memory_order_relaxed);
+    devices_seen_.store(static_cast<int>(devices_.size()), std::memory_order_relaxed);
+  }
+  GpuUse use() const {
+    const int u = use_.load(std::memory_order_relaxed);
+    return {devices_seen_.load(std::memory_order_relaxed), u == kUnknown ? std::nullopt : std::optional<bool>(u == kUses)};
   }
 
  private:
@@ -100,8 +117,11 @@ class GpuMemory {
     return true;
   }
 
+  static constexpr int kUnknown = 0, kUses = 1, kUsesNone = 2;
   std::mutex mu_;
   std::atomic<bool> retry_{false};
+  std::atomic<int> use_{kUnknown};       // from the last poll that listed processes
+  std::atomic<int> devices_seen_{0};
   State state_ = State::kUnloaded;  // Requires mu_ held (as every member below).
   int (*memory_)(void*, NvmlMemory*) = nullptr;
   int (*processes_)(void*, unsigned*, NvmlProcess*) = nullptr;
@@ -119,6 +139,7 @@ GpuMemory& gpu_memory() {
 
 // The resource sampler's thread; retry from init.
 void poll_gpu_memory() { gpu_memory().poll(); }
+GpuUse gpu_use() { return gpu_memory().use(); }
 void retry_gpu_memory() { gpu_memory().retry(); }
 
 }  // namespace rankscope::detail

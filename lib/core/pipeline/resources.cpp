@@ -15,6 +15,8 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -44,10 +46,29 @@ constexpr ResourceInfo kInfo[] = {
     {F::kLoad1, "rankscope_host_load1", "Host load average over 1 minute", false, false},
     {F::kMemAvailable, "rankscope_host_memory_available_bytes", "Host memory available (MemAvailable)", false, false},
     {F::kMemTotal, "rankscope_host_memory_total_bytes", "Host memory", false, false},
-    {F::kNetRx, "rankscope_host_network_receive_bytes_total", "Bytes received on the host's interfaces (not lo)", true, false},
-    {F::kNetTx, "rankscope_host_network_transmit_bytes_total", "Bytes sent on the host's interfaces (not lo)", true, false},
+    {F::kNetRx, "rankscope_host_network_receive_bytes_total", "Bytes received on the host's interfaces (not lo)", true, false, true},
+    {F::kNetTx, "rankscope_host_network_transmit_bytes_total", "Bytes sent on the host's interfaces (not lo)", true, false, true},
     {F::kDiskRead, "rankscope_host_disk_read_bytes_total", "Bytes read from the host's disks", true, false},
     {F::kDiskWritten, "rankscope_host_disk_written_bytes_total", "Bytes written to the host's disks", true, false},
+    {F::kPsiCpu, "rankscope_host_pressure_cpu_some_ratio", "Share of the last 10 s some task waited for a CPU (PSI cpu some avg10)", false, false},
+    {F::kPsiIo, "rankscope_host_pressure_io_some_ratio", "Share of the last 10 s some task waited on I/O (PSI io some avg10)", false, false},
+    {F::kPsiIoFull, "rankscope_host_pressure_io_full_ratio", "Share of the last 10 s every task waited on I/O (PSI io full avg10)", false, false},
+    {F::kPsiMem, "rankscope_host_pressure_memory_some_ratio", "Share of the last 10 s some task waited for memory (PSI memory some avg10)", false, false},
+    {F::kPsiMemFull, "rankscope_host_pressure_memory_full_ratio", "Share of the last 10 s every task waited for memory (PSI memory full avg10)", false, false},
+    {F::kMemDirty, "rankscope_host_memory_dirty_bytes", "Host memory waiting to be written to disk (Dirty)", false, false},
+    {F::kMemWriteback, "rankscope_host_memory_writeback_bytes", "Host memory being written to disk (Writeback)", false, false},
+    {F::kProcsRunning, "rankscope_host_procs_running", "Runnable processes on the host (/proc/stat)", false, false},
+    {F::kProcsBlocked, "rankscope_host_procs_blocked", "Processes blocked on I/O on the host (/proc/stat)", false, false},
+    {F::kTcpOutSegs, "rankscope_host_tcp_sent_segments_total", "TCP segments sent by the host (/proc/net/snmp OutSegs)", true, false},
+    {F::kTcpRetransSegs, "rankscope_host_tcp_retransmitted_segments_total", "TCP segments retransmitted by the host (RetransSegs)", true, false},
+    {F::kTcpTimeouts, "rankscope_host_tcp_timeouts_total", "TCP retransmission timeouts on the host (/proc/net/netstat TCPTimeouts)", true, false},
+    {F::kNetErrors, "rankscope_host_network_errors_total", "Receive and transmit errors of a network interface (/proc/net/dev errs)", true, false, true},
+    {F::kNetDrops, "rankscope_host_network_drops_total", "Packets a network interface dropped, received or sent (/proc/net/dev drop)", true, false, true},
+    {F::kRdmaPortErrors, "rankscope_host_rdma_port_errors_total", "Physical and link errors of an RDMA port (symbol, receive, integrity, recovery, discards)", true, false, true},
+    {F::kRdmaLinkDowned, "rankscope_host_rdma_link_downed_total", "Times an RDMA port's link went down (link_downed)", true, false, true},
+    {F::kRdmaRetries, "rankscope_host_rdma_transport_retries_total", "Transport retries of an RDMA port (ACK timeouts, out-of-sequence, sequence errors)", true, false, true},
+    {F::kRdmaCnp, "rankscope_host_rdma_congestion_notifications_total", "Congestion notification packets an RDMA port sent or handled (RoCE ECN)", true, false, true},
+    {F::kRdmaPortsDown, "rankscope_host_rdma_ports_down", "RDMA ports whose state is not ACTIVE", false, false},
     {F::kGpuUtil, "rankscope_gpu_utilization_ratio", "Share of the last sample period a kernel ran on the rank's GPU", false, true},
     {F::kGpuMemUsed, "rankscope_gpu_memory_used_ratio", "Memory used on the rank's GPU, as a share of its memory", false, true},
     {F::kGpuPower, "rankscope_gpu_power_watts", "Power drawn by the rank's GPU", false, true},
@@ -60,6 +81,9 @@ constexpr ResourceInfo kInfo[] = {
     {F::kGpuPcieRx, "rankscope_gpu_pcie_receive_bytes_per_second", "PCIe bytes/s received by the rank's GPU", false, true},
     {F::kGpuNvlinkTx, "rankscope_gpu_nvlink_transmit_bytes_total", "NVLink data bytes sent by the rank's GPU (all links)", true, true},
     {F::kGpuNvlinkRx, "rankscope_gpu_nvlink_receive_bytes_total", "NVLink data bytes received by the rank's GPU (all links)", true, true},
+    {F::kGpuEccCorrected, "rankscope_gpu_ecc_corrected_errors_total", "Corrected ECC errors on the rank's GPU since the driver loaded", true, true},
+    {F::kGpuPcieReplays, "rankscope_gpu_pcie_replays_total", "PCIe replays (link-level retransmissions) of the rank's GPU", true, true},
+    {F::kGpuNvlinkErrors, "rankscope_gpu_nvlink_errors_total", "NVLink CRC, replay and recovery errors of the rank's GPU (all links)", true, true},
 };
 static_assert(std::size(kInfo) == kResourceCount);
 
@@ -137,16 +161,140 @@ void sample_process(ResourceSample& s) {
   }
 }
 
-// Per-interface byte counters (the metrics' labels) and their totals (the run log's).
+// A host-wide file under RANKSCOPE_HOST_ROOT ("/" by default): tests point it
+// at a fake tree, a container at the host's /proc mounted elsewhere.
+std::string host_file(std::string_view path) {
+  const char* root = env_raw(Env::kHostRoot);
+  std::string out = root != nullptr && *root != '\0' && std::string_view(root) != "/" ? root : "";
+  while (!out.empty() && out.back() == '/') out.pop_back();
+  out += path;
+  return out;
+}
+
+// "Tcp: ... OutSegs RetransSegs ...\nTcp: ... 123 4 ..." (/proc/net/snmp, /proc/net/netstat):
+// the value under `name` in the pair of lines that start with `prefix`.
+std::optional<double> header_value(std::string_view text, std::string_view prefix, std::string_view name) {
+  std::vector<std::string_view> pair;
+  for (std::string_view line : lines(text)) {
+    if (line.starts_with(prefix)) pair.push_back(line.substr(prefix.size()));
+  }
+  if (pair.size() < 2) return std::nullopt;
+  const auto keys = words(pair[0]), values = words(pair[1]);
+  for (std::size_t i = 0; i < keys.size() && i < values.size(); ++i) {
+    double v = 0;
+    if (keys[i] == name && number(values[i], v)) return v;
+  }
+  return std::nullopt;
+}
+
+// Pressure stall information (Linux 4.20+, CONFIG_PSI): "some avg10=1.23 ..." and
+// "full avg10=..." as shares of the last 10 s; absent where the kernel has none.
+void sample_pressure(ResourceSample& s) {
+  struct Source {
+    const char* file;
+    Resource some, full;
+  };
+  for (const Source& src : {Source{"/proc/pressure/cpu", Resource::kPsiCpu, Resource::kCount},
+                            Source{"/proc/pressure/io", Resource::kPsiIo, Resource::kPsiIoFull},
+                            Source{"/proc/pressure/memory", Resource::kPsiMem, Resource::kPsiMemFull}}) {
+    const std::string text = read_small(host_file(src.file).c_str());
+    for (std::string_view line : lines(text)) {
+      const bool some = line.starts_with("some "), full = line.starts_with("full ");
+      if ((!some && !full) || (full && src.full == Resource::kCount)) continue;
+      for (std::string_view w : words(line)) {
+        double pct = 0;
+        if (w.starts_with("avg10=") && number(w.substr(6), pct)) s.set(some ? src.some : src.full, pct / 100);
+      }
+    }
+  }
+}
+
+// Counters per source (a NIC, an RDMA port): the metrics' labels; the run log has their totals.
+struct SourceValue {
+  Resource r;
+  Labels labels;
+  double value;
+};
 struct HostCounters {
-  std::map<std::string, std::pair<double, double>> net;  // interface -> (rx, tx)
+  std::vector<SourceValue> per_source;  // this sample's
 };
 
+// RDMA ports, /sys/class/infiniband/<device>/ports/<port>/: counters/ (the IB
+// port counters; RoCE NICs keep them too) and hw_counters/ (the driver's: mlx5
+// names), each file one number; state "4: ACTIVE". Which counters say what:
+struct RdmaCounter {
+  const char* file;
+  Resource r;
+};
+constexpr RdmaCounter kRdmaCounters[] = {
+    {"counters/symbol_error", Resource::kRdmaPortErrors},
+    {"counters/port_rcv_errors", Resource::kRdmaPortErrors},
+    {"counters/port_rcv_remote_physical_errors", Resource::kRdmaPortErrors},
+    {"counters/port_xmit_discards", Resource::kRdmaPortErrors},
+    {"counters/local_link_integrity_errors", Resource::kRdmaPortErrors},
+    {"counters/excessive_buffer_overrun_errors", Resource::kRdmaPortErrors},
+    {"counters/link_error_recovery", Resource::kRdmaPortErrors},
+    {"counters/link_downed", Resource::kRdmaLinkDowned},
+    {"hw_counters/local_ack_timeout_err", Resource::kRdmaRetries},
+    {"hw_counters/out_of_sequence", Resource::kRdmaRetries},
+    {"hw_counters/packet_seq_err", Resource::kRdmaRetries},
+    {"hw_counters/np_cnp_sent", Resource::kRdmaCnp},
+    {"hw_counters/rp_cnp_handled", Resource::kRdmaCnp},
+};
+
+std::vector<std::string> dir_names(const std::string& dir) {
+  std::vector<std::string> out;
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (const dirent* e = ::readdir(d)) {
+      if (e->d_name[0] != '.') out.emplace_back(e->d_name);
+    }
+    ::closedir(d);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void sample_rdma(ResourceSample& s, HostCounters& hc) {
+  const std::string root = host_file("/sys/class/infiniband");
+  int ports = 0, down = 0;
+  std::array<double, kResourceCount> total{};
+  std::array<bool, kResourceCount> seen{};
+  for (const std::string& dev : dir_names(root)) {
+    for (const std::string& port : dir_names(root + "/" + dev + "/ports")) {
+      const std::string base = root + "/" + dev + "/ports/" + port + "/";
+      ++ports;
+      const std::string state = read_small((base + "state").c_str());
+      if (!state.empty() && state.find("ACTIVE") == std::string::npos) ++down;
+      std::array<double, kResourceCount> mine{};
+      std::array<bool, kResourceCount> has{};
+      for (const RdmaCounter& c : kRdmaCounters) {
+        const std::string text = read_small((base + c.file).c_str());
+        double v = 0;
+        if (const auto w = words(text); w.empty() || !number(w[0], v)) continue;
+        const int i = static_cast<int>(c.r);
+        mine[i] += v;
+        has[i] = true;
+      }
+      for (int i = 0; i < kResourceCount; ++i) {
+        if (!has[i]) continue;
+        hc.per_source.push_back({static_cast<Resource>(i), {{"device", dev}, {"port", port}}, mine[i]});
+        total[i] += mine[i];
+        seen[i] = true;
+      }
+    }
+  }
+  for (int i = 0; i < kResourceCount; ++i) {
+    if (seen[i]) s.set(static_cast<Resource>(i), total[i]);
+  }
+  if (ports > 0) s.set(Resource::kRdmaPortsDown, down);
+}
+
 void sample_host(ResourceSample& s, HostCounters& hc) {
+  hc.per_source.clear();
   double load = 0;
-  const std::string la = read_small("/proc/loadavg");
+  const std::string la = read_small(host_file("/proc/loadavg").c_str());
   if (const auto w = words(la); !w.empty() && number(w[0], load)) s.set(Resource::kLoad1, load);
-  const std::string meminfo = read_small("/proc/meminfo");
+  const std::string meminfo = read_small(host_file("/proc/meminfo").c_str());
   for (std::string_view line : lines(meminfo)) {
     auto kb = [&](std::string_view key, Resource r) {
       if (!line.starts_with(key)) return;
@@ -156,25 +304,55 @@ void sample_host(ResourceSample& s, HostCounters& hc) {
     };
     kb("MemTotal:", Resource::kMemTotal);
     kb("MemAvailable:", Resource::kMemAvailable);
+    kb("Dirty:", Resource::kMemDirty);
+    kb("Writeback:", Resource::kMemWriteback);
   }
-  double rx = 0, tx = 0;
-  const std::string netdev = read_small("/proc/net/dev");
+  const std::string stat = read_small(host_file("/proc/stat").c_str());  // lines() views into it
+  for (std::string_view line : lines(stat)) {
+    const auto w = words(line);
+    double v = 0;
+    if (w.size() == 2 && w[0] == "procs_running" && number(w[1], v)) s.set(Resource::kProcsRunning, v);
+    if (w.size() == 2 && w[0] == "procs_blocked" && number(w[1], v)) s.set(Resource::kProcsBlocked, v);
+  }
+  sample_pressure(s);
+  const std::string snmp = read_small(host_file("/proc/net/snmp").c_str());
+  if (const auto v = header_value(snmp, "Tcp:", "OutSegs")) s.set(Resource::kTcpOutSegs, *v);
+  if (const auto v = header_value(snmp, "Tcp:", "RetransSegs")) s.set(Resource::kTcpRetransSegs, *v);
+  const std::string netstat = read_small(host_file("/proc/net/netstat").c_str());
+  if (const auto v = header_value(netstat, "TcpExt:", "TCPTimeouts")) {
+    s.set(Resource::kTcpTimeouts, *v);
+  }
+  // "eth0: rx_bytes packets errs drop fifo frame compressed multicast tx_bytes packets errs drop ..."
+  double rx = 0, tx = 0, errors = 0, drops = 0;
+  const std::string netdev = read_small(host_file("/proc/net/dev").c_str());
   for (std::string_view line : lines(netdev)) {
     const auto colon = line.find(':');
     if (colon == std::string_view::npos) continue;
     const std::string_view name = trim(line.substr(0, colon));
     const auto f = words(line.substr(colon + 1));
-    double r = 0, t = 0;
-    if (name == "lo" || f.size() < 9 || !number(f[0], r) || !number(f[8], t)) continue;
-    hc.net[std::string(name)] = {r, t};
+    double r = 0, t = 0, rerr = 0, rdrop = 0, terr = 0, tdrop = 0;
+    if (name == "lo" || f.size() < 12 || !number(f[0], r) || !number(f[8], t)) continue;
+    const bool counts = number(f[2], rerr) && number(f[3], rdrop) && number(f[10], terr) && number(f[11], tdrop);
+    const Labels l = {{"interface", std::string(name)}};
+    hc.per_source.push_back({Resource::kNetRx, l, r});
+    hc.per_source.push_back({Resource::kNetTx, l, t});
     rx += r;
     tx += t;
+    if (counts) {
+      hc.per_source.push_back({Resource::kNetErrors, l, rerr + terr});
+      hc.per_source.push_back({Resource::kNetDrops, l, rdrop + tdrop});
+      errors += rerr + terr;
+      drops += rdrop + tdrop;
+    }
   }
   s.set(Resource::kNetRx, rx);
   s.set(Resource::kNetTx, tx);
+  s.set(Resource::kNetErrors, errors);
+  s.set(Resource::kNetDrops, drops);
+  sample_rdma(s, hc);
   // Whole disks only (a partition's bytes are its disk's too): the names in /sys/block.
   std::vector<std::string> disks;
-  if (DIR* d = ::opendir("/sys/block")) {
+  if (DIR* d = ::opendir(host_file("/sys/block").c_str())) {
     while (const dirent* e = ::readdir(d)) {
       const std::string_view n = e->d_name;
       if (n[0] != '.' && !n.starts_with("loop") && !n.starts_with("ram")) disks.emplace_back(n);
@@ -182,7 +360,7 @@ void sample_host(ResourceSample& s, HostCounters& hc) {
     ::closedir(d);
   }
   double rd = 0, wr = 0;
-  const std::string diskstats = read_small("/proc/diskstats");
+  const std::string diskstats = read_small(host_file("/proc/diskstats").c_str());
   for (std::string_view line : lines(diskstats)) {
     const auto f = words(line);
     double r = 0, w = 0;
@@ -213,6 +391,8 @@ struct NvmlFieldValue {  // nvmlFieldValue_t
   unsigned long long value;  // nvmlValue_t: a union of 8 bytes
 };
 constexpr unsigned kNvlinkTxKib = 138, kNvlinkRxKib = 139;  // NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_{TX,RX}
+// NVML_FI_DEV_NVLINK_{CRC_FLIT,CRC_DATA,REPLAY,RECOVERY}_ERROR_COUNT_TOTAL: every lane's errors, summed.
+constexpr unsigned kNvlinkErrorFields[] = {38, 45, 52, 59};
 constexpr unsigned long long kXidCritical = 0x8;  // nvmlEventTypeXidCriticalError
 constexpr int kNvmlTimeout = 10;                  // NVML_ERROR_TIMEOUT
 
@@ -281,6 +461,10 @@ class Nvml {
     if (call("nvmlDeviceGetTotalEccErrors", ecc_, 1, 0, &bits)) {  // uncorrected, volatile
       s.set(Resource::kGpuEcc, static_cast<double>(bits));
     }
+    if (call("nvmlDeviceGetTotalEccErrors", ecc_, 0, 0, &bits)) {  // corrected, volatile
+      s.set(Resource::kGpuEccCorrected, static_cast<double>(bits));
+    }
+    if (call("nvmlDeviceGetPcieReplayCounter", replay_, &v)) s.set(Resource::kGpuPcieReplays, v);
     if (call("nvmlDeviceGetPcieThroughput", pcie_, 0, &v)) s.set(Resource::kGpuPcieTx, v * 1024.0);  // KB/s
     if (call("nvmlDeviceGetPcieThroughput", pcie_, 1, &v)) s.set(Resource::kGpuPcieRx, v * 1024.0);
     if (fields_ != nullptr) {  // NVLink data counters, all links (KiB since the driver loaded); absent without NVLink
@@ -291,6 +475,18 @@ class Nvml {
       if (fields_(dev_, 2, f) == 0) {
         if (f[0].result == 0) s.set(Resource::kGpuNvlinkTx, static_cast<double>(f[0].value) * 1024);
         if (f[1].result == 0) s.set(Resource::kGpuNvlinkRx, static_cast<double>(f[1].value) * 1024);
+      }
+      NvmlFieldValue e[std::size(kNvlinkErrorFields)] = {};
+      for (std::size_t i = 0; i < std::size(e); ++i) e[i].field_id = kNvlinkErrorFields[i];
+      if (fields_(dev_, static_cast<int>(std::size(e)), e) == 0) {
+        double errors = 0;
+        bool any = false;
+        for (const NvmlFieldValue& x : e) {
+          if (x.result != 0) continue;
+          errors += static_cast<double>(x.value);
+          any = true;
+        }
+        if (any) s.set(Resource::kGpuNvlinkErrors, errors);
       }
     }
     if (events_ != nullptr) {
@@ -348,6 +544,7 @@ class Nvml {
     if (throttle_ == nullptr) throttle_ = sym<decltype(throttle_)>(lib, "nvmlDeviceGetCurrentClocksThrottleReasons");
     ecc_ = sym<decltype(ecc_)>(lib, "nvmlDeviceGetTotalEccErrors");
     pcie_ = sym<decltype(pcie_)>(lib, "nvmlDeviceGetPcieThroughput");
+    replay_ = sym<decltype(replay_)>(lib, "nvmlDeviceGetPcieReplayCounter");
     fields_ = sym<decltype(fields_)>(lib, "nvmlDeviceGetFieldValues");
     auto create = sym<int (*)(void**)>(lib, "nvmlEventSetCreate");
     auto reg = sym<int (*)(void*, unsigned long long, void*)>(lib, "nvmlDeviceRegisterEvents");
@@ -371,6 +568,7 @@ class Nvml {
   int (*throttle_)(void*, unsigned long long*) = nullptr;
   int (*ecc_)(void*, int, int, unsigned long long*) = nullptr;
   int (*pcie_)(void*, int, unsigned*) = nullptr;
+  int (*replay_)(void*, unsigned*) = nullptr;
   int (*fields_)(void*, int, NvmlFieldValue*) = nullptr;
   int (*wait_)(void*, NvmlEvent*, unsigned) = nullptr;
   void* events_ = nullptr;
@@ -440,8 +638,7 @@ class Sampler {
     std::array<double, kResourceCount> exported{};  // cumulative values already added to the counters
     std::array<Counter*, kResourceCount> counters{};
     std::array<Gauge*, kResourceCount> gauges{};
-    std::map<std::string, std::pair<Counter*, Counter*>> net_counters;
-    std::map<std::string, std::pair<double, double>> net_exported;
+    std::map<std::string, std::pair<Counter*, double>> per_source;  // metric + labels -> counter, exported
   };
   // The thread's exception boundary: an allocation failure loses one snapshot, never the process.
   void loop(std::uint64_t gen) {
@@ -463,8 +660,6 @@ class Sampler {
     auto& exported = st.exported;
     auto& counters = st.counters;
     auto& gauges = st.gauges;
-    auto& net_counters = st.net_counters;
-    auto& net_exported = st.net_exported;
     for (;;) {
       ResourceConfig cfg;
       std::string reason;
@@ -503,8 +698,8 @@ class Sampler {
         const ResourceInfo& info = kInfo[i];
         if (!s.has[i] || info.metric == nullptr) continue;
         const Labels& labels = info.gpu ? gpu_labels : Labels{};
+        if (info.per_source) continue;  // below
         if (info.cumulative) {
-          if (info.key == F::kNetRx || info.key == F::kNetTx) continue;  // per interface, below
           if (counters[i] == nullptr) counters[i] = &counter(info.metric, info.help, labels);
           if (s.value[i] > exported[i]) counters[i]->add(s.value[i] - exported[i]);
           exported[i] = s.value[i];
@@ -513,17 +708,14 @@ class Sampler {
           gauges[i]->set(s.value[i]);
         }
       }
-      for (const auto& [name, rt] : hc.net) {
-        auto& c = net_counters[name];
-        if (c.first == nullptr) {
-          const Labels l = {{"interface", name}};
-          c = {&counter(kInfo[static_cast<int>(Resource::kNetRx)].metric, kInfo[static_cast<int>(Resource::kNetRx)].help, l),
-               &counter(kInfo[static_cast<int>(Resource::kNetTx)].metric, kInfo[static_cast<int>(Resource::kNetTx)].help, l)};
-        }
-        auto& done = net_exported[name];
-        if (rt.first > done.first) c.first->add(rt.first - done.first);
-        if (rt.second > done.second) c.second->add(rt.second - done.second);
-        done = rt;
+      for (const SourceValue& v : hc.per_source) {
+        const ResourceInfo& info = kInfo[static_cast<int>(v.r)];
+        std::string key = info.metric;
+        for (const auto& [k, val] : v.labels) key += fmt::format("|{}={}", k, val);
+        auto& [c, done] = st.per_source[key];
+        if (c == nullptr) c = &counter(info.metric, info.help, v.labels);
+        if (v.value > done) c->add(v.value - done);
+        done = v.value;
       }
       std::lock_guard<std::mutex> lk(mu_);
       if (generation_ != gen) return;

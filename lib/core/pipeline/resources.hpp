@@ -1,8 +1,13 @@
 // Resource snapshots: the process (CPU time, RSS, threads, open fds, context
-// switches), the host (load, memory, network and disk bytes) and the rank's
-// own GPU through NVML loaded at run time (utilisation, memory, power,
-// temperature, SM clock, throttle reasons, ECC errors, XID events, PCIe
-// throughput, NVLink bytes), every Config::resource_interval (30 s) and at every stall.
+// switches), the host (load, memory, network and disk bytes, pressure stall
+// information, dirty and writeback memory, runnable and blocked processes, TCP
+// segments sent, retransmitted and timed out, each NIC's errors and drops, each
+// RDMA port's errors, link-downs, transport retries, congestion notifications
+// and state; read under RANKSCOPE_HOST_ROOT, "/" by default, so a test can
+// point them at a fake tree) and the rank's own GPU through NVML loaded at run
+// time (utilisation, memory, power, temperature, SM clock, throttle reasons,
+// ECC errors corrected and not, XID events, PCIe throughput and replays, NVLink
+// bytes and errors), every Config::resource_interval (30 s) and at every stall.
 //
 // Sampled on a thread of their own, never on the background thread: a driver
 // call that hangs (a wedged GPU) must not stop liveness, the heartbeat and
@@ -27,8 +32,11 @@ namespace rankscope::detail {
 enum class Resource : std::uint8_t {
   kCpuSeconds, kRssBytes, kThreads, kOpenFds, kCtxVoluntary, kCtxInvoluntary,
   kLoad1, kMemAvailable, kMemTotal, kNetRx, kNetTx, kDiskRead, kDiskWritten,
+  kPsiCpu, kPsiIo, kPsiIoFull, kPsiMem, kPsiMemFull, kMemDirty, kMemWriteback, kProcsRunning, kProcsBlocked,
+  kTcpOutSegs, kTcpRetransSegs, kTcpTimeouts, kNetErrors, kNetDrops,
+  kRdmaPortErrors, kRdmaLinkDowned, kRdmaRetries, kRdmaCnp, kRdmaPortsDown,
   kGpuUtil, kGpuMemUsed, kGpuPower, kGpuTemp, kGpuSmClock, kGpuThrottle, kGpuEcc, kGpuXid, kGpuPcieTx, kGpuPcieRx,
-  kGpuNvlinkTx, kGpuNvlinkRx,
+  kGpuNvlinkTx, kGpuNvlinkRx, kGpuEccCorrected, kGpuPcieReplays, kGpuNvlinkErrors,
   kCount,
 };
 inline constexpr int kResourceCount = static_cast<int>(Resource::kCount);
@@ -39,6 +47,9 @@ struct ResourceInfo {
   const char* help;
   bool cumulative;     // a running total (exported as a counter of the increments)
   bool gpu;            // labelled with the rank's GPU
+  // Exported per source (a NIC: {interface}; an RDMA port: {device, port}) rather than as
+  // the host's total, which only the run log carries.
+  bool per_source = false;
 };
 const ResourceInfo& resource_info(Resource r);
 
@@ -80,6 +91,14 @@ std::uint64_t resources_finished();
 std::optional<std::string> resources_stuck(std::uint64_t now_mono_ns);
 /// The NVML library stays loaded; a new run may bring one an earlier run lacked (tests).
 void resources_retry_nvml();
+/// Whether this process holds memory on any GPU NVML lists, as of the last
+/// poll (gpu_memory.cpp, on the sampler's thread): `uses` empty while unknown
+/// (no NVML, or it cannot list processes).
+struct GpuUse {
+  int devices = 0;
+  std::optional<bool> uses;
+};
+GpuUse gpu_use();
 // Fork handlers: the child neither samples nor waits on the parent's lock.
 void resources_before_fork();
 void resources_after_fork();

@@ -27,6 +27,8 @@ void TrainingSignals::Hist::observe(double v) {
 void TrainingSignals::start(const RunInfo& info, double now_wall_s) {
   restarts_ = info.context.restart_count;
   last_update_ = now_wall_s;
+  flops_per_step_ = info.flops_per_step;
+  peak_flops_ = info.peak_flops;
 }
 
 void TrainingSignals::observe(const Event& e) {
@@ -41,16 +43,17 @@ void TrainingSignals::observe(const Event& e) {
       last_step_wall_ = wall_seconds(e.wall_ns);  // a step end's time is its end (dur_ns: since its begin)
       step_ = e.step;
       if (s.skipped) ++skipped_;
-      if (s.samples || s.tokens) {
-        samples_ += static_cast<double>(s.samples.value_or(0));
-        tokens_ += static_cast<double>(s.tokens.value_or(0));
+      ++steps_;
+      samples_ += static_cast<double>(s.samples.value_or(0));
+      tokens_ += static_cast<double>(s.tokens.value_or(0));
+      {
         // One point per 0.1 s (the newest moves forward in between): at most
         // ~300 points over the 30 s window, whatever the step rate.
         const std::size_t n = window_.size();
         if (n >= 2 && last_step_wall_ - window_[n - 2].wall < 0.1) {
-          window_.back() = {last_step_wall_, samples_, tokens_};
+          window_.back() = {last_step_wall_, samples_, tokens_, steps_};
         } else {
-          window_.push_back({last_step_wall_, samples_, tokens_});
+          window_.push_back({last_step_wall_, samples_, tokens_, steps_});
         }
         while (window_.size() > 2 && window_.back().wall - window_.front().wall > 30) window_.pop_front();
       }
@@ -157,8 +160,20 @@ std::vector<MetricSample> TrainingSignals::samples(double now) const {
   if (tokens_ > 0) scalar("rankscope_tokens_total", "Tokens consumed by this rank (from step reports)", T::kCounter, tokens_);
   if (window_.size() >= 2 && window_.back().wall > window_.front().wall) {
     const double secs = window_.back().wall - window_.front().wall;
-    scalar("rankscope_samples_per_second", "Samples per second over the last 30 s of steps", T::kGauge,
-           (window_.back().samples - window_.front().samples) / secs);
+    if (samples_ > 0) {
+      scalar("rankscope_samples_per_second", "Samples per second over the last 30 s of steps", T::kGauge,
+             (window_.back().samples - window_.front().samples) / secs);
+    }
+    if (flops_per_step_ > 0) {
+      // Model FLOP/s: the FLOPs a step is known to take (the user's figure) at the steps' rate.
+      const double flops = flops_per_step_ * (window_.back().steps - window_.front().steps) / secs;
+      scalar("rankscope_model_flops_per_second", "Model FLOPs per second of this rank over the last 30 s of steps "
+             "(RANKSCOPE_FLOPS_PER_STEP x steps per second)", T::kGauge, flops);
+      if (peak_flops_ > 0) {
+        scalar("rankscope_mfu_ratio", "Model FLOPs utilisation: model FLOP/s over the device's peak (RANKSCOPE_PEAK_FLOPS)",
+               T::kGauge, flops / peak_flops_);
+      }
+    }
     if (tokens_ > 0) {
       scalar("rankscope_tokens_per_second", "Tokens per second over the last 30 s of steps", T::kGauge,
              (window_.back().tokens - window_.front().tokens) / secs);

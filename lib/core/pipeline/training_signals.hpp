@@ -48,9 +48,10 @@ class TrainingSignals {
   std::int64_t step_ = -1;
   std::optional<double> loss_, lr_, grad_norm_;  // unset until first reported
   std::uint64_t skipped_ = 0;
-  double samples_ = 0, tokens_ = 0;
+  double samples_ = 0, tokens_ = 0, steps_ = 0;
+  double flops_per_step_ = 0, peak_flops_ = 0;  // RunInfo's (0: not given)
   struct Point {
-    double wall, samples, tokens;  // wall s; samples and tokens so far
+    double wall, samples, tokens, steps;  // wall s; samples, tokens and steps so far
   };
   std::deque<Point> window_;
   Hist loader_wait_, checkpoint_;

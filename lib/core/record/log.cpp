@@ -4,6 +4,7 @@
 #include "rankscope/log.hpp"
 
 #include <time.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -231,8 +232,10 @@ void write_inline(const Event& e) {
 
 void emit_payload(RecordKind kind, Level level, const LogSite* site, std::uint16_t logger_id, std::string_view text,
                   const Attributes& attributes, bool write_now) noexcept {
+  // No ring in an exit handler (exit() destroys the thread's state before it
+  // runs them): a line written now still reaches the run log.
   ThreadState* st = thread_state();
-  if (st == nullptr) return;
+  if (st == nullptr && !write_now) return;
   char payload[kMaxPayload];
   const std::size_t msg_n = utf8_prefix(text, kMaxPayload / 2);
   std::memcpy(payload, text.data(), msg_n);
@@ -259,7 +262,7 @@ void emit_encoded(ThreadState* st, RecordKind kind, Level level, const LogSite* 
       Event e;
       e.kind = event_kind_of(kind, logger_id);
       e.level = level;
-      e.tid = st->tid;
+      e.tid = st != nullptr ? st->tid : static_cast<std::int32_t>(::syscall(SYS_gettid));
       e.step = step;
       e.mono_ns = monotonic_ns();
       e.wall_ns = realtime_ns();
@@ -271,6 +274,7 @@ void emit_encoded(ThreadState* st, RecordKind kind, Level level, const LogSite* 
     } catch (...) {
     }
   }
+  if (st == nullptr) return;
   const std::size_t total = text.size() + encoded.size();
   const std::uint64_t nrec = 1 + (total + sizeof(Record) - 1) / sizeof(Record);
   if (!st->try_reserve(nrec)) return;

@@ -16,6 +16,7 @@ std::string_view numerics_issue_name(NumericsIssue i) {
     case NumericsIssue::kNonFinite: return "nonfinite";
     case NumericsIssue::kSpike: return "spike";
     case NumericsIssue::kExplosion: return "explosion";
+    case NumericsIssue::kVanishing: return "vanishing";
     case NumericsIssue::kSkipStorm: return "skip_storm";
   }
   return "unknown";
@@ -100,12 +101,30 @@ void NumericsMonitor::watch(Signal& s, std::string_view name, double v, double r
   s.window.push(v);
 }
 
+void NumericsMonitor::watch_vanishing(double v, const Event& at, std::vector<Event>& out) {
+  if (!std::isfinite(v) || std::fabs(v) >= kVanishingNorm) {
+    vanishing_run_ = 0;
+    return;
+  }
+  if (++vanishing_run_ != kVanishingSteps) return;  // once per episode
+  ++counts_.vanishing_grad_norm;
+  out.push_back(numerics_event(at, NumericsIssue::kVanishing, "grad_norm", Level::kWarn,
+                               fmt::format("grad_norm vanished at step {}: under {:g} for {} steps in a row ({:.3g}): "
+                                           "nothing is learned any more (frozen or dead layers, a learning rate or "
+                                           "loss scale far too small, a detached loss)",
+                                           at.step, kVanishingNorm, kVanishingSteps, v)));
+  out.back().attributes.add(schema::field_name(schema::Field::kValue), v);
+}
+
 void NumericsMonitor::on_step_scalars(const Event& e, std::vector<Event>& out) {
   const StepScalars& s = e.scalars;
   if (s.loss) watch(loss_, "loss", *s.loss, kLossSpikeRatio, NumericsIssue::kSpike, counts_.nonfinite_loss,
                     counts_.loss_spikes, e, out);
-  if (s.grad_norm) watch(grad_norm_, "grad_norm", *s.grad_norm, kGradExplosionRatio, NumericsIssue::kExplosion,
-                         counts_.nonfinite_grad_norm, counts_.grad_norm_explosions, e, out);
+  if (s.grad_norm) {
+    watch(grad_norm_, "grad_norm", *s.grad_norm, kGradExplosionRatio, NumericsIssue::kExplosion,
+          counts_.nonfinite_grad_norm, counts_.grad_norm_explosions, e, out);
+    watch_vanishing(*s.grad_norm, e, out);
+  }
 }
 
 void NumericsMonitor::on_step_end(const Event& e, std::vector<Event>& out) {

@@ -1,7 +1,8 @@
 // Training numerics, watched on the background thread from each step's
 // reported scalars: a NaN or infinite loss or gradient norm, a loss spike, a
-// gradient-norm explosion, a storm of skipped optimizer steps (GradScaler
-// backing off). Each is an episode: one `numerics` event when it begins (the
+// gradient-norm explosion, a gradient norm that vanished (below 1e-7 for 16
+// steps: nothing is learned any more), a storm of skipped optimizer steps
+// (GradScaler backing off). Each is an episode: one `numerics` event when it begins (the
 // run log, OTLP, the console), a count per step (Prometheus and OTLP metrics).
 //
 // Spikes are judged against robust statistics of the last 64 finite values
@@ -20,7 +21,7 @@
 namespace rankscope::detail {
 
 // What went wrong (the `what` attribute of a numerics event).
-enum class NumericsIssue : std::uint8_t { kNonFinite, kSpike, kExplosion, kSkipStorm };
+enum class NumericsIssue : std::uint8_t { kNonFinite, kSpike, kExplosion, kVanishing, kSkipStorm };
 std::string_view numerics_issue_name(NumericsIssue i);
 
 // Median and MAD of the last kSize finite values of one scalar.
@@ -49,6 +50,7 @@ struct NumericsCounts {
   std::uint64_t nonfinite_loss = 0, nonfinite_grad_norm = 0;  // steps
   std::uint64_t loss_spikes = 0, grad_norm_explosions = 0;    // steps
   std::uint64_t skip_storms = 0;                              // episodes
+  std::uint64_t vanishing_grad_norm = 0;                      // episodes
 };
 
 class NumericsMonitor {
@@ -59,6 +61,9 @@ class NumericsMonitor {
   static constexpr double kGradExplosionRatio = 10.0;  // ...a gradient norm 10x its median
   // A skip storm: at least 8 of the last 32 steps skipped; over at 2 or fewer.
   static constexpr int kSkipWindow = 32, kSkipStormBegins = 8, kSkipStormEnds = 2;
+  // Vanishing gradients: a finite gradient norm under this for this many steps in a row.
+  static constexpr double kVanishingNorm = 1e-7;
+  static constexpr int kVanishingSteps = 16;
   // A reported spike silences that signal's spike events for this many steps.
   static constexpr std::int64_t kQuietSteps = 32;
 
@@ -79,7 +84,10 @@ class NumericsMonitor {
   void watch(Signal& s, std::string_view name, double v, double ratio, NumericsIssue spike, std::uint64_t& nonfinite,
              std::uint64_t& spikes, const Event& at, std::vector<Event>& out);
 
+  void watch_vanishing(double grad_norm, const Event& at, std::vector<Event>& out);
+
   Signal loss_, grad_norm_;
+  int vanishing_run_ = 0;  // steps in a row under kVanishingNorm; the episode is reported at kVanishingSteps
   std::array<bool, kSkipWindow> skipped_{};
   int skip_next_ = 0, skip_count_ = 0;
   bool storm_ = false;

@@ -123,10 +123,20 @@ absl::Status Runtime::init(const Config& cfg) {
 
   static std::once_flag once;
   std::call_once(once, [] {
-    std::atexit([] {
+    // on_exit, where glibc has it: the handler learns the status exit() was
+    // given (Python's too: it calls exit() after finalizing), so a program
+    // that fails by its own choice (sys.exit(1) after catching an error) does
+    // not read as finished.
+    static constexpr auto kAtExit = [](int status) {
+      if (Runtime::get().running_here()) detail::record_exit_status(status);
       Runtime::get().shutdown(std::chrono::milliseconds(2000));
       detail::ring_file_remove();  // kept if the last records did not reach the run log
-    });
+    };
+#ifdef __GLIBC__
+    ::on_exit([](int status, void*) { kAtExit(status); }, nullptr);
+#else
+    std::atexit([] { kAtExit(0); });
+#endif
     pthread_atfork([] { Runtime::get().before_fork(); }, [] { Runtime::get().after_fork_parent(); },
                    [] { Runtime::get().after_fork_child(); });
   });
@@ -178,6 +188,8 @@ void Runtime::adopt_settings(const Config& cfg, const detail::Settings& set) {
   dump_on_shutdown_ = set.dump_on_shutdown;
   console_policy_ = set.console;
   watchdog_cfg_ = set.watchdog;
+  flops_per_step_ = set.flops_per_step;
+  peak_flops_ = set.peak_flops;
   recent_per_thread_ = cfg.recent_events_per_thread;
   recent_.clear();
   dump_fmt_.set_rank(context_.rank);
@@ -208,6 +220,8 @@ void Runtime::register_derived_metrics() {
   grad_explosions_total_ =
       &counter("rankscope_grad_norm_explosions_total", "Steps whose gradient norm was 10x its recent median or more");
   skip_storms_total_ = &counter("rankscope_skip_storms_total", "Episodes of many skipped optimizer steps");
+  vanishing_total_ = &counter("rankscope_grad_norm_vanishing_total",
+                              "Episodes of a gradient norm under 1e-7 for 16 steps in a row (nothing learned)");
   numerics_.reset();
   for (int c = 0; c < kTimeCategoryCount; ++c) {
     goodput_seconds_[c] = &gauge("rankscope_goodput_seconds",
@@ -223,7 +237,7 @@ void Runtime::start_sinks(std::uint64_t wall0, std::uint64_t mono0, std::string 
                   run_dir_.empty() ? std::string() : schema::heartbeat_path(run_dir_, context_.rank),
                   mono0);
   RunInfo info{context_, run_dir_, clock_.source(), clock_.ticks_per_second(), wall0, mono0,
-               std::move(environment)};
+               std::move(environment), flops_per_step_, peak_flops_};
   if (console_policy_ != detail::ConsolePolicy::kNone) {
     const std::string lines = detail::environment_console(context_);
     if (!lines.empty()) std::fputs(lines.c_str(), stderr);
@@ -235,6 +249,7 @@ void Runtime::start_sinks(std::uint64_t wall0, std::uint64_t mono0, std::string 
   dump_requests_.start(run_dir_, context_.rank, wall0);
   last_dump_mono_ = 0;
   last_position_anchor_mono_ = 0;
+  gpu_unused_said_ = false;
 }
 
 // The position page and the rings' shared-memory file, before any thread's first record.

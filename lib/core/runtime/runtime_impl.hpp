@@ -75,6 +75,7 @@ RunLogHealth& run_log_health();
 const char* logger_name(std::uint16_t id);
 void poll_gpu_memory();   // gpu_memory.cpp
 void retry_gpu_memory();
+
 extern std::atomic<DeferCollective> g_defer;
 extern std::atomic<Poller> g_poller;
 
@@ -95,6 +96,12 @@ class Runtime {
   absl::Status init(const Config& cfg);
   absl::StatusOr<std::string> dump(std::string_view reason, std::chrono::milliseconds deadline) noexcept;
   void shutdown(std::chrono::milliseconds deadline) noexcept;
+  // A session runs in this process (not one a forked child inherited): what
+  // the exit handler may record the exit status into.
+  bool running_here() noexcept {
+    std::lock_guard<std::mutex> lk(mu_);
+    return phase_ == Phase::kRunning && owner_pid_ == ::getpid();
+  }
   bool flush(std::chrono::milliseconds deadline) noexcept;
   void set_enabled(bool on) noexcept;
   // A thread with a ring exited: drain and recycle its ring now, not at the
@@ -201,6 +208,9 @@ class Runtime {
   Gauge* goodput_seconds_[kTimeCategoryCount] = {};
   Gauge* goodput_ratio_ = nullptr;
   Counter* resource_timeouts_ = nullptr;
+  bool gpu_unused_said_ = false;
+  double flops_per_step_ = 0, peak_flops_ = 0;  // Settings', for the exporters' RunInfo  // background thread only: the warning below, once per run
+  void warn_if_gpus_unused(std::vector<Event>& out);
   void decode(ThreadState* st, const Record& r, const Record* next, std::vector<Event>& batch);
   void watch_numerics(const Event& step);  // numerics events and counters from a step_end or step_scalars
   absl::StatusOr<std::string> dump_now(std::string_view reason);  // background thread only
@@ -244,6 +254,7 @@ class Runtime {
   Counter* loss_spikes_total_ = nullptr;
   Counter* grad_explosions_total_ = nullptr;
   Counter* skip_storms_total_ = nullptr;
+  Counter* vanishing_total_ = nullptr;
   detail::WatchdogConfig watchdog_cfg_;
   std::vector<Event> extra_;  // events derived while decoding (slow steps), delivered with the batch
   bool device_timing_ = true;      // RANKSCOPE_DEVICE_TIMING
