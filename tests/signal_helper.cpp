@@ -11,7 +11,10 @@
 // test kills it there, so the last number is the truth whatever the machine's speed), or
 // `blocked_in_collective` (ten steps, then an all-gather that never completes; "blocked" on stdout), or
 // `term_logging` (four threads logging long lines, errors among them, until a SIGTERM; "logging" on stdout),
-// or `exit3` / `exit0` (a step, then `return 3` / `return 0` from main, no shutdown() of its own).
+// or `exit3` / `exit0` (a step, then `return 3` / `return 0` from main, no shutdown() of its own), or
+// `killed_between_pieces` / `killed_after_write` (5000 `steps` steps without their sleeps; the first run-log
+// write of more than one 256 KiB piece SIGKILLs the process after its first piece / after its last one,
+// before its rings learn that those lines are in the file; exit 0 if no such write came).
 #include <poll.h>
 #include <unistd.h>
 
@@ -26,9 +29,11 @@
 
 #include "collective_wait.hpp"
 #include "rankscope/rankscope.hpp"
+#include "run_log_write.hpp"
 
 namespace {
 volatile std::sig_atomic_t g_own_usr1 = 0;  // the program's own SIGUSR1 handler ran (usr1_chained)
+bool g_kill_between_pieces = false;  // killed_between_pieces (else killed_after_write)
 
 // True once the test wrote 'p' to stdin. A closed or /dev/null stdin never parks.
 bool park_requested() {
@@ -56,7 +61,28 @@ int main(int argc, char** argv) {
   for (const char* m : {"abort", "term", "term_logging", "term_late", "usr1", "usr1_chained", "pipe", "pipe_ignored", "throw"}) {
     if (mode == m) cfg.drain_interval = std::chrono::milliseconds(50);
   }
+  const bool killed_writing = mode == "killed_between_pieces" || mode == "killed_after_write";
+  if (killed_writing) {  // set before init(): the background thread reads it
+    g_kill_between_pieces = mode == "killed_between_pieces";
+    rankscope::detail::g_run_log_piece_written = [](std::size_t done, std::size_t total) {
+      if (total > (256 << 10) && (g_kill_between_pieces ? done < total : done == total)) std::raise(SIGKILL);
+    };
+  }
   if (!rankscope::init(cfg).ok()) return 3;
+  if (killed_writing) {
+    static auto& world = rankscope::communicator("world", 8, 5);
+    for (std::int64_t s = 0; s < 5000; ++s) {
+      { RANKSCOPE_PHASE("forward"); }
+      {
+        RANKSCOPE_PHASE("backward");
+        rankscope::test::ddp_like_all_reduce(world, std::chrono::microseconds(0), std::chrono::microseconds(0));
+      }
+      rankscope::step(s, {.loss = 1.0, .samples = 8, .tokens = s});
+    }
+    rankscope::flush();
+    rankscope::shutdown();
+    return 0;
+  }
   if (mode == "term_late") {  // heartbeats rewritten many times (a spare file exists), the log's blocks reserved
     for (int i = 0; i < 30; ++i) {
       RANKSCOPE_PHASE("training");

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <string>
@@ -143,6 +144,60 @@ TEST_CASE("a SIGKILLed rank's last records are recovered from its rings into its
   CHECK(in_order);
   CHECK(last_forward >= truth - 1);  // the last one may still have been open
   CHECK(step_ends >= truth);
+}
+
+// A SIGKILL can land after a run-log write(2) and before the rings learn its
+// lines are in the file, or between the two pieces of one write: a recovery
+// that started where the rings said then appended those lines again (seen
+// in CI: the forward phases of steps 871-1253 twice). The helper kills itself
+// exactly there, so this is the same on every machine.
+TEST_CASE("a rank SIGKILLed in the middle of a run-log write has each line once after recovery", "[ring_file][signals]") {
+  for (const char* mode : {"killed_between_pieces", "killed_after_write"}) {
+    INFO(mode);
+    TempDir tmp;
+    OwnShmDir shm(tmp);
+    SignalHelper h = spawn_signal_helper(tmp.path, mode, shm.path.c_str());
+    REQUIRE(h.pid > 0);
+    (void)read_to_end(h.out);  // until it dies
+    h.out = -1;
+    int status = 0;
+    ::waitpid(h.pid, &status, 0);
+    INFO(read_to_end(h.err));
+    REQUIRE(WIFSIGNALED(status));
+    REQUIRE(WTERMSIG(status) == SIGKILL);
+    std::int64_t lines_before = 0;
+    REQUIRE(rankscope::reader::read_run_log(tmp.path + "/rank-5.jsonl", [&](const rankscope::reader::LogEvent&) {
+      ++lines_before;
+    }).ok());
+    // The killed write's first piece at least: a line ends in the second half of its 256 KiB.
+    CHECK(std::filesystem::file_size(tmp.path + "/rank-5.jsonl") >= (128u << 10));
+    const auto got = detail::recover_orphaned_rings(tmp.path);
+    REQUIRE(got.size() == 1);
+    CHECK(got[0].records > 0);
+    // Every step's forward phase and step end exactly once, in order, from step 0 on.
+    std::int64_t last_forward = -1, last_end = -1, lines_after = 0;
+    std::string disorder;
+    REQUIRE(rankscope::reader::read_run_log(tmp.path + "/rank-5.jsonl", [&](const rankscope::reader::LogEvent& e) {
+      ++lines_after;
+      const auto* phase = e.get<LineKind::kPhase>();
+      if (phase != nullptr && phase->name == "forward") {
+        if (disorder.empty() && e.step != last_forward + 1) {
+          disorder = "forward of step " + std::to_string(e.step) + " after step " + std::to_string(last_forward) + "'s";
+        }
+        last_forward = e.step;
+      }
+      if (e.get<LineKind::kStepEnd>() != nullptr) {
+        if (disorder.empty() && e.step != last_end + 1) {
+          disorder = "end of step " + std::to_string(e.step) + " after step " + std::to_string(last_end) + "'s";
+        }
+        last_end = e.step;
+      }
+    }).ok());
+    INFO("lines before recovery " << lines_before << ", after " << lines_after << ", last forward " << last_forward);
+    CHECK(disorder.empty());
+    CHECK(lines_after > lines_before);
+    CHECK(last_forward >= last_end);
+  }
 }
 
 TEST_CASE("a reader waits for another process recovering a dead rank's rings instead of reading without them",

@@ -45,6 +45,7 @@ struct ThreadState {
   alignas(64) std::atomic<std::uint64_t> published{0};  // head visible to consumer
   alignas(64) std::atomic<std::uint64_t> tail{0};       // consumer progress
   std::atomic<std::uint64_t> written{0};  // records before this are in the run log (lib/core/persist/ring_file.hpp)
+  std::atomic<std::uint64_t> committing{0};  // ... and before this, if the run-log write under way landed
 
   OpenPhase open[kMaxOpenPhases];
   std::int32_t tid = 0;                 // kernel thread id

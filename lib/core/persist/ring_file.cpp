@@ -200,6 +200,7 @@ void ring_file_open(const std::string& run_log_path, int rank) noexcept {
     std::memset(s.hdr->run_log, 0, sizeof(s.hdr->run_log));
     std::memcpy(s.hdr->run_log, run_log.data(), run_log.size());
     s.hdr->rank = rank;
+    s.hdr->commit.state.store(kCommitIdle, std::memory_order_relaxed);  // a new run log: no write under way
     s.hdr->recording.store(1, std::memory_order_release);
   }
   // What exists already (made before this session): noted now, newer ones as they are made.
@@ -259,6 +260,30 @@ void ring_file_anchor(std::uint64_t ticks, std::uint64_t mono_ns, std::uint64_t 
   const std::uint64_t next = s.hdr->anchor_index.load(std::memory_order_relaxed) + 1;
   s.hdr->anchors[next & 1] = {ticks, mono_ns, wall_ns, ns_per_tick};
   s.hdr->anchor_index.store(next, std::memory_order_release);
+}
+
+void ring_file_commit_prepare() noexcept {
+  FileState& s = fs();
+  std::lock_guard<std::mutex> lk(s.mu);
+  if (s.hdr != nullptr) s.hdr->commit.state.store(kCommitPreparing, std::memory_order_release);
+}
+
+void ring_file_commit_ready(std::int64_t file_from, const char* tail, std::size_t n) noexcept {
+  FileState& s = fs();
+  std::lock_guard<std::mutex> lk(s.mu);
+  if (s.hdr == nullptr) return;
+  RingCommit& c = s.hdr->commit;
+  n = std::min(n, kCommitTailBytes);
+  std::memcpy(c.tail, tail, n);
+  c.tail_bytes = static_cast<std::uint32_t>(n);
+  c.file_from = file_from;
+  c.state.store(kCommitReady, std::memory_order_release);
+}
+
+void ring_file_commit_done() noexcept {
+  FileState& s = fs();
+  std::lock_guard<std::mutex> lk(s.mu);
+  if (s.hdr != nullptr) s.hdr->commit.state.store(kCommitIdle, std::memory_order_release);
 }
 
 void* ring_file_alloc(std::size_t bytes) noexcept {

@@ -62,6 +62,12 @@ std::string ring_file_path();
 void note_loggers_in_ring_file() noexcept;
 // The background thread's clock anchor (every second), so a reader converts ticks.
 void ring_file_anchor(std::uint64_t ticks, std::uint64_t mono_ns, std::uint64_t wall_ns, double ns_per_tick) noexcept;
+// A run-log write of lines from the rings (RingCommit, ring_file_layout.hpp):
+// prepare, then set each ring's `committing`, then ready (where the file ended
+// before it and the write's last bytes), write, set `written`, done.
+void ring_file_commit_prepare() noexcept;
+void ring_file_commit_ready(std::int64_t file_from, const char* tail, std::size_t n) noexcept;
+void ring_file_commit_done() noexcept;
 
 // Memory for a ring block of `bytes` (page-aligned) from the file, or null
 // (no file, the file is full, or no space left): the caller then allocates.

@@ -23,7 +23,7 @@ inline constexpr std::uint32_t kMaxRingBlocks = 64;   // rings beyond these use 
 // A process of another build (an older rankscope still running on the host)
 // must leave a file it cannot read alone, not take it for empty.
 struct RingLayout {
-  std::uint32_t version, state_bytes, thread_state, record, published, written, mask, tid;
+  std::uint32_t version, state_bytes, thread_state, record, published, written, committing, mask, tid;
   bool operator==(const RingLayout&) const = default;
 };
 inline constexpr std::size_t kThreadStateBytes = 4096;  // a block's ThreadState page
@@ -33,12 +33,15 @@ inline constexpr std::size_t kRingStateBytes = kThreadStateBytes + kMaxMetricSlo
 static_assert(sizeof(ThreadState) <= kThreadStateBytes);
 static_assert(kRingStateBytes % 4096 == 0);
 inline RingLayout ring_layout() {
-  return {4,  // 3: step ends hold their counts and may begin the next step; 4: collectives carry waits (record.hpp)
+  // 3: step ends hold their counts and may begin the next step; 4: collectives carry waits (record.hpp);
+  // 5: run-log writes are committed (RingCommit)
+  return {5,
           static_cast<std::uint32_t>(kRingStateBytes),
           static_cast<std::uint32_t>(sizeof(ThreadState)),
           static_cast<std::uint32_t>(sizeof(Record)),
           static_cast<std::uint32_t>(offsetof(ThreadState, published)),
           static_cast<std::uint32_t>(offsetof(ThreadState, written)),
+          static_cast<std::uint32_t>(offsetof(ThreadState, committing)),
           static_cast<std::uint32_t>(offsetof(ThreadState, mask)),
           static_cast<std::uint32_t>(offsetof(ThreadState, tid))};
 }
@@ -67,6 +70,23 @@ struct RingName {
   std::uint16_t n2, pad;
 };
 
+// The run-log write under way. A SIGKILL can land after the write(2) of some
+// lines and before their rings' `written` moves past them; a recovery that
+// started at `written` then appended those lines a second time. So before
+// each write: kPreparing, every ring with lines in it gets `committing` (the
+// position after its last record there), then the write's last bytes and
+// where the file ended, then kReady; after it, `written` = `committing` and
+// kIdle. A recoverer that finds kReady and those bytes in the run log after
+// `file_from` knows the write landed and starts each ring at `committing`.
+enum : std::uint32_t { kCommitIdle = 0, kCommitPreparing = 1, kCommitReady = 2 };
+inline constexpr std::size_t kCommitTailBytes = 64;  // a line's end: its timestamps make it unique
+struct RingCommit {
+  std::atomic<std::uint32_t> state;
+  std::uint32_t tail_bytes;
+  std::int64_t file_from;
+  char tail[kCommitTailBytes];
+};
+
 struct RingFileHeader {
   char magic[8];
   RingLayout layout;
@@ -76,6 +96,7 @@ struct RingFileHeader {
   char run_log[4096];
   std::atomic<std::uint64_t> anchor_index;  // anchors[anchor_index & 1] is whole
   RingAnchor anchors[2];
+  RingCommit commit;
   std::atomic<std::uint32_t> blocks_made;
   RingBlockEntry blocks[kMaxRingBlocks];
   std::atomic<std::uint32_t> names_used;

@@ -111,7 +111,7 @@ struct Decoded {
 // One ring block's records not yet in the run log; false for a block this
 // build cannot read (the file is then left alone).
 bool decode_block(const char* block, std::uint64_t bytes, const AnchorClock& clock, const TableNames& names,
-                  Decoded& out) {
+                  bool write_landed, Decoded& out) {
   const auto* st = reinterpret_cast<const ThreadState*>(block);
   const auto* slots = reinterpret_cast<const Record*>(block + kRingStateBytes);
   const std::uint64_t cap = (bytes - kRingStateBytes) / sizeof(Record);
@@ -122,6 +122,7 @@ bool decode_block(const char* block, std::uint64_t bytes, const AnchorClock& clo
   const std::uint64_t end = st->published.load(std::memory_order_acquire);
   std::uint64_t at = st->written.load(std::memory_order_acquire);
   if (end < at) return false;
+  if (const std::uint64_t c = st->committing.load(std::memory_order_acquire); write_landed && c > at && c <= end) at = c;
   if (end - at > cap) at = end - cap;  // older ones were overwritten: their lines were written
   absl::flat_hash_map<std::int64_t, std::uint64_t> begun;  // step -> its step_begin (mono), for step_end's dur
   while (at < end) {
@@ -155,6 +156,27 @@ bool decode_block(const char* block, std::uint64_t bytes, const AnchorClock& clo
     out.events.push_back(std::move(e));
   }
   return true;
+}
+
+// Whether the run-log write under way when the process died (RingCommit) is
+// in the file: its last bytes after where the file ended before it (inline
+// error lines may have come between).
+bool commit_landed(const RingCommit& c, const std::string& run_log) {
+  if (c.state.load(std::memory_order_acquire) != kCommitReady) return false;
+  const std::size_t n = c.tail_bytes;
+  if (n == 0 || n > kCommitTailBytes || c.file_from < 0) return false;
+  const int fd = ::open(run_log.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return false;
+  struct stat st;
+  std::string text;
+  if (::fstat(fd, &st) == 0 && st.st_size >= c.file_from + static_cast<std::int64_t>(n)) {
+    constexpr std::int64_t kMost = 16 << 20;  // a piece is 256 KiB; the rest would be inline lines
+    text.resize(static_cast<std::size_t>(std::min<std::int64_t>(st.st_size - c.file_from, kMost)));
+    const ssize_t got = ::pread(fd, text.data(), text.size(), c.file_from);
+    text.resize(got > 0 ? static_cast<std::size_t>(got) : 0);
+  }
+  ::close(fd);
+  return text.find(std::string_view(c.tail, n)) != std::string::npos;
 }
 
 // Appends the `recovered` line and the events' lines to the run log.
@@ -246,12 +268,13 @@ void recover_file(const std::string& path, const std::string& run_dir, bool wait
   const TableNames names(h.names, std::min<std::uint32_t>(h.names_used.load(std::memory_order_acquire), sizeof(h.names)));
   const AnchorClock clock{h.anchors[h.anchor_index.load(std::memory_order_acquire) & 1]};
   Decoded d;
+  const bool write_landed = commit_landed(h.commit, run_log);
   const std::uint32_t blocks = std::min(h.blocks_made.load(std::memory_order_acquire), kMaxRingBlocks);
   for (std::uint32_t i = 0; i < blocks; ++i) {
     const RingBlockEntry& b = h.blocks[i];
     if (b.in_use.load(std::memory_order_acquire) == 0) continue;
     if (b.bytes <= kRingStateBytes || b.offset + b.bytes > static_cast<std::uint64_t>(st.st_size) ||
-        !decode_block(base + b.offset, b.bytes, clock, names, d)) {
+        !decode_block(base + b.offset, b.bytes, clock, names, write_landed, d)) {
       return;  // not what this build writes: never taken for empty and removed
     }
   }

@@ -235,8 +235,12 @@ void Runtime::anchor_position() {
 void Runtime::deliver(std::vector<Event>& batch) {
   if (batch.empty()) return;
   for (const Event& e : batch) goodput_.on_any(e.wall_ns);
+  origins_.resize(batch.size());  // events not from a ring (the process's own) have none
+  if (run_log_ != nullptr) run_log_->set_origins(origins_);
   for (auto& s : sinks_) s->export_events(batch);  // errors are counted in write_pending(), which follows
+  if (run_log_ != nullptr) run_log_->set_origins({});
   batch.clear();
+  origins_.clear();
 }
 
 void Runtime::write_pending() {
@@ -324,6 +328,7 @@ std::size_t Runtime::drain_all(std::vector<Event>& batch) {
         decode(st, r, next, batch);
         ++tail;
       }
+      origins_.resize(batch.size(), EventOrigin{st, tail});  // the events just decoded, for the run log's commits
       ++n;
       if (yield_due()) {  // a training thread sharing this core need not wait for the whole drain
         st->tail.store(tail, std::memory_order_release);  // the slots decoded so far are free meanwhile
@@ -481,6 +486,7 @@ void Runtime::run_background() {
   std::vector<Event> batch;
   try {
     batch.reserve(kBatch);  // else it grows on first use
+    origins_.reserve(kBatch + 64);
   } catch (...) {
   }
   BackgroundPace pace{std::chrono::microseconds(1000), std::chrono::steady_clock::now(), 0};
@@ -506,6 +512,7 @@ void Runtime::run_background() {
 void Runtime::background_failed(std::vector<Event>& batch, const char* what) noexcept {
   lost_.fetch_add(batch.size(), std::memory_order_relaxed);
   batch.clear();
+  origins_.clear();  // one per event of the batch: never left to describe the next one's
   detail::diagnose(detail::Topic::kBackground,
                    "rank {}: background thread: {}; the events being written are dropped and "
                    "counted (events_dropped), recording continues",

@@ -11,7 +11,9 @@
 #include <cstdint>
 #include <cstring>
 #include <mutex>
+#include <span>
 #include <string>
+#include <vector>
 
 #include <fmt/compile.h>
 #include <fmt/format.h>
@@ -27,6 +29,7 @@
 #include "rankscope/config.hpp"
 #include "rankscope/export/jsonl.hpp"
 #include "run_dir.hpp"
+#include "ring_file_layout.hpp"
 #include "runtime_impl.hpp"
 #include "schema.hpp"
 #include "yield_point.hpp"
@@ -86,8 +89,11 @@ class JsonlSink final : public detail::RunLogSink {
   // appends cost ~15 % less per byte than 92 KiB ones here.
   static constexpr std::size_t kWriteFrom = 256 << 10;
   void export_events_impl(std::span<const Event> batch, std::size_t& next) {
+    const std::span<const detail::EventOrigin> origins = batch_origins_;
+    batch_origins_ = {};
     for (; next < batch.size(); ++next) {
       format_event(batch[next]);
+      if (next < origins.size() && origins[next].ring != nullptr) lines_from_.push_back({buf_.size(), origins[next]});
       if (detail::yield_due()) sched_yield();  // formatting 512 events takes ~50 us (yield_point.hpp)
     }
     // The runtime's own run log waits for write_pending() (one write per
@@ -143,6 +149,7 @@ class JsonlSink final : public detail::RunLogSink {
   void before_exit() noexcept override { guarded([&] { before_exit_impl(); }); }
   void write_pending() noexcept override { guarded([&] { write_out(); }); }
   bool holds_lines() const noexcept override { return buf_.size() != 0; }
+  void set_origins(std::span<const detail::EventOrigin> per_event) noexcept override { batch_origins_ = per_event; }
 
   void shutdown_impl(Deadline deadline, const Stats& st) {
     const std::uint64_t mono = detail_mono_now();
@@ -182,6 +189,12 @@ class JsonlSink final : public detail::RunLogSink {
   int fd() const noexcept override { return fd_; }
 
  private:
+  // The lines held back go (written, dropped or failed), and with them what
+  // their ring records were (a ring named there may be freed after the drain).
+  void clear_lines() noexcept {
+    buf_.clear();
+    lines_from_.clear();
+  }
   template <typename Fn>
   bool guarded(Fn&& fn) noexcept {
     try {
@@ -193,7 +206,7 @@ class JsonlSink final : public detail::RunLogSink {
       detail::run_log_health().lines_dropped.store(dropped_lines_, std::memory_order_relaxed);
       pending_lines_ = 0;
       pending_step_ = -1;
-      buf_.clear();
+      clear_lines();
       return false;
     }
   }
@@ -262,7 +275,8 @@ class JsonlSink final : public detail::RunLogSink {
       stop(ENOSPC);
       return;
     }
-    if (fd_ < 0 || !detail::write_run_log(fd_, buf_.data(), buf_.size())) {
+    RingCommits commits(*this);
+    if (fd_ < 0 || !detail::write_run_log(fd_, buf_.data(), buf_.size(), lines_from_.empty() ? nullptr : &commits)) {
       const int err = fd_ < 0 ? EBADF : errno;
       ++errors_;
       drop_pending();
@@ -272,21 +286,53 @@ class JsonlSink final : public detail::RunLogSink {
     end_ += static_cast<off_t>(buf_.size());
     pending_lines_ = 0;
     pending_step_ = -1;
-    buf_.clear();
+    clear_lines();
   }
   void drop_pending() {
     dropped_lines_ += pending_lines_;
     detail::run_log_health().lines_dropped.store(dropped_lines_, std::memory_order_relaxed);
     pending_lines_ = 0;
-    buf_.clear();
+    clear_lines();
   }
+
+  // The ring records of the lines each piece of a write holds, committed
+  // around it (RingCommit in ring_file_layout.hpp): a SIGKILL at any point
+  // leaves a recoverer knowing which records' lines are in the file.
+  class RingCommits final : public detail::RunLogPieces {
+   public:
+    explicit RingCommits(JsonlSink& s) : s_(s) {}
+    void before(std::size_t end) noexcept override {
+      first_ = next_;
+      detail::ring_file_commit_prepare();
+      for (; next_ < s_.lines_from_.size() && s_.lines_from_[next_].buf_end <= end; ++next_) {
+        const detail::EventOrigin& o = s_.lines_from_[next_].origin;
+        o.ring->committing.store(o.end, std::memory_order_relaxed);
+      }
+      struct stat st;
+      const std::int64_t from = ::fstat(s_.fd_, &st) == 0 ? st.st_size : 0;  // inline lines may follow: searched from here
+      const std::size_t tail = std::min(end, detail::kCommitTailBytes);
+      detail::ring_file_commit_ready(from, s_.buf_.data() + end - tail, tail);
+    }
+    void after(std::size_t) noexcept override {
+      for (std::size_t i = first_; i < next_; ++i) {
+        detail::ThreadState* r = s_.lines_from_[i].origin.ring;
+        const std::uint64_t c = r->committing.load(std::memory_order_relaxed);
+        if (c > r->written.load(std::memory_order_relaxed)) r->written.store(c, std::memory_order_release);
+      }
+      detail::ring_file_commit_done();
+    }
+
+   private:
+    JsonlSink& s_;
+    std::size_t first_ = 0, next_ = 0;  // this piece's lines in lines_from_
+  };
   // Writes what is in buf_ (one marker or run_end line) into the tail reserve.
   void write_reserved() {
     if (fd_ >= 0 && detail::write_run_log(fd_, buf_.data(), buf_.size())) end_ += static_cast<off_t>(buf_.size());
     else ++errors_;
     pending_lines_ = 0;
     pending_step_ = -1;
-    buf_.clear();
+    clear_lines();
   }
   void stop(int err) {
     if (stopped_) return;
@@ -314,7 +360,7 @@ class JsonlSink final : public detail::RunLogSink {
     if (can_reserve_ && !room_for(buf_.size() + kReserveStep)) return false;  // still full
     stopped_ = false;
     std::string pending(buf_.data(), buf_.size());  // the lines waiting go after the marker
-    buf_.clear();
+    clear_lines();
     JsonWriter w(buf_);
     begin_line(w, schema::kind_name(schema::Kind::kLogResumed), detail_wall_now(), detail_mono_now(), last_step_, 0);
     w.field(schema::Field::kLinesDropped, dropped_lines_);
@@ -379,6 +425,12 @@ class JsonlSink final : public detail::RunLogSink {
   std::int64_t last_step_ = -1;     // the newest step seen
   std::atomic<std::uint64_t> errors_{0};  // written by the background thread
   bool held_by_runtime_;
+  std::span<const detail::EventOrigin> batch_origins_;  // set_origins(), for the next export_events()
+  struct LineFrom {
+    std::size_t buf_end;  // where the event's line ends in buf_
+    detail::EventOrigin origin;
+  };
+  std::vector<LineFrom> lines_from_;  // buf_'s lines' ring records
   fmt::memory_buffer buf_;
   detail::EventFormatter fmt_;
 };

@@ -26,6 +26,7 @@
 #include "attribute_codec.hpp"
 #include "payload.hpp"
 #include "ring_file.hpp"
+#include "run_log_write.hpp"
 #include "signals.hpp"
 #include <chrono>
 #include <thread>
@@ -61,20 +62,29 @@ std::atomic<bool> g_run_log_writes_ended{false};
 // inline line: a kill waits for the piece on its way (a short write even on a
 // loaded machine) and no later piece starts. One write(2) of a whole batch
 // (megabytes after a backlog) could outlast the wait and be cut at a page.
-bool write_run_log(int fd, const char* p, std::size_t n) {
+void (*g_run_log_piece_written)(std::size_t done, std::size_t total) = nullptr;
+
+bool write_run_log(int fd, const char* p, std::size_t n, RunLogPieces* pieces) {
   constexpr std::size_t kPiece = 256 * 1024;
-  while (n > 0) {
-    std::size_t len = n;
+  const std::size_t total = n;
+  std::size_t done = 0;
+  while (done < total) {
+    std::size_t len = total - done;
     if (len > kPiece) {
-      const void* nl = std::memchr(p + kPiece / 2, '\n', kPiece / 2);  // a line ends in the second half
-      len = nl != nullptr ? static_cast<std::size_t>(static_cast<const char*>(nl) - p) + 1 : n;  // else whole
+      const char* at = p + done;
+      const void* nl = std::memchr(at + kPiece / 2, '\n', kPiece / 2);  // a line ends in the second half
+      len = nl != nullptr ? static_cast<std::size_t>(static_cast<const char*>(nl) - at) + 1 : len;  // else whole
     }
+    if (pieces != nullptr) pieces->before(done + len);
     g_inline_writers.fetch_add(1);
-    const bool ok = g_run_log_writes_ended.load() || write_all(fd, p, len);  // ended: the process is going
+    const bool ended = g_run_log_writes_ended.load();  // the process is going: nothing more is written
+    const bool ok = ended || write_all(fd, p + done, len);
     g_inline_writers.fetch_sub(1);
     if (!ok) return false;
-    p += len;
-    n -= len;
+    done += len;
+    if (ended) continue;
+    if (g_run_log_piece_written != nullptr) g_run_log_piece_written(done, total);
+    if (pieces != nullptr) pieces->after(done);
   }
   return true;
 }

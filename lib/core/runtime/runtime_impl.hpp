@@ -36,6 +36,7 @@
 #include "rankscope/runtime.hpp"
 #include "registry.hpp"
 #include "ring_file.hpp"
+#include "run_log_write.hpp"
 #include "settings.hpp"
 #include "step_breakdown.hpp"
 #include "numerics.hpp"
@@ -47,10 +48,6 @@ extern std::atomic<int> g_runlog_fd;
 // Waits until no thread is writing an inline line to g_runlog_fd's file;
 // false if the deadline passed first.
 bool wait_inline_writers(std::chrono::steady_clock::time_point deadline);
-// The background thread's write of a batch of run-log lines, counted with the
-// inline writers so that a signal ending the process waits for it to finish
-// (end_inline_writes) instead of cutting it at a page; after that none starts.
-bool write_run_log(int fd, const char* p, std::size_t n);
 // The run log: a Sink with two more duties (jsonl_sink.cpp).
 class RunLogSink : public Sink {
  public:
@@ -60,6 +57,9 @@ class RunLogSink : public Sink {
   virtual void write_pending() noexcept = 0;
   // Formatted lines are held back, not yet in the file (nor counted as dropped).
   virtual bool holds_lines() const noexcept = 0;
+  // Where each event of the next export_events() came from (one per event, or
+  // none): its write then commits each ring's records (RingCommit).
+  virtual void set_origins(std::span<const EventOrigin> per_event) noexcept = 0;
 };
 absl::StatusOr<std::shared_ptr<RunLogSink>> make_run_log(const std::string& path);
 // Appends the exporters the environment configures (register_env_sink) that
@@ -186,6 +186,7 @@ class Runtime {
   void open_run_files();
   absl::Status start_background(const Settings& set);
   void write_pending();  // the end of a drain: sinks that hold lines back write them
+  std::vector<EventOrigin> origins_;  // drain_all: the ring record each event of the batch came from
   void mark_written();   // every ring's decoded records are in the run log (background.cpp)
   void count_export_errors();
   void remember(const Event& e);  // keeps the last events per thread for dumps

@@ -1,0 +1,35 @@
+// The background thread's writes of run-log lines (log.cpp, where the inline
+// error writers they are counted with live), and what the run log's ring
+// commits need to know about them (jsonl_sink.cpp, ring_file_layout.hpp).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "rankscope/detail/thread_state.hpp"
+
+namespace rankscope::detail {
+
+// The background thread's write of a batch of run-log lines, counted with the
+// inline writers so that a signal ending the process waits for it to finish
+// (end_inline_writes) instead of cutting it at a page; after that none starts.
+// `pieces` (optional) is told where each piece ends in `p`, before its write
+// and once it is in the file (the run log's ring commits, jsonl_sink.cpp).
+struct RunLogPieces {
+  virtual void before(std::size_t end) noexcept = 0;
+  virtual void after(std::size_t end) noexcept = 0;
+
+ protected:
+  ~RunLogPieces() = default;
+};
+bool write_run_log(int fd, const char* p, std::size_t n, RunLogPieces* pieces = nullptr);
+// Tests only: called after each piece is in the file, before `pieces` is told
+// (tests/signal_helper.cpp SIGKILLs itself there).
+extern void (*g_run_log_piece_written)(std::size_t done, std::size_t total);
+// The ring record an event was decoded from: its thread's ring and the position after it.
+struct EventOrigin {
+  ThreadState* ring = nullptr;
+  std::uint64_t end = 0;
+};
+
+}  // namespace rankscope::detail
