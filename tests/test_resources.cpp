@@ -2,6 +2,7 @@
 // (tests/fake_nvml.c): the values in the run log and the metrics, XID events,
 // and a driver call that hangs - reported once, while heartbeats and steps go on.
 #include <catch2/catch.hpp>
+#include <sys/stat.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -318,6 +319,26 @@ TEST_CASE("the rank's GPU is its CUDA_VISIBLE_DEVICES entry - local rank 0 with 
   const std::string text = rank.stopped_log();
   CHECK_THAT(text, Catch::Contains(R"("reason":"start","gpu":1,)"));
   CHECK_THAT(text, Catch::Contains(R"("gpu_power_w":350,)"));
+}
+
+// Run by ctest in a new PID namespace (unit/pid_namespace), as a container
+// runs a rank: the driver lists this process under its host pid, which it
+// cannot know, so a list without getpid() is no evidence of CPU training.
+TEST_CASE("in a PID namespace of its own a rank is not warned for GPUs NVML lists other pids on", "[.][pid_namespace]") {
+  struct stat ns;
+  REQUIRE(::stat("/proc/self/ns/pid", &ns) == 0);
+  REQUIRE(ns.st_ino != 0xEFFFFFFCu);  // not the host's (PROC_PID_INIT_INO)
+  ScopedEnv host_pids("FAKE_NVML_PROCESS_MIB", "0");  // the fake lists pid 1 (sh here): this process under another pid
+  ScopedEnv visible("CUDA_VISIBLE_DEVICES", nullptr);
+  FakeGpuRank rank;
+  for (int s = 0; s < 12; ++s) step(s);
+  const std::uint64_t seen = detail::resources_finished();
+  while (detail::resources_finished() < seen + 3) std::this_thread::sleep_for(20ms);
+  const std::string text = rank.stopped_log();
+  CHECK_THAT(text, Catch::Contains(R"("kind":"resources")"));
+  CHECK_THAT(text, Catch::Contains("rankscope_gpu_memory_used_bytes"));
+  CHECK_THAT(text, !Catch::Contains("uses none of the node's"));
+  CHECK_THAT(text, !Catch::Contains("rankscope_gpu_process_memory_bytes"));  // unknown, not 0
 }
 
 TEST_CASE("a rank that uses none of its node's GPUs ten steps in is warned once (CPU training)",

@@ -9,10 +9,14 @@
 // The allocator's own "allocated" figure is only known to the framework: the
 // Python torch integration reports it as a gauge.
 #include <dlfcn.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -32,6 +36,32 @@ struct NvmlProcess {  // nvmlProcessInfo_v1_t
   unsigned pid;
   unsigned long long used;
 };
+
+// The pids NVML may list this process under. The driver reports pids as the
+// host sees them; in a container with its own PID namespace getpid() is
+// another number. /proc/self/status's NSpid names this process in every
+// namespace its /proc can see (outermost first): the host's pid where the
+// host's /proc is mounted, else only the container's.
+struct OwnPids {
+  std::vector<unsigned> pids;
+  bool complete = true;  // false: the host's pid may be none of them (a listing without them proves nothing)
+};
+OwnPids own_pids() {
+  OwnPids out;
+  out.pids.push_back(static_cast<unsigned>(::getpid()));
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("NSpid:", 0) != 0) continue;
+    std::istringstream in(line.substr(6));
+    for (unsigned p = 0; in >> p;) out.pids.push_back(p);
+  }
+  // The initial PID namespace has a fixed inode (PROC_PID_INIT_INO); in it, getpid() is the host's pid.
+  constexpr ino_t kInitialPidNamespace = 0xEFFFFFFCu;
+  struct stat ns;
+  const bool in_initial = ::stat("/proc/self/ns/pid", &ns) != 0 || ns.st_ino == kInitialPidNamespace;
+  out.complete = in_initial || out.pids.size() > 2;  // getpid() plus two or more NSpid levels: the outermost is seen
+  return out;
+}
 
 class GpuMemory {
  public:
@@ -65,18 +95,25 @@ class GpuMemory {
       if (processes_(dev, &n, procs) == 0) {
         bool listed = false;
         for (unsigned k = 0; k < n && k < 64; ++k) {
-          if (procs[k].pid == static_cast<unsigned>(::getpid())) {
+          if (std::find(pids_.pids.begin(), pids_.pids.end(), procs[k].pid) != pids_.pids.end()) {
             mine += static_cast<double>(procs[k].used);
             listed = true;
           }
+        }
+        // Not listed, in a container whose host pid we cannot know: unknown, not zero.
+        if (!listed && !pids_.complete) continue;
+        if (process_[i] == nullptr) {  // made at its first answer: a gauge that never had one is not exported as 0
+          process_[i] = &gauge("rankscope_gpu_process_memory_bytes",
+                               "GPU memory held by this process (allocator pool and context)", {{"gpu", std::to_string(i)}});
         }
         process_[i]->set(mine);
         answered = true;
         uses |= listed;
       }
     }
-    // Every device answered for its processes or none did: a device that
-    // cannot list them (no permission) leaves the answer unknown.
+    // At least one device listed its processes: whether this process is among
+    // them. Devices that cannot list them (no permission) add nothing; none
+    // that could leaves the answer unknown (no warning rests on it).
     if (answered) use_.store(uses ? kUses : kUsesNone, std::memory_order_relaxed);
     devices_seen_.store(static_cast<int>(devices_.size()), std::memory_order_relaxed);
   }
@@ -110,9 +147,9 @@ class GpuMemory {
       devices_.push_back(dev);
       used_.push_back(&gauge("rankscope_gpu_memory_used_bytes", "GPU memory used on the device (all processes)", l));
       total_.push_back(&gauge("rankscope_gpu_memory_total_bytes", "GPU memory of the device", l));
-      process_.push_back(&gauge("rankscope_gpu_process_memory_bytes",
-                                "GPU memory held by this process (allocator pool and context)", l));
+      process_.push_back(nullptr);
     }
+    pids_ = own_pids();
     state_ = State::kLoaded;  // the library stays loaded: one dlopen per process
     return true;
   }
@@ -127,6 +164,7 @@ class GpuMemory {
   int (*processes_)(void*, unsigned*, NvmlProcess*) = nullptr;
   std::vector<void*> devices_;
   std::vector<Gauge*> used_, total_, process_;
+  OwnPids pids_;  // at load: a process keeps its pids (fork: the child polls nothing)
 };
 }  // namespace
 
