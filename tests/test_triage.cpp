@@ -738,15 +738,17 @@ TEST_CASE("PyTorch's flight recorder copy is read per process group, for its own
 namespace {
 // A 2-rank run: `steps` steps of `step_ms` after `startup_ms`; each step a forward phase, an
 // all-gather in flight 30 ms behind it (no phase waits for it: overlapped), then a 10 ms
-// collective phase waiting on a second collective (exposed).
-void overlapped_run(const std::string& dir, int steps, std::uint64_t step_ms, std::uint64_t startup_ms) {
+// collective phase waiting on a second collective (exposed). With `rss_gib`, a resource snapshot
+// each step (that RSS, 1.5 CPU cores busy); with `checkpoint_every`, every such step is longer by a
+// 200 ms checkpoint phase.
+void overlapped_run(const std::string& dir, int steps, std::uint64_t step_ms, std::uint64_t startup_ms,
+                    double rss_gib = 0, int checkpoint_every = 0) {
   constexpr std::uint64_t kMs = 1'000'000, kBase = 1'800'000'000'000'000'000ull;
   for (int rank = 0; rank < 2; ++rank) {
     std::string log = fmt::format(R"({{"kind":"run_start","t":{},"mono":{},"rank":{},"host":"h"}})" "\n", kBase,
                                   kBase, rank);
-    std::uint64_t seq = 0;
+    std::uint64_t seq = 0, t0 = kBase + startup_ms * kMs;
     for (int s = 0; s < steps; ++s) {
-      const std::uint64_t t0 = kBase + startup_ms * kMs + static_cast<std::uint64_t>(s) * step_ms * kMs;
       auto line = [&](std::string_view kind, std::uint64_t t, std::string_view rest) {
         log += fmt::format(R"({{"kind":"{}","t":{},"mono":{},"rank":{},"step":{},"tid":7{}}})" "\n", kind, t, t, rank, s,
                            rest);
@@ -757,16 +759,27 @@ void overlapped_run(const std::string& dir, int steps, std::uint64_t step_ms, st
                          R"("dur":{},"result":"ok","fingerprint":"00000000000000aa")",
                          ++seq, dur));
       };
+      const bool checkpoint = checkpoint_every > 0 && s % checkpoint_every == checkpoint_every - 1;
+      const std::uint64_t len = step_ms + (checkpoint ? 200 : 0);
       line("step_begin", t0, "");
       collective(t0 + 5 * kMs, 30 * kMs);
       line("phase", t0 + 1 * kMs,
            fmt::format(R"(,"name":"forward","phase_kind":"forward","dur":{},"depth":0)", (step_ms - 20) * kMs));
-      collective(t0 + (step_ms - 15) * kMs, 10 * kMs);
-      line("phase", t0 + (step_ms - 15) * kMs, fmt::format(R"(,"name":"wait","phase_kind":"collective","dur":{},"depth":0)", 10 * kMs));
-      line("step_end", t0 + step_ms * kMs, "");
+      if (checkpoint) {
+        line("phase", t0 + (step_ms - 19) * kMs,
+             fmt::format(R"(,"name":"save","phase_kind":"checkpoint","dur":{},"depth":0)", 200 * kMs));
+      }
+      collective(t0 + (len - 15) * kMs, 10 * kMs);
+      line("phase", t0 + (len - 15) * kMs, fmt::format(R"(,"name":"wait","phase_kind":"collective","dur":{},"depth":0)", 10 * kMs));
+      line("step_end", t0 + len * kMs, "");
+      if (rss_gib > 0) {
+        line("resources", t0 + len * kMs,
+             fmt::format(R"(,"reason":"{}","rss_bytes":{:.0f},"os_threads":{},"cpu_s":{})", s == 0 ? "start" : "interval",
+                         rss_gib * (1 << 30), 40, 1.5 * static_cast<double>(t0 + len * kMs - kBase) / 1e9));
+      }
+      t0 += len * kMs;
     }
-    log += fmt::format(R"({{"kind":"run_end","t":{},"mono":1,"rank":{}}})" "\n",
-                       kBase + (startup_ms + static_cast<std::uint64_t>(steps) * step_ms) * kMs, rank);
+    log += fmt::format(R"({{"kind":"run_end","t":{},"mono":1,"rank":{}}})" "\n", t0, rank);
     write(fmt::format("{}/rank-{}.jsonl", dir, rank), log);
   }
 }
@@ -796,10 +809,13 @@ TEST_CASE("collectives overlapped with compute are in flight, not exposed / diff
   REQUIRE(rb.ok());
   const auto d = reader::diff_runs(*ra, *rb);
   CHECK(d.goodput.b > d.goodput.a);
-  REQUIRE(d.verdict.size() == 3);
+  REQUIRE(d.verdict.size() == 4);
   CHECK(d.verdict[0] == "per step (steady state, median): B is 20.0 % slower (100.000 -> 120.000 ms)");
-  CHECK_THAT(d.verdict[1], Catch::StartsWith("goodput rose (") && Catch::Contains("although B's steps are slower"));
-  CHECK(d.verdict[2] == "the runs differ in length (10 and 5 steps per rank): start-up and warm-up weigh differently "
+  // Steps 0-4 both ran, step 0 as the warm-up: like with like.
+  CHECK(d.verdict[1] == "over steps 1-4, which both ran (warm-up and checkpoint time left out): B is 20.0 % slower "
+                        "(100.000 -> 120.000 ms)");
+  CHECK_THAT(d.verdict[2], Catch::StartsWith("goodput rose (") && Catch::Contains("although B's steps are slower"));
+  CHECK(d.verdict[3] == "the runs differ in length (10 and 5 steps per rank): start-up and warm-up weigh differently "
                         "in their goodput");
   CHECK(d.comm_ms.a == Approx(40));
   const std::string text = reader::format_diff(d, *ra, *rb);
@@ -810,6 +826,39 @@ TEST_CASE("collectives overlapped with compute are in flight, not exposed / diff
   const auto same = reader::diff_runs(*ra, *ra);
   REQUIRE(same.verdict.size() == 1);
   CHECK_THAT(same.verdict[0], Catch::StartsWith("per step (steady state, median): the same within 3 %"));
+  CHECK(same.resources.empty());  // neither run sampled any
+}
+
+TEST_CASE("diff: checkpoint time left out of the aligned steps / resources of both runs side by side", "[triage][diff]") {
+  // A: 20 steps of 100 ms, 1 GiB. B: the same steps, every other one 200 ms longer by a
+  // checkpoint, 2 GiB: its whole-run median step is longer, its steps without the checkpoint are not.
+  TempDir a, b;
+  overlapped_run(a.path, 20, 100, 0, 1.0);
+  overlapped_run(b.path, 20, 100, 0, 2.0, 2);
+  auto ra = reader::analyze_run(a.path), rb = reader::analyze_run(b.path);
+  REQUIRE(ra.ok());
+  REQUIRE(rb.ok());
+  const auto d = reader::diff_runs(*ra, *rb);
+  CHECK(d.step_ms.b > 150);
+  CHECK(d.aligned.from == 2);  // steps 0-19 in both: the first tenth is the warm-up
+  CHECK(d.aligned.to == 19);
+  CHECK(d.aligned.step_ms.a == Approx(100));
+  CHECK(d.aligned.step_ms.b == Approx(100));
+  REQUIRE(d.resources.size() == 3);
+  CHECK(d.resources[0].name == "process CPU");
+  CHECK(d.resources[0].v.a == Approx(1.5));
+  CHECK(d.resources[1].name == "process RSS (peak)");
+  CHECK(d.resources[1].v.a == Approx(1.0));
+  CHECK(d.resources[1].v.b == Approx(2.0));
+  CHECK(d.resources[2].name == "process threads");
+  CHECK(d.resources[2].v.a == Approx(40));
+  const std::string text = reader::format_diff(d, *ra, *rb);
+  CHECK_THAT(text, Catch::Contains("  step, steps 2-19"));
+  CHECK_THAT(text, Catch::Contains("  resources (median rank)"));
+  CHECK_THAT(text, Catch::Matches(R"((.|\n)*  process RSS \(peak\) +1\.00 GiB +2\.00 GiB +\+100\.0 %(.|\n)*)"));
+  const std::string json = reader::format_diff_json(d, *ra, *rb);
+  CHECK_THAT(json, Catch::Contains(R"("aligned":{"from_step":2,"to_step":19,"step_ms":{"a":100)"));
+  CHECK_THAT(json, Catch::Contains(R"J({"name":"process RSS (peak)","unit":"GiB","a":1,"b":2,"change":1})J"));
 }
 
 #include "absl/strings/escaping.h"

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <set>
 
 #include <fmt/format.h>
@@ -59,6 +60,114 @@ std::vector<RunDiff::NamedPhase> named_phase_diff(const RunSummary& a, const Run
   std::stable_sort(out.begin(), out.end(), [](const auto& x, const auto& y) {
     return std::max(x.ms.a, x.ms.b) > std::max(y.ms.a, y.ms.b);
   });
+  return out;
+}
+
+// The steps every rank of the run has: [latest first step, earliest last step]; {-1, -1} without steps.
+std::pair<std::int64_t, std::int64_t> common_steps(const RunSummary& s) {
+  std::int64_t lo = -1, hi = INT64_MAX;
+  for (const auto& r : s.ranks) {
+    if (r.steps == 0 || r.first_step < 0) continue;
+    lo = std::max(lo, r.first_step);
+    hi = std::min(hi, r.last_step);
+  }
+  return lo < 0 || hi < lo ? std::pair<std::int64_t, std::int64_t>{-1, -1} : std::pair{lo, hi};
+}
+
+// Each rank's median ms per step over its series blocks inside [from, to], checkpoint time taken
+// out; the median over ranks with at least 3 such blocks (0: none).
+double aligned_step_ms(const RunSummary& s, std::int64_t from, std::int64_t to) {
+  constexpr int kCheckpoint = static_cast<int>(PhaseKind::kCheckpoint);
+  std::vector<double> per_rank, v;
+  for (const auto& r : s.ranks) {
+    const PhaseSeries& ser = r.series;
+    v.clear();
+    for (std::size_t j = 0; j < ser.blocks.size(); ++j) {
+      const PhaseSeries::Block& b = ser.blocks[j];
+      const std::int64_t first = (ser.first_block + static_cast<std::int64_t>(j)) * ser.block_steps;
+      if (b.steps == 0 || b.total_ms <= 0 || first < from || first + ser.block_steps - 1 > to) continue;
+      v.push_back((b.total_ms - b.ms[kCheckpoint]) / b.steps);
+    }
+    if (v.size() >= 3) per_rank.push_back(detail::median_in_place(v));
+  }
+  return per_rank.empty() ? 0 : detail::median_in_place(per_rank);
+}
+
+struct ResourceSpec {
+  schema::Field field;
+  const char* name;
+  const char* unit;
+  double scale;  // from the run log's unit
+  bool peak;     // the rank's largest value, not its median
+};
+constexpr ResourceSpec kResourceSpecs[] = {
+    {schema::Field::kRssBytes, "process RSS (peak)", "GiB", 1.0 / (1 << 30), true},
+    {schema::Field::kOsThreads, "process threads", "", 1, false},
+    {schema::Field::kOpenFds, "open files", "", 1, false},
+    {schema::Field::kLoad1, "host load (1 min)", "", 1, false},
+    {schema::Field::kMemAvailable, "host memory available", "GiB", 1.0 / (1 << 30), false},
+    {schema::Field::kPsiCpu, "host CPU pressure", "%", 100, false},
+    {schema::Field::kPsiIo, "host I/O pressure", "%", 100, false},
+    {schema::Field::kPsiMem, "host memory pressure", "%", 100, false},
+    {schema::Field::kGpuUtil, "GPU utilisation", "%", 100, false},
+    {schema::Field::kGpuMemUsed, "GPU memory used", "%", 100, false},
+    {schema::Field::kGpuPower, "GPU power", "W", 1, false},
+    {schema::Field::kGpuTemp, "GPU temperature", "C", 1, false},
+    {schema::Field::kGpuSmClock, "GPU SM clock", "MHz", 1e-6, false},
+};
+
+// A rank's snapshots past the start one (a process just begun has not grown yet); all if that is all.
+std::vector<const ResourcePoint*> running_snapshots(const RankSummary& r) {
+  std::vector<const ResourcePoint*> out;
+  for (const auto& p : r.resources) {
+    if (p.reason != "start") out.push_back(&p);
+  }
+  if (out.empty()) {
+    for (const auto& p : r.resources) out.push_back(&p);
+  }
+  return out;
+}
+
+std::optional<double> run_resource(const RunSummary& s, const ResourceSpec& spec) {
+  std::vector<double> per_rank, v;
+  for (const auto& r : s.ranks) {
+    v.clear();
+    for (const ResourcePoint* p : running_snapshots(r)) {
+      if (auto x = p->get(spec.field)) v.push_back(*x * spec.scale);
+    }
+    if (v.empty()) continue;
+    per_rank.push_back(spec.peak ? *std::max_element(v.begin(), v.end()) : detail::median_in_place(v));
+  }
+  if (per_rank.empty()) return std::nullopt;
+  return detail::median_in_place(per_rank);
+}
+
+// CPU cores the process kept busy: its CPU seconds over wall seconds, first to last snapshot.
+std::optional<double> run_cpu_cores(const RunSummary& s) {
+  std::vector<double> per_rank;
+  for (const auto& r : s.ranks) {
+    const ResourcePoint *first = nullptr, *last = nullptr;
+    for (const auto& p : r.resources) {
+      if (!p.get(schema::Field::kCpuSeconds)) continue;
+      if (first == nullptr) first = &p;
+      last = &p;
+    }
+    if (first == nullptr || last->t <= first->t) continue;
+    const double cpu = *last->get(schema::Field::kCpuSeconds) - *first->get(schema::Field::kCpuSeconds);
+    per_rank.push_back(cpu / (static_cast<double>(last->t - first->t) * 1e-9));
+  }
+  if (per_rank.empty()) return std::nullopt;
+  return detail::median_in_place(per_rank);
+}
+
+std::vector<RunDiff::Resource> resource_diff(const RunSummary& a, const RunSummary& b) {
+  std::vector<RunDiff::Resource> out;
+  const auto ca = run_cpu_cores(a), cb = run_cpu_cores(b);
+  if (ca || cb) out.push_back({"process CPU", "cores", {ca.value_or(0), cb.value_or(0)}});
+  for (const ResourceSpec& spec : kResourceSpecs) {
+    const auto va = run_resource(a, spec), vb = run_resource(b, spec);
+    if (va || vb) out.push_back({spec.name, spec.unit, {va.value_or(0), vb.value_or(0)}});
+  }
   return out;
 }
 
@@ -156,6 +265,17 @@ RunDiff diff_runs(const AnalyzedRun& a, const AnalyzedRun& b) {
   d.steps = {median_over_ranks(sa, steps, 0), median_over_ranks(sb, steps, 0)};
   for (int k = 0; k < kPhaseKindCount; ++k) d.phase_ms[k] = {median_over_ranks(sa, kind, k), median_over_ranks(sb, kind, k)};
   d.named_phases = named_phase_diff(sa, sb);
+  const auto [a_first, a_last] = common_steps(sa);
+  const auto [b_first, b_last] = common_steps(sb);
+  if (a_first >= 0 && b_first >= 0) {
+    const std::int64_t lo = std::max(a_first, b_first), hi = std::min(a_last, b_last);
+    if (hi - lo + 1 >= 4) {
+      const std::int64_t from = lo + std::clamp<std::int64_t>((hi - lo + 1) / 10, 1, 20);
+      d.aligned = {from, hi, {aligned_step_ms(sa, from, hi), aligned_step_ms(sb, from, hi)}};
+      if (d.aligned.step_ms.a <= 0 || d.aligned.step_ms.b <= 0) d.aligned = {};
+    }
+  }
+  d.resources = resource_diff(sa, sb);
   d.goodput = {mean_goodput(sa).fraction(), mean_goodput(sb).fraction()};
   d.ranks = {static_cast<double>(sa.ranks.size()), static_cast<double>(sb.ranks.size())};
 
@@ -186,6 +306,15 @@ RunDiff diff_runs(const AnalyzedRun& a, const AnalyzedRun& b) {
   }
 
   d.verdict = diff_verdict(d);
+  // Runs over different steps (one longer, one resumed): the per-step verdict again over the steps both ran.
+  if (d.aligned.from >= 0 && !d.verdict.empty() && (a_first != b_first || a_last != b_last)) {
+    const double c = d.aligned.step_ms.change();
+    const std::string how = std::abs(c) < kSamePerStep ? fmt::format("the same within {:.0f} %", 100 * kSamePerStep)
+                                                       : fmt::format("B is {:.1f} % {}", 100 * std::abs(c), c > 0 ? "slower" : "faster");
+    d.verdict.insert(d.verdict.begin() + 1,
+                     fmt::format("over steps {}-{}, which both ran (warm-up and checkpoint time left out): {} ({:.3f} -> {:.3f} ms)",
+                                 d.aligned.from, d.aligned.to, how, d.aligned.step_ms.a, d.aligned.step_ms.b));
+  }
 
   std::set<std::string> in_a, in_b;
   for (const auto& f : a.triage.findings) in_a.insert(finding_key(f));
@@ -236,6 +365,10 @@ std::string format_diff(const RunDiff& d, const AnalyzedRun& a, const AnalyzedRu
     }
     if (d.named_phases.size() > kShown) o += fmt::format("    ... {} more (--json)\n", d.named_phases.size() - kShown);
   }
+  if (d.aligned.from >= 0) {
+    o += fmt::format("  {:<26} {:>9.3f} ms {:>9.3f} ms {:>10}\n", fmt::format("step, steps {}-{}", d.aligned.from, d.aligned.to),
+                     d.aligned.step_ms.a, d.aligned.step_ms.b, pct(d.aligned.step_ms));
+  }
   o += fmt::format("  {:<26} {:>12.0f} {:>12.0f} {:>10}\n", "steps per rank", d.steps.a, d.steps.b, "");
   o += fmt::format("  {:<26} {:>10.1f} % {:>10.1f} % {:>10}\n", "goodput (whole run)", 100 * d.goodput.a,
                    100 * d.goodput.b, fmt::format("{:+.1f} pts", 100 * (d.goodput.b - d.goodput.a)));
@@ -248,6 +381,19 @@ std::string format_diff(const RunDiff& d, const AnalyzedRun& a, const AnalyzedRu
                        fmt::format("{} {}B-{}B", c.op, format_size_class(c.size_log2), format_size_class(c.size_log2 + 1)),
                        c.calls_a, c.calls_b, c.calls_a > 0 ? fmt::format("{:.3f}", c.gbps_a) : "-",
                        c.calls_b > 0 ? fmt::format("{:.3f}", c.gbps_b) : "-", c.calls_a > 0 && c.calls_b > 0 ? pct(bw) : "");
+    }
+  }
+  if (!d.resources.empty()) {
+    o += fmt::format("\n  {:<26} {:>12} {:>12} {:>10}\n", "resources (median rank)", "A", "B", "change");
+    for (const auto& r : d.resources) {
+      auto cell = [&](double x) {
+        const std::string n = r.unit == "GiB" || r.unit == "cores" || (r.unit.empty() && x < 100 && x != std::floor(x))
+                                  ? fmt::format("{:.2f}", x)
+                              : r.unit == "%" ? fmt::format("{:.1f}", x)
+                                              : fmt::format("{:.0f}", x);
+        return r.unit.empty() ? n : fmt::format("{} {}", n, r.unit);
+      };
+      o += fmt::format("  {:<26} {:>12} {:>12} {:>10}\n", fmt::format("  {}", r.name), cell(r.v.a), cell(r.v.b), pct(r.v));
     }
   }
   o += "\n  configuration and environment";
@@ -282,7 +428,18 @@ std::string format_diff_json(const RunDiff& d, const AnalyzedRun& a, const Analy
   w.key("named_phase_ms").begin_object();
   for (const auto& p : d.named_phases) value(p.name, p.ms);
   w.end_object();
+  if (d.aligned.from >= 0) {
+    w.key("aligned").begin_object().field("from_step", d.aligned.from).field("to_step", d.aligned.to);
+    value("step_ms", d.aligned.step_ms);
+    w.end_object();
+  }
   value("goodput", d.goodput);
+  w.key("resources").begin_array();
+  for (const auto& r : d.resources) {
+    w.begin_object().field("name", r.name).field("unit", r.unit).field("a", r.v.a).field("b", r.v.b);
+    w.field("change", r.v.change()).end_object();
+  }
+  w.end_array();
   w.key("collectives").begin_array();
   for (const auto& c : d.collectives) {
     w.begin_object().field("op", c.op).field("size_min_bytes", 1ull << c.size_log2);

@@ -34,6 +34,13 @@ struct RunDiff {
     Value ms;  // mean ms per step, median over ranks (0 on a rank without it)
   };
   std::vector<NamedPhase> named_phases;  // every name of either run, the largest first
+  // Per step over the steps both runs have, past the warm-up (their first tenth, at most 20
+  // steps), checkpoint time left out: like with like when the runs differ in length or start.
+  struct Aligned {
+    std::int64_t from = -1, to = -1;  // -1: fewer than 4 steps in common
+    Value step_ms;                    // median over ranks of each rank's median step there
+  };
+  Aligned aligned;
   Value goodput;                      // productive compute / wall (mean rank)
   Value ranks;
   struct Collective {
@@ -43,6 +50,13 @@ struct RunDiff {
     double gbps_a = 0, gbps_b = 0;    // algorithm bandwidth, 0 = none in that run
   };
   std::vector<Collective> collectives;
+  // What the processes, hosts and GPUs looked like (resource snapshots): median over ranks of each
+  // rank's median (its peak for memory), only those either run sampled, in resource_specs() order.
+  struct Resource {
+    std::string name, unit;  // unit: "GiB", "%", "W", "C", "MHz", "cores" or "" (a count)
+    Value v;                 // in that unit
+  };
+  std::vector<Resource> resources;
   struct Setting {
     std::string key, a, b;  // "(unset)" where a run lacks it
   };
