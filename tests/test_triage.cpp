@@ -163,6 +163,11 @@ TEST_CASE("a mismatch behind a hang is named first / from the flight dumps' fing
   CHECK(r->findings[0].ranks == std::vector<int>{1});
   CHECK_THAT(r->findings[0].summary, Catch::Contains("seq 3") && Catch::Contains("the odd one out: rank 1"));
   CHECK(r->findings[1].kind == reader::FindingKind::kHang);
+  // Each finding says what to do next, its commands naming this run.
+  CHECK_THAT(r->findings[1].next_step, Catch::StartsWith("read where the culprit's threads are (rankscope stacks " + tmp.path));
+  const std::string text = reader::format_triage(*r);
+  CHECK_THAT(text, Catch::Contains("\n     next: find the rank-dependent code path before that collective"));
+  CHECK_THAT(reader::format_triage_json(*r), Catch::Contains(R"("next_step":"find the rank-dependent code path)"));
 
   // Two ranks that differ: no majority, but the history both agreed on breaks the tie. Rank 0's
   // all-reduce (count 10) is the one of seqs 1-2; rank 1's (count 9) was never issued before.
@@ -633,6 +638,7 @@ TEST_CASE("resource snapshots: a straggler whose GPU throttles says so, critical
   REQUIRE(by_code.size() == 1);
   CHECK(by_code[0].summary == "rank 1: its GPU 1 reported XID 79 at step 9: the GPU fell off the bus or its firmware "
                               "stopped: reboot the node (node-b) before relaunching on it");
+  CHECK(by_code[0].next_step == "reboot node-b before relaunching on it; drain it if the XID comes back");
   CHECK(by_code[0].evidence == std::vector<std::string>{"3 critical XID error(s) on rank 1's GPU: XID 13 x2, XID 79"});
   sum.ranks[1].xids = {app};
   sum.ranks[1].xid_count = 1;
@@ -642,6 +648,7 @@ TEST_CASE("resource snapshots: a straggler whose GPU throttles says so, critical
   CHECK(by_code[0].summary == "rank 1: its GPU 1 reported XID 13 at step 7: an application fault (a bad kernel or "
                               "memory access): not the node; do not drain the node: fix the program (compute-sanitizer "
                               "names the bad access)");
+  CHECK_THAT(by_code[0].next_step, Catch::StartsWith("fix the program, not the node"));
   sum.ranks[1].xids.clear();
   findings.push_back({reader::FindingKind::kStraggler, {1}, "rank 1 is a straggler", {}, 0, 7, {}});
   rules::add_resource_evidence(in, findings);

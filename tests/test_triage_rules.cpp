@@ -1,6 +1,7 @@
 // Triage's rules one at a time (lib/reader/triage_rules.hpp): each on a small
 // summary built here, without reading a run directory.
 #include <catch2/catch.hpp>
+#include <cctype>
 
 #include <algorithm>
 #include <cmath>
@@ -78,6 +79,11 @@ TEST_CASE("the rule table has one rule per finding kind named as the kind", "[tr
     CHECK(rule.run != nullptr);
     CHECK(rule.name == reader::finding_kind_name(rule.kind));
     CHECK(kinds.insert(rule.kind).second);
+    // Every kind says what to do next: one line, an instruction (lower case, no full stop).
+    CHECK(rule.next_step.size() > 20);
+    CHECK(rule.next_step.size() < 260);
+    CHECK(std::islower(static_cast<unsigned char>(rule.next_step.front())));
+    CHECK(rule.next_step.back() != '.');
   }
   CHECK(kinds.size() == static_cast<std::size_t>(reader::kFindingKindCount));
   CHECK(reader::finding_kind_name(FindingKind::kDeadRank) == "dead_rank");

@@ -10,6 +10,8 @@
 
 #include <fmt/format.h>
 
+#include "absl/strings/str_replace.h"
+
 #include "stacks_view.hpp"
 #include "status.hpp"
 #include "triage_rules.hpp"
@@ -130,6 +132,13 @@ TriageReport triage(const RunSummary& sum, const TriageOptions& opts) {
   for (Finding& f : r.findings) {  // a hang or a stall: where the code was, not only the phase
     if (f.kind != FindingKind::kHang && f.kind != FindingKind::kStall && f.kind != FindingKind::kDeadRank) continue;
     if (std::string where = stack_evidence(sum, f.ranks); !where.empty()) f.evidence.push_back(std::move(where));
+  }
+  for (Finding& f : r.findings) {
+    for (const rules::Rule& rule : rules::kTriageRules) {
+      if (rule.kind == f.kind && f.next_step.empty()) f.next_step = rule.next_step;
+    }
+    // The commands it names, ready to paste.
+    f.next_step = absl::StrReplaceAll(f.next_step, {{"RUN_DIR", sum.run_dir.empty() ? "RUN_DIR" : sum.run_dir}});
   }
   order_findings(r.findings);
   r.ranks = rank_rows(sum, live);

@@ -69,6 +69,7 @@ struct Finding {
   std::uint64_t t = 0;     // wall ns (reference rank's clock) when it began; 0 = undated
   std::int64_t step = -1;  // the step it began at, when known
   std::vector<EvidenceLine> lines;  // the run-log lines it rests on
+  std::string next_step;  // what to do about it: the rule's own words, else its kind's (triage_rules.hpp)
 };
 
 /// One row of the per-rank table.

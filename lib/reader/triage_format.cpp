@@ -50,6 +50,7 @@ std::string format_triage(const TriageReport& r) {
     for (std::size_t i = 0; i < r.findings.size(); ++i) {
       const auto& f = r.findings[i];
       o += fmt::format("{}. [{}] {}\n", i + 1, finding_kind_name(f.kind), f.summary);
+      if (!f.next_step.empty()) o += "     next: " + f.next_step + "\n";
       if (f.t != 0) o += fmt::format("     - at {}{}\n", format_clock_time(f.t), f.step >= 0 ? fmt::format(", step {}", f.step) : "");
       for (const auto& e : f.evidence) o += "     - " + e + "\n";
       for (const auto& l : f.lines) {
@@ -73,7 +74,7 @@ std::string format_triage_json(const TriageReport& r) {
   w.key("findings").begin_array();
   for (const auto& f : r.findings) {
     w.begin_object().field("kind", finding_kind_name(f.kind)).array("ranks", f.ranks).field("summary", f.summary).field("t_ns", f.t);
-    w.field("step", f.step).field("costs_only_time", costs_only_time(f.kind));
+    w.field("step", f.step).field("costs_only_time", costs_only_time(f.kind)).field("next_step", f.next_step);
     w.array("evidence", f.evidence).key("lines").begin_array();
     for (const auto& l : f.lines) {
       if (l) w.begin_object().field("rank", l.rank).field("line", l.line).field("text", l.text).end_object();

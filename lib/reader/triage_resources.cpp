@@ -386,18 +386,22 @@ Finding xid_finding(const RankSummary& r) {
   std::string_view what = worst->message;
   if (const auto colon = what.find(": "); colon != std::string_view::npos) what.remove_prefix(colon + 2);
   const std::string host = r.host.empty() ? std::string("its host") : r.host;
-  std::string next;
+  std::string next, next_step;
   if (worst->action == "reboot" || worst->action == "drain") {
     next = fmt::format(" ({}) before relaunching on it", host);
+    next_step = worst->action == "reboot"
+                    ? fmt::format("reboot {} before relaunching on it; drain it if the XID comes back", host)
+                    : fmt::format("drain {} and have its GPU checked (dcgmi diag -r 3) before relaunching on it", host);
   } else if (worst->action == "application") {
     next = "; do not drain the node: fix the program (compute-sanitizer names the bad access)";
+    next_step = "fix the program, not the node: run the failing step under compute-sanitizer to name the bad access";
   } else {
     next = fmt::format("; nvidia-smi -q and the kernel log of {} say more", host);
   }
   Finding f{FindingKind::kGpuError, {r.rank},
             fmt::format("rank {}: its GPU {} reported XID {} at step {}: {}{}", r.rank, worst->gpu, worst->code,
                         worst->step, what, next),
-            {}, aligned(r, worst->t), worst->step, {worst->line}};
+            {}, aligned(r, worst->t), worst->step, {worst->line}, next_step};
   std::string all;
   for (const auto& [code, n] : codes) {
     all += fmt::format("{}XID {}{}", all.empty() ? "" : ", ", code, n > 1 ? fmt::format(" x{}", n) : "");
@@ -448,7 +452,9 @@ void gpu_error_rule(const TriageInput& in, std::vector<Finding>& out) {
                             "what the rank computed since is suspect; drain the node ({}), have the GPU reset or "
                             "replaced, and resume from a checkpoint saved before",
                             r.rank, static_cast<int>(ecc_onset->get(F::kGpu).value_or(-1)), ecc_onset->step, host),
-                {ecc}, ecc_onset->t, ecc_onset->step, {}};
+                {ecc}, ecc_onset->t, ecc_onset->step, {},
+                fmt::format("drain {}, have the GPU reset or replaced, and resume from a checkpoint saved before step {}",
+                            host, ecc_onset->step)};
       out.push_back(std::move(f));
       continue;
     }

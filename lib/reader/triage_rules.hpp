@@ -111,6 +111,9 @@ struct Rule {
   std::string_view name;
   RuleFn run;
   Listing listing;
+  // What the on-call engineer does next, for every finding of the kind whose rule did not say
+  // something more specific (Finding::next_step).
+  std::string_view next_step;
 };
 
 void collective_mismatch_rule(const TriageInput& in, std::vector<Finding>& out);
@@ -145,28 +148,65 @@ void add_resource_evidence(const TriageInput& in, std::vector<Finding>& findings
 
 // The order the report has always listed them in.
 inline constexpr std::array<Rule, kFindingKindCount> kTriageRules{{
-    {FindingKind::kCollectiveMismatch, "collective_mismatch", collective_mismatch_rule, Listing::kRunWide},
-    {FindingKind::kHang, "hang", hang_rule, Listing::kRunWide},
-    {FindingKind::kDeadRank, "dead_rank", dead_rank_rule, Listing::kRunWide},
-    {FindingKind::kStopped, "stopped", stopped_rule, Listing::kRunWide},
-    {FindingKind::kGpuError, "gpu_error", gpu_error_rule, Listing::kRunWide},
-    {FindingKind::kException, "exception", exception_rule, Listing::kRunWide},
-    {FindingKind::kPeerLost, "peer_lost", peer_lost_rule, Listing::kRunWide},
-    {FindingKind::kCollectiveTimeout, "collective_timeout", collective_timeout_rule, Listing::kRunWide},
-    {FindingKind::kStall, "stall", stall_rule, Listing::kRunWide},
-    {FindingKind::kMissingRank, "missing_rank", missing_rank_rule, Listing::kRunWide},
-    {FindingKind::kDesync, "desync", desync_rule, Listing::kRunWide},
-    {FindingKind::kSilentCorruption, "silent_corruption", silent_corruption_rule, Listing::kRunWide},
-    {FindingKind::kStraggler, "straggler", straggler_rule, Listing::kRunWide},
-    {FindingKind::kThroughput, "throughput", throughput_rule, Listing::kRunWide},
-    {FindingKind::kResourceGrowth, "resource_growth", resource_growth_rule, Listing::kRunWide},
-    {FindingKind::kNumerics, "numerics", numerics_rule, Listing::kRunWide},
-    {FindingKind::kCheckpointFailed, "checkpoint_failed", checkpoint_failed_rule, Listing::kRunWide},
-    {FindingKind::kConfigDrift, "config_drift", config_drift_rule, Listing::kRunWide},
-    {FindingKind::kSlowSteps, "slow_steps", slow_steps_rule, Listing::kPerRank},
-    {FindingKind::kErrors, "errors", errors_rule, Listing::kPerRank},
-    {FindingKind::kRunLog, "run_log", run_log_rule, Listing::kPerRank},
-    {FindingKind::kRestart, "restart", restart_rule, Listing::kPerRank},
+    {FindingKind::kCollectiveMismatch, "collective_mismatch", collective_mismatch_rule, Listing::kRunWide,
+     "find the rank-dependent code path before that collective (a branch on the rank, uneven data, a rank that"
+     " skipped a step): every rank must issue the same collectives in the same order and shapes"},
+    {FindingKind::kHang, "hang", hang_rule, Listing::kRunWide,
+     "read where the culprit's threads are (rankscope stacks RUN_DIR, or py-spy dump on its pid) and fix what "
+     "it waits for; then restart from the last checkpoint - the others only wait for it"},
+    {FindingKind::kDeadRank, "dead_rank", dead_rank_rule, Listing::kRunWide,
+     "read why the rank's process ended (its exit line, the launcher's log, dmesg on its host for the OOM "
+     "killer or an XID); then restart from the last checkpoint"},
+    {FindingKind::kStopped, "stopped", stopped_rule, Listing::kRunWide,
+     "find who stopped the job (the scheduler's log: preemption, a time limit, a cancel) and resume from the "
+     "last checkpoint"},
+    {FindingKind::kGpuError, "gpu_error", gpu_error_rule, Listing::kRunWide,
+     "run the GPU's diagnostics on that node (nvidia-smi -q, dcgmi diag -r 3) and drain it until they pass"},
+    {FindingKind::kException, "exception", exception_rule, Listing::kRunWide,
+     "fix the line the traceback names (the evidence), then restart from the last checkpoint"},
+    {FindingKind::kPeerLost, "peer_lost", peer_lost_rule, Listing::kRunWide,
+     "a consequence: act on the finding about the rank that ended first"},
+    {FindingKind::kCollectiveTimeout, "collective_timeout", collective_timeout_rule, Listing::kRunWide,
+     "act on the rank that never entered that collective (the hang or dead_rank finding, or rankscope stacks "
+     "RUN_DIR); a longer timeout only delays the failure"},
+    {FindingKind::kStall, "stall", stall_rule, Listing::kRunWide,
+     "read where the rank's threads are (rankscope stacks RUN_DIR): I/O, a lock or the data loader; fix that "
+     "wait"},
+    {FindingKind::kMissingRank, "missing_rank", missing_rank_rule, Listing::kRunWide,
+     "check that rank's node and the launcher's log: the process never started or never reached init()"},
+    {FindingKind::kDesync, "desync", desync_rule, Listing::kRunWide,
+     "find the rank-dependent code path before the sequence number where the ranks diverged (a rank that "
+     "skipped or repeated a collective)"},
+    {FindingKind::kSilentCorruption, "silent_corruption", silent_corruption_rule, Listing::kRunWide,
+     "drain that rank's node and run the GPU's diagnostics (dcgmi diag -r 3); treat what it computed since as "
+     "suspect and resume from a checkpoint saved before"},
+    {FindingKind::kStraggler, "straggler", straggler_rule, Listing::kRunWide,
+     "look at that rank's host and GPU (rankscope report RUN_DIR: its resources, clocks, temperature); if the "
+     "same node lags again, drain it; if its data loader, give it more workers"},
+    {FindingKind::kThroughput, "throughput", throughput_rule, Listing::kRunWide,
+     "compare with a good run (rankscope diff GOOD_RUN RUN_DIR) to see which phase grew, and check the hosts "
+     "and GPUs in rankscope report"},
+    {FindingKind::kResourceGrowth, "resource_growth", resource_growth_rule, Listing::kRunWide,
+     "find what grows each step on that rank (tensors kept across steps, a growing cache or list); tracemalloc"
+     " or torch.cuda.memory_snapshot() there"},
+    {FindingKind::kNumerics, "numerics", numerics_rule, Listing::kRunWide,
+     "look at that step's batch and the loss scale; lower the learning rate or clip gradients, and resume from"
+     " a checkpoint before it"},
+    {FindingKind::kCheckpointFailed, "checkpoint_failed", checkpoint_failed_rule, Listing::kRunWide,
+     "check the checkpoint storage (space, quota, permissions, the network filesystem) and keep the previous "
+     "checkpoint until a save succeeds"},
+    {FindingKind::kConfigDrift, "config_drift", config_drift_rule, Listing::kRunWide,
+     "launch every rank from the same configuration (the same image, environment and arguments)"},
+    {FindingKind::kSlowSteps, "slow_steps", slow_steps_rule, Listing::kPerRank,
+     "see what ran in those steps (rankscope report RUN_DIR: evaluation, checkpoints, garbage collection, a "
+     "busy host) and move it off the training path or make it periodic on purpose"},
+    {FindingKind::kErrors, "errors", errors_rule, Listing::kPerRank,
+     "read the first error line on that rank (the evidence): the earliest one is usually the cause"},
+    {FindingKind::kRunLog, "run_log", run_log_rule, Listing::kPerRank,
+     "give the run directory space or permissions back: rankscope resumes writing by itself and counts what it"
+     " dropped"},
+    {FindingKind::kRestart, "restart", restart_rule, Listing::kPerRank,
+     "fix why the earlier attempt ended (the evidence names it): a restart repeats the same failure"},
 }};
 
 // Helpers the rules share.
