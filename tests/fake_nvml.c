@@ -16,7 +16,9 @@ int nvmlDeviceGetHandleByIndex_v2(unsigned i, void** d) {
 static void hang_for(const char* knob);
 int nvmlDeviceGetName(void* d, char* out, unsigned len) {
   hang_for("FAKE_NVML_HANG_NAME_MS"); /* the GPU list at init (environment.cpp) */
-  snprintf(out, len, "Fake GPU %d", (int)((int*)d - devices));
+  const char* name = getenv("FAKE_NVML_NAME");  /* a real model's name (MFU's peak from the GPU model) */
+  if (name) snprintf(out, len, "%s", name);
+  else snprintf(out, len, "Fake GPU %d", (int)((int*)d - devices));
   return 0;
 }
 int nvmlDeviceGetUUID(void* d, char* out, unsigned len) {
@@ -55,6 +57,7 @@ int nvmlDeviceGetComputeRunningProcesses(void* d, unsigned* n, fake_process* p) 
  *   FAKE_NVML_POWER_W=<watts>  power draw (default 70 of 700: spinning, not computing); "70,350": per GPU
  *   FAKE_NVML_HANG_MS=<ms>     nvmlDeviceGetPowerUsage blocks that long (a wedged driver)
  *   FAKE_NVML_HANG_NAME_MS=<ms> nvmlDeviceGetName blocks that long (the GPU list at init)
+ *   FAKE_NVML_NAME=<name>      every GPU's name (default "Fake GPU <index>", a model no table knows)
  *   FAKE_NVML_XID=<code>       one critical XID event of that code, on the next wait (once per
  *                              code: a test process can set another code for its next run)
  *   FAKE_NVML_ECC=<n>,<m>      uncorrected, corrected volatile ECC errors (default 0,0)

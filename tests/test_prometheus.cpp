@@ -220,6 +220,7 @@ TEST_CASE("model FLOP/s and MFU from the FLOPs per step and the peak the user ga
   const std::string both = steps(*started_sink(2e11, 1e14));
   CHECK(series_value(both, "rankscope_model_flops_per_second") == Approx(2e13).epsilon(1e-4));  // wall seconds as doubles
   CHECK(series_value(both, "rankscope_mfu_ratio") == Approx(0.2).epsilon(1e-4));
+  CHECK(series_value(both, "rankscope_peak_flops") == Approx(1e14));  // which peak it is measured against
   CHECK_THAT(both, !Catch::Contains("rankscope_samples_per_second"));  // no samples reported: no rate of them
   const std::string no_peak = steps(*started_sink(2e11));
   CHECK_THAT(no_peak, Catch::Contains("rankscope_model_flops_per_second") && !Catch::Contains("rankscope_mfu_ratio"));

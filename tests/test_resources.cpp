@@ -12,6 +12,8 @@
 #include <fmt/format.h>
 
 #include "rankscope/rankscope.hpp"
+#include "capture_sink.hpp"
+#include "gpu_peak.hpp"
 #include "resources.hpp"
 #include "run_log.hpp"
 #include "temp_dir.hpp"
@@ -319,6 +321,45 @@ TEST_CASE("the rank's GPU is its CUDA_VISIBLE_DEVICES entry - local rank 0 with 
   const std::string text = rank.stopped_log();
   CHECK_THAT(text, Catch::Contains(R"("reason":"start","gpu":1,)"));
   CHECK_THAT(text, Catch::Contains(R"("gpu_power_w":350,)"));
+}
+
+TEST_CASE("the peak FLOP/s of a GPU model from its NVML name: whole tokens, most specific first", "[resources][mfu]") {
+  CHECK(detail::dense_bf16_peak_flops("NVIDIA H100 80GB HBM3") == 989.4e12);
+  CHECK(detail::dense_bf16_peak_flops("NVIDIA H100 PCIe") == 756.5e12);
+  CHECK(detail::dense_bf16_peak_flops("NVIDIA H200") == 989.4e12);
+  CHECK(detail::dense_bf16_peak_flops("NVIDIA GH200 480GB") == 989.4e12);
+  CHECK(detail::dense_bf16_peak_flops("NVIDIA A100-SXM4-80GB") == 312e12);
+  CHECK(detail::dense_bf16_peak_flops("NVIDIA L40S") == 362.05e12);  // not an L4
+  CHECK(detail::dense_bf16_peak_flops("NVIDIA L4") == 121e12);
+  CHECK(detail::dense_bf16_peak_flops("NVIDIA A10") == 125e12);
+  CHECK(detail::dense_bf16_peak_flops("NVIDIA A10G") == 0);  // not an A10: unknown, no guess
+  CHECK(detail::dense_bf16_peak_flops("Tesla T4") == 0);
+  CHECK(detail::dense_bf16_peak_flops("Fake GPU 0") == 0);
+  std::string model;
+  CHECK(detail::node_dense_bf16_peak_flops({"NVIDIA B200", "NVIDIA B200"}, model) == 2.25e15);
+  CHECK(model == "NVIDIA B200");
+  CHECK(detail::node_dense_bf16_peak_flops({"NVIDIA A100-PCIE-40GB", "NVIDIA H100 PCIe"}, model) == 0);  // mixed
+  CHECK(model.empty());
+}
+
+TEST_CASE("MFU without RANKSCOPE_PEAK_FLOPS: against the node's GPU model, which the user's peak overrides",
+          "[resources][mfu]") {
+  // What every exporter is started with (RunInfo): Prometheus and OTLP publish
+  // rankscope_mfu_ratio and rankscope_peak_flops from it (test_prometheus.cpp).
+  ScopedEnv nvml("RANKSCOPE_NVML_LIBRARY", RANKSCOPE_FAKE_NVML);
+  ScopedEnv flops("RANKSCOPE_FLOPS_PER_STEP", "1e12");
+  auto started = [](const char* model, const char* peak) {
+    ScopedEnv name("FAKE_NVML_NAME", model);
+    ScopedEnv given("RANKSCOPE_PEAK_FLOPS", peak);
+    test::ScopedRuntime rt;
+    std::lock_guard<std::mutex> lk(rt.sink->mu);
+    return std::pair{rt.sink->info.peak_flops, rt.sink->info.peak_flops_from};
+  };
+  CHECK(started("NVIDIA H100 80GB HBM3", nullptr) == std::pair{989.4e12, std::string("NVIDIA H100 80GB HBM3")});
+  CHECK(started("NVIDIA H100 80GB HBM3", "1e14") == std::pair{1e14, std::string("RANKSCOPE_PEAK_FLOPS")});
+  CHECK(started("Tesla T4", nullptr) == std::pair{0.0, std::string()});  // a model the table lacks: no MFU
+  ScopedEnv no_flops("RANKSCOPE_FLOPS_PER_STEP", nullptr);
+  CHECK(started("NVIDIA H100 80GB HBM3", nullptr).first == 0);  // no FLOPs per step: nothing to divide
 }
 
 // Run by ctest in a new PID namespace (unit/pid_namespace), as a container

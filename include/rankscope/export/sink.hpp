@@ -108,7 +108,8 @@ struct RunInfo {
   std::uint64_t start_mono_ns = 0;
   std::string environment_json;  // the environment summary (a JSON object, secrets redacted)
   double flops_per_step = 0;     // RANKSCOPE_FLOPS_PER_STEP: one rank's model FLOPs per step (0: not given)
-  double peak_flops = 0;         // RANKSCOPE_PEAK_FLOPS: one device's peak FLOP/s (0: not given)
+  double peak_flops = 0;         // one device's peak FLOP/s (0: not known)
+  std::string peak_flops_from;   // "RANKSCOPE_PEAK_FLOPS", or the GPU model whose dense BF16 peak it is
 };
 
 /// A point-in-time view of every metric, taken by the background thread.

@@ -200,8 +200,22 @@ GpuList gpu_list(std::chrono::milliseconds deadline) {
 
 // Writes the members "gpu_driver" (when NVML answers), "gpus" and "gpu_info"
 // (when it does not).
+std::mutex& names_mu() {
+  static auto* m = new std::mutex;
+  return *m;
+}
+std::vector<std::string>& names_seen() {
+  static auto* v = new std::vector<std::string>;  // leaked, as every singleton here
+  return *v;
+}
+
 void gpus_json(JsonWriter& w, std::chrono::milliseconds deadline) {
   const GpuList list = gpu_list(deadline);
+  {
+    std::lock_guard<std::mutex> lk(names_mu());
+    names_seen().clear();
+    for (const auto& g : list.gpus) names_seen().push_back(g.name);
+  }
   if (!list.driver.empty()) w.field(schema::Field::kGpuDriver, list.driver);
   w.key(schema::Field::kGpus).begin_array();
   for (const auto& g : list.gpus) {
@@ -212,6 +226,11 @@ void gpus_json(JsonWriter& w, std::chrono::milliseconds deadline) {
 }
 
 }  // namespace
+
+std::vector<std::string> gpu_names_seen() {
+  std::lock_guard<std::mutex> lk(names_mu());
+  return names_seen();
+}
 
 void add_environment_entry(std::string key, std::string value) {
   std::lock_guard<std::mutex> lk(entries_mu());

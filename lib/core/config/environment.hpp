@@ -36,6 +36,8 @@ std::vector<std::pair<std::string, std::string>> shown_run_config(
 // `config`, so every rank's run_start carries it and triage compares ranks.
 std::string environment_json(const RunContext& ctx, std::chrono::milliseconds gpu_deadline,
                              const std::vector<std::pair<std::string, std::string>>& run_config = {});
+// The node's GPUs' NVML names from the last environment_json() (empty: none, or NVML did not answer).
+std::vector<std::string> gpu_names_seen();
 // One or two lines for the console (empty when this rank does not print it).
 std::string environment_console(const RunContext& ctx);
 

@@ -170,8 +170,9 @@ std::vector<MetricSample> TrainingSignals::samples(double now) const {
       scalar("rankscope_model_flops_per_second", "Model FLOPs per second of this rank over the last 30 s of steps "
              "(RANKSCOPE_FLOPS_PER_STEP x steps per second)", T::kGauge, flops);
       if (peak_flops_ > 0) {
-        scalar("rankscope_mfu_ratio", "Model FLOPs utilisation: model FLOP/s over the device's peak (RANKSCOPE_PEAK_FLOPS)",
-               T::kGauge, flops / peak_flops_);
+        scalar("rankscope_mfu_ratio", "Model FLOPs utilisation: model FLOP/s over the device's peak (RANKSCOPE_PEAK_FLOPS, "
+               "else the GPU model's dense BF16 peak)", T::kGauge, flops / peak_flops_);
+        scalar("rankscope_peak_flops", "The device peak FLOP/s MFU is measured against", T::kGauge, peak_flops_);
       }
     }
     if (tokens_ > 0) {

@@ -4,6 +4,7 @@
 
 #include "cuda_runtime.hpp"
 #include "resources.hpp"
+#include "gpu_peak.hpp"
 #include "runtime_impl.hpp"
 #include "schema.hpp"
 #include "position.hpp"
@@ -145,6 +146,10 @@ absl::Status Runtime::init(const Config& cfg) {
   const std::uint64_t wall0 = detail::realtime_ns();
   const std::uint64_t mono0 = mono_now();
   std::string environment = detail::environment_json(context_, set->resource_deadline, cfg.run_config);
+  peak_flops_from_ = peak_flops_ > 0 ? "RANKSCOPE_PEAK_FLOPS" : "";
+  if (peak_flops_ <= 0 && flops_per_step_ > 0) {  // MFU against the node's GPU model, when the table knows it
+    peak_flops_ = detail::node_dense_bf16_peak_flops(detail::gpu_names_seen(), peak_flops_from_);
+  }
   if (cfg.write_run_log && context_.rank == 0) {
     if (auto st = detail::write_run_json(run_dir_, context_, cfg, wall0, environment); !st.ok()) return st;
   }
@@ -237,7 +242,7 @@ void Runtime::start_sinks(std::uint64_t wall0, std::uint64_t mono0, std::string 
                   run_dir_.empty() ? std::string() : schema::heartbeat_path(run_dir_, context_.rank),
                   mono0);
   RunInfo info{context_, run_dir_, clock_.source(), clock_.ticks_per_second(), wall0, mono0,
-               std::move(environment), flops_per_step_, peak_flops_};
+               std::move(environment), flops_per_step_, peak_flops_, peak_flops_from_};
   if (console_policy_ != detail::ConsolePolicy::kNone) {
     const std::string lines = detail::environment_console(context_);
     if (!lines.empty()) std::fputs(lines.c_str(), stderr);

@@ -210,7 +210,8 @@ class Runtime {
   Gauge* goodput_ratio_ = nullptr;
   Counter* resource_timeouts_ = nullptr;
   bool gpu_unused_said_ = false;
-  double flops_per_step_ = 0, peak_flops_ = 0;  // Settings', for the exporters' RunInfo  // background thread only: the warning below, once per run
+  double flops_per_step_ = 0, peak_flops_ = 0;  // Settings' (the peak: or the GPU model's), for the exporters' RunInfo
+  std::string peak_flops_from_;  // background thread only: the warning below, once per run
   void warn_if_gpus_unused(std::vector<Event>& out);
   void decode(ThreadState* st, const Record& r, const Record* next, std::vector<Event>& batch);
   void watch_numerics(const Event& step);  // numerics events and counters from a step_end or step_scalars
