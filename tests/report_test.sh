@@ -127,6 +127,9 @@ PY
 
 "$cli" report "$b" -o "$work/b.html" 2>/dev/null || fail "report B"
 check_page "$work/b.html" "$work/b.png" 8   # and the resources chart
+# Each finding says what to do next there too: the XID's reboot of the node.
+grep -q 'class="next">Next: reboot ' <<<"$("$browser" --headless --no-sandbox --disable-gpu --dump-dom "file://$work/b.html" 2>/dev/null)" ||
+  fail "the report's findings do not say what to do next"
 check_pixels "$work/b.png" 2000 2000
 
 # Hostile names in a run log: a phase named "<!--<script>" (it blanked the page when only "</"

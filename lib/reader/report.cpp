@@ -350,7 +350,7 @@ std::string report_data_json(const AnalyzedRun& run) {
   w.key("findings").begin_array();
   for (const auto& f : run.triage.findings) {
     w.begin_object().field("kind", finding_kind_name(f.kind)).field("summary", f.summary).field("step", f.step);
-    w.key("ranks").begin_array();
+    w.field("next_step", f.next_step).key("ranks").begin_array();
     for (int r : f.ranks) w.value(r);
     w.end_array().key("evidence").begin_array();
     for (std::size_t i = 0; i < f.evidence.size() && i < kEvidenceShown; ++i) w.value(f.evidence[i]);
