@@ -14,7 +14,10 @@
 // or `exit3` / `exit0` (a step, then `return 3` / `return 0` from main, no shutdown() of its own), or
 // `killed_between_pieces` / `killed_after_write` (5000 `steps` steps without their sleeps; the first run-log
 // write of more than one 256 KiB piece SIGKILLs the process after its first piece / after its last one,
-// before its rings learn that those lines are in the file; exit 0 if no such write came).
+// before its rings learn that those lines are in the file; exit 0 if no such write came), or
+// `writes_ended_mid_write` (the same steps; that write's first piece is followed by what a terminating
+// signal's handler does to the run log - its writes end - then the steps stop, the background thread
+// drains everything, "killed after step N" goes to stdout and the process SIGKILLs itself).
 #include <poll.h>
 #include <unistd.h>
 
@@ -22,6 +25,7 @@
 #include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <filesystem>
 #include <stdexcept>
 #include <string>
@@ -30,10 +34,22 @@
 #include "collective_wait.hpp"
 #include "rankscope/rankscope.hpp"
 #include "run_log_write.hpp"
+#include "signals.hpp"
 
 namespace {
 volatile std::sig_atomic_t g_own_usr1 = 0;  // the program's own SIGUSR1 handler ran (usr1_chained)
 bool g_kill_between_pieces = false;  // killed_between_pieces (else killed_after_write)
+std::atomic<bool> g_writes_ended{false};  // writes_ended_mid_write: the run log's writes were ended
+
+// writes_ended_mid_write: once the background thread has drained every
+// record (none of them written), the truth to stdout and a SIGKILL.
+int drain_and_die(std::int64_t last_step) {
+  if (!rankscope::flush(std::chrono::seconds(60))) return 7;
+  std::printf("killed after step %lld\n", static_cast<long long>(last_step));
+  std::fflush(stdout);
+  std::raise(SIGKILL);
+  return 8;
+}
 
 // True once the test wrote 'p' to stdin. A closed or /dev/null stdin never parks.
 bool park_requested() {
@@ -61,8 +77,13 @@ int main(int argc, char** argv) {
   for (const char* m : {"abort", "term", "term_logging", "term_late", "usr1", "usr1_chained", "pipe", "pipe_ignored", "throw"}) {
     if (mode == m) cfg.drain_interval = std::chrono::milliseconds(50);
   }
-  const bool killed_writing = mode == "killed_between_pieces" || mode == "killed_after_write";
-  if (killed_writing) {  // set before init(): the background thread reads it
+  const bool writes_ended = mode == "writes_ended_mid_write";
+  const bool killed_writing = mode == "killed_between_pieces" || mode == "killed_after_write" || writes_ended;
+  if (writes_ended) {
+    rankscope::detail::g_run_log_piece_written = [](std::size_t done, std::size_t total) {
+      if (total > (256 << 10) && done < total && !g_writes_ended.exchange(true)) rankscope::detail::end_inline_writes(0);
+    };
+  } else if (killed_writing) {  // set before init(): the background thread reads it
     g_kill_between_pieces = mode == "killed_between_pieces";
     rankscope::detail::g_run_log_piece_written = [](std::size_t done, std::size_t total) {
       if (total > (256 << 10) && (g_kill_between_pieces ? done < total : done == total)) std::raise(SIGKILL);
@@ -78,8 +99,10 @@ int main(int argc, char** argv) {
         rankscope::test::ddp_like_all_reduce(world, std::chrono::microseconds(0), std::chrono::microseconds(0));
       }
       rankscope::step(s, {.loss = 1.0, .samples = 8, .tokens = s});
+      if (g_writes_ended.load()) return drain_and_die(s);
     }
     rankscope::flush();
+    if (g_writes_ended.load()) return drain_and_die(4999);  // the write came with the last drain
     rankscope::shutdown();
     return 0;
   }

@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -146,6 +147,55 @@ TEST_CASE("a SIGKILLed rank's last records are recovered from its rings into its
   CHECK(step_ends >= truth);
 }
 
+namespace {
+// A run log holding `text`, and a ready commit naming `piece` written where the file ended at `from`.
+struct PieceCase {
+  TempDir tmp;
+  std::string path = tmp.path + "/rank-0.jsonl";
+  detail::RingCommit commit{};
+  PieceCase(const std::string& text, std::int64_t from, const std::string& piece) {
+    std::ofstream(path, std::ios::binary) << text;
+    detail::describe_piece(commit, from, piece.data(), piece.size());
+    commit.state.store(detail::kCommitReady);
+  }
+  bool landed() const { return detail::run_log_piece_landed(commit, path); }
+};
+std::string log_line(int step, const char* ts) {
+  return std::string(R"({"ts":")") + ts + R"(","kind":"phase","step":)" + std::to_string(step) +
+         R"J(,"name":"forward","src":"train.cpp:41 void loop()"})J" + "\n";
+}
+}  // namespace
+
+// What a recoverer decides from a dead process's commit: a piece counts as
+// written only when the whole of it is in the file where its length puts its end.
+TEST_CASE("a run-log piece is found in the file by its head and tail and length", "[ring_file]") {
+  const std::string before = log_line(1, "2026-11-29T20:00:00.000001Z");
+  const std::string piece = log_line(2, "2026-11-29T20:00:00.000002Z") + log_line(3, "2026-11-29T20:00:00.000003Z");
+  const auto from = static_cast<std::int64_t>(before.size());
+  SECTION("written") { CHECK(PieceCase(before + piece, from, piece).landed()); }
+  SECTION("written after an inline error line") {
+    CHECK(PieceCase(before + R"({"kind":"log","level":"error"})" "\n" + piece, from, piece).landed());
+  }
+  SECTION("shorter than the bytes a commit keeps") {
+    const std::string tiny = "{\"kind\":\"x\"}\n";
+    CHECK(PieceCase(before + tiny, from, tiny).landed());
+  }
+  SECTION("not written, though the file's last line ends as the piece's does (the same source location)") {
+    const std::string other = log_line(3, "2026-11-29T20:00:00.000009Z");  // the piece's last line, another time
+    CHECK_FALSE(PieceCase(before + other, from, piece).landed());
+    CHECK_FALSE(PieceCase(before + other + other + other, from, piece).landed());
+  }
+  SECTION("cut short by the kill") {
+    CHECK_FALSE(PieceCase(before + piece.substr(0, piece.size() - 10), from, piece).landed());
+  }
+  SECTION("written before where the file ended") { CHECK_FALSE(PieceCase(piece + before, from, piece).landed()); }
+  SECTION("not ready") {
+    PieceCase c(before + piece, from, piece);
+    c.commit.state.store(detail::kCommitPreparing);
+    CHECK_FALSE(c.landed());
+  }
+}
+
 // A SIGKILL can land after a run-log write(2) and before the rings learn its
 // lines are in the file, or between the two pieces of one write: a recovery
 // that started where the rings said then appended those lines again (seen
@@ -198,6 +248,43 @@ TEST_CASE("a rank SIGKILLed in the middle of a run-log write has each line once 
     CHECK(lines_after > lines_before);
     CHECK(last_forward >= last_end);
   }
+}
+
+// A terminating signal ends the run log's writes (its handler cannot format
+// lines); the background thread's write under way then stops between pieces
+// and its later drains write nothing. The rings must not be marked written past
+// those lines: the recoverer (the launcher's, a peer's) brings them back.
+TEST_CASE("the lines a terminating signal kept out of the run log are recovered from the rings", "[ring_file][signals]") {
+  TempDir tmp;
+  OwnShmDir shm(tmp);
+  SignalHelper h = spawn_signal_helper(tmp.path, "writes_ended_mid_write", shm.path.c_str());
+  REQUIRE(h.pid > 0);
+  const std::string out = read_to_end(h.out);
+  h.out = -1;
+  int status = 0;
+  ::waitpid(h.pid, &status, 0);
+  INFO(out << read_to_end(h.err) << " exit status " << (WIFEXITED(status) ? WEXITSTATUS(status) : -1));
+  REQUIRE(WIFSIGNALED(status));
+  REQUIRE(WTERMSIG(status) == SIGKILL);
+  long long truth = -1;
+  REQUIRE(std::sscanf(out.c_str(), "killed after step %lld", &truth) == 1);
+  const auto got = detail::recover_orphaned_rings(tmp.path);
+  REQUIRE(got.size() == 1);
+  std::int64_t last_forward = -1, last_end = -1;
+  std::string disorder;
+  REQUIRE(rankscope::reader::read_run_log(tmp.path + "/rank-5.jsonl", [&](const rankscope::reader::LogEvent& e) {
+    const auto* phase = e.get<LineKind::kPhase>();
+    if (phase != nullptr && phase->name == "forward") {
+      if (disorder.empty() && e.step != last_forward + 1) {
+        disorder = "forward of step " + std::to_string(e.step) + " after step " + std::to_string(last_forward) + "'s";
+      }
+      last_forward = e.step;
+    }
+    if (e.get<LineKind::kStepEnd>() != nullptr) last_end = e.step;
+  }).ok());
+  CHECK(disorder.empty());
+  CHECK(last_forward == truth);
+  CHECK(last_end == truth);
 }
 
 TEST_CASE("a reader waits for another process recovering a dead rank's rings instead of reading without them",

@@ -268,15 +268,12 @@ void ring_file_commit_prepare() noexcept {
   if (s.hdr != nullptr) s.hdr->commit.state.store(kCommitPreparing, std::memory_order_release);
 }
 
-void ring_file_commit_ready(std::int64_t file_from, const char* tail, std::size_t n) noexcept {
+void ring_file_commit_ready(std::int64_t file_from, const char* piece, std::size_t n) noexcept {
   FileState& s = fs();
   std::lock_guard<std::mutex> lk(s.mu);
-  if (s.hdr == nullptr) return;
+  if (s.hdr == nullptr || n == 0) return;
   RingCommit& c = s.hdr->commit;
-  n = std::min(n, kCommitTailBytes);
-  std::memcpy(c.tail, tail, n);
-  c.tail_bytes = static_cast<std::uint32_t>(n);
-  c.file_from = file_from;
+  describe_piece(c, file_from, piece, n);
   c.state.store(kCommitReady, std::memory_order_release);
 }
 

@@ -62,11 +62,12 @@ std::string ring_file_path();
 void note_loggers_in_ring_file() noexcept;
 // The background thread's clock anchor (every second), so a reader converts ticks.
 void ring_file_anchor(std::uint64_t ticks, std::uint64_t mono_ns, std::uint64_t wall_ns, double ns_per_tick) noexcept;
-// A run-log write of lines from the rings (RingCommit, ring_file_layout.hpp):
-// prepare, then set each ring's `committing`, then ready (where the file ended
-// before it and the write's last bytes), write, set `written`, done.
+// A run-log write of lines from the rings (RingCommit, ring_file_layout.hpp),
+// piece by piece: prepare, then set each ring's `committing`, then ready
+// (where the file ended before it and the piece's bytes), write, set
+// `written`, done. A piece that failed is done too (no recoverer looks for it).
 void ring_file_commit_prepare() noexcept;
-void ring_file_commit_ready(std::int64_t file_from, const char* tail, std::size_t n) noexcept;
+void ring_file_commit_ready(std::int64_t file_from, const char* piece, std::size_t n) noexcept;
 void ring_file_commit_done() noexcept;
 
 // Memory for a ring block of `bytes` (page-aligned) from the file, or null
@@ -92,5 +93,9 @@ struct RecoveredRings {
 // Recovers the rings of every process of this host (this user) that died
 // without a clean exit; with `run_dir`, only those whose run log is in it.
 std::vector<RecoveredRings> recover_orphaned_rings(std::string_view run_dir = {}) noexcept;
+// Whether the piece a dead process's commit names (ring_file_layout.hpp) is in
+// `run_log`: then its rings' records up to `committing` are.
+struct RingCommit;
+bool run_log_piece_landed(const RingCommit& c, const std::string& run_log);
 
 }  // namespace rankscope::detail

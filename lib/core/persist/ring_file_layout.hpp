@@ -34,8 +34,8 @@ static_assert(sizeof(ThreadState) <= kThreadStateBytes);
 static_assert(kRingStateBytes % 4096 == 0);
 inline RingLayout ring_layout() {
   // 3: step ends hold their counts and may begin the next step; 4: collectives carry waits (record.hpp);
-  // 5: run-log writes are committed (RingCommit)
-  return {5,
+  // 5: run-log writes are committed (RingCommit); 6: a commit names its piece by head, tail and length
+  return {6,
           static_cast<std::uint32_t>(kRingStateBytes),
           static_cast<std::uint32_t>(sizeof(ThreadState)),
           static_cast<std::uint32_t>(sizeof(Record)),
@@ -73,19 +73,35 @@ struct RingName {
 // The run-log write under way. A SIGKILL can land after the write(2) of some
 // lines and before their rings' `written` moves past them; a recovery that
 // started at `written` then appended those lines a second time. So before
-// each write: kPreparing, every ring with lines in it gets `committing` (the
-// position after its last record there), then the write's last bytes and
-// where the file ended, then kReady; after it, `written` = `committing` and
-// kIdle. A recoverer that finds kReady and those bytes in the run log after
-// `file_from` knows the write landed and starts each ring at `committing`.
+// each piece of a write: kPreparing, every ring with lines in it gets
+// `committing` (the position after its last record there), then the piece -
+// its first and last bytes and its length - and where the file ended, then
+// kReady; after it, `written` = `committing` and kIdle. A recoverer that finds
+// kReady and that piece in the run log after `file_from` (its head at some
+// offset, its tail where its length puts it) knows the write landed and starts
+// each ring at `committing`. The head holds the first line's timestamps, so a
+// line that ends like another (the same source location) is not taken for it.
 enum : std::uint32_t { kCommitIdle = 0, kCommitPreparing = 1, kCommitReady = 2 };
-inline constexpr std::size_t kCommitTailBytes = 64;  // a line's end: its timestamps make it unique
+inline constexpr std::size_t kCommitEdgeBytes = 64;
 struct RingCommit {
   std::atomic<std::uint32_t> state;
-  std::uint32_t tail_bytes;
+  std::uint32_t edge_bytes;  // of head and of tail: min(piece_bytes, kCommitEdgeBytes)
   std::int64_t file_from;
-  char tail[kCommitTailBytes];
+  std::uint64_t piece_bytes;
+  char head[kCommitEdgeBytes];
+  char tail[kCommitEdgeBytes];
 };
+// Names the piece `p` of `n` (> 0) bytes, to be written where the file ends at `file_from`.
+inline void describe_piece(RingCommit& c, std::int64_t file_from, const char* p, std::size_t n) noexcept {
+  const std::size_t edge = n < kCommitEdgeBytes ? n : kCommitEdgeBytes;
+  for (std::size_t i = 0; i < edge; ++i) {
+    c.head[i] = p[i];
+    c.tail[i] = p[n - edge + i];
+  }
+  c.edge_bytes = static_cast<std::uint32_t>(edge);
+  c.piece_bytes = n;
+  c.file_from = file_from;
+}
 
 struct RingFileHeader {
   char magic[8];

@@ -158,26 +158,37 @@ bool decode_block(const char* block, std::uint64_t bytes, const AnchorClock& clo
   return true;
 }
 
-// Whether the run-log write under way when the process died (RingCommit) is
-// in the file: its last bytes after where the file ended before it (inline
-// error lines may have come between).
-bool commit_landed(const RingCommit& c, const std::string& run_log) {
+}  // namespace
+
+// Whether the run-log piece being written when the process died (RingCommit)
+// is in the file: its head somewhere after where the file ended before it
+// (inline error lines may have come between), and its tail where its length
+// puts it.
+bool run_log_piece_landed(const RingCommit& c, const std::string& run_log) {
   if (c.state.load(std::memory_order_acquire) != kCommitReady) return false;
-  const std::size_t n = c.tail_bytes;
-  if (n == 0 || n > kCommitTailBytes || c.file_from < 0) return false;
+  const std::size_t edge = c.edge_bytes;
+  const std::uint64_t len = c.piece_bytes;
+  if (edge == 0 || edge > kCommitEdgeBytes || len < edge || c.file_from < 0) return false;
   const int fd = ::open(run_log.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return false;
   struct stat st;
   std::string text;
-  if (::fstat(fd, &st) == 0 && st.st_size >= c.file_from + static_cast<std::int64_t>(n)) {
+  if (::fstat(fd, &st) == 0 && st.st_size >= c.file_from + static_cast<std::int64_t>(len)) {
     constexpr std::int64_t kMost = 16 << 20;  // a piece is 256 KiB; the rest would be inline lines
     text.resize(static_cast<std::size_t>(std::min<std::int64_t>(st.st_size - c.file_from, kMost)));
     const ssize_t got = ::pread(fd, text.data(), text.size(), c.file_from);
     text.resize(got > 0 ? static_cast<std::size_t>(got) : 0);
   }
   ::close(fd);
-  return text.find(std::string_view(c.tail, n)) != std::string::npos;
+  const std::string_view head(c.head, edge), tail(c.tail, edge);
+  for (std::size_t at = text.find(head); at != std::string::npos; at = text.find(head, at + 1)) {
+    if (at + len > text.size()) return false;
+    if (std::string_view(text).substr(at + len - edge, edge) == tail) return true;
+  }
+  return false;
 }
+
+namespace {
 
 // Appends the `recovered` line and the events' lines to the run log.
 bool append_to_run_log(const RingFileHeader& h, const std::string& run_log, const AnchorClock& clock, const Decoded& d) {
@@ -268,7 +279,7 @@ void recover_file(const std::string& path, const std::string& run_dir, bool wait
   const TableNames names(h.names, std::min<std::uint32_t>(h.names_used.load(std::memory_order_acquire), sizeof(h.names)));
   const AnchorClock clock{h.anchors[h.anchor_index.load(std::memory_order_acquire) & 1]};
   Decoded d;
-  const bool write_landed = commit_landed(h.commit, run_log);
+  const bool write_landed = run_log_piece_landed(h.commit, run_log);
   const std::uint32_t blocks = std::min(h.blocks_made.load(std::memory_order_acquire), kMaxRingBlocks);
   for (std::uint32_t i = 0; i < blocks; ++i) {
     const RingBlockEntry& b = h.blocks[i];

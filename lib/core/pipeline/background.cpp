@@ -258,6 +258,9 @@ void Runtime::count_export_errors() {
 // recovered after a SIGKILL starts after it (ring_file.hpp). Requires every
 // decoded event delivered (the batch empty) and the run log holding no line.
 void Runtime::mark_written() {
+  // A signal ended the run log's writes: what was decoded since is not in the
+  // file, and the recoverer must find it in the rings.
+  if (detail::run_log_writes_ended()) return;
   for (ThreadState* st : threads_) st->written.store(st->tail.load(std::memory_order_relaxed), std::memory_order_release);
 }
 

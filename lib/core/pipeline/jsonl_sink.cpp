@@ -278,8 +278,9 @@ class JsonlSink final : public detail::RunLogSink {
     RingCommits commits(*this);
     if (fd_ < 0 || !detail::write_run_log(fd_, buf_.data(), buf_.size(), lines_from_.empty() ? nullptr : &commits)) {
       const int err = fd_ < 0 ? EBADF : errno;
-      ++errors_;
       drop_pending();
+      if (detail::run_log_writes_ended()) return;  // a signal is ending the process: not a failure to report
+      ++errors_;
       if (fd_ >= 0) stop(err);  // no space without fallocate, a quota, an I/O error
       return;
     }
@@ -301,23 +302,28 @@ class JsonlSink final : public detail::RunLogSink {
   class RingCommits final : public detail::RunLogPieces {
    public:
     explicit RingCommits(JsonlSink& s) : s_(s) {}
-    void before(std::size_t end) noexcept override {
+    void before(std::size_t begin, std::size_t end) noexcept override {
       first_ = next_;
       detail::ring_file_commit_prepare();
       for (; next_ < s_.lines_from_.size() && s_.lines_from_[next_].buf_end <= end; ++next_) {
         const detail::EventOrigin& o = s_.lines_from_[next_].origin;
         o.ring->committing.store(o.end, std::memory_order_relaxed);
       }
+      // Where the file ends now (inline lines may follow: searched from here).
+      // Not known: the piece stays unready, and a recoverer starts at `written`.
       struct stat st;
-      const std::int64_t from = ::fstat(s_.fd_, &st) == 0 ? st.st_size : 0;  // inline lines may follow: searched from here
-      const std::size_t tail = std::min(end, detail::kCommitTailBytes);
-      detail::ring_file_commit_ready(from, s_.buf_.data() + end - tail, tail);
+      if (::fstat(s_.fd_, &st) != 0) return;
+      detail::ring_file_commit_ready(st.st_size, s_.buf_.data() + begin, end - begin);
     }
-    void after(std::size_t) noexcept override {
+    void after(bool written) noexcept override {
       for (std::size_t i = first_; i < next_; ++i) {
         detail::ThreadState* r = s_.lines_from_[i].origin.ring;
+        const std::uint64_t w = r->written.load(std::memory_order_relaxed);
         const std::uint64_t c = r->committing.load(std::memory_order_relaxed);
-        if (c > r->written.load(std::memory_order_relaxed)) r->written.store(c, std::memory_order_release);
+        // Not written: `committing` back to `written`, so no later piece's
+        // commit makes a recoverer skip these records.
+        if (!written) r->committing.store(w, std::memory_order_relaxed);
+        else if (c > w) r->written.store(c, std::memory_order_release);
       }
       detail::ring_file_commit_done();
     }
@@ -360,11 +366,12 @@ class JsonlSink final : public detail::RunLogSink {
     if (can_reserve_ && !room_for(buf_.size() + kReserveStep)) return false;  // still full
     stopped_ = false;
     std::string pending(buf_.data(), buf_.size());  // the lines waiting go after the marker
-    clear_lines();
+    buf_.clear();
     JsonWriter w(buf_);
     begin_line(w, schema::kind_name(schema::Kind::kLogResumed), detail_wall_now(), detail_mono_now(), last_step_, 0);
     w.field(schema::Field::kLinesDropped, dropped_lines_);
     end_line(w);
+    for (LineFrom& l : lines_from_) l.buf_end += buf_.size();  // their ring records are still committed
     buf_.append(pending);
     detail::run_log_health().error.store(0, std::memory_order_release);
     detail::diagnose(detail::Topic::kRunLog, "rank {}: run log {} resumed at step {} ({} lines were dropped)", rank_,

@@ -75,19 +75,23 @@ bool write_run_log(int fd, const char* p, std::size_t n, RunLogPieces* pieces) {
       const void* nl = std::memchr(at + kPiece / 2, '\n', kPiece / 2);  // a line ends in the second half
       len = nl != nullptr ? static_cast<std::size_t>(static_cast<const char*>(nl) - at) + 1 : len;  // else whole
     }
-    if (pieces != nullptr) pieces->before(done + len);
+    if (pieces != nullptr) pieces->before(done, done + len);
     g_inline_writers.fetch_add(1);
     const bool ended = g_run_log_writes_ended.load();  // the process is going: nothing more is written
-    const bool ok = ended || write_all(fd, p + done, len);
+    const bool ok = !ended && write_all(fd, p + done, len);
     g_inline_writers.fetch_sub(1);
-    if (!ok) return false;
+    if (!ok) {
+      if (pieces != nullptr) pieces->after(false);
+      return false;
+    }
     done += len;
-    if (ended) continue;
     if (g_run_log_piece_written != nullptr) g_run_log_piece_written(done, total);
-    if (pieces != nullptr) pieces->after(done);
+    if (pieces != nullptr) pieces->after(true);
   }
   return true;
 }
+
+bool run_log_writes_ended() noexcept { return g_run_log_writes_ended.load(std::memory_order_relaxed); }
 
 void end_inline_writes(int max_ms) noexcept {
   g_run_log_writes_ended.store(true);
