@@ -3,7 +3,9 @@
 // and a driver call that hangs - reported once, while heartbeats and steps go on.
 #include <catch2/catch.hpp>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -362,13 +364,33 @@ TEST_CASE("MFU without RANKSCOPE_PEAK_FLOPS: against the node's GPU model, which
   CHECK(started("NVIDIA H100 80GB HBM3", nullptr).first == 0);  // no FLOPs per step: nothing to divide
 }
 
-// Run by ctest in a new PID namespace (unit/pid_namespace), as a container
-// runs a rank: the driver lists this process under its host pid, which it
-// cannot know, so a list without getpid() is no evidence of CPU training.
-TEST_CASE("in a PID namespace of its own a rank is not warned for GPUs NVML lists other pids on", "[.][pid_namespace]") {
+// As a container runs a rank: in a PID namespace of its own, where the driver
+// lists this process under its host pid, which it cannot know, so a list
+// without getpid() is no evidence of CPU training. The test runs itself again
+// in a new user + PID namespace (unshare; root is not needed), not as that
+// namespace's pid 1 (sh is), and passes when that run does.
+TEST_CASE("in a PID namespace of its own a rank is not warned for GPUs NVML lists other pids on", "[resources]") {
+  if (std::getenv("RANKSCOPE_TEST_IN_PID_NAMESPACE") == nullptr) {
+    const std::string self = std::filesystem::read_symlink("/proc/self/exe");
+    const std::string name = Catch::getResultCapture().getCurrentTestName();
+    const std::string cmd = "RANKSCOPE_TEST_IN_PID_NAMESPACE=1 unshare --user --map-root-user --pid --fork --mount-proc "
+                            "sh -c '\"$0\" \"$1\"; exit $?' '" + self + "' '" + name + "' 2>&1";
+    FILE* p = ::popen(cmd.c_str(), "r");
+    REQUIRE(p != nullptr);
+    std::string out;
+    char buf[4096];
+    for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+    const int status = ::pclose(p);
+    INFO(out);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+    CHECK_THAT(out, Catch::Contains("All tests passed"));
+    return;
+  }
   struct stat ns;
   REQUIRE(::stat("/proc/self/ns/pid", &ns) == 0);
   REQUIRE(ns.st_ino != 0xEFFFFFFCu);  // not the host's (PROC_PID_INIT_INO)
+  REQUIRE(::getpid() != 1);
   ScopedEnv host_pids("FAKE_NVML_PROCESS_MIB", "0");  // the fake lists pid 1 (sh here): this process under another pid
   ScopedEnv visible("CUDA_VISIBLE_DEVICES", nullptr);
   FakeGpuRank rank;
