@@ -357,6 +357,36 @@ TEST_CASE("late step scalars: a step_scalars line per report / read as that step
   CHECK(r.series.blocks.size() == 40);
 }
 
+TEST_CASE("evaluations: an evaluation line per report, summarised per name", "[jsonl][reader]") {
+  TempDir tmp;
+  REQUIRE(init(file_config(tmp.path, 0, 1)).ok());
+  const double losses[] = {2.5, 1.75, 1.5, 1.625};
+  for (int s = 0; s < 40; ++s) {
+    StepScope step(s);
+    { RANKSCOPE_PHASE("forward"); }
+    step.report({.loss = 3.0});
+    if (s % 10 == 9) report_evaluation(losses[s / 10]);  // at the end of steps 9, 19, 29, 39
+  }
+  report_evaluation(4.0, "held_out_code");
+  shutdown();
+
+  std::vector<std::tuple<std::string, std::int64_t, double>> seen;
+  for (const auto& e : read_all(tmp.path + "/rank-0.jsonl")) {
+    if (const auto* ev = e.get<K::kEvaluation>()) seen.emplace_back(ev->name, e.step, ev->loss);
+  }
+  using T = std::tuple<std::string, std::int64_t, double>;
+  CHECK(seen == std::vector<T>{{"eval", 9, 2.5}, {"eval", 19, 1.75}, {"eval", 29, 1.5}, {"eval", 39, 1.625},
+                               {"held_out_code", 39, 4.0}});
+  auto sum = reader::summarize_run(tmp.path);
+  REQUIRE(sum.ok());
+  CHECK(reader::format_evaluations(*sum) ==
+        "evaluation 'eval' (rank 0, 4 evaluation(s)): loss 2.5 at step 9 -> 1.625 at step 39; best 1.5 at step 29\n"
+        "evaluation 'held_out_code' (rank 0, 1 evaluation(s)): loss 4 at step 39\n");
+  CHECK_THAT(reader::format_summary(*sum), Catch::Contains("evaluation 'eval' (rank 0, 4 evaluation(s))"));
+  CHECK_THAT(reader::format_summary_json(*sum),
+             Catch::Contains(R"("evaluations":[{"rank":0,"name":"eval","step":9,"loss":2.5},)"));
+}
+
 #include "triage.hpp"
 
 TEST_CASE("triage finds the straggler and stays quiet on a healthy run", "[triage]") {

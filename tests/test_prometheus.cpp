@@ -107,6 +107,7 @@ TEST_CASE("prometheus: training signals / user metrics and labels on /metrics an
     { CollectiveSpan c(comm, CollectiveOp::kAllReduce, 1024, DType::kFloat32); }
     step.report({.loss = 0.5, .lr = 0.1, .grad_norm = 2.0, .samples = 8, .skipped = s == 1});
   }
+  report_evaluation(0.875, "val");
   {
     CollectiveSpan c(comm, CollectiveOp::kBroadcast, 16, DType::kFloat32);
     c.set_result(CollectiveResult::kFailed);
@@ -117,6 +118,7 @@ TEST_CASE("prometheus: training signals / user metrics and labels on /metrics an
   CHECK_THAT(text, Catch::Contains(R"(rankscope_global_step{host=)") && Catch::Contains(R"(rank="3",run_id="r1"} 2)"));
   CHECK_THAT(text, Catch::Contains("rankscope_loss{") && Catch::Contains("rankscope_learning_rate{") &&
                        Catch::Contains("rankscope_grad_norm{"));
+  CHECK_THAT(text, Catch::Contains(R"(rankscope_eval_loss{host=)") && Catch::Contains(R"(run_id="r1",name="val"} 0.875)"));
   CHECK_THAT(text, Catch::Contains(R"(rankscope_skipped_steps_total{host=)") && Catch::Contains(R"(run_id="r1"} 1)"));
   CHECK_THAT(text, Catch::Contains(R"(rankscope_samples_total{)") && Catch::Contains(R"(run_id="r1"} 24)"));
   CHECK_THAT(text, Catch::Contains(R"(rankscope_loader_wait_seconds_count{)") &&

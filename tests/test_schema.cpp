@@ -94,6 +94,7 @@ TEST_CASE("a real run writes only kinds the schema knows / and only the keys eac
     step.report({.loss = s == 2 ? std::nan("") : 1.0, .lr = 0.1, .samples = 4, .tokens = 64});
   }
   report_step_scalars(1, {.loss = 1.5, .grad_norm = 0.5});
+  report_evaluation(1.25);
   counter("test_schema_total").add(1);
   (void)check_batch_math({.micro_batch = 1, .data_parallel = 1, .global_batch = 2});  // a fact and a violation
   REQUIRE(dump_flight_recorder("test").ok());  // a stacks line
@@ -114,7 +115,7 @@ TEST_CASE("a real run writes only kinds the schema knows / and only the keys eac
   for (schema::Kind k : {schema::Kind::kRunStart, schema::Kind::kPhase, schema::Kind::kStepBegin, schema::Kind::kStepEnd,
                          schema::Kind::kStepScalars, schema::Kind::kCollective, schema::Kind::kLog, schema::Kind::kProgress,
                          schema::Kind::kFact, schema::Kind::kViolation, schema::Kind::kNumerics, schema::Kind::kStacks,
-                         schema::Kind::kMetric, schema::Kind::kRunEnd}) {
+                         schema::Kind::kMetric, schema::Kind::kEvaluation, schema::Kind::kRunEnd}) {
     INFO(schema::kind_name(k));
     CHECK(kinds.contains(k));
   }

@@ -223,6 +223,13 @@ void bind_step(py::module_& m) {
       "later): a step_scalars line the numerics monitor, triage and the report count as step n's.\n"
       "rankscope.step(n, loss=<a CUDA tensor>) does this itself.");
   m.def(
+      "report_evaluation", [](double loss, std::string_view name) { rankscope::report_evaluation(loss, name); },
+      py::arg("loss"), py::kw_only(), py::arg("name") = "eval",
+      "The loss of an evaluation that just finished (a float, or a one-element tensor: read once,\n"
+      "so on a GPU it waits for the device): an `evaluation` line at the current step, the\n"
+      "rankscope_eval_loss{name} gauge, the summary and the report's loss chart. `name` tells\n"
+      "evaluations apart. The Hugging Face and Lightning callbacks call it with their eval loss.");
+  m.def(
       "_note_skipped_step", [] { g_skips_pending.fetch_add(1, std::memory_order_relaxed); },
       "An optimizer step was skipped (rst.AmpSkips): the next step() reports skipped=True.");
 }

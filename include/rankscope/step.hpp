@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string_view>
 
 #include "rankscope/config.hpp"
 
@@ -54,6 +55,12 @@ std::int64_t current_step() noexcept;
 /// `step_scalars` line; readers and the numerics monitor count them as step
 /// `step`'s). Any thread. Cost: one record.
 void report_step_scalars(std::int64_t step, const StepScalars& scalars) noexcept;
+/// The loss of an evaluation (a validation pass over held-out data) that
+/// just finished: an `evaluation` line stamped with the current step, the
+/// `rankscope_eval_loss{name}` gauge, the summary's evaluation row and the
+/// report's loss chart. `name` tells evaluations apart ("eval", a dataset).
+/// Any thread. Cost: one record and the payload copy (a log line's).
+void report_evaluation(double loss, std::string_view name = "eval") noexcept;
 
 /// RAII step: begin_step() on construction, end_step(reported scalars) on exit.
 class StepScope {

@@ -215,6 +215,21 @@ void write_scalars(detail::JsonWriter& w, const RunSummary& s, const Grid& g) {
   number_array(w, "loss", loss, 6);
   number_array(w, "lr", lr, 8);
   number_array(w, "grad_norm", gn, 6);
+  // The first evaluation name's losses (the lowest rank that reported any), in
+  // the column of their step: points beside the training loss.
+  std::vector<double> eval(static_cast<std::size_t>(g.cols), NAN);
+  std::string eval_name;
+  for (const auto& r : s.ranks) {
+    if (r.evaluations.empty()) continue;
+    eval_name = r.evaluations.front().name;
+    for (const auto& e : r.evaluations) {
+      const std::int64_t c = e.step / g.block - g.first;
+      if (e.name == eval_name && c >= 0 && c < g.cols) eval[static_cast<std::size_t>(c)] = e.loss;
+    }
+    break;
+  }
+  w.field("eval_name", eval_name);
+  number_array(w, "eval_loss", eval, 6);
   w.end_object();
 }
 

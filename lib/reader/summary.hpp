@@ -205,6 +205,13 @@ struct CollectiveStat {
   double gbps() const { return seconds > 0 ? static_cast<double>(bytes) / seconds * 1e-9 : 0; }  // algorithm bandwidth
 };
 
+/// An evaluation's loss (an `evaluation` line: report_evaluation), at the step it was reported.
+struct EvaluationRecord {
+  std::string name;
+  std::int64_t step = -1;
+  double loss = 0;
+};
+
 /// A critical XID the rank's GPU reported (an `xid` line): NVIDIA's code and
 /// what it asks of whoever runs the node (application, drain, reboot, unknown).
 struct XidRecord {
@@ -311,6 +318,8 @@ struct RankSummary {
   static constexpr std::size_t kXidsKept = 8;
   std::vector<XidRecord> xids;  // the first kXidsKept, in order
   std::uint64_t xid_count = 0;  // every xid line
+  static constexpr std::size_t kEvaluationsKept = 1024;
+  std::vector<EvaluationRecord> evaluations;  // the first kEvaluationsKept, in order
   static constexpr std::size_t kResourcesKept = 512;
   std::optional<StackRecord> stacks;  // its last stacks capture
   std::string dump_reason;  // its flight dump's reason ("signal SIGPIPE", "stall", ...), from that process
@@ -373,6 +382,9 @@ struct RunSummary {
 absl::StatusOr<RunSummary> summarize_run(const std::string& run_dir, const SummaryOptions& opts = {});
 std::string format_summary(const RunSummary& s);
 std::string format_summary_json(const RunSummary& s);
+/// One line per evaluation name: its first and last loss and its best (the
+/// lowest rank's evaluation lines); empty without any.
+std::string format_evaluations(const RunSummary& s);
 /// `rankscope summary`'s exit code: 1 when ranks are missing or collectives
 /// mismatch or stop short, else 0.
 int summary_exit_code(const RunSummary& s);

@@ -417,6 +417,12 @@ void RankDigester::on(const LogEvent& e, const Line<Kind::kXid>& l) {
 }
 
 template <>
+void RankDigester::on(const LogEvent& e, const Line<Kind::kEvaluation>& l) {
+  RankSummary& r = d_.sum;
+  if (r.evaluations.size() < RankSummary::kEvaluationsKept) r.evaluations.push_back({l.name, e.step, l.loss});
+}
+
+template <>
 void RankDigester::on(const LogEvent& e, const Line<Kind::kResources>& l) {
   RankSummary& r = d_.sum;
   ResourcePoint p{e.t, e.step, l.reason, {}};

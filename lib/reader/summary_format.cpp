@@ -1,5 +1,6 @@
 // `rankscope summary`'s report as text and as JSON, its exit code, and the
 // evidence-line format every report quotes. The summary itself: summary.cpp.
+#include <algorithm>
 #include <string>
 
 #include <fmt/format.h>
@@ -13,6 +14,43 @@ namespace rankscope::reader {
 
 std::string format_evidence(const EvidenceLine& e) {
   return e ? absl::StrCat(schema::run_log_name(e.rank), ":", e.line, ": ", e.text) : std::string();
+}
+
+namespace {
+// The evaluations of the lowest rank that reported any: every rank of a
+// data-parallel job reports the same ones (the frameworks' callbacks run on each).
+const RankSummary* evaluating_rank(const RunSummary& s) {
+  for (const auto& r : s.ranks) {
+    if (!r.evaluations.empty()) return &r;
+  }
+  return nullptr;
+}
+}  // namespace
+
+std::string format_evaluations(const RunSummary& s) {
+  const RankSummary* r = evaluating_rank(s);
+  if (r == nullptr) return {};
+  std::vector<std::string> names;
+  for (const auto& e : r->evaluations) {
+    if (std::find(names.begin(), names.end(), e.name) == names.end()) names.push_back(e.name);
+  }
+  std::string o;
+  for (const auto& name : names) {
+    const EvaluationRecord *first = nullptr, *last = nullptr, *best = nullptr;
+    std::size_t n = 0;
+    for (const auto& e : r->evaluations) {
+      if (e.name != name) continue;
+      ++n;
+      if (first == nullptr) first = &e;
+      last = &e;
+      if (best == nullptr || e.loss < best->loss) best = &e;  // a NaN is never the best
+    }
+    o += fmt::format("evaluation '{}' (rank {}, {} evaluation(s)): loss {:.4g} at step {}", name, r->rank, n,
+                     first->loss, first->step);
+    if (n > 1) o += fmt::format(" -> {:.4g} at step {}; best {:.4g} at step {}", last->loss, last->step, best->loss, best->step);
+    o += "\n";
+  }
+  return o;
 }
 
 std::string format_summary(const RunSummary& s) {
@@ -67,6 +105,7 @@ std::string format_summary(const RunSummary& s) {
       o += fmt::format("  rank {} stopped at seq {} of {} on '{}'\n", rank, seq, c.max_seq, c.comm);
     }
   }
+  o += format_evaluations(s);
   for (const auto& k : s.skew) {
     o += fmt::format("clock: host {} is {:+.1f} ms off rank {}'s clock ({} rank(s), from collective ends)\n", k.host,
                      k.offset_ms, s.reference_rank, k.ranks);
@@ -116,6 +155,12 @@ std::string format_summary_json(const RunSummary& s) {
     w.field("mismatch_seq", c.mismatch_seq).key("behind").begin_array();
     for (const auto& [rank, seq] : c.behind) w.begin_object().field("rank", rank).field("seq", seq).end_object();
     w.end_array().end_object();
+  }
+  w.end_array().key("evaluations").begin_array();
+  if (const RankSummary* r = evaluating_rank(s)) {
+    for (const auto& e : r->evaluations) {
+      w.begin_object().field("rank", r->rank).field("name", e.name).field("step", e.step).field("loss", e.loss).end_object();
+    }
   }
   return w.end_array().end_object().take();
 }

@@ -302,6 +302,10 @@ def test_a_clean_run_has_steps_phases_and_checkpoints(tmp_path, framework):
         assert saves[0]["fields"]["consumed_samples"] == 10 * 4 * 2 * 2, saves[0]  # steps x batch x accum x ranks
         writes = [e for e in run_log_events(str(run), "phase") if e["name"] == "checkpoint_save" and e["rank"] == 0]
         assert len(writes) == 2, writes
+        # The framework's eval loss, once per evaluation (every 10 steps / at each validation), on every rank.
+        evals = [e for e in run_log_events(str(run), "evaluation") if e["rank"] == 1]
+        assert len(evals) == (2 if name == "transformers" else len(evals)) and evals, evals
+        assert all(e["name"] == "eval" and 0 < e["loss"] < 100 for e in evals), evals
     losses = [e["loss"] for e in steps]   # each rank's own, not averaged over ranks
     assert len(losses) == 20 and all(x == x and x > 0 for x in losses), losses
     assert steps[0]["lr"] in (1e-3, 0.05), steps[0]   # the rate the step used

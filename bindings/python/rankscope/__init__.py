@@ -59,6 +59,7 @@ from ._rankscope import (  # noqa: F401  (the public API)
     record_checkpoint_failure,
     record_checkpoint_save,
     record_replica_mismatch,
+    report_evaluation,
     report_step_scalars,
     run_dir,
     set_enabled,

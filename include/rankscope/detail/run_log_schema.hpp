@@ -40,7 +40,8 @@
   X(kResources, "resources")                                           \
   X(kStacks, "stacks")                                                 \
   X(kRecovered, "recovered") /* the run log's own */                  \
-  X(kXid, "xid")
+  X(kXid, "xid")                                                       \
+  X(kEvaluation, "evaluation")
 
 // Every field key of the run log's lines, the heartbeat and the flight dump:
 // (enumerator, name). Writers spell a key through field_name / key<>() /
@@ -381,3 +382,4 @@
 #define RANKSCOPE_LINE_kXid(M)                                                                                 \
   M(kLevel, level, Level) M(kMsg, msg, std::string) M(kGpu, gpu, int) M(kCode, code, std::uint64_t)          \
   M(kAction, action, std::string)
+#define RANKSCOPE_LINE_kEvaluation(M) M(kName, name, std::string) M(kLoss, loss, double)

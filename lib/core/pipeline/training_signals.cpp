@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "environment.hpp"
+#include "schema.hpp"
 #include "rankscope/collective.hpp"
 #include "rankscope/runtime.hpp"
 
@@ -81,6 +82,11 @@ void TrainingSignals::observe(const Event& e) {
         }
       }
       break;
+    case EventKind::kEvaluation:
+      if (const auto a = e.attributes.find(schema::field_name(schema::Field::kLoss)); a && a->type == Attribute::Type::kDouble) {
+        if (eval_loss_.size() < 32 || eval_loss_.contains(e.text)) eval_loss_[e.text] = a->d;  // a few names, not one per call
+      }
+      break;
     case EventKind::kCollective: {
       const std::string op(collective_op_name(e.op));
       const double secs = static_cast<double>(e.dur_ns) * 1e-9;
@@ -154,6 +160,10 @@ std::vector<MetricSample> TrainingSignals::samples(double now) const {
   if (loss_) scalar("rankscope_loss", "Last reported training loss", T::kGauge, *loss_);
   if (lr_) scalar("rankscope_learning_rate", "Last reported learning rate", T::kGauge, *lr_);
   if (grad_norm_) scalar("rankscope_grad_norm", "Last reported gradient norm", T::kGauge, *grad_norm_);
+  for (const auto& [name, loss] : eval_loss_) {
+    scalar("rankscope_eval_loss", "Loss of the last evaluation (report_evaluation; name: which)", T::kGauge, loss,
+           {{"name", name}});
+  }
   scalar("rankscope_skipped_steps_total", "Steps whose optimizer step was skipped", T::kCounter,
          static_cast<double>(skipped_));
   scalar("rankscope_samples_total", "Samples consumed by this rank (from step reports)", T::kCounter, samples_);

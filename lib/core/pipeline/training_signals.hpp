@@ -47,6 +47,7 @@ class TrainingSignals {
   bool failure_open_ = false;  // a failure recorded inside a checkpoint phase still open
   std::int64_t step_ = -1;
   std::optional<double> loss_, lr_, grad_norm_;  // unset until first reported
+  std::map<std::string, double> eval_loss_;     // evaluation name -> its last loss
   std::uint64_t skipped_ = 0;
   double samples_ = 0, tokens_ = 0, steps_ = 0;
   double flops_per_step_ = 0, peak_flops_ = 0;  // RunInfo's (0: not given)

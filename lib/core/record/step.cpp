@@ -5,7 +5,9 @@
 #include "rankscope/detail/clock.hpp"
 #include "rankscope/detail/gate.hpp"
 #include "rankscope/detail/thread_state.hpp"
+#include "payload.hpp"
 #include "position.hpp"
+#include "schema.hpp"
 
 namespace rankscope {
 
@@ -91,6 +93,16 @@ void report_step_scalars(std::int64_t step, const StepScalars& s) noexcept {
   detail::set_header(r, RecordKind::kStepScalars, t, t, nullptr, step, static_cast<std::uint8_t>(st->depth), 0);
   r.aux = put_scalars(r, s);
   st->commit(1);
+}
+
+void report_evaluation(double loss, std::string_view name) noexcept {
+  if (!detail::gate_open()) return;
+  try {  // rare (once per evaluation): the attributes may allocate
+    Attributes a;
+    a.add(schema::field_name(schema::Field::kLoss), loss);
+    detail::emit_declared(EventKind::kEvaluation, Level::kInfo, name.empty() ? std::string_view("eval") : name, a);
+  } catch (...) {
+  }
 }
 
 std::int64_t current_step() noexcept { return detail::g_step.load(std::memory_order_relaxed); }

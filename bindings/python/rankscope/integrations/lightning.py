@@ -117,6 +117,11 @@ class RankscopeCallback(Callback):
                    if getattr(v, "numel", lambda: 1)() == 1}
         if metrics:
             rankscope.info("evaluation", step=trainer.global_step, **metrics)
+        # What validation_step logged as its loss (self.log("val_loss", ...)), by the usual names.
+        for key in ("val_loss", "val/loss", "validation_loss", "valid_loss"):
+            if key in metrics:
+                rankscope.report_evaluation(metrics[key], name="eval")
+                break
 
     @never_raises
     def on_save_checkpoint(self, trainer, pl_module, checkpoint):

@@ -111,6 +111,11 @@ class RankscopeCallback(TrainerCallback):
         if metrics:
             rankscope.info("evaluation", step=state.global_step,
                            **{k: v for k, v in metrics.items() if isinstance(v, (int, float))})
+            # One key per dataset: `eval_loss`, or `eval_<name>_loss` when eval_dataset is a dict.
+            for key, value in metrics.items():
+                if key.startswith("eval_") and key.endswith("loss") and isinstance(value, (int, float)):
+                    name = key[len("eval_"):-len("loss")].rstrip("_")
+                    rankscope.report_evaluation(float(value), name=name or "eval")
 
     @never_raises
     def on_save(self, args, state, control, **kwargs):
