@@ -9,8 +9,8 @@
 namespace rankscope::reader::rules {
 
 namespace {
-constexpr double kThroughputDrop = 1.33;      // step time after / before: a 25 % throughput loss...
-constexpr double kThroughputStays = 1.25;     // ... and the rest of the log stays >= 20 % down
+constexpr double kThroughputDrop = 1.11;      // step time after / before: a 10 % throughput loss...
+constexpr double kThroughputStays = 1.10;     // ... and the rest of the log, and its last window, stay >= 9 % down
 constexpr std::int64_t kThroughputWindow = 100;  // steps on each side of the change (fewer in short logs)
 constexpr std::int64_t kThroughputMinWindow = 30;
 // ...and it cost the job at least this much time: a 30 % "drop" over the last
@@ -64,13 +64,36 @@ double median_step(const std::vector<JobBlock>& s, std::size_t from, std::size_t
   for (std::size_t i = from; i < to; ++i) v.push_back(s[i].step_ms);
   return median_of(std::move(v));
 }
+
+// The q-quantile (0-1) of the steps in [from, to), by selection.
+double quantile_step(const std::vector<JobBlock>& s, std::size_t from, std::size_t to, double q) {
+  std::vector<double> v;
+  for (std::size_t i = from; i < to; ++i) v.push_back(s[i].step_ms);
+  if (v.empty()) return 0;
+  const auto at = v.begin() + static_cast<std::ptrdiff_t>(q * static_cast<double>(v.size() - 1));
+  std::nth_element(v.begin(), at, v.end());
+  return *at;
+}
+
+// Whether the steps after a split are slower than those before beyond their
+// spread: the middle halves do not overlap past the medians (before's upper
+// quartile under after's median, before's median under after's lower
+// quartile). A 10 % drop in a job whose steps vary by 2 % is plain; the same
+// drop in steps that vary by 20 % (a CPU job on a busy host) is not told from
+// noise, and is not said.
+bool separated(const std::vector<JobBlock>& s, std::size_t before_from, std::size_t split, std::size_t after_to) {
+  return quantile_step(s, before_from, split, 0.75) < median_step(s, split, after_to) &&
+         median_step(s, before_from, split) < quantile_step(s, split, after_to, 0.25);
+}
 }  // namespace
 
 // A persistent drop in the job's throughput: the median step over the window
-// after a step (30-100 steps) is >= 1.33x the median over the window before
-// it, and the rest of the log stays >= 1.25x. Not a single slow step, not the warm-up (that
-// makes "before" slower, not "after"). Where a straggler began there, the
-// drop is its consequence: said in the straggler's finding, not twice.
+// after a step (30-100 steps) is >= 1.11x the median over the window before
+// it (10 % fewer steps per second), the rest of the log and its last window stay
+// >= 1.10x, and the two windows are apart beyond the steps' spread (separated).
+// Not a single slow step, not a spell that passed, not the warm-up (that makes
+// "before" slower, not "after"). Where a straggler began there, the drop is its
+// consequence: said in the straggler's finding, not twice.
 void throughput_rule(const TriageInput& in, std::vector<Finding>& out) {
   std::int64_t block_steps = 1;
   const auto s = job_series(in.sum, block_steps);
@@ -85,6 +108,8 @@ void throughput_rule(const TriageInput& in, std::vector<Finding>& out) {
     // while on a busy host) must not stop the search at its own, smaller step.
     if (before <= 0 || after < kThroughputDrop * before) continue;
     if (median_step(s, c, s.size()) < kThroughputStays * before) continue;  // it recovered: not persistent
+    if (median_step(s, s.size() - w, s.size()) < kThroughputStays * before) continue;  // ... by the end
+    if (!separated(s, c - w, c, c + w)) continue;  // within the steps' own spread
     if (after / before > best_ratio) best_ratio = after / before, best = c;
   }
   if (best_ratio == 0) return;

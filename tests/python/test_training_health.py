@@ -4,6 +4,7 @@ straggler, a throughput drop) are injected into run logs the test writes itself:
 verdicts must not depend on how fast this machine runs the real example."""
 import json
 import os
+import random
 import subprocess
 
 import pytest
@@ -112,6 +113,32 @@ def test_a_job_wide_throughput_drop_is_named_with_the_step_it_began(tmp_path):
     assert f["summary"] == ("throughput fell 84 % from step 64: 3.70 -> 23.70 ms per step, 34595 -> 5401 samples/s "
                             "for the job"), f
     assert f["evidence"][0] == "what grew: loader_wait by 20.00 ms per step (the median rank's)", f
+
+
+@pytest.mark.parametrize("spread,slow_until,found", [(0.01, 300, True), (0.4, 300, False), (0.01, 200, False)],
+                         ids=["steady steps", "steps that vary 40 %", "recovered"])
+def test_a_ten_percent_throughput_drop_is_said_where_it_stands_out_of_the_steps_spread(tmp_path, spread, slow_until,
+                                                                                      found):
+    """Every rank's forward 4 ms longer from step 100 of 300 (a 33.5 ms step: 11 % fewer steps per
+    second). Said where the steps vary by 1 %; not where they vary by 40 % (a CPU job on a busy
+    host: the drop is within their own spread), nor when it is over before the log ends."""
+    rnd = random.Random(47)
+    noise = [1 + spread * (2 * rnd.random() - 1) for _ in range(300)]  # the job's, per step
+
+    def phases(rank, step):
+        forward = 30 * MS * noise[step] + (4 * MS if 100 <= step < slow_until else 0)
+        return LOADER, int(forward), BACKWARD, OPTIMIZER
+
+    findings = _synthetic_triage(lockstep_run(tmp_path / "run", 2, 300, phases))
+    if not found:
+        assert findings == [], findings
+        return
+    assert [f["kind"] for f in findings] == ["throughput"], findings
+    f = findings[0]
+    assert f["ranks"] == [0, 1] and 98 <= f["step"] <= 102, f
+    assert f["summary"].startswith("throughput fell 11 % from step"), f
+    grew = f["evidence"][0]
+    assert grew.startswith("what grew: forward by ") and 3.5 < float(grew.split()[4]) < 4.5, f
 
 
 @pytest.mark.parametrize("factor,mine,waits,on_device", [(2, "2.00 ms", "1.00 ms", False),
