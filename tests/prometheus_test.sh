@@ -15,7 +15,9 @@
 #  - the server runs the shipped examples/prometheus/prometheus.yml (file_sd targets: the
 #    ranks' base port + local rank), and every query of the shipped Grafana dashboard
 #    (examples/grafana/rankscope-dashboard.json) returns series from it (the first job samples
-#    its resources every second through the fake NVML, so the GPU panels have data too).
+#    its resources every second through the fake NVML and a host root with one RDMA port, so
+#    the GPU and network panels have data too; it evaluates every 5 steps and gives its FLOPs
+#    per step: the evaluation loss and MFU).
 # Every wait is for an event of the run or the server (tests/wait.sh), never for a time.
 set -euo pipefail
 source "$(dirname "$0")/ranks.sh"
@@ -32,11 +34,22 @@ for alert in $(sed -n 's/^ *- alert: //p' "$rules"); do
 done
 [[ $(grep -c '^ *- alert: ' "$rules") == $(grep -c '^ *remediation: ' "$rules") ]] || fail "a rule of $rules has no remediation"
 
+# The first job's host as it is (/proc, /sys/block), plus one RDMA port whose counters read 0:
+# the dashboard's RDMA panel has its series. Its GPUs (the fake NVML) are H100s, so MFU has a peak.
+root=$work/host-root port=$work/host-root/sys/class/infiniband/mlx5_0/ports/1
+mkdir -p "$port/counters" "$port/hw_counters"
+ln -s /proc "$root/proc" && ln -s /sys/block "$root/sys/block"
+for c in counters/symbol_error counters/link_downed hw_counters/local_ack_timeout_err hw_counters/np_cnp_sent; do
+  echo 0 >"$port/$c"
+done
+echo "4: ACTIVE" >"$port/state"
+
 base=$((20000 + ($$ % 2000) * 4)) prom_port=$((base + 2))
-RANKSCOPE_NVML_LIBRARY=$fake_nvml RANKSCOPE_RESOURCE_INTERVAL=1 \
+RANKSCOPE_NVML_LIBRARY=$fake_nvml FAKE_NVML_NAME="NVIDIA H100 80GB HBM3" RANKSCOPE_FLOPS_PER_STEP=1e9 \
+RANKSCOPE_HOST_ROOT=$root RANKSCOPE_RESOURCE_INTERVAL=1 \
 RANKSCOPE_STALL_FLOOR=3 RANKSCOPE_PROMETHEUS_PORT=$base bash "$(dirname "$0")/../examples/cpp/launch.sh" --ranks 2 --steps 100000 \
   --trainer "$trainer" --dir "$work/runs" -- --slow-rank 0 --slow-ms 25 --block-rank 1 --block-step 400 --nan-rank 0 --nan-step 50 \
-  --timeout 600 >"$work/train.log" 2>&1 &
+  --eval-every 5 --timeout 600 >"$work/train.log" 2>&1 &
 launcher=$!
 base2=$((base + 8000))  # the second job's exporters (ranks 0 and 1)
 RANKSCOPE_STALL_FLOOR=3 RANKSCOPE_PROMETHEUS_PORT=$base2 bash "$(dirname "$0")/../examples/cpp/launch.sh" --ranks 2 \

@@ -6,7 +6,8 @@
 // Phases: loader_wait (the training thread blocked on the prefetching loader
 // thread, which records its own "loader_produce" phases), forward, backward,
 // all_reduce (gradients, one flat gloo all-reduce), optimizer, checkpoint_save
-// (every --checkpoint-every steps). Each step reports loss, lr, grad norm and
+// (every --checkpoint-every steps), eval (every --eval-every steps: its loss
+// through report_evaluation). Each step reports loss, lr, grad norm and
 // samples.
 //
 // --ab-block K: A/B overhead measurement. Steps alternate in blocks of K
@@ -44,6 +45,7 @@ struct Args {
   int batch = 64;
   int hidden = 256;
   int checkpoint_every = 25;
+  int eval_every = 0;      // an evaluation (forward on held-out batches, report_evaluation) every N steps
   int restore_every = 0;   // an in-process restore (new process group + resume check) every N steps
   bool leak_pg = false;    // ... that keeps the old process group alive (the leak triage names)
   int ab_block = 0;
@@ -100,6 +102,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--batch") a.batch = std::stoi(next());
     else if (k == "--hidden") a.hidden = std::stoi(next());
     else if (k == "--checkpoint-every") a.checkpoint_every = std::stoi(next());
+    else if (k == "--eval-every") a.eval_every = std::stoi(next());
     else if (k == "--ab-block") a.ab_block = std::stoi(next());
     else if (k == "--ab-control") a.ab_control = true;
     else if (k == "--slow-rank") a.slow_rank = std::stoi(next());
@@ -382,6 +385,14 @@ int main(int argc, char** argv) {
           const rankscope::CheckpointMeta meta = checkpoint_at(done);
           if (rank == 0) example::save_checkpoint(fmt::format("{}/{}", ckpt_dir, meta.id), model, meta);
           rankscope::record_checkpoint_save(meta);
+        }
+        if (args.eval_every > 0 && done % args.eval_every == 0) {
+          // Held-out data: the training set's first rows negated, labelled by the same
+          // rule - samples of the same task that the model never trains on.
+          RANKSCOPE_PHASE("eval");
+          torch::NoGradGuard no_grad;
+          const auto x = dataset.x.narrow(0, 0, 256) * -1, y = x.narrow(1, 0, kClasses).argmax(1);
+          rankscope::report_evaluation(torch::nn::functional::cross_entropy(model->forward(x), y).item<double>());
         }
         if (args.restore_every > 0 && done % args.restore_every == 0 && done < args.steps) {
           // An in-process restore, as elastic trainers do after a peer failure: a
