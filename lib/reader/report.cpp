@@ -219,14 +219,12 @@ void write_scalars(detail::JsonWriter& w, const RunSummary& s, const Grid& g) {
   // the column of their step: points beside the training loss.
   std::vector<double> eval(static_cast<std::size_t>(g.cols), NAN);
   std::string eval_name;
-  for (const auto& r : s.ranks) {
-    if (r.evaluations.empty()) continue;
-    eval_name = r.evaluations.front().name;
-    for (const auto& e : r.evaluations) {
+  if (const RankSummary* r = evaluating_rank(s)) {
+    eval_name = r->evaluations.front().name;
+    for (const auto& e : r->evaluations) {
       const std::int64_t c = e.step / g.block - g.first;
       if (e.name == eval_name && c >= 0 && c < g.cols) eval[static_cast<std::size_t>(c)] = e.loss;
     }
-    break;
   }
   w.field("eval_name", eval_name);
   number_array(w, "eval_loss", eval, 6);

@@ -382,6 +382,10 @@ struct RunSummary {
 absl::StatusOr<RunSummary> summarize_run(const std::string& run_dir, const SummaryOptions& opts = {});
 std::string format_summary(const RunSummary& s);
 std::string format_summary_json(const RunSummary& s);
+/// The rank whose evaluations the summary, its JSON and the report show: the
+/// lowest that reported any (every rank of a data-parallel job reports the same
+/// ones: the frameworks' callbacks run on each); nullptr without any.
+const RankSummary* evaluating_rank(const RunSummary& s);
 /// One line per evaluation name: its first and last loss and its best (the
 /// lowest rank's evaluation lines); empty without any.
 std::string format_evaluations(const RunSummary& s);

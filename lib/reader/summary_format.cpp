@@ -16,16 +16,12 @@ std::string format_evidence(const EvidenceLine& e) {
   return e ? absl::StrCat(schema::run_log_name(e.rank), ":", e.line, ": ", e.text) : std::string();
 }
 
-namespace {
-// The evaluations of the lowest rank that reported any: every rank of a
-// data-parallel job reports the same ones (the frameworks' callbacks run on each).
 const RankSummary* evaluating_rank(const RunSummary& s) {
   for (const auto& r : s.ranks) {
     if (!r.evaluations.empty()) return &r;
   }
   return nullptr;
 }
-}  // namespace
 
 std::string format_evaluations(const RunSummary& s) {
   const RankSummary* r = evaluating_rank(s);
