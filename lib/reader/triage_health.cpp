@@ -237,6 +237,11 @@ std::optional<Finding> lr_drift(const RunSummary& sum) {
       if (auto m = lr.mean(k, i)) at.emplace_back(*m, sum.ranks[k].rank);
     }
     if (at.size() < 2) continue;
+    // Most blocks: every rank the same rate (one pass, no sort of thousands of ranks).
+    if (std::all_of(at.begin(), at.end(), [&](const auto& a) { return a.first == at.front().first; })) {
+      agreed_through = i;
+      continue;
+    }
     std::sort(at.begin(), at.end());
     std::vector<std::pair<double, std::vector<int>>> values;  // clusters of equal rates
     for (const auto& [v, rank] : at) {

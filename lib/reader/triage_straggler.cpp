@@ -1,6 +1,8 @@
 // Stragglers from the ranks' per-step phase series: relative scores against
 // the peers, thresholds raised by each rank's own noise, not by milliseconds.
 #include <algorithm>
+#include <array>
+#include <iterator>
 #include <cmath>
 #include <optional>
 #include <utility>
@@ -60,33 +62,55 @@ struct Middle {
 // The peers' time per block: the median of the other ranks' (the middle values
 // are found once per block for every rank), or with two ranks the other one's
 // (peers[1 - r]).
-std::vector<std::optional<Middle>> middles_of(const std::vector<const PhaseSeries*>& series, int kind,
-                                              std::int64_t lo, std::int64_t hi) {
-  std::vector<std::optional<Middle>> out(static_cast<std::size_t>(hi - lo));
-  std::vector<double> vals;
-  for (std::int64_t i = lo; i < hi; ++i) {
-    vals.clear();
-    for (const auto* p : series) {
-      if (const auto v = p->mean(i, kind)) vals.push_back(*v);
-    }
-    if (vals.size() < 3) continue;
-    const std::size_t n = vals.size(), c = n / 2;
-    Middle m;
-    m.odd = n % 2 == 1;
-    const auto at = [&](std::size_t k) {
-      std::nth_element(vals.begin(), vals.begin() + static_cast<std::ptrdiff_t>(k), vals.end());
-      return vals[k];
-    };
-    if (m.odd) {
-      m.mid = at(c);  // partitions: below c the smaller, above c the larger
-      m.below = *std::max_element(vals.begin(), vals.begin() + static_cast<std::ptrdiff_t>(c));
-      m.above = *std::min_element(vals.begin() + static_cast<std::ptrdiff_t>(c) + 1, vals.end());
-    } else {
-      m.above = at(c);
-      m.below = *std::max_element(vals.begin(), vals.begin() + static_cast<std::ptrdiff_t>(c));
-    }
-    out[static_cast<std::size_t>(i - lo)] = m;
+// The phase kinds a straggler is looked for in.
+constexpr PhaseKind kStragglerKinds[] = {PhaseKind::kLoaderWait, PhaseKind::kForward, PhaseKind::kBackward,
+                                         PhaseKind::kOptimizer};
+constexpr std::size_t kStragglerKindCount = std::size(kStragglerKinds);
+using Middles = std::vector<std::optional<Middle>>;  // per block, from lo
+
+// One block's middle from its values (three or more).
+Middle middle_of(std::vector<double>& vals) {
+  const std::size_t n = vals.size(), c = n / 2;
+  Middle m;
+  m.odd = n % 2 == 1;
+  const auto at = [&](std::size_t k) {
+    std::nth_element(vals.begin(), vals.begin() + static_cast<std::ptrdiff_t>(k), vals.end());
+    return vals[k];
+  };
+  if (m.odd) {
+    m.mid = at(c);  // partitions: below c the smaller, above c the larger
+    m.below = *std::max_element(vals.begin(), vals.begin() + static_cast<std::ptrdiff_t>(c));
+    m.above = *std::min_element(vals.begin() + static_cast<std::ptrdiff_t>(c) + 1, vals.end());
+  } else {
+    m.above = at(c);
+    m.below = *std::max_element(vals.begin(), vals.begin() + static_cast<std::ptrdiff_t>(c));
   }
+  return m;
+}
+
+// Every block's middle for every straggler kind, blocks on every core. A
+// block's values sit in a different place per rank (a cache miss each): read
+// each once for all the kinds. At 4,096 ranks this was most of the time after
+// the logs were read.
+std::array<Middles, kStragglerKindCount> middles_of(const std::vector<const PhaseSeries*>& series, std::int64_t lo,
+                                                    std::int64_t hi) {
+  std::array<Middles, kStragglerKindCount> out;
+  for (auto& m : out) m.resize(static_cast<std::size_t>(hi - lo));
+  parallel_for(0, static_cast<std::size_t>(hi - lo), 0, [&](std::size_t slot) {
+    const std::int64_t i = lo + static_cast<std::int64_t>(slot);
+    std::array<std::vector<double>, kStragglerKindCount> vals;
+    for (auto& v : vals) v.reserve(series.size());
+    for (const auto* p : series) {
+      const PhaseSeries::Block* b = p->at(i);
+      if (b == nullptr) continue;
+      for (std::size_t k = 0; k < kStragglerKindCount; ++k) {
+        vals[k].push_back(b->ms[static_cast<int>(kStragglerKinds[k])] / b->steps);
+      }
+    }
+    for (std::size_t k = 0; k < kStragglerKindCount; ++k) {
+      if (vals[k].size() >= 3) out[k][slot] = middle_of(vals[k]);
+    }
+  });
   return out;
 }
 
@@ -375,11 +399,11 @@ std::vector<StragglerFact> find_stragglers(const RunSummary& sum) {
   }
   // Each rank against the others' middle, on every core: the slots keep the
   // ranks' order, so the facts come out as from one thread.
-  const PhaseKind kinds[] = {PhaseKind::kLoaderWait, PhaseKind::kForward, PhaseKind::kBackward, PhaseKind::kOptimizer};
   std::vector<std::optional<StragglerFact>> found(ranks.size());
-  for (PhaseKind kind : kinds) {
-    const auto middles = ranks.size() > 2 ? middles_of(series, static_cast<int>(kind), lo, hi)
-                                          : std::vector<std::optional<Middle>>();
+  const auto all_middles = ranks.size() > 2 ? middles_of(series, lo, hi) : std::array<Middles, kStragglerKindCount>();
+  for (std::size_t k = 0; k < kStragglerKindCount; ++k) {
+    const PhaseKind kind = kStragglerKinds[k];
+    const Middles& middles = all_middles[k];
     parallel_for(0, ranks.size(), 0, [&](std::size_t r) {
       found[r] = straggler_of(series, r, static_cast<int>(kind), lo, hi, middles, block_steps);
       // A slowdown that costs the job under 2 % of a step (by the medians: a
