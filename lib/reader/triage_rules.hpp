@@ -76,6 +76,18 @@ struct StragglerFact {
 /// another rank's is folded into that one as its waiting ranks.
 std::vector<StragglerFact> find_stragglers(const RunSummary& sum);
 
+/// Every rank's phase series at one block size, the coarsest of them (a series
+/// is copied only where its blocks are finer: copying all was ~90 MB per 1,000
+/// ranks of a 1,000-step run); ranks without any blocks are left out.
+struct AlignedSeries {
+  std::vector<const RankSummary*> ranks;
+  std::vector<const PhaseSeries*> series;  // ranks[i]'s, into the summary or `copies`
+  std::vector<PhaseSeries> copies;
+  std::int64_t block_steps = 1;
+  std::int64_t lo = INT64_MAX, hi = 0;  // the blocks any of them covers, [lo, hi)
+};
+AlignedSeries aligned_series(const RunSummary& sum);
+
 struct TriageFacts {
   StallFacts stall;
   std::vector<StragglerFact> stragglers;  // by phase kind, then rank

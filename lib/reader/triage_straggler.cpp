@@ -371,32 +371,35 @@ std::optional<StragglerFact> straggler_of(const std::vector<const PhaseSeries*>&
 
 }  // namespace
 
-std::vector<StragglerFact> find_stragglers(const RunSummary& sum) {
-  std::vector<StragglerFact> out;
-  std::vector<const RankSummary*> ranks;
-  std::int64_t block_steps = 1;
+AlignedSeries aligned_series(const RunSummary& sum) {
+  AlignedSeries a;
   for (const auto& r : sum.ranks) {
     if (r.series.blocks.empty()) continue;
-    ranks.push_back(&r);
-    block_steps = std::max(block_steps, r.series.block_steps);
+    a.ranks.push_back(&r);
+    a.block_steps = std::max(a.block_steps, r.series.block_steps);
   }
-  if (ranks.size() < 2) return out;
-  // Every series at the coarsest block size (copies only where it differs).
-  std::vector<PhaseSeries> coarser;
-  coarser.reserve(ranks.size());
-  std::vector<const PhaseSeries*> series;
-  std::int64_t lo = INT64_MAX, hi = 0;
-  for (const auto* r : ranks) {
+  a.copies.reserve(a.ranks.size());  // never reallocated: `series` points into it
+  for (const auto* r : a.ranks) {
     const PhaseSeries* p = &r->series;
-    if (p->block_steps != block_steps) {
-      coarser.push_back(*p);
-      coarser.back().coarsen_to(block_steps);
-      p = &coarser.back();
+    if (p->block_steps != a.block_steps) {
+      a.copies.push_back(*p);
+      a.copies.back().coarsen_to(a.block_steps);
+      p = &a.copies.back();
     }
-    series.push_back(p);
-    lo = std::min(lo, p->first_block);
-    hi = std::max(hi, p->first_block + static_cast<std::int64_t>(p->blocks.size()));
+    a.series.push_back(p);
+    a.lo = std::min(a.lo, p->first_block);
+    a.hi = std::max(a.hi, p->first_block + static_cast<std::int64_t>(p->blocks.size()));
   }
+  return a;
+}
+
+std::vector<StragglerFact> find_stragglers(const RunSummary& sum) {
+  std::vector<StragglerFact> out;
+  const AlignedSeries aligned = aligned_series(sum);
+  const std::vector<const RankSummary*>& ranks = aligned.ranks;
+  const std::vector<const PhaseSeries*>& series = aligned.series;
+  const std::int64_t block_steps = aligned.block_steps, lo = aligned.lo, hi = aligned.hi;
+  if (ranks.size() < 2) return out;
   // Each rank against the others' middle, on every core: the slots keep the
   // ranks' order, so the facts come out as from one thread.
   std::vector<std::optional<StragglerFact>> found(ranks.size());

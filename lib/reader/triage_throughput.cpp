@@ -28,26 +28,10 @@ struct JobBlock {
 };
 
 std::vector<JobBlock> job_series(const RunSummary& sum, std::int64_t& block_steps) {
-  block_steps = 1;
-  for (const auto& r : sum.ranks) block_steps = std::max(block_steps, r.series.block_steps);
-  // Every series at the coarsest block size, copied only where it differs: a
-  // copy of every rank's series was ~90 MB per 1,000 ranks of a 1,000-step run.
-  std::vector<PhaseSeries> coarser;
-  coarser.reserve(sum.ranks.size());
-  std::vector<const PhaseSeries*> coarse;
-  std::int64_t lo = INT64_MAX, hi = 0;
-  for (const auto& r : sum.ranks) {
-    if (r.series.blocks.empty()) continue;
-    const PhaseSeries* p = &r.series;
-    if (p->block_steps != block_steps) {
-      coarser.push_back(*p);
-      coarser.back().coarsen_to(block_steps);
-      p = &coarser.back();
-    }
-    coarse.push_back(p);
-    lo = std::min(lo, p->first_block);
-    hi = std::max(hi, p->first_block + static_cast<std::int64_t>(p->blocks.size()));
-  }
+  const AlignedSeries aligned = aligned_series(sum);
+  const std::vector<const PhaseSeries*>& coarse = aligned.series;
+  const std::int64_t lo = aligned.lo, hi = aligned.hi;
+  block_steps = aligned.block_steps;
   // Blocks on every core (a median over every rank per block and phase kind);
   // slots keep the blocks' order.
   std::vector<std::optional<JobBlock>> slots(hi > lo ? static_cast<std::size_t>(hi - lo) : 0);
