@@ -2,8 +2,8 @@
 // the peers, thresholds raised by each rank's own noise, not by milliseconds.
 #include <algorithm>
 #include <array>
-#include <iterator>
 #include <cmath>
+#include <iterator>
 #include <optional>
 #include <utility>
 
@@ -59,9 +59,6 @@ struct Middle {
   }
 };
 
-// The peers' time per block: the median of the other ranks' (the middle values
-// are found once per block for every rank), or with two ranks the other one's
-// (peers[1 - r]).
 // The phase kinds a straggler is looked for in.
 constexpr PhaseKind kStragglerKinds[] = {PhaseKind::kLoaderWait, PhaseKind::kForward, PhaseKind::kBackward,
                                          PhaseKind::kOptimizer};
@@ -88,6 +85,9 @@ Middle middle_of(std::vector<double>& vals) {
   return m;
 }
 
+// The peers' time per block: the median of the other ranks' (the middle values
+// are found once per block for every rank), or with two ranks the other one's
+// (peers[1 - r]).
 // Every block's middle for every straggler kind, blocks on every core. A
 // block's values sit in a different place per rank (a cache miss each): read
 // each once for all the kinds. At 4,096 ranks this was most of the time after
